@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
+)
+
+// Config tunes the engine. The zero value works: every field documents its
+// default, applied by EnsureDefaults.
+type Config struct {
+	// NewID returns a fresh unique ULID for an event or a transaction at
+	// time t. The default is a deterministic ULID made of t
+	// and a counter, so that tests and replays need no randomness; the
+	// coordinator passes one with random entropy.
+	NewID func(t time.Time) ulid.ULID
+	// DefaultLease is the lease of a propose that gives no lease_ms. The
+	// default is 30s.
+	DefaultLease time.Duration
+	// MaxLease bounds lease_ms. The default is 10m.
+	MaxLease time.Duration
+	// LeaseWarning is how long before its lease ends an agent is told on its
+	// notices subject, capped at half the lease. The default is 5s.
+	LeaseWarning time.Duration
+	// MaxWait bounds wait_ms. The default is 10m.
+	MaxWait time.Duration
+	// ArbiterTimeout is how long an escalated intent waits for an arbiter
+	// before the fallback rejects it with arbiter_rejected. The default is 60s.
+	ArbiterTimeout time.Duration
+	// MaxTxnsPerAgent bounds the transactions one agent holds in flight; a
+	// propose past it is rejected with rate_limited. The default is 1000.
+	MaxTxnsPerAgent int
+	// MaxParkedPerAgent bounds the intents one agent has waiting or
+	// escalated; one more is rejected with rate_limited. The default is 1000.
+	MaxParkedPerAgent int
+	// DedupWindow is how many recent intent ids the engine remembers the
+	// decision of (and how many ended transactions it remembers the end
+	// of), oldest forgotten first. A duplicate within it gets the recorded
+	// decision from the engine; the event log keeps every record, and the
+	// coordinator answers older duplicates from it before they reach the
+	// engine, as JetStream's duplicate window backs its stream. The
+	// default is 100,000.
+	DedupWindow int
+	// Conditions bounds expression compilation and evaluation; see
+	// intents.CompilerOptions for its defaults.
+	Conditions intents.CompilerOptions
+}
+
+// EnsureDefaults fills every zero field with its default.
+func (c *Config) EnsureDefaults() {
+	if c.NewID == nil {
+		c.NewID = newCounterIDs()
+	}
+	if c.DefaultLease == 0 {
+		c.DefaultLease = 30 * time.Second
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = 10 * time.Minute
+	}
+	if c.LeaseWarning == 0 {
+		c.LeaseWarning = 5 * time.Second
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 10 * time.Minute
+	}
+	if c.ArbiterTimeout == 0 {
+		c.ArbiterTimeout = 60 * time.Second
+	}
+	if c.MaxTxnsPerAgent == 0 {
+		c.MaxTxnsPerAgent = 1000
+	}
+	if c.MaxParkedPerAgent == 0 {
+		c.MaxParkedPerAgent = 1000
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = 100000
+	}
+	c.Conditions.EnsureDefaults()
+}
+
+// Validate reports every problem of the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	neg := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("engine config: %s is negative (%s)", name, d))
+		}
+	}
+	neg("DefaultLease", c.DefaultLease)
+	neg("MaxLease", c.MaxLease)
+	neg("LeaseWarning", c.LeaseWarning)
+	neg("MaxWait", c.MaxWait)
+	neg("ArbiterTimeout", c.ArbiterTimeout)
+	if c.MaxLease > 0 && c.DefaultLease > c.MaxLease {
+		errs = append(errs, fmt.Errorf("engine config: DefaultLease %s is above MaxLease %s", c.DefaultLease, c.MaxLease))
+	}
+	if c.MaxTxnsPerAgent < 0 {
+		errs = append(errs, fmt.Errorf("engine config: MaxTxnsPerAgent is negative (%d)", c.MaxTxnsPerAgent))
+	}
+	if c.DedupWindow < 0 {
+		errs = append(errs, fmt.Errorf("engine config: DedupWindow is negative (%d)", c.DedupWindow))
+	}
+	if c.MaxParkedPerAgent < 0 {
+		errs = append(errs, fmt.Errorf("engine config: MaxParkedPerAgent is negative (%d)", c.MaxParkedPerAgent))
+	}
+	return errors.Join(errs...)
+}
+
+// newCounterIDs returns a deterministic ULID source: the time's milliseconds
+// and a counter as entropy. Unique within one engine.
+func newCounterIDs() func(time.Time) ulid.ULID {
+	var n uint64
+	return func(t time.Time) ulid.ULID {
+		n++
+		var id ulid.ULID
+		_ = id.SetTime(ulid.Timestamp(t))
+		binary.BigEndian.PutUint64(id[8:], n)
+		return id
+	}
+}

@@ -1,0 +1,628 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
+)
+
+// rejectRaw records an intent that did not decode or validate.
+func (e *Engine) rejectRaw(agent string, raw []byte, err error) {
+	id := sniffID(raw)
+	e.emit(intents.Event{Type: intents.EventIntent, Agent: agent, Intent: id,
+		Received: &intents.Received{Raw: raw, Error: err.Error()}})
+	if d, ok := e.decided.get(id); ok && id != "" && (agent == "" || d.Agent == agent) {
+		e.duplicate(d)
+		return
+	}
+	e.decide(&intents.Decision{Intent: id, Agent: agent, Outcome: intents.OutcomeRejected,
+		Reason: intents.ReasonInvalid, Detail: err.Error()})
+}
+
+// sniffID returns the intent id of a document that failed validation, when
+// it has a well-formed one, so the rejection is recorded under it.
+func sniffID(raw []byte) string {
+	var probe struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(raw, &probe) != nil {
+		return ""
+	}
+	id, _ := probe.ID.(string)
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return ""
+	}
+	return id
+}
+
+func (e *Engine) submit(agent string, in *intents.Intent) {
+	e.emit(intents.Event{Type: intents.EventIntent, Agent: in.Agent, Intent: in.ID, Txn: in.Txn,
+		Received: &intents.Received{Intent: in}})
+	if agent != "" && in.Agent != agent {
+		// Answered to the agent that sent it; the fold does not record it as
+		// the id's decision, so a forger can neither take another agent's
+		// intent id nor read its recorded decision.
+		e.decide(&intents.Decision{Intent: in.ID, Agent: agent, Outcome: intents.OutcomeRejected,
+			Reason: intents.ReasonUnauthorized, Txn: in.Txn,
+			Detail: fmt.Sprintf("the intent names agent %q but arrived on the subject of agent %q", in.Agent, agent)})
+		return
+	}
+	if d, ok := e.decided.get(in.ID); ok {
+		if d.Agent != in.Agent {
+			e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field id = %q: already taken by another agent's intent", in.ID), nil)
+			return
+		}
+		e.duplicate(d)
+		return
+	}
+	switch in.Kind {
+	case intents.KindApply, intents.KindPropose:
+		e.decideNew(in, nil)
+	case intents.KindCommit:
+		e.commit(in)
+	case intents.KindAbort:
+		e.abort(in)
+	case intents.KindRenew:
+		e.renew(in)
+	}
+	e.settle()
+}
+
+// settle decides again, from scratch and in the order they waited, the
+// intents freed by transactions that ended in this call. Deciding one may
+// end or start others; the loop runs until nothing is left.
+func (e *Engine) settle() {
+	for len(e.redecide) > 0 {
+		id := e.redecide[0]
+		e.redecide = e.redecide[1:]
+		if p := e.parked[id]; p != nil && !p.escalated {
+			e.decideNew(p.in, p)
+		}
+	}
+}
+
+func (e *Engine) duplicate(d *intents.Decision) {
+	cp := *d
+	cp.Duplicate = true
+	e.decide(&cp)
+}
+
+func (e *Engine) decide(d *intents.Decision) {
+	if d.Outcome == intents.OutcomeRejected {
+		d.Retryable = d.Reason.Retryable()
+	}
+	e.emit(intents.Event{Type: intents.EventDecision, Agent: d.Agent, Intent: d.Intent, Txn: d.Txn, Decision: d})
+}
+
+// reject decides in is rejected; conflicts (with the versions of the paths
+// involved) go into the decision when given.
+func (e *Engine) reject(in *intents.Intent, reason intents.Reason, detail string, conflicts []intents.Conflict) {
+	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRejected,
+		Reason: reason, Detail: detail, Txn: in.Txn, Conflicts: conflicts}
+	if len(conflicts) > 0 {
+		d.Versions = e.versions(in, conflicts)
+	}
+	e.decide(d)
+}
+
+// versions gives the current version of every path the intent names and of
+// every conflicting path, so the agent can retry without a re-read.
+func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict) map[string]uint64 {
+	const limit = 64
+	v := map[string]uint64{}
+	add := func(p string) {
+		if len(v) < limit {
+			v[p] = e.tree.Version(p)
+		}
+	}
+	for _, c := range conflicts {
+		add(c.Path)
+	}
+	for _, r := range in.Reads {
+		add(r.Path)
+	}
+	for _, w := range in.Writes {
+		add(w.Path)
+	}
+	return v
+}
+
+// conditions compiles an intent's pre- and postconditions and returns them
+// with the intent's whole read set: declared reads plus every path the
+// conditions touch.
+func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition, reads []string, err error) {
+	for i, src := range in.Pre {
+		c, err := e.comp.Compile(fmt.Sprintf("pre[%d]", i), src, false)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pre = append(pre, c)
+	}
+	for i, src := range in.Post {
+		c, err := e.comp.Compile(fmt.Sprintf("post[%d]", i), src, true)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		post = append(post, c)
+	}
+	for _, r := range in.Reads {
+		reads = append(reads, r.Path)
+	}
+	for _, c := range pre {
+		reads = append(reads, c.Paths...)
+	}
+	for _, c := range post {
+		reads = append(reads, c.Paths...)
+	}
+	return pre, post, reads, nil
+}
+
+// decideNew decides an apply or propose: fresh (p == nil) or parked and
+// freed by the end of a transaction it waited on (p != nil).
+func (e *Engine) decideNew(in *intents.Intent, p *parked) {
+	pre, post, reads, err := e.conditions(in)
+	if err != nil {
+		e.reject(in, intents.ReasonInvalid, err.Error(), nil)
+		return
+	}
+	if in.Kind == intents.KindPropose {
+		if d := time.Duration(in.LeaseMS) * time.Millisecond; d > e.cfg.MaxLease {
+			e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit", in.LeaseMS, e.cfg.MaxLease), nil)
+			return
+		}
+		// Checked again when a parked propose is decided anew: the agent may
+		// have taken more grants while it waited.
+		if e.loadOf(in.Agent).txns >= e.cfg.MaxTxnsPerAgent {
+			e.reject(in, intents.ReasonRateLimited,
+				fmt.Sprintf("agent %s already holds %d transactions in flight, the limit", in.Agent, e.cfg.MaxTxnsPerAgent), nil)
+			return
+		}
+	}
+	if d := time.Duration(in.WaitMS) * time.Millisecond; d > e.cfg.MaxWait {
+		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field wait_ms = %d: above the %s limit", in.WaitMS, e.cfg.MaxWait), nil)
+		return
+	}
+	if stale := e.staleReads(in); len(stale) > 0 {
+		c := stale[0]
+		e.reject(in, intents.ReasonStaleRead, fmt.Sprintf("read %s at version %d, but it is at version %d now",
+			c.Path, versionOf(in, c.Path), e.tree.Version(c.Path)), stale)
+		return
+	}
+	conflicts, merges := e.index.Check("", reads, conflictWrites(in), nil)
+	if len(conflicts) > 0 {
+		e.onConflict(in, p, conflicts)
+		return
+	}
+	for i, c := range pre {
+		if detail, ok := e.holds(c, "pre", i, in, nil); !ok {
+			e.reject(in, intents.ReasonPreconditionFailed, detail, nil)
+			return
+		}
+	}
+	if in.Kind == intents.KindPropose {
+		e.grant(in, reads, merges)
+		return
+	}
+	plan, detail, reason := e.plan(in, in.Writes, post)
+	if reason != "" {
+		e.reject(in, reason, detail, nil)
+		return
+	}
+	merged := e.mergedWith("", conflictWrites(in), merges)
+	e.emit(intents.Event{Type: intents.EventChange, Agent: in.Agent, Intent: in.ID,
+		Change: &intents.Change{Writes: plan, MergedWith: merged}})
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeApplied,
+		Rev: e.seq, MergedWith: merged})
+}
+
+// plan checks writes against the state and the postconditions against the
+// state after them. It returns the planned change, or why it is refused.
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition) ([]intents.Applied, string, intents.Reason) {
+	plan, err := e.tree.Plan(writes)
+	if err != nil {
+		return nil, err.Error(), intents.ReasonInvalid
+	}
+	if len(post) > 0 {
+		after := e.tree.After(plan)
+		for i, c := range post {
+			if detail, ok := e.holds(c, "post", i, in, after); !ok {
+				return nil, detail, intents.ReasonPostconditionFailed
+			}
+		}
+	}
+	return plan, "", ""
+}
+
+// holds evaluates one condition; when it does not hold it returns a sentence
+// naming the expression, what went wrong and the values it saw.
+func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Intent, after *state.View) (string, bool) {
+	var cur intents.Reader = e.tree
+	var old intents.Reader
+	if after != nil {
+		cur, old = after, e.tree
+	}
+	ok, err := e.eval.Eval(c, cur, old, in)
+	if err == nil && ok {
+		return "", true
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s[%d] `%s` ", kind, i, c.Source)
+	if err != nil {
+		fmt.Fprintf(&b, "failed: %v", err)
+	} else {
+		b.WriteString("is false")
+	}
+	seen := 0
+	show := func(r intents.Reader, prefix string, paths []string) {
+		for _, p := range paths {
+			if seen == 8 {
+				fmt.Fprintf(&b, " and %d more", len(c.State)+len(c.Old)-8)
+				seen++
+			}
+			if seen > 8 {
+				return
+			}
+			if seen == 0 {
+				b.WriteString("; it saw ")
+			} else {
+				b.WriteString(", ")
+			}
+			seen++
+			if v, ok := r.Get(p); ok {
+				fmt.Fprintf(&b, "%s%s = %s", prefix, p, state.FormatValue(v))
+			} else {
+				fmt.Fprintf(&b, "%s%s absent", prefix, p)
+			}
+		}
+	}
+	show(cur, "", c.State)
+	if old != nil {
+		show(old, "old.", c.Old)
+	}
+	return b.String(), false
+}
+
+// staleReads returns a stale conflict for every read whose version is not
+// the current one.
+func (e *Engine) staleReads(in *intents.Intent) []intents.Conflict {
+	var out []intents.Conflict
+	for _, r := range in.Reads {
+		if r.Version != nil && e.tree.Version(r.Path) != *r.Version {
+			out = append(out, intents.Conflict{Path: r.Path, Kind: intents.ConflictStale})
+		}
+	}
+	return out
+}
+
+func versionOf(in *intents.Intent, path string) uint64 {
+	for _, r := range in.Reads {
+		if r.Path == path && r.Version != nil {
+			return *r.Version
+		}
+	}
+	return 0
+}
+
+// onConflict applies the intent's conflict policy.
+func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.Conflict) {
+	c := conflicts[0]
+	what := fmt.Sprintf("%s conflict on %s with txn %s of agent %s", c.Kind, c.Path, c.WithTxn, c.WithAgent)
+	if len(conflicts) > 1 {
+		what += fmt.Sprintf(" (and %d more)", len(conflicts)-1)
+	}
+	switch in.Policy() {
+	case intents.OnConflictWait:
+		e.wait(in, p, conflicts, what)
+	case intents.OnConflictEscalate:
+		if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
+			e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
+			return
+		}
+		deadline := e.now.Add(e.cfg.ArbiterTimeout)
+		e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
+			Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
+		d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
+			Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts)}
+		e.decide(d)
+	default:
+		e.reject(in, intents.ReasonConflict, what, conflicts)
+	}
+}
+
+// wait parks in behind the transactions it conflicts with, unless that
+// would close a cycle of agents waiting on each other.
+func (e *Engine) wait(in *intents.Intent, p *parked, conflicts []intents.Conflict, what string) {
+	hs := holders(conflicts)
+	if e.waits.Cycle(in.Agent, hs) {
+		e.reject(in, intents.ReasonDeadlock, what+"; waiting would deadlock: "+cycleDetail(in.Agent, hs), conflicts)
+		return
+	}
+	deadline := e.now.Add(time.Duration(in.Wait()) * time.Millisecond)
+	if p != nil {
+		deadline = p.deadline // a re-parked intent keeps its original bound
+	} else if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
+		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
+		return
+	}
+	e.emit(intents.Event{Type: intents.EventWait, Agent: in.Agent, Intent: in.ID,
+		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
+	var before []conflict.Holder
+	if p != nil {
+		before = holders(p.conflicts)
+	}
+	for _, h := range hs {
+		if slices.Contains(before, h) {
+			continue // told already
+		}
+		e.emit(intents.Event{Type: intents.EventNotice, Agent: h.Agent, Intent: in.ID, Txn: h.Txn,
+			Notice: &intents.Notice{Kind: intents.NoticeWaiting, Txn: h.Txn, Intent: in.ID, From: in.Agent,
+				Detail: fmt.Sprintf("intent %s of agent %s waits on your transaction %s", in.ID, in.Agent, h.Txn)}})
+	}
+	if p == nil {
+		e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeQueued,
+			Detail: what + "; waiting until " + deadline.Format(time.RFC3339Nano), Conflicts: conflicts,
+			Versions: e.versions(in, conflicts)})
+	}
+}
+
+// grant puts a propose in flight.
+func (e *Engine) grant(in *intents.Intent, readPaths []string, merges []string) {
+	lease := time.Duration(in.LeaseMS) * time.Millisecond
+	if lease == 0 {
+		lease = e.cfg.DefaultLease
+	}
+	reads := slices.Clone(in.Reads)
+	for _, p := range readPaths[len(in.Reads):] {
+		reads = append(reads, intents.Read{Path: p})
+	}
+	g := &intents.Grant{Txn: e.cfg.NewID(e.now).String(), Agent: in.Agent, Fence: e.fence + 1,
+		LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease), Reads: reads, Propose: in}
+	merged := e.mergedWith(g.Txn, in.Writes, merges)
+	e.emit(intents.Event{Type: intents.EventGrant, Agent: in.Agent, Intent: in.ID, Txn: g.Txn, Grant: g})
+	expires := g.Expires
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeGranted,
+		Txn: g.Txn, Fence: g.Fence, LeaseExpires: &expires, MergedWith: merged})
+}
+
+// mergedWith names the transactions in flight that write beside writes in
+// the same documents (disjoint, or the same commutative op on the same path),
+// other than self.
+func (e *Engine) mergedWith(self string, writes []intents.Write, merges []string) []string {
+	out := slices.Clone(merges)
+	for _, w := range writes {
+		if len(out) >= maxMerged {
+			break
+		}
+		for _, id := range e.index.WritersUnder(self, intents.Document(w.Path), maxMerged) {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	if len(out) > maxMerged {
+		out = out[:maxMerged]
+	}
+	return out
+}
+
+// held returns the live transaction a commit, abort or renew acts on, or
+// rejects the intent and returns nil.
+func (e *Engine) held(in *intents.Intent) *txn {
+	t := e.txns[in.Txn]
+	if t == nil {
+		switch cause, ok := e.ended.get(in.Txn); {
+		case !ok:
+			e.reject(in, intents.ReasonFenced, fmt.Sprintf("txn %s is not in flight and never was", in.Txn), nil)
+		case cause == intents.CauseExpired:
+			e.reject(in, intents.ReasonLeaseExpired, fmt.Sprintf("txn %s ended: its lease expired", in.Txn), nil)
+		default:
+			e.reject(in, intents.ReasonFenced, fmt.Sprintf("txn %s ended: %s", in.Txn, cause), nil)
+		}
+		return nil
+	}
+	if t.Agent != in.Agent {
+		e.reject(in, intents.ReasonUnauthorized, fmt.Sprintf("txn %s belongs to agent %s", in.Txn, t.Agent), nil)
+		return nil
+	}
+	if in.Fence != t.fence {
+		e.reject(in, intents.ReasonFenced, fmt.Sprintf("fence %d is not the live grant's fence %d of txn %s", in.Fence, t.fence, in.Txn), nil)
+		return nil
+	}
+	return t
+}
+
+func (e *Engine) commit(in *intents.Intent) {
+	t := e.held(in)
+	if t == nil {
+		return
+	}
+	writes := in.Writes
+	if len(writes) == 0 {
+		writes = t.propose.Writes
+		for i, w := range writes {
+			if len(w.Value) == 0 && w.Op != intents.OpDelete && w.Op != intents.OpIncr {
+				e.reject(in, intents.ReasonInvalid, fmt.Sprintf("commit carries no writes and the propose's writes[%d] %s %s has no value", i, w.Op, w.Path), nil)
+				return
+			}
+		}
+	}
+	if stale := e.staleReads(in); len(stale) > 0 {
+		c := stale[0]
+		e.reject(in, intents.ReasonStaleRead, fmt.Sprintf("read %s at version %d, but it is at version %d now; txn %s stays open",
+			c.Path, versionOf(in, c.Path), e.tree.Version(c.Path), t.ID), stale)
+		return
+	}
+	for i, w := range writes {
+		if !inScope(w, t.Writes) {
+			e.reject(in, intents.ReasonOutOfScope, fmt.Sprintf("writes[%d] %s %s is outside the write set granted to txn %s (%s)",
+				i, w.Op, w.Path, t.ID, describeWrites(t.Writes)), nil)
+			return
+		}
+	}
+	pre, post, _, err := e.conditions(in)
+	if err == nil {
+		var more []*intents.Condition
+		_, more, _, err = e.conditions(&intents.Intent{Post: t.propose.Post})
+		post = append(more, post...)
+	}
+	if err != nil {
+		e.reject(in, intents.ReasonInvalid, err.Error(), nil)
+		return
+	}
+	for i, c := range pre {
+		if detail, ok := e.holds(c, "pre", i, in, nil); !ok {
+			e.reject(in, intents.ReasonPreconditionFailed, detail, nil)
+			return
+		}
+	}
+	plan, detail, reason := e.plan(in, writes, post)
+	if reason != "" {
+		e.reject(in, reason, detail, nil)
+		return
+	}
+	merged := e.mergedWith(t.ID, writes, t.merged)
+	e.emit(intents.Event{Type: intents.EventChange, Agent: in.Agent, Intent: in.ID, Txn: t.ID,
+		Change: &intents.Change{Writes: plan, MergedWith: merged}})
+	rev := e.seq
+	e.emit(intents.Event{Type: intents.EventRelease, Agent: in.Agent, Intent: in.ID, Txn: t.ID,
+		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CauseCommitted}})
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeCommitted,
+		Txn: t.ID, Fence: t.fence, Rev: rev, MergedWith: merged})
+}
+
+// inScope reports whether a commit's write lies inside the granted write
+// set. A commutative grant admits only that op on that exact path: its
+// grant may have merged with another's, which a different op would break.
+func inScope(w intents.Write, granted []intents.Write) bool {
+	for _, g := range granted {
+		if g.Op.Commutative() {
+			if w.Path == g.Path && w.Op == g.Op {
+				return true
+			}
+			continue
+		}
+		if intents.Within(w.Path, g.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+func describeWrites(ws []intents.Write) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = string(w.Op) + " " + w.Path
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (e *Engine) abort(in *intents.Intent) {
+	t := e.held(in)
+	if t == nil {
+		return
+	}
+	e.emit(intents.Event{Type: intents.EventRelease, Agent: in.Agent, Intent: in.ID, Txn: t.ID,
+		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CauseAborted}})
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeAborted,
+		Txn: t.ID, Fence: t.fence})
+}
+
+func (e *Engine) renew(in *intents.Intent) {
+	t := e.held(in)
+	if t == nil {
+		return
+	}
+	lease := time.Duration(in.LeaseMS) * time.Millisecond
+	if lease == 0 {
+		lease = time.Duration(t.leaseMS) * time.Millisecond
+	}
+	if lease > e.cfg.MaxLease {
+		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit", in.LeaseMS, e.cfg.MaxLease), nil)
+		return
+	}
+	g := &intents.Grant{Txn: t.ID, Agent: t.Agent, Fence: t.fence, LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease)}
+	e.emit(intents.Event{Type: intents.EventRenew, Agent: in.Agent, Intent: in.ID, Txn: t.ID, Grant: g})
+	expires := g.Expires
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRenewed,
+		Txn: t.ID, Fence: t.fence, LeaseExpires: &expires})
+}
+
+func (e *Engine) leaseWarning(t *txn) {
+	if !t.expires.After(e.now) {
+		return // the expiry is due too: a warning now would only be noise
+	}
+	e.emit(intents.Event{Type: intents.EventNotice, Agent: t.Agent, Txn: t.ID,
+		Notice: &intents.Notice{Kind: intents.NoticeLeaseExpiring, Txn: t.ID,
+			Detail: fmt.Sprintf("the lease of txn %s ends at %s; renew it or lose the grant", t.ID, t.expires.Format(time.RFC3339Nano))}})
+}
+
+func (e *Engine) expire(t *txn) {
+	e.emit(intents.Event{Type: intents.EventExpire, Agent: t.Agent, Txn: t.ID,
+		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CauseExpired}})
+	e.emit(intents.Event{Type: intents.EventNotice, Agent: t.Agent, Txn: t.ID,
+		Notice: &intents.Notice{Kind: intents.NoticeLeaseExpired, Txn: t.ID,
+			Detail: fmt.Sprintf("the lease of txn %s ended; its writes will not be applied", t.ID)}})
+	e.settle()
+}
+
+// deadline ends a parked intent whose bound ran out.
+func (e *Engine) deadline(id string, p *parked) {
+	if p.escalated {
+		e.reject(p.in, intents.ReasonArbiterRejected, "no arbiter resolved the escalation by its deadline; the fallback rejects it", p.conflicts)
+		return
+	}
+	c := p.conflicts[0]
+	e.reject(p.in, intents.ReasonWaitTimeout, fmt.Sprintf("still in %s conflict on %s with txn %s of agent %s when the wait ended",
+		c.Kind, c.Path, c.WithTxn, c.WithAgent), p.conflicts)
+}
+
+// conflictWrites is what an intent writes as conflict detection sees it. An
+// apply's merge writes only the keys it names (a null deletes one), not the
+// whole object, so it is checked as one write per key; a propose's merge may
+// carry no value and stands for the whole object.
+func conflictWrites(in *intents.Intent) []intents.Write {
+	if in.Kind != intents.KindApply {
+		return in.Writes
+	}
+	var out []intents.Write
+	for i, w := range in.Writes {
+		if w.Op != intents.OpMerge {
+			if out != nil {
+				out = append(out, w)
+			}
+			continue
+		}
+		var members map[string]json.RawMessage
+		if json.Unmarshal(w.Value, &members) != nil || len(members) == 0 {
+			continue
+		}
+		if out == nil {
+			out = append(make([]intents.Write, 0, len(in.Writes)+len(members)), in.Writes[:i]...)
+		}
+		for k := range members {
+			out = append(out, intents.Write{Path: w.Path + "." + k, Op: intents.OpSet})
+		}
+	}
+	if out == nil {
+		return in.Writes
+	}
+	return out
+}
+
+// cycleDetail says whom waiting would make agent wait on, in a cycle.
+func cycleDetail(agent string, hs []conflict.Holder) string {
+	for _, h := range hs {
+		if h.Agent == agent {
+			return fmt.Sprintf("agent %s would wait on its own txn %s", agent, h.Txn)
+		}
+	}
+	return fmt.Sprintf("agent %s would wait on agents that already wait, directly or not, on %s", agent, agent)
+}

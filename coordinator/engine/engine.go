@@ -1,0 +1,235 @@
+// Package engine is CoAgent's decision engine: the pure, deterministic core
+// that decides every intent against the current state and the transactions in
+// flight (SPEC §2–4). It does no IO and reads no clock: each call is given
+// the time, and returns the events that record what it decided. The engine
+// changes its own state only by folding those same events (Apply), so the
+// event log is the whole truth: replaying it into a new engine rebuilds the
+// state, the transactions in flight with their leases and fences, the parked
+// intents and the recorded decisions exactly.
+//
+// An Engine is not safe for concurrent use; one goroutine owns it.
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/intents"
+)
+
+// Engine decides intents. Create it with New.
+type Engine struct {
+	cfg  Config
+	comp *intents.Compiler
+	eval *intents.Evaluator
+
+	// The folded state: everything below is rebuilt by Apply.
+	tree    *state.Tree
+	seq     uint64 // last event applied
+	fence   uint64 // last fencing token issued
+	index   *conflict.Index
+	waits   *conflict.Waits
+	txns    map[string]*txn
+	ended   *recent[intents.ReleaseCause]
+	decided *recent[*intents.Decision] // the latest decision per intent id
+	parked  map[string]*parked
+	load    map[string]*load
+	timers  timers
+
+	// The call in progress.
+	now      time.Time
+	out      []*intents.Event
+	redecide []string        // waiters freed by a release, to decide again
+	arena    []intents.Event // where emitted events are carved from
+}
+
+// txn is a transaction in flight.
+type txn struct {
+	conflict.Txn
+	fence   uint64
+	leaseMS int64
+	expires time.Time
+	propose *intents.Intent
+	reads   []intents.Read
+	merged  []string // intents that committed beside it into its documents
+	warned  bool
+}
+
+// parked is an intent waiting on transactions in flight or on an arbiter.
+type parked struct {
+	in        *intents.Intent
+	deadline  time.Time
+	escalated bool
+	conflicts []intents.Conflict
+}
+
+// load counts what one agent holds, for rate limiting.
+type load struct{ txns, parked int }
+
+// maxMerged bounds merged_with.
+const maxMerged = 16
+
+// New returns an engine with an empty state.
+func New(cfg Config) (*Engine, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	comp := intents.NewCompiler(cfg.Conditions)
+	e := &Engine{
+		cfg:    cfg,
+		comp:   comp,
+		eval:   comp.NewEvaluator(),
+		tree:   state.New(),
+		index:  conflict.New(),
+		waits:  conflict.NewWaits(),
+		txns:   map[string]*txn{},
+		ended:  newRecent[intents.ReleaseCause](cfg.DedupWindow, nil),
+		parked: map[string]*parked{},
+		load:   map[string]*load{},
+	}
+	// A parked intent's interim decision stays until its final one.
+	e.decided = newRecent[*intents.Decision](cfg.DedupWindow, func(yield func(string)) {
+		for id := range e.parked {
+			yield(id)
+		}
+	})
+	return e, nil
+}
+
+// Submit decides one intent as it arrived on the subject of agent (the
+// subject's agent token; "" when the caller has already checked identity)
+// at time now. raw is the intent's JSON; anything it holds — not JSON, an
+// unknown field, a bad path — is recorded and rejected, never a panic.
+// Timers due by now fire first. It appends the events to out and returns it.
+func (e *Engine) Submit(now time.Time, agent string, raw []byte, out []*intents.Event) []*intents.Event {
+	e.begin(now, out)
+	e.advance()
+	in, err := intents.Decode(raw)
+	if err != nil {
+		e.rejectRaw(agent, raw, err)
+	} else {
+		e.submit(agent, in)
+	}
+	return e.end()
+}
+
+// SubmitIntent is Submit for an intent already decoded. It is validated
+// again, since the caller may have built it by hand.
+func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, out []*intents.Event) []*intents.Event {
+	e.begin(now, out)
+	e.advance()
+	if err := in.Validate(); err != nil {
+		raw, _ := jsonMarshal(in)
+		e.rejectRaw(agent, raw, err)
+	} else {
+		e.submit(agent, in)
+	}
+	return e.end()
+}
+
+// Advance fires the timers due by now — lease warnings and expiries, wait
+// and arbiter deadlines — and appends their events to out.
+func (e *Engine) Advance(now time.Time, out []*intents.Event) []*intents.Event {
+	e.begin(now, out)
+	e.advance()
+	return e.end()
+}
+
+// NextDeadline returns when the earliest pending timer is due, if any. The
+// caller should call Advance then.
+func (e *Engine) NextDeadline() (time.Time, bool) {
+	for e.timers.Len() > 0 {
+		if e.live(e.timers.peek()) {
+			return e.timers.peek().at, true
+		}
+		e.timers.pop()
+	}
+	return time.Time{}, false
+}
+
+func (e *Engine) begin(now time.Time, out []*intents.Event) {
+	// Time never runs backwards inside the engine: a clock step back on the
+	// host must not un-expire a lease.
+	if now.Before(e.now) {
+		now = e.now
+	}
+	e.now = now.UTC().Round(0)
+	e.out = out
+	e.redecide = e.redecide[:0]
+}
+
+func (e *Engine) end() []*intents.Event {
+	out := e.out
+	e.out = nil
+	return out
+}
+
+// emit records an event: it gets the next sequence number, an id and the
+// time, is folded into the engine, and is appended to the call's output.
+// Events are carved from chunks, one allocation for many: the caller may
+// keep any of them for as long as it likes.
+func (e *Engine) emit(v intents.Event) {
+	if len(e.arena) == cap(e.arena) {
+		e.arena = make([]intents.Event, 0, 64)
+	}
+	e.arena = append(e.arena, v)
+	ev := &e.arena[len(e.arena)-1]
+	ev.Seq = e.seq + 1
+	ev.ID = e.cfg.NewID(e.now)
+	ev.Time = e.now
+	if err := e.apply(ev); err != nil {
+		// The engine only emits events it can fold; failing here is a bug
+		// in the engine, not bad input.
+		panic(fmt.Sprintf("engine: folding its own event %d (%s): %v", ev.Seq, ev.Type, err))
+	}
+	e.out = append(e.out, ev)
+}
+
+// Seq returns the sequence number of the last event applied.
+func (e *Engine) Seq() uint64 { return e.seq }
+
+// State returns the state tree. It must only be read, and only by the
+// goroutine that owns the engine.
+func (e *Engine) State() *state.Tree { return e.tree }
+
+// Decision returns the latest decision recorded for an intent id.
+func (e *Engine) Decision(id string) (*intents.Decision, bool) {
+	d, ok := e.decided.get(id)
+	return d, ok
+}
+
+// TxnInfo describes a transaction in flight (the txn.list API).
+type TxnInfo struct {
+	Txn          string          `json:"txn"`
+	Agent        string          `json:"agent"`
+	Fence        uint64          `json:"fence"`
+	Reads        []intents.Read  `json:"reads"`
+	Writes       []intents.Write `json:"writes"`
+	LeaseExpires time.Time       `json:"lease_expires"`
+}
+
+// Txns lists the transactions in flight, sorted by id.
+func (e *Engine) Txns() []TxnInfo {
+	out := make([]TxnInfo, 0, len(e.txns))
+	for _, t := range e.txns {
+		out = append(out, TxnInfo{Txn: t.ID, Agent: t.Agent, Fence: t.fence, Reads: t.reads,
+			Writes: t.Writes, LeaseExpires: t.expires})
+	}
+	slices.SortFunc(out, func(a, b TxnInfo) int { return strings.Compare(a.Txn, b.Txn) })
+	return out
+}
+
+// Parked returns the ids of the intents waiting or escalated, sorted.
+func (e *Engine) Parked() []string {
+	out := make([]string, 0, len(e.parked))
+	for id := range e.parked {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,237 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/intents"
+)
+
+// ErrSequence is returned (wrapped) by Apply for an event that does not
+// follow the last one applied.
+var ErrSequence = errors.New("engine: event out of sequence")
+
+// Apply folds one logged event into the engine, as replay does: events must
+// come in sequence order, starting at 1. It decides nothing and emits
+// nothing. An event that cannot be folded (a corrupt or foreign log) is an
+// error naming its sequence number and leaves the engine unchanged.
+func (e *Engine) Apply(ev *intents.Event) error {
+	err := e.apply(ev)
+	// Replay only folds: the decisions that followed a release are already
+	// in the log.
+	e.redecide = e.redecide[:0]
+	if err != nil {
+		return fmt.Errorf("event %d (%s): %w", ev.Seq, ev.Type, err)
+	}
+	if ev.Time.After(e.now) {
+		e.now = ev.Time
+	}
+	return nil
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// apply is the one place the engine's state changes.
+func (e *Engine) apply(ev *intents.Event) error {
+	if ev.Seq != e.seq+1 {
+		return fmt.Errorf("%w: got %d after %d", ErrSequence, ev.Seq, e.seq)
+	}
+	if err := e.check(ev); err != nil {
+		return err
+	}
+	switch ev.Type {
+	case intents.EventDecision:
+		d := ev.Decision
+		// An id belongs to the first agent decided under it. An
+		// unauthorized intent never takes its id (it may be another agent's,
+		// whose decision is still to come), and a later agent's use of it
+		// never replaces the owner's decision.
+		if !d.Duplicate && d.Intent != "" && d.Reason != intents.ReasonUnauthorized &&
+			e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return prev.Agent == d.Agent }) {
+			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
+				e.unpark(d.Intent, p)
+			}
+		}
+	case intents.EventChange:
+		if err := e.tree.Apply(ev.Seq, ev.Change.Writes); err != nil {
+			return err
+		}
+		e.noteMerged(ev)
+	case intents.EventGrant:
+		g := ev.Grant
+		t := &txn{
+			Txn:     conflict.Txn{ID: g.Txn, Agent: g.Agent, Writes: writeSet(g.Propose.Writes)},
+			fence:   g.Fence,
+			leaseMS: g.LeaseMS,
+			expires: g.Expires,
+			propose: g.Propose,
+			reads:   g.Reads,
+		}
+		for _, r := range g.Reads {
+			t.Reads = append(t.Reads, r.Path)
+		}
+		e.txns[t.ID] = t
+		e.index.Add(&t.Txn)
+		e.fence = max(e.fence, g.Fence)
+		e.loadOf(t.Agent).txns++
+		e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
+		e.timers.add(t.expires, timerLeaseEnd, t.ID)
+	case intents.EventRenew:
+		t := e.txns[ev.Grant.Txn]
+		t.expires, t.leaseMS, t.warned = ev.Grant.Expires, ev.Grant.LeaseMS, false
+		e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
+		e.timers.add(t.expires, timerLeaseEnd, t.ID)
+	case intents.EventExpire, intents.EventRelease:
+		t := e.txns[ev.Release.Txn]
+		e.index.Remove(&t.Txn)
+		delete(e.txns, t.ID)
+		e.ended.put(t.ID, ev.Release.Cause)
+		e.loadOf(t.Agent).txns--
+		// Whoever waited on t is decided again from scratch by the caller;
+		// during replay the events of those decisions follow in the log.
+		e.redecide = append(e.redecide, e.waits.Release(t.ID)...)
+	case intents.EventWait, intents.EventEscalate:
+		w := ev.Wait
+		p := e.parked[w.Intent.ID]
+		if p == nil {
+			p = &parked{in: w.Intent}
+			e.parked[w.Intent.ID] = p
+			e.loadOf(w.Intent.Agent).parked++
+		}
+		p.deadline, p.conflicts = w.Deadline, w.Conflicts
+		p.escalated = ev.Type == intents.EventEscalate
+		if !p.escalated {
+			e.waits.Park(w.Intent.ID, w.Intent.Agent, holders(w.Conflicts))
+		}
+		e.timers.add(p.deadline, timerDeadline, w.Intent.ID)
+	case intents.EventNotice:
+		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
+			if t := e.txns[ev.Notice.Txn]; t != nil {
+				t.warned = true
+			}
+		}
+	}
+	e.seq = ev.Seq
+	return nil
+}
+
+// check verifies, before anything changes, that an event carries the payload
+// its type needs and refers to what exists, so that a foreign or corrupt
+// event is an error and never a panic or a half-applied fold.
+func (e *Engine) check(ev *intents.Event) error {
+	missing := func(field string) error { return fmt.Errorf("%s event without %s", ev.Type, field) }
+	switch ev.Type {
+	case intents.EventIntent:
+		if ev.Received == nil {
+			return missing("received")
+		}
+	case intents.EventDecision:
+		if ev.Decision == nil {
+			return missing("decision")
+		}
+	case intents.EventChange:
+		if ev.Change == nil {
+			return missing("change")
+		}
+	case intents.EventGrant:
+		g := ev.Grant
+		if g == nil || g.Propose == nil {
+			return missing("grant.propose")
+		}
+		if e.txns[g.Txn] != nil {
+			return fmt.Errorf("grant of txn %s already in flight", g.Txn)
+		}
+		if g.Txn == "" || g.Agent == "" {
+			return missing("grant.txn and grant.agent")
+		}
+	case intents.EventRenew:
+		if ev.Grant == nil {
+			return missing("grant")
+		}
+		if e.txns[ev.Grant.Txn] == nil {
+			return fmt.Errorf("renew of txn %q not in flight", ev.Grant.Txn)
+		}
+	case intents.EventExpire, intents.EventRelease:
+		if ev.Release == nil {
+			return missing("release")
+		}
+		if e.txns[ev.Release.Txn] == nil {
+			return fmt.Errorf("%s of txn %q not in flight", ev.Type, ev.Release.Txn)
+		}
+	case intents.EventWait, intents.EventEscalate:
+		if ev.Wait == nil || ev.Wait.Intent == nil {
+			return missing("wait.intent")
+		}
+	case intents.EventNotice:
+		if ev.Notice == nil {
+			return missing("notice")
+		}
+	default:
+		return fmt.Errorf("unknown event type %q", ev.Type)
+	}
+	return nil
+}
+
+func (e *Engine) unpark(id string, p *parked) {
+	delete(e.parked, id)
+	e.waits.Remove(id)
+	e.loadOf(p.in.Agent).parked--
+}
+
+func (e *Engine) loadOf(agent string) *load {
+	l := e.load[agent]
+	if l == nil {
+		l = &load{}
+		e.load[agent] = l
+	}
+	return l
+}
+
+// noteMerged remembers, on every other transaction in flight that writes in
+// the same documents, that this change landed beside it: its commit will
+// name the change's intent in merged_with.
+func (e *Engine) noteMerged(ev *intents.Event) {
+	if ev.Intent == "" {
+		return
+	}
+	var docs []string
+	for _, w := range ev.Change.Writes {
+		doc := intents.Document(w.Path)
+		if len(docs) >= maxMerged || slices.Contains(docs, doc) {
+			continue // every partner is named already, or this document was seen
+		}
+		docs = append(docs, doc)
+		for _, id := range e.index.WritersUnder(ev.Txn, doc, maxMerged) {
+			if t := e.txns[id]; t != nil && len(t.merged) < maxMerged && !slices.Contains(t.merged, ev.Intent) {
+				t.merged = append(t.merged, ev.Intent)
+			}
+		}
+	}
+}
+
+// writeSet is a propose's writes as the conflict index keeps them: paths and
+// ops without values.
+func writeSet(ws []intents.Write) []intents.Write {
+	out := make([]intents.Write, len(ws))
+	for i, w := range ws {
+		out[i] = intents.Write{Path: w.Path, Op: w.Op}
+	}
+	return out
+}
+
+func holders(cs []intents.Conflict) []conflict.Holder {
+	var out []conflict.Holder
+	for _, c := range cs {
+		if c.WithTxn == "" {
+			continue
+		}
+		h := conflict.Holder{Txn: c.WithTxn, Agent: c.WithAgent}
+		if !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
+)
+
+// fuzzPaths and friends are small alphabets, so random bytes make intents
+// that collide, nest and wait on each other.
+var (
+	fuzzAgents = []string{"a", "b", "c"}
+	fuzzPaths  = []string{"d", "d.x", "d.x.y", "d.z", "e.n", "e.list", "e"}
+	fuzzOps    = []intents.Op{intents.OpSet, intents.OpDelete, intents.OpMerge, intents.OpAppend, intents.OpIncr}
+	fuzzValues = []string{`1`, `"s"`, `{"y":2}`, `[1]`, `null`, `{"q":null}`, `2.5`, ``}
+	fuzzConds  = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
+		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`}
+	fuzzPolicy = []intents.OnConflict{"", intents.OnConflictWait, intents.OnConflictEscalate}
+)
+
+// FuzzEngine feeds the engine intents built from random bytes — valid and
+// not, racing on a few paths — and random raw documents. It must never
+// panic, and the log it emits must fold back into the same state.
+func FuzzEngine(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{1, 0, 2, 0, 0, 0, 1, 1, 3, 1, 0, 2, 0, 1, 1, 7, 9, 9, 9})
+	f.Add([]byte(`{"id":"01JD0000000000000000000000","agent":"a","kind":"apply"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := New(Config{DefaultLease: 2 * time.Second, MaxTxnsPerAgent: 3, MaxParkedPerAgent: 3,
+			ArbiterTimeout: 3 * time.Second, LeaseWarning: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log []*intents.Event
+		now := base
+		var grants []*intents.Decision
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		pick := func(n int) int { return int(next()) % n }
+		for n := 0; len(data) > 0 && n < 200; n++ {
+			var evs []*intents.Event
+			switch op := next() % 8; op {
+			case 0: // raw bytes
+				agent, k := fuzzAgents[pick(3)], pick(64)
+				if k > len(data) {
+					k = len(data)
+				}
+				evs = e.Submit(now, agent, data[:k], nil)
+				data = data[k:]
+			case 1: // time passes
+				now = now.Add(time.Duration(pick(8)) * 500 * time.Millisecond)
+				evs = e.Advance(now, nil)
+			default:
+				in := &intents.Intent{ID: fuzzID(n), Agent: fuzzAgents[pick(3)], OnConflict: fuzzPolicy[pick(3)], WaitMS: int64(pick(4)) * 1000}
+				switch pick(5) {
+				case 0, 1:
+					in.Kind = intents.KindApply
+				case 2:
+					in.Kind = intents.KindPropose
+				default:
+					in.Kind = []intents.Kind{intents.KindCommit, intents.KindAbort, intents.KindRenew}[pick(3)]
+					in.OnConflict, in.WaitMS = "", 0
+					if len(grants) > 0 {
+						g := grants[pick(len(grants))]
+						in.Txn, in.Fence = g.Txn, g.Fence+uint64(pick(2))
+					} else {
+						in.Txn, in.Fence = "T", 1
+					}
+				}
+				if in.Kind != intents.KindAbort && in.Kind != intents.KindRenew {
+					for range 1 + pick(2) {
+						w := intents.Write{Path: fuzzPaths[pick(len(fuzzPaths))], Op: fuzzOps[pick(len(fuzzOps))]}
+						if v := fuzzValues[pick(len(fuzzValues))]; v != "" && w.Op != intents.OpDelete {
+							w.Value = json.RawMessage(v)
+						}
+						in.Writes = append(in.Writes, w)
+					}
+				}
+				if pick(3) == 0 {
+					in.Pre = []string{fuzzConds[pick(len(fuzzConds))]}
+				}
+				if pick(3) == 0 {
+					in.Post = []string{fuzzConds[pick(len(fuzzConds))]}
+				}
+				if pick(3) == 0 {
+					v := uint64(pick(3))
+					in.Reads = []intents.Read{{Path: fuzzPaths[pick(len(fuzzPaths))], Version: &v}}
+				}
+				raw, _ := json.Marshal(in)
+				evs = e.Submit(now, in.Agent, raw, nil)
+			}
+			for _, ev := range evs {
+				if d := ev.Decision; d != nil && d.Outcome == intents.OutcomeGranted {
+					grants = append(grants, d)
+				}
+			}
+			log = append(log, evs...)
+			if len(e.Txns()) > 3*len(fuzzAgents) {
+				t.Fatalf("%d txns in flight, above the per-agent limits", len(e.Txns()))
+			}
+		}
+		fresh, _ := New(Config{DefaultLease: 2 * time.Second, MaxTxnsPerAgent: 3, MaxParkedPerAgent: 3,
+			ArbiterTimeout: 3 * time.Second, LeaseWarning: time.Second})
+		for _, ev := range log {
+			if err := fresh.Apply(ev); err != nil {
+				t.Fatalf("replay: %v", err)
+			}
+		}
+		if fresh.State().Hash() != e.State().Hash() {
+			t.Fatal("replayed state differs from the live one")
+		}
+		if fmt.Sprint(fresh.Txns()) != fmt.Sprint(e.Txns()) || fmt.Sprint(fresh.Parked()) != fmt.Sprint(e.Parked()) {
+			t.Fatal("replayed transactions or parked intents differ")
+		}
+	})
+}
+
+func fuzzID(n int) string {
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(base))
+	u[15], u[14] = byte(n), byte(n>>8)
+	return u.String()
+}
+
+// FuzzApply feeds Apply arbitrary decoded events, as a corrupt or foreign
+// log would: it may refuse them, never panic.
+func FuzzApply(f *testing.F) {
+	f.Add([]byte(`[{"seq":1,"type":"grant","grant":{"txn":"t","agent":"a","fence":1,"lease_ms":1000,"expires":"2026-01-01T00:00:01Z","propose":{"id":"x","agent":"a","kind":"propose","writes":[{"path":"a","op":"set"}]}}},{"seq":2,"type":"release","release":{"txn":"t","agent":"a","cause":"aborted"}}]`))
+	f.Add([]byte(`[{"seq":1,"type":"change","change":{"writes":[{"path":"a.b","op":"incr","value":"x"}]}}]`))
+	f.Add([]byte(`[{"seq":1,"type":"renew","grant":{"txn":"nope"}},{"seq":1,"type":"wait","wait":{}}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var evs []*intents.Event
+		if json.Unmarshal(data, &evs) != nil {
+			return
+		}
+		e, _ := New(Config{})
+		for _, ev := range evs {
+			if ev == nil {
+				continue
+			}
+			before := e.Seq()
+			if err := e.Apply(ev); err != nil && e.Seq() != before {
+				t.Fatalf("a refused event moved the sequence: %v", err)
+			}
+		}
+		// Whatever was folded, timers must still fire without panicking.
+		e.Advance(base.Add(time.Hour), nil)
+	})
+}

@@ -1,0 +1,368 @@
+package engine
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata scripts")
+
+// The scripts under testdata/ are sequences of commands and the output the
+// engine must produce for each, in the style of Pebble's datadriven tests:
+//
+//	# comment
+//	<command> <args...>
+//	<input lines, if any>
+//	----
+//	<expected output>
+//	<blank line>
+//
+// Commands:
+//
+//	at <dur>            set the clock to the base time plus dur (never back)
+//	submit <agent>      submit the input (an intent's JSON) on agent's subject
+//	advance <dur>       set the clock and fire due timers
+//	state <path>...     print values, versions and mod_revs
+//	txns                print the transactions in flight
+//	parked              print the parked intents
+//
+// In inputs, $name stands for a ULID derived from name (an intent id) and
+// $Tn for the n-th transaction id the engine handed out; outputs use the
+// same names, and times are shown as offsets from the base time. After the
+// last command every script checks that replaying its events into a new
+// engine gives the same state hash and the same transactions.
+func TestScripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no scripts under testdata/")
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
+	}
+}
+
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type scriptRun struct {
+	t      *testing.T
+	e      *Engine
+	now    time.Time
+	log    []*intents.Event
+	names  map[string]string // ULID → name
+	ids    map[string]string // name → ULID
+	txnN   int
+	config Config
+}
+
+func (r *scriptRun) id(name string) string {
+	if id, ok := r.ids[name]; ok {
+		return id
+	}
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(base))
+	sum := sha256.Sum256([]byte(name))
+	copy(u[6:], sum[:10])
+	r.ids[name], r.names[u.String()] = u.String(), name
+	return u.String()
+}
+
+var dollar = regexp.MustCompile(`\$[A-Za-z0-9_]+`)
+
+func (r *scriptRun) expand(s string) string {
+	return dollar.ReplaceAllStringFunc(s, func(m string) string {
+		name := m[1:]
+		if id, ok := r.ids[name]; ok {
+			return id
+		}
+		if strings.HasPrefix(name, "T") {
+			r.t.Fatalf("unknown transaction %s", m)
+		}
+		return r.id(name)
+	})
+}
+
+// name maps an id back to its script name, naming new transactions T1, T2….
+func (r *scriptRun) name(id string) string {
+	if id == "" {
+		return "-"
+	}
+	if n, ok := r.names[id]; ok {
+		return n
+	}
+	r.txnN++
+	n := fmt.Sprintf("T%d", r.txnN)
+	r.names[id], r.ids[n] = n, id
+	return n
+}
+
+func (r *scriptRun) rel(t time.Time) string { return "+" + t.Sub(base).String() }
+
+// redact replaces every id in a free sentence by its script name.
+func (r *scriptRun) redact(s string) string {
+	return regexp.MustCompile(`[0-9A-HJKMNP-TV-Z]{26}`).ReplaceAllStringFunc(s, func(id string) string {
+		if _, err := ulid.ParseStrict(id); err != nil {
+			return id
+		}
+		return r.name(id)
+	})
+}
+
+func runScript(t *testing.T, path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &scriptRun{t: t, now: base, names: map[string]string{}, ids: map[string]string{}}
+	r.config = Config{MaxTxnsPerAgent: 3, MaxParkedPerAgent: 3}
+	r.e, err = New(r.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder // the rewritten file
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	lineNo := 0
+	next := func() (string, bool) {
+		if !sc.Scan() {
+			return "", false
+		}
+		lineNo++
+		return sc.Text(), true
+	}
+	for {
+		line, ok := next()
+		if !ok {
+			break
+		}
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			out.WriteString(line + "\n")
+			continue
+		}
+		cmdLine, start := line, lineNo
+		var input []string
+		for {
+			l, ok := next()
+			if !ok {
+				t.Fatalf("%s:%d: command without ----", path, start)
+			}
+			if l == "----" {
+				break
+			}
+			input = append(input, l)
+		}
+		var want []string
+		for {
+			l, ok := next()
+			if !ok || l == "" {
+				break
+			}
+			want = append(want, l)
+		}
+		got := r.run(cmdLine, strings.Join(input, "\n"))
+		out.WriteString(cmdLine + "\n")
+		for _, l := range input {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("----\n")
+		for _, l := range got {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("\n")
+		if !*rewrite && !slices.Equal(got, want) {
+			t.Errorf("%s:%d: %s\n got:\n\t%s\nwant:\n\t%s", path, start, cmdLine,
+				strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+		}
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.checkReplay()
+}
+
+func (r *scriptRun) clock(arg string) {
+	d, err := time.ParseDuration(arg)
+	if err != nil {
+		r.t.Fatalf("bad duration %q: %v", arg, err)
+	}
+	if at := base.Add(d); at.After(r.now) {
+		r.now = at
+	}
+}
+
+func (r *scriptRun) run(cmdLine, input string) []string {
+	f := strings.Fields(cmdLine)
+	switch f[0] {
+	case "at":
+		r.clock(f[1])
+		return []string{"now " + r.rel(r.now)}
+	case "submit":
+		agent := ""
+		if len(f) > 1 {
+			agent = f[1]
+		}
+		evs := r.e.Submit(r.now, agent, []byte(r.expand(input)), nil)
+		r.log = append(r.log, evs...)
+		return r.describe(evs)
+	case "advance":
+		r.clock(f[1])
+		evs := r.e.Advance(r.now, nil)
+		r.log = append(r.log, evs...)
+		lines := r.describe(evs)
+		if len(lines) == 0 {
+			lines = []string{"nothing due at " + r.rel(r.now)}
+		}
+		return lines
+	case "state":
+		var lines []string
+		for _, p := range f[1:] {
+			e := r.e.State().Lookup(p)
+			if !e.Exists {
+				lines = append(lines, fmt.Sprintf("%s absent version=%d", p, e.Version))
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("%s = %s version=%d mod_rev=%d", p, state.FormatValue(e.Value), e.Version, e.ModRev))
+		}
+		return append(lines, fmt.Sprintf("rev=%d", r.e.State().Rev()))
+	case "txns":
+		var lines []string
+		for _, ti := range r.e.Txns() {
+			lines = append(lines, fmt.Sprintf("%s agent=%s fence=%d writes=%s expires=%s",
+				r.name(ti.Txn), ti.Agent, ti.Fence, describeWrites(ti.Writes), r.rel(ti.LeaseExpires)))
+		}
+		if len(lines) == 0 {
+			lines = []string{"none in flight"}
+		}
+		return lines
+	case "parked":
+		var lines []string
+		for _, id := range r.e.Parked() {
+			p := r.e.parked[id]
+			kind := "waiting"
+			if p.escalated {
+				kind = "escalated"
+			}
+			lines = append(lines, fmt.Sprintf("%s %s until %s", r.name(id), kind, r.rel(p.deadline)))
+		}
+		if len(lines) == 0 {
+			lines = []string{"none parked"}
+		}
+		return lines
+	}
+	r.t.Fatalf("unknown command %q", f[0])
+	return nil
+}
+
+// describe renders the decisions and notices among events, one line each;
+// the other events show through the decisions they lead to.
+func (r *scriptRun) describe(evs []*intents.Event) []string {
+	var lines []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case intents.EventDecision:
+			lines = append(lines, r.decision(ev.Decision)...)
+		case intents.EventNotice:
+			n := ev.Notice
+			line := fmt.Sprintf("notice to %s: %s txn=%s", ev.Agent, n.Kind, r.name(n.Txn))
+			if n.Intent != "" {
+				line += fmt.Sprintf(" intent=%s from=%s", r.name(n.Intent), n.From)
+			}
+			lines = append(lines, line)
+		case intents.EventExpire:
+			lines = append(lines, fmt.Sprintf("expire %s of %s", r.name(ev.Release.Txn), ev.Release.Agent))
+		}
+	}
+	return lines
+}
+
+func (r *scriptRun) decision(d *intents.Decision) []string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", r.name(d.Intent), d.Agent, d.Outcome)
+	if d.Reason != "" {
+		fmt.Fprintf(&b, " %s", d.Reason)
+	}
+	if d.Txn != "" {
+		fmt.Fprintf(&b, " txn=%s", r.name(d.Txn))
+	}
+	if d.Fence != 0 {
+		fmt.Fprintf(&b, " fence=%d", d.Fence)
+	}
+	if d.LeaseExpires != nil {
+		fmt.Fprintf(&b, " lease=%s", r.rel(*d.LeaseExpires))
+	}
+	if d.Rev != 0 {
+		fmt.Fprintf(&b, " rev=%d", d.Rev)
+	}
+	if len(d.MergedWith) > 0 {
+		names := make([]string, len(d.MergedWith))
+		for i, id := range d.MergedWith {
+			names[i] = r.name(id)
+		}
+		fmt.Fprintf(&b, " merged_with=%s", strings.Join(names, ","))
+	}
+	if d.Retryable {
+		b.WriteString(" retryable")
+	}
+	if d.Duplicate {
+		b.WriteString(" duplicate")
+	}
+	lines := []string{b.String()}
+	for _, c := range d.Conflicts {
+		line := fmt.Sprintf("  conflict %s %s", c.Kind, c.Path)
+		if c.WithTxn != "" {
+			line += fmt.Sprintf(" with %s of %s", r.name(c.WithTxn), c.WithAgent)
+		}
+		lines = append(lines, line)
+	}
+	if len(d.Versions) > 0 {
+		var vs []string
+		for p, v := range d.Versions {
+			vs = append(vs, fmt.Sprintf("%s@%d", p, v))
+		}
+		slices.Sort(vs)
+		lines = append(lines, "  versions "+strings.Join(vs, " "))
+	}
+	if d.Detail != "" {
+		lines = append(lines, "  detail: "+r.redact(d.Detail))
+	}
+	return lines
+}
+
+// checkReplay folds the script's events into a fresh engine and compares.
+func (r *scriptRun) checkReplay() {
+	fresh, err := New(r.config)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, ev := range r.log {
+		if err := fresh.Apply(ev); err != nil {
+			r.t.Fatalf("replay: %v", err)
+		}
+	}
+	if got, want := fresh.State().Hash(), r.e.State().Hash(); got != want {
+		r.t.Errorf("replay: state hash %x, live engine %x", got[:8], want[:8])
+	}
+	if got, want := fmt.Sprint(fresh.Txns()), fmt.Sprint(r.e.Txns()); got != want {
+		r.t.Errorf("replay: txns\n%s\nlive\n%s", got, want)
+	}
+	if got, want := fresh.Parked(), r.e.Parked(); !slices.Equal(got, want) {
+		r.t.Errorf("replay: parked %v, live %v", got, want)
+	}
+}

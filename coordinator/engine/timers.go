@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"container/heap"
+	"time"
+)
+
+type timerKind uint8
+
+const (
+	timerLeaseWarn timerKind = iota
+	timerLeaseEnd
+	timerDeadline // a parked intent's wait or arbiter deadline
+)
+
+// timer is a pending deadline. Timers are never removed when what they guard
+// changes (a renewal, a decision); they are checked when due and dropped if
+// stale, which keeps renewals O(log n).
+type timer struct {
+	at   time.Time
+	kind timerKind
+	id   string // txn or intent id
+	n    uint64 // insertion order, so equal times fire deterministically
+}
+
+type timers struct {
+	h []timer
+	n uint64
+}
+
+func (t *timers) Len() int { return len(t.h) }
+func (t *timers) Less(i, j int) bool {
+	return t.h[i].at.Before(t.h[j].at) || t.h[i].at.Equal(t.h[j].at) && t.h[i].n < t.h[j].n
+}
+func (t *timers) Swap(i, j int) { t.h[i], t.h[j] = t.h[j], t.h[i] }
+func (t *timers) Push(x any)    { t.h = append(t.h, x.(timer)) }
+func (t *timers) Pop() any {
+	x := t.h[len(t.h)-1]
+	t.h = t.h[:len(t.h)-1]
+	return x
+}
+
+func (t *timers) add(at time.Time, kind timerKind, id string) {
+	t.n++
+	heap.Push(t, timer{at: at, kind: kind, id: id, n: t.n})
+}
+
+func (t *timers) peek() timer { return t.h[0] }
+func (t *timers) pop() timer  { return heap.Pop(t).(timer) }
+
+// live reports whether a timer still guards something.
+func (e *Engine) live(tm timer) bool {
+	switch tm.kind {
+	case timerLeaseWarn:
+		t := e.txns[tm.id]
+		return t != nil && !t.warned && tm.at.Equal(e.warnAt(t))
+	case timerLeaseEnd:
+		t := e.txns[tm.id]
+		return t != nil && tm.at.Equal(t.expires)
+	case timerDeadline:
+		p := e.parked[tm.id]
+		return p != nil && tm.at.Equal(p.deadline)
+	}
+	return false
+}
+
+// warnAt is when the agent holding t is told its lease is about to end.
+func (e *Engine) warnAt(t *txn) time.Time {
+	lead := min(e.cfg.LeaseWarning, time.Duration(t.leaseMS)*time.Millisecond/2)
+	return t.expires.Add(-lead)
+}
+
+// advance fires every live timer due by e.now, in time order.
+func (e *Engine) advance() {
+	for e.timers.Len() > 0 && !e.timers.peek().at.After(e.now) {
+		tm := e.timers.pop()
+		if !e.live(tm) {
+			continue
+		}
+		switch tm.kind {
+		case timerLeaseWarn:
+			e.leaseWarning(e.txns[tm.id])
+		case timerLeaseEnd:
+			e.expire(e.txns[tm.id])
+		case timerDeadline:
+			e.deadline(tm.id, e.parked[tm.id])
+		}
+	}
+}

@@ -1,0 +1,564 @@
+// Package state is the shared JSON tree of SPEC §1 with a version and a
+// mod_rev on every path that was ever written. It is a pure data structure:
+// the decision engine plans changes against it with Plan, and both the live
+// engine and a replay of the event log change it only through Apply, so the
+// state is by construction a fold of the committed changes.
+package state
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/coagent/coagent/intents"
+)
+
+type kind uint8
+
+const (
+	absent kind = iota // deleted, or an ancestor created by a deeper write that was later removed
+	leaf               // a JSON scalar or array
+	object             // a JSON object whose members are the node's kids
+)
+
+// node is one path. Deleted paths stay as absent nodes so that their version
+// keeps counting: a path that is deleted and written again never shows an
+// old version twice.
+type node struct {
+	kids    map[string]*node
+	val     any
+	kind    kind
+	version uint64
+	modRev  uint64
+}
+
+// Tree is the state. It is not safe for concurrent use.
+type Tree struct {
+	root node
+	rev  uint64
+}
+
+// New returns an empty tree at rev 0.
+func New() *Tree {
+	return &Tree{root: node{kind: object}}
+}
+
+// Rev returns the revision of the last applied change.
+func (t *Tree) Rev() uint64 { return t.rev }
+
+// Entry is what the tree knows of one path.
+type Entry struct {
+	Exists  bool   `json:"exists"`
+	Value   any    `json:"value,omitempty"`
+	Version uint64 `json:"version"`
+	ModRev  uint64 `json:"mod_rev,omitempty"`
+}
+
+func (t *Tree) find(path string) *node {
+	n := &t.root
+	for path != "" {
+		seg := path
+		if i := strings.IndexByte(path, '.'); i >= 0 {
+			seg, path = path[:i], path[i+1:]
+		} else {
+			path = ""
+		}
+		n = n.kids[seg]
+		if n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+// Lookup returns the value, version and mod_rev of path. Values are
+// materialized fresh for objects; arrays are shared and must not be changed.
+func (t *Tree) Lookup(path string) Entry {
+	n := t.find(path)
+	if n == nil {
+		return Entry{}
+	}
+	v, ok := n.value()
+	return Entry{Exists: ok, Value: v, Version: n.version, ModRev: n.modRev}
+}
+
+// Get returns the value at path and whether it exists. It implements
+// intents.Reader.
+func (t *Tree) Get(path string) (any, bool) {
+	n := t.find(path)
+	if n == nil {
+		return nil, false
+	}
+	return n.value()
+}
+
+// Version returns how many commits changed path or anything under it. It
+// implements intents.Reader.
+func (t *Tree) Version(path string) uint64 {
+	if n := t.find(path); n != nil {
+		return n.version
+	}
+	return 0
+}
+
+func (n *node) value() (any, bool) {
+	switch n.kind {
+	case leaf:
+		return n.val, true
+	case object:
+		m := make(map[string]any, len(n.kids))
+		for k, c := range n.kids {
+			if v, ok := c.value(); ok {
+				m[k] = v
+			}
+		}
+		return m, true
+	}
+	return nil, false
+}
+
+// Root returns the whole state as one JSON object.
+func (t *Tree) Root() map[string]any {
+	v, _ := t.root.value()
+	return v.(map[string]any)
+}
+
+// TypeError says that a write does not fit the value it meets: an incr on a
+// string, a set below an array. It is a clean rejection, never a crash.
+type TypeError struct {
+	Path   string // the write's path
+	At     string // the path whose value is in the way
+	Op     intents.Op
+	Found  string // the JSON type found at At
+	Wanted string
+}
+
+func (e *TypeError) Error() string {
+	if e.At == e.Path {
+		return fmt.Sprintf("%s %s: the value there is %s, not %s", e.Op, e.Path, e.Found, e.Wanted)
+	}
+	return fmt.Sprintf("%s %s: %s is %s, not an object", e.Op, e.Path, e.At, e.Found)
+}
+
+// Plan turns an intent's writes into the changes Apply folds, checking each
+// against the current values: merges become one set or delete per key (or
+// one set of the whole object where none exists yet), incr gets its default
+// of 1. It changes nothing. Writes must not overlap (intents.Validate
+// ensures it).
+func (t *Tree) Plan(writes []intents.Write) ([]intents.Applied, error) {
+	out := make([]intents.Applied, 0, len(writes))
+	for _, w := range writes {
+		n, err := t.check(w.Path, w.Op)
+		if err != nil {
+			return nil, err
+		}
+		old := uint64(0)
+		if n != nil {
+			old = n.version
+		}
+		a := intents.Applied{Path: w.Path, Op: w.Op, Value: w.Value, OldVersion: old, NewVersion: old + 1}
+		switch w.Op {
+		case intents.OpIncr:
+			if len(a.Value) == 0 {
+				a.Value = json.RawMessage("1")
+			}
+		case intents.OpMerge:
+			if n == nil || n.kind != object {
+				a.Op = intents.OpSet
+				a.Value = dropNulls(w.Value)
+				break
+			}
+			var members map[string]json.RawMessage
+			if err := json.Unmarshal(w.Value, &members); err != nil {
+				return nil, fmt.Errorf("merge %s: %w", w.Path, err)
+			}
+			keys := make([]string, 0, len(members))
+			for k := range members {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				p := w.Path + "." + k
+				c := Entry{}
+				if kid := n.kids[k]; kid != nil {
+					c.Version = kid.version
+				}
+				op, v := intents.OpSet, members[k]
+				if string(v) == "null" {
+					op, v = intents.OpDelete, nil
+				}
+				out = append(out, intents.Applied{Path: p, Op: op, Value: v, OldVersion: c.Version, NewVersion: c.Version + 1})
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// dropNulls removes the null members of a merge object that lands where no
+// object exists yet: a null in a merge means "delete this key".
+func dropNulls(v json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(v, &m) != nil {
+		return v
+	}
+	changed := false
+	for k, x := range m {
+		if string(x) == "null" {
+			delete(m, k)
+			changed = true
+		}
+	}
+	if !changed {
+		return v
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// check returns the node at path (nil if none) after verifying that op can
+// be applied there: every existing ancestor is an object, and the value at
+// path has the type the op needs.
+func (t *Tree) check(path string, op intents.Op) (*node, error) {
+	n := &t.root
+	for rest := path; rest != ""; {
+		seg, tail, _ := strings.Cut(rest, ".")
+		if n.kind == leaf {
+			at := path[:len(path)-len(rest)-1]
+			return nil, &TypeError{Path: path, At: at, Op: op, Found: typeName(n.val), Wanted: "an object"}
+		}
+		if n.kind == absent {
+			return nil, nil // absent ancestors become objects
+		}
+		if n = n.kids[seg]; n == nil {
+			return nil, nil
+		}
+		rest = tail
+	}
+	if n.kind != leaf && n.kind != object {
+		return n, nil
+	}
+	var want string
+	switch op {
+	case intents.OpIncr:
+		if _, ok := n.val.(float64); !ok || n.kind != leaf {
+			want = "a number"
+		}
+	case intents.OpAppend:
+		if _, ok := n.val.([]any); !ok || n.kind != leaf {
+			want = "an array"
+		}
+	case intents.OpMerge:
+		if n.kind != object {
+			want = "an object"
+		}
+	}
+	if want != "" {
+		found := "an object"
+		if n.kind == leaf {
+			found = typeName(n.val)
+		}
+		return nil, &TypeError{Path: path, At: path, Op: op, Found: found, Wanted: want}
+	}
+	return n, nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// Apply folds one committed change at rev: the only way the tree changes.
+// Every path written, each of its ancestors and every path under it that
+// exists before or after gets its version bumped once and mod_rev set to
+// rev. Apply checks the whole change before touching anything, so an error
+// (which only a corrupt log can cause) leaves the tree as it was.
+func (t *Tree) Apply(rev uint64, writes []intents.Applied) error {
+	if rev <= t.rev {
+		return fmt.Errorf("state: change at rev %d is not after rev %d", rev, t.rev)
+	}
+	vals := make([]any, len(writes))
+	for i, w := range writes {
+		op := w.Op
+		if op == intents.OpMerge {
+			return fmt.Errorf("state: rev %d: merge %s must be planned into sets", rev, w.Path)
+		}
+		if err := intents.CheckPath(w.Path); err != nil {
+			return fmt.Errorf("state: rev %d: path %q: %v", rev, w.Path, err)
+		}
+		if _, err := t.check(w.Path, op); err != nil {
+			return fmt.Errorf("state: rev %d: %w", rev, err)
+		}
+		switch op {
+		case intents.OpDelete:
+			continue
+		case intents.OpSet, intents.OpAppend, intents.OpIncr:
+		default:
+			return fmt.Errorf("state: rev %d: unknown op %q at %s", rev, op, w.Path)
+		}
+		v, err := decodeValue(w.Value)
+		if err != nil {
+			return fmt.Errorf("state: rev %d: value of %s: %v", rev, w.Path, err)
+		}
+		vals[i] = v
+		if _, ok := vals[i].(float64); op == intents.OpIncr && !ok {
+			return fmt.Errorf("state: rev %d: incr %s by %s", rev, w.Path, typeName(vals[i]))
+		}
+	}
+	t.rev = rev
+	for i, w := range writes {
+		n := &t.root
+		n.bump(rev)
+		for seg := range strings.SplitSeq(w.Path, ".") {
+			if n.kind != object {
+				n.kind, n.val = object, nil
+			}
+			kid := n.kids[seg]
+			if kid == nil {
+				if n.kids == nil {
+					n.kids = make(map[string]*node, 1)
+				}
+				kid = &node{}
+				n.kids[seg] = kid
+			}
+			n = kid
+			n.bump(rev)
+		}
+		switch w.Op {
+		case intents.OpSet:
+			n.set(rev, vals[i])
+		case intents.OpDelete:
+			n.set(rev, deleted{})
+		case intents.OpAppend:
+			cur, _ := n.val.([]any)
+			// A fresh array, never an append in place: readers may hold the
+			// old one (conditions, lookups, snapshots).
+			next := make([]any, len(cur), len(cur)+1)
+			copy(next, cur)
+			n.kind, n.val = leaf, append(next, vals[i])
+		case intents.OpIncr:
+			cur, _ := n.val.(float64)
+			n.kind, n.val = leaf, cur+vals[i].(float64)
+		}
+	}
+	return nil
+}
+
+// deleted is the value set by a delete.
+type deleted struct{}
+
+func (n *node) bump(rev uint64) {
+	if n.modRev != rev {
+		n.version++
+		n.modRev = rev
+	}
+}
+
+// set replaces the subtree at n with v, bumping every node that existed
+// under n before and every node v creates.
+func (n *node) set(rev uint64, v any) {
+	n.bump(rev)
+	obj, isObj := v.(map[string]any)
+	for k, kid := range n.kids {
+		if _, keep := obj[k]; !keep && kid.kind != absent {
+			kid.set(rev, deleted{})
+		}
+	}
+	switch {
+	case isObj:
+		n.kind, n.val = object, nil
+		for k, x := range obj {
+			kid := n.kids[k]
+			if kid == nil {
+				if n.kids == nil {
+					n.kids = make(map[string]*node, len(obj))
+				}
+				kid = &node{}
+				n.kids[k] = kid
+			}
+			kid.set(rev, x)
+		}
+	case v == deleted{}:
+		n.kind, n.val = absent, nil
+	default:
+		n.kind, n.val = leaf, v
+	}
+}
+
+// Hash returns the SHA-256 of the whole tree — every path with its kind,
+// value, version and mod_rev, in sorted order — and the rev. Two trees with
+// the same hash answer every Lookup alike.
+func (t *Tree) Hash() [32]byte {
+	h := sha256.New()
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], t.rev)
+	h.Write(buf[:])
+	t.root.hash(h, "")
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+func (n *node) hash(h hash.Hash, path string) {
+	var buf [17]byte
+	buf[0] = byte(n.kind)
+	binary.BigEndian.PutUint64(buf[1:], n.version)
+	binary.BigEndian.PutUint64(buf[9:], n.modRev)
+	h.Write([]byte(path))
+	h.Write(buf[:])
+	if n.kind == leaf {
+		b, _ := json.Marshal(n.val)
+		h.Write(b)
+	}
+	h.Write([]byte{0})
+	keys := make([]string, 0, len(n.kids))
+	for k := range n.kids {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := k
+		if path != "" {
+			p = path + "." + k
+		}
+		n.kids[k].hash(h, p)
+	}
+}
+
+// Paths returns every path the tree knows (existing or deleted) with its
+// entry, in sorted order: the form tests and `coagent replay --json` compare.
+func (t *Tree) Paths() map[string]Entry {
+	out := map[string]Entry{}
+	var walk func(n *node, path string)
+	walk = func(n *node, path string) {
+		if path != "" {
+			e := Entry{Exists: n.kind != absent, Version: n.version, ModRev: n.modRev}
+			if n.kind == leaf {
+				e.Value = n.val
+			}
+			out[path] = e
+		}
+		for k, kid := range n.kids {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			walk(kid, p)
+		}
+	}
+	walk(&t.root, "")
+	return out
+}
+
+// FormatValue renders a state value for a human sentence, shortened.
+func FormatValue(v any) string {
+	if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1e15 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	if len(b) > 60 {
+		return string(b[:60]) + "…"
+	}
+	return string(b)
+}
+
+// decodeValue decodes one JSON value as encoding/json would into an any,
+// with a fast path for the scalars most writes carry.
+func decodeValue(raw json.RawMessage) (any, error) {
+	b := bytes.Trim(raw, " \t\r\n") // JSON whitespace only
+	if len(b) > 0 {
+		switch c := b[0]; {
+		case string(b) == "null":
+			return nil, nil
+		case string(b) == "true":
+			return true, nil
+		case string(b) == "false":
+			return false, nil
+		case c == '"' && len(b) >= 2 && b[len(b)-1] == '"' && plainString(b[1:len(b)-1]):
+			return string(b[1 : len(b)-1]), nil
+		case c == '-' || c >= '0' && c <= '9':
+			if plainNumber(b) {
+				if f, err := strconv.ParseFloat(string(b), 64); err == nil {
+					return f, nil
+				}
+			}
+		}
+	}
+	var v any
+	err := json.Unmarshal(raw, &v)
+	return v, err
+}
+
+// plainString reports whether a JSON string body needs no unescaping.
+func plainString(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c == '"' || c < 0x20 || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// plainNumber reports whether b is a JSON number:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+// ParseFloat alone would also take "Inf", hex and "1.".
+func plainNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}

@@ -1,0 +1,105 @@
+package coagent_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/coagent/coagent"
+
+// The pure core: no IO, no clock, no randomness. Time and ids come in as
+// arguments, so every decision is a function of its inputs and the log.
+var pure = []string{"intents", "conflict", "coordinator/state", "coordinator/engine", "arbiter"}
+
+// Imports the pure core must not make itself (fmt and others reach os
+// inside the standard library; what matters is what our code calls).
+var impure = []string{"os", "os/exec", "os/signal", "net", "net/http", "io/fs", "io/ioutil", "syscall",
+	"math/rand", "math/rand/v2", "crypto/rand", "unsafe", "log", "log/slog", "runtime"}
+
+// Modules that are IO and belong to the edges.
+var ioModules = []string{"github.com/nats-io/", "github.com/cockroachdb/pebble"}
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v", args, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func TestPureCoreDependencies(t *testing.T) {
+	for _, pkg := range pure {
+		if _, err := os.Stat(pkg); err != nil {
+			continue // not written yet
+		}
+		for _, imp := range goList(t, "-f", `{{join .Imports " "}}`, "./"+pkg) {
+			if slices.Contains(impure, imp) {
+				t.Errorf("%s imports %s: the pure core does no IO and reads no clock or randomness", pkg, imp)
+			}
+		}
+		for _, dep := range goList(t, "-deps", "./"+pkg) {
+			for _, m := range ioModules {
+				if strings.HasPrefix(dep, m) {
+					t.Errorf("%s depends on %s: NATS and Pebble live at the edges", pkg, dep)
+				}
+			}
+			if dep == module+"/coordinator" || strings.HasPrefix(dep, module+"/eventlog") ||
+				strings.HasPrefix(dep, module+"/agents") || strings.HasPrefix(dep, module+"/cmd") {
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
+		}
+	}
+}
+
+// Reading the clock or a random source by a path the import list does not
+// show (time.Now, time.Since, a ticker) is just as impure.
+func TestPureCoreReadsNoClock(t *testing.T) {
+	clock := regexp.MustCompile(`\btime\.(Now|Since|Until|Sleep|After|AfterFunc|Tick|NewTicker|NewTimer)\(`)
+	for _, pkg := range pure {
+		files, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := clock.Find(src); m != nil {
+				t.Errorf("%s calls %s: time is passed in, never read", f, m)
+			}
+		}
+	}
+}
+
+// The SDK agents build on must stand alone: it speaks the wire contract and
+// never reaches into the coordinator or the log.
+func TestAgentsStandAlone(t *testing.T) {
+	if _, err := os.Stat("agents"); err != nil {
+		t.Skip("no agents package yet")
+	}
+	files, _ := filepath.Glob("agents/*.go")
+	if len(files) == 0 {
+		t.Skip("no agents package yet")
+	}
+	for _, dep := range goList(t, "-deps", "./agents") {
+		if strings.HasPrefix(dep, module+"/coordinator") || strings.HasPrefix(dep, module+"/eventlog") {
+			t.Errorf("agents depends on %s", dep)
+		}
+	}
+}
+
+// schemas is a leaf: the wire contract depends on nothing of ours.
+func TestSchemasIsALeaf(t *testing.T) {
+	for _, imp := range goList(t, "-f", `{{join .Imports " "}}`, "./schemas") {
+		if strings.HasPrefix(imp, module) {
+			t.Errorf("schemas imports %s", imp)
+		}
+	}
+}

@@ -1,0 +1,476 @@
+package intents
+
+import (
+	"container/list"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/vm"
+)
+
+// Reader is the state as a condition sees it: values and versions by path.
+// A missing path is (nil, false) and version 0 unless it once existed.
+type Reader interface {
+	Get(path string) (any, bool)
+	Version(path string) uint64
+}
+
+// Condition is a compiled pre- or postcondition. It is immutable and safe to
+// share between goroutines; evaluate it with an Evaluator.
+type Condition struct {
+	Source string
+	// Paths are the state paths the expression touches, sorted: the members
+	// it reads (`state.a.b` → a.b, `old.a.b` → a.b) and the arguments of
+	// has() and version(). They join the intent's read set.
+	Paths []string
+	// State and Old split Paths by how the expression reads them: from the
+	// state it is evaluated on, or (postconditions) from before the writes.
+	State, Old []string
+
+	usesIntent bool
+	prog       *vm.Program
+}
+
+// CompilerOptions bound what a condition may cost.
+type CompilerOptions struct {
+	// CacheSize is how many compiled conditions are kept, least recently used
+	// first out. The default is 4096.
+	CacheSize int
+	// MaxNodes bounds the size of an expression's syntax tree. The default is 1000.
+	MaxNodes uint
+	// MemoryBudget bounds what one evaluation may allocate, in expr's units.
+	// The default is 100000.
+	MemoryBudget uint
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *CompilerOptions) EnsureDefaults() {
+	if o.CacheSize <= 0 {
+		o.CacheSize = 4096
+	}
+	if o.MaxNodes == 0 {
+		o.MaxNodes = 1000
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = 100000
+	}
+}
+
+// Compiler compiles conditions and caches them by text. It is safe for
+// concurrent use.
+type Compiler struct {
+	opts CompilerOptions
+	mu   struct {
+		sync.Mutex
+		lru   *list.List // of *cacheEntry, most recent first
+		byKey map[cacheKey]*list.Element
+	}
+}
+
+type cacheKey struct {
+	post bool
+	src  string
+}
+
+type cacheEntry struct {
+	key  cacheKey
+	cond *Condition
+	err  error
+}
+
+// NewCompiler returns a compiler with the given options (zero fields take
+// their defaults).
+func NewCompiler(opts CompilerOptions) *Compiler {
+	opts.EnsureDefaults()
+	c := &Compiler{opts: opts}
+	c.mu.lru = list.New()
+	c.mu.byKey = make(map[cacheKey]*list.Element)
+	return c
+}
+
+// Compile returns the compiled form of src. A postcondition (post) may also
+// refer to `old`, the state before the writes. field names the expression in
+// the intent ("pre[0]") for the error, which is a *ValidationError when the
+// expression does not compile, is not boolean, or reads something it may not.
+// Errors are cached like programs, keyed by text; field is not part of the
+// key, so the cached error is re-labelled.
+func (c *Compiler) Compile(field, src string, post bool) (*Condition, error) {
+	key := cacheKey{post, src}
+	c.mu.Lock()
+	if el, ok := c.mu.byKey[key]; ok {
+		c.mu.lru.MoveToFront(el)
+		e := el.Value.(*cacheEntry)
+		c.mu.Unlock()
+		return e.cond, relabel(e.err, field)
+	}
+	c.mu.Unlock()
+
+	cond, err := c.compile(src, post)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.mu.byKey[key]; !ok {
+		c.mu.byKey[key] = c.mu.lru.PushFront(&cacheEntry{key, cond, err})
+		for c.mu.lru.Len() > c.opts.CacheSize {
+			last := c.mu.lru.Back()
+			c.mu.lru.Remove(last)
+			delete(c.mu.byKey, last.Value.(*cacheEntry).key)
+		}
+	}
+	return cond, relabel(err, field)
+}
+
+func relabel(err error, field string) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		cp := *ve
+		cp.Field = field
+		return &cp
+	}
+	return err
+}
+
+// Len returns how many compiled conditions are cached.
+func (c *Compiler) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.lru.Len()
+}
+
+func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
+	defer func() {
+		// expr recovers its own panics; this guards the patcher and any that
+		// escape, so a hostile expression is an error, never a crash.
+		if r := recover(); r != nil {
+			cond, err = nil, invalid("", quote(src), "does not compile: %v", r)
+		}
+	}()
+	p := &patcher{post: post, paths: map[pathRef]int{}}
+	prog, err := expr.Compile(src,
+		expr.Env(&env{}),
+		expr.Function(fnCur, func(a ...any) (any, error) { return a[0].(*env).curGet(a[1].(string)), nil },
+			new(func(*env, string) any)),
+		expr.Function(fnOld, func(a ...any) (any, error) { return a[0].(*env).oldGet(a[1].(string)), nil },
+			new(func(*env, string) any)),
+		expr.Function(fnHas, func(a ...any) (any, error) { _, ok := a[0].(*env).cur.Get(a[1].(string)); return ok, nil },
+			new(func(*env, string) bool)),
+		expr.Function(fnVersion, func(a ...any) (any, error) { return int(a[0].(*env).cur.Version(a[1].(string))), nil },
+			new(func(*env, string) int)),
+		expr.MaxNodes(c.opts.MaxNodes),
+		expr.Patch(p),
+	)
+	if p.err != nil {
+		return nil, invalid("", quote(src), "%v", p.err)
+	}
+	if err != nil {
+		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+	}
+	// A result type known at compile time must be bool; one known only at
+	// run time (a state value) is checked after each run.
+	if t := prog.Node().Type(); t != nil && t.Kind() != reflect.Bool && t.Kind() != reflect.Interface {
+		return nil, invalid("", quote(src), "is %s, not boolean", t)
+	}
+	cond = &Condition{Source: src, usesIntent: p.usesIntent, prog: prog}
+	for ref := range p.paths {
+		if ref.old {
+			cond.Old = append(cond.Old, ref.path)
+		} else {
+			cond.State = append(cond.State, ref.path)
+		}
+		if !slices.Contains(cond.Paths, ref.path) {
+			cond.Paths = append(cond.Paths, ref.path)
+		}
+	}
+	slices.Sort(cond.Paths)
+	slices.Sort(cond.State)
+	slices.Sort(cond.Old)
+	return cond, nil
+}
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// The functions that patched expressions call. Users cannot call them
+// directly: the patcher rejects these names, so every state access goes
+// through a path it has seen and counted as read.
+const (
+	fnCur     = "CoagentCur"
+	fnOld     = "CoagentOld"
+	fnHas     = "CoagentHas"
+	fnVersion = "CoagentVersion"
+)
+
+// patcher rewrites every member chain rooted at `state` or `old` with static
+// segments (`state.a.b`, `state.a["b"]`) into one call CoagentCur("a.b"), so a
+// missing path at any depth reads as nil instead of failing, and collects the
+// paths it sees. has("p") and version("p") become calls on env with their
+// constant path collected the same way.
+type patcher struct {
+	post       bool
+	paths      map[pathRef]int // how many accesses read each path
+	usesIntent bool
+	err        error
+}
+
+// pathRef is a path read from the state now (old false) or before the
+// writes (old true).
+type pathRef struct {
+	old  bool
+	path string
+}
+
+func (p *patcher) add(ref pathRef) { p.paths[ref]++ }
+
+// drop forgets one access to ref, made by a chain that has grown past it.
+func (p *patcher) drop(ref pathRef) {
+	if p.paths[ref]--; p.paths[ref] <= 0 {
+		delete(p.paths, ref)
+	}
+}
+
+func (p *patcher) fail(format string, args ...any) {
+	if p.err == nil {
+		p.err = fmt.Errorf(format, args...)
+	}
+}
+
+func (p *patcher) Visit(node *ast.Node) {
+	switch n := (*node).(type) {
+	case *ast.IdentifierNode:
+		switch n.Value {
+		case fnCur, fnOld, fnHas, fnVersion:
+			p.fail("%s is reserved", n.Value)
+		case "intent":
+			p.usesIntent = true
+		case "old":
+			if !p.post {
+				p.fail("old is only defined in post conditions")
+			}
+		}
+	case *ast.MemberNode:
+		p.member(node, n)
+	case *ast.CallNode:
+		id, ok := n.Callee.(*ast.IdentifierNode)
+		if !ok {
+			return
+		}
+		var fn string
+		switch id.Value {
+		case "has":
+			fn = fnHas
+		case "version":
+			fn = fnVersion
+		default:
+			return
+		}
+		if len(n.Arguments) != 1 {
+			p.fail("%s takes one path argument", id.Value)
+			return
+		}
+		arg, ok := n.Arguments[0].(*ast.StringNode)
+		if !ok {
+			p.fail("%s needs a constant path string, so the paths it reads are known before it runs", id.Value)
+			return
+		}
+		if err := CheckPath(arg.Value); err != nil {
+			p.fail("%s(%q): %v", id.Value, arg.Value, err)
+			return
+		}
+		p.add(pathRef{path: arg.Value})
+		ast.Patch(node, call(fn, arg.Value))
+	}
+}
+
+func (p *patcher) member(node *ast.Node, n *ast.MemberNode) {
+	var fn, base string
+	switch in := n.Node.(type) {
+	case *ast.IdentifierNode:
+		switch in.Value {
+		case "state":
+			fn = fnCur
+		case "old":
+			fn = fnOld
+		default:
+			return
+		}
+	case *ast.CallNode:
+		// A chain already rewritten one level down: extend its path.
+		id, ok := in.Callee.(*ast.IdentifierNode)
+		if !ok || (id.Value != fnCur && id.Value != fnOld) {
+			return
+		}
+		fn, base = id.Value, in.Arguments[1].(*ast.StringNode).Value
+	default:
+		if rooted(n.Node) {
+			p.optional(node, n)
+		}
+		return
+	}
+	prop, ok := n.Property.(*ast.StringNode)
+	if !ok {
+		if base == "" {
+			p.fail("state must be followed by a constant path (state.board.key)")
+			return
+		}
+		// state.a[x]: a dynamic key below a static prefix reads the prefix,
+		// and reads nil where the prefix is missing.
+		p.optional(node, n)
+		return
+	}
+	if !ValidSegment(prop.Value) {
+		p.fail("%q is not a legal path segment", prop.Value)
+		return
+	}
+	path := prop.Value
+	if base != "" {
+		p.drop(pathRef{fn == fnOld, base})
+		path = base + "." + prop.Value
+	}
+	if strings.Count(path, ".")+1 > MaxDepth {
+		p.fail("path %s is deeper than %d segments", path, MaxDepth)
+		return
+	}
+	p.add(pathRef{fn == fnOld, path})
+	ast.Patch(node, call(fn, path))
+}
+
+// optional makes a member access below a state value nil-safe (as `?.`), so
+// a missing path reads as nil at any depth, dynamic keys included.
+func (p *patcher) optional(node *ast.Node, n *ast.MemberNode) {
+	n.Optional = true
+	ast.Patch(node, &ast.ChainNode{Node: n})
+}
+
+// rooted reports whether node is a state access or a member chain below one.
+func rooted(node ast.Node) bool {
+	for {
+		switch n := node.(type) {
+		case *ast.ChainNode:
+			node = n.Node
+		case *ast.MemberNode:
+			node = n.Node
+		case *ast.CallNode:
+			id, ok := n.Callee.(*ast.IdentifierNode)
+			return ok && (id.Value == fnCur || id.Value == fnOld)
+		default:
+			return false
+		}
+	}
+}
+
+// call builds the rewritten form of a state access: fn($env, "path"). The
+// functions take the environment as an argument because compiled programs
+// are shared while every evaluation has its own state to read.
+func call(fn, path string) *ast.CallNode {
+	return &ast.CallNode{
+		Callee:    &ast.IdentifierNode{Value: fn},
+		Arguments: []ast.Node{&ast.IdentifierNode{Value: "$env"}, &ast.StringNode{Value: path}},
+	}
+}
+
+// env is what a compiled condition runs against.
+type env struct {
+	Agent  string         `expr:"agent"`
+	Intent map[string]any `expr:"intent"`
+	cur    Reader
+	old    Reader
+}
+
+func (e *env) curGet(p string) any { v, _ := e.cur.Get(p); return v }
+
+func (e *env) oldGet(p string) any {
+	if e.old == nil {
+		return nil
+	}
+	v, _ := e.old.Get(p)
+	return v
+}
+
+// Evaluator runs conditions. It reuses one VM, so it is not safe for
+// concurrent use; give each goroutine its own.
+type Evaluator struct {
+	vm         vm.VM
+	env        env
+	intent     *Intent
+	intentView map[string]any
+}
+
+// NewEvaluator returns an evaluator whose runs allocate at most the compiler's
+// memory budget.
+func (c *Compiler) NewEvaluator() *Evaluator {
+	return &Evaluator{vm: vm.VM{MemoryBudget: c.opts.MemoryBudget}}
+}
+
+// ErrNotBool is returned (wrapped) when a condition yields something other
+// than a boolean at run time.
+var ErrNotBool = errors.New("intents: condition is not boolean")
+
+// Eval runs cond against cur (and old, for postconditions; nil otherwise) on
+// behalf of in. It returns the condition's value, or an error when it fails
+// at run time (wrapping ErrNotBool for a non-boolean result).
+func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ok, err = false, fmt.Errorf("%v", r)
+		}
+	}()
+	ev.env.cur, ev.env.old = cur, old
+	ev.env.Agent = in.Agent
+	ev.env.Intent = nil
+	if cond.usesIntent {
+		ev.env.Intent = ev.viewOf(in)
+	}
+	out, err := ev.vm.Run(cond.prog, &ev.env)
+	ev.env.cur, ev.env.old = nil, nil
+	if err != nil {
+		return false, errors.New(oneLine(err.Error()))
+	}
+	b, isBool := out.(bool)
+	if !isBool {
+		return false, fmt.Errorf("%w: it returned %s", ErrNotBool, jsonType(out))
+	}
+	return b, nil
+}
+
+// viewOf returns the intent as conditions see it: its JSON form, built once
+// per intent.
+func (ev *Evaluator) viewOf(in *Intent) map[string]any {
+	if ev.intent == in && ev.intentView != nil {
+		return ev.intentView
+	}
+	var m map[string]any
+	if b, err := json.Marshal(in); err == nil {
+		_ = json.Unmarshal(b, &m)
+	}
+	ev.intent, ev.intentView = in, m
+	return m
+}
+
+// jsonType names the JSON type of a state value for messages.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64, int, int64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("a %T", v)
+}

@@ -1,0 +1,135 @@
+package intents
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// EventType names what an event records. The event log indexes by it and
+// the public feed publishes on coagent.events.<type>.
+type EventType string
+
+// The event types. Each names which payload field of Event is set.
+const (
+	EventIntent   EventType = "intent"   // an intent was received, valid or not (Received)
+	EventDecision EventType = "decision" // a decision was made (Decision)
+	EventChange   EventType = "change"   // writes were committed; Seq is their rev (Change)
+	EventGrant    EventType = "grant"    // a transaction went in flight (Grant)
+	EventRenew    EventType = "renew"    // a lease was extended (Grant, lease fields only)
+	EventExpire   EventType = "expire"   // a lease ran out (Release)
+	EventRelease  EventType = "release"  // a transaction ended by commit, abort or preemption (Release)
+	EventWait     EventType = "wait"     // an intent was parked behind transactions in flight (Wait)
+	EventEscalate EventType = "escalate" // an intent was sent to the arbiters (Wait)
+	EventNotice   EventType = "notice"   // an advisory to an agent (Notice)
+)
+
+// EventTypes lists every event type in a stable order.
+var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice}
+
+// Event is one entry of the event-sourced log. The state, the transactions in
+// flight, the parked intents and the recorded decisions are a fold of events;
+// nothing else is needed to rebuild them.
+type Event struct {
+	Seq    uint64    `json:"seq"` // position in the log; the rev of a change
+	ID     ulid.ULID `json:"id"`
+	Time   time.Time `json:"time"`
+	Type   EventType `json:"type"`
+	Agent  string    `json:"agent,omitempty"` // the agent concerned (a notice's recipient)
+	Intent string    `json:"intent,omitempty"`
+	Txn    string    `json:"txn,omitempty"`
+
+	Received *Received `json:"received,omitempty"`
+	Decision *Decision `json:"decision,omitempty"`
+	Change   *Change   `json:"change,omitempty"`
+	Grant    *Grant    `json:"grant,omitempty"`
+	Release  *Release  `json:"release,omitempty"`
+	Wait     *Wait     `json:"wait,omitempty"`
+	Notice   *Notice   `json:"notice,omitempty"`
+}
+
+// Received records an intent as it arrived: decoded when it was valid, the
+// raw bytes and the error otherwise.
+type Received struct {
+	Intent *Intent `json:"intent,omitempty"`
+	Raw    []byte  `json:"raw,omitempty"`
+	Error  string  `json:"error,omitempty"`
+}
+
+// Change is the set of writes one intent committed. Merges are expanded into
+// the set and delete of each child path, so folding a change needs no
+// knowledge of the intent that caused it.
+type Change struct {
+	Writes     []Applied `json:"writes"`
+	MergedWith []string  `json:"merged_with,omitempty"`
+}
+
+// Applied is one committed write with the version of its path before and
+// after.
+type Applied struct {
+	Path       string          `json:"path"`
+	Op         Op              `json:"op"` // set, delete, append or incr
+	Value      json.RawMessage `json:"value,omitempty"`
+	OldVersion uint64          `json:"old_version"`
+	NewVersion uint64          `json:"new_version"`
+}
+
+// Grant records a transaction going in flight (and, with only the lease
+// fields, a renewal). Reads include the paths the propose's conditions touch.
+type Grant struct {
+	Txn     string    `json:"txn"`
+	Agent   string    `json:"agent"`
+	Fence   uint64    `json:"fence"`
+	LeaseMS int64     `json:"lease_ms"`
+	Expires time.Time `json:"expires"`
+	Reads   []Read    `json:"reads,omitempty"`
+	Propose *Intent   `json:"propose,omitempty"`
+}
+
+// ReleaseCause says how a transaction ended.
+type ReleaseCause string
+
+// The ways a transaction leaves flight.
+const (
+	CauseCommitted ReleaseCause = "committed"
+	CauseAborted   ReleaseCause = "aborted"
+	CauseExpired   ReleaseCause = "expired"
+	CausePreempted ReleaseCause = "preempted"
+)
+
+// Release records a transaction ending.
+type Release struct {
+	Txn   string       `json:"txn"`
+	Agent string       `json:"agent"`
+	Cause ReleaseCause `json:"cause"`
+}
+
+// Wait records an intent parked until the transactions it conflicts with end
+// (EventWait) or until an arbiter settles it (EventEscalate), and the
+// deadline after which it is rejected.
+type Wait struct {
+	Intent    *Intent    `json:"intent"`
+	Deadline  time.Time  `json:"deadline"`
+	Conflicts []Conflict `json:"conflicts"`
+}
+
+// NoticeKind says what an advisory is about.
+type NoticeKind string
+
+// The advisories sent on coagent.notices.<agent>.
+const (
+	NoticeWaiting       NoticeKind = "waiting"        // an intent waits on your transaction
+	NoticeLeaseExpiring NoticeKind = "lease_expiring" // renew soon or lose the grant
+	NoticeLeaseExpired  NoticeKind = "lease_expired"  // the grant is gone
+)
+
+// Notice is an advisory for one agent; the event's Agent is the recipient.
+type Notice struct {
+	Kind   NoticeKind `json:"kind"`
+	Txn    string     `json:"txn,omitempty"`
+	Intent string     `json:"intent,omitempty"` // the waiting intent, for NoticeWaiting
+	From   string     `json:"from,omitempty"`   // the waiting intent's agent
+	Detail string     `json:"detail"`
+}

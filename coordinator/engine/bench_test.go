@@ -152,3 +152,27 @@ func TestMemory100kInFlight(t *testing.T) {
 		t.Logf("100,000 transactions in flight hold %.0f MB", mb)
 	}
 }
+
+// BenchmarkBaselineTreeWrite is the floor BenchmarkDecideApply is compared
+// with in the same run: planning and folding the same write into the state
+// tree, with no intent, no conflict check, no events and no records.
+func BenchmarkBaselineTreeWrite(b *testing.B) {
+	e := withInFlight(b, 10000)
+	writes := make([][]intents.Write, 1000)
+	for i := range writes {
+		writes[i] = []intents.Write{{Path: "free.d" + strconv.Itoa(i) + ".f", Op: intents.OpSet, Value: json.RawMessage(`1`)}}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		plan, err := e.tree.Plan(writes[i%len(writes)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := e.tree.Apply(e.tree.Rev()+1, plan); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+}

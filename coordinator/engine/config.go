@@ -39,11 +39,12 @@ type Config struct {
 	MaxParkedPerAgent int
 	// DedupWindow is how many recent intent ids the engine remembers the
 	// decision of (and how many ended transactions it remembers the end
-	// of), oldest forgotten first. A duplicate within it gets the recorded
-	// decision from the engine; the event log keeps every record, and the
-	// coordinator answers older duplicates from it before they reach the
-	// engine, as JetStream's duplicate window backs its stream. The
-	// default is 100,000.
+	// of), the oldest forgotten first. A duplicate within it gets the
+	// recorded decision from the engine itself. It is a cache: the event log
+	// keeps every decision, and the coordinator answers an older duplicate
+	// from the log before it reaches the engine. A larger window costs
+	// memory and, through the garbage collector, throughput (see the
+	// README's performance section). The default is 10,000.
 	DedupWindow int
 	// Conditions bounds expression compilation and evaluation; see
 	// intents.CompilerOptions for its defaults.
@@ -77,7 +78,7 @@ func (c *Config) EnsureDefaults() {
 		c.MaxParkedPerAgent = 1000
 	}
 	if c.DedupWindow == 0 {
-		c.DedupWindow = 100000
+		c.DedupWindow = 10000
 	}
 	c.Conditions.EnsureDefaults()
 }

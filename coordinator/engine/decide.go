@@ -378,9 +378,12 @@ func (e *Engine) grant(in *intents.Intent, readPaths []string, merges []string) 
 	if lease == 0 {
 		lease = e.cfg.DefaultLease
 	}
-	reads := slices.Clone(in.Reads)
-	for _, p := range readPaths[len(in.Reads):] {
-		reads = append(reads, intents.Read{Path: p})
+	reads := in.Reads // intents are never changed once submitted
+	if len(readPaths) > len(in.Reads) {
+		reads = slices.Clone(in.Reads)
+		for _, p := range readPaths[len(in.Reads):] {
+			reads = append(reads, intents.Read{Path: p})
+		}
 	}
 	g := &intents.Grant{Txn: e.cfg.NewID(e.now).String(), Agent: in.Agent, Fence: e.fence + 1,
 		LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease), Reads: reads, Propose: in}

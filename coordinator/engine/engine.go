@@ -182,7 +182,7 @@ func (e *Engine) emit(v intents.Event) {
 	ev.Seq = e.seq + 1
 	ev.ID = e.cfg.NewID(e.now)
 	ev.Time = e.now
-	if err := e.apply(ev); err != nil {
+	if err := e.apply(ev, true); err != nil {
 		// The engine only emits events it can fold; failing here is a bug
 		// in the engine, not bad input.
 		panic(fmt.Sprintf("engine: folding its own event %d (%s): %v", ev.Seq, ev.Type, err))

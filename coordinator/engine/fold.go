@@ -19,7 +19,7 @@ var ErrSequence = errors.New("engine: event out of sequence")
 // nothing. An event that cannot be folded (a corrupt or foreign log) is an
 // error naming its sequence number and leaves the engine unchanged.
 func (e *Engine) Apply(ev *intents.Event) error {
-	err := e.apply(ev)
+	err := e.apply(ev, false)
 	// Replay only folds: the decisions that followed a release are already
 	// in the log.
 	e.redecide = e.redecide[:0]
@@ -34,8 +34,10 @@ func (e *Engine) Apply(ev *intents.Event) error {
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
-// apply is the one place the engine's state changes.
-func (e *Engine) apply(ev *intents.Event) error {
+// apply is the one place the engine's state changes. own says the event was
+// just emitted by the engine, so its change was planned on the current tree
+// and need not be checked again; events from a log are.
+func (e *Engine) apply(ev *intents.Event, own bool) error {
 	if ev.Seq != e.seq+1 {
 		return fmt.Errorf("%w: got %d after %d", ErrSequence, ev.Seq, e.seq)
 	}
@@ -56,14 +58,18 @@ func (e *Engine) apply(ev *intents.Event) error {
 			}
 		}
 	case intents.EventChange:
-		if err := e.tree.Apply(ev.Seq, ev.Change.Writes); err != nil {
+		apply := e.tree.Apply
+		if own {
+			apply = e.tree.ApplyPlan
+		}
+		if err := apply(ev.Seq, ev.Change.Writes); err != nil {
 			return err
 		}
 		e.noteMerged(ev)
 	case intents.EventGrant:
 		g := ev.Grant
 		t := &txn{
-			Txn:     conflict.Txn{ID: g.Txn, Agent: g.Agent, Writes: writeSet(g.Propose.Writes)},
+			Txn:     conflict.Txn{ID: g.Txn, Agent: g.Agent, Writes: g.Propose.Writes},
 			fence:   g.Fence,
 			leaseMS: g.LeaseMS,
 			expires: g.Expires,
@@ -210,16 +216,6 @@ func (e *Engine) noteMerged(ev *intents.Event) {
 			}
 		}
 	}
-}
-
-// writeSet is a propose's writes as the conflict index keeps them: paths and
-// ops without values.
-func writeSet(ws []intents.Write) []intents.Write {
-	out := make([]intents.Write, len(ws))
-	for i, w := range ws {
-		out[i] = intents.Write{Path: w.Path, Op: w.Op}
-	}
-	return out
 }
 
 func holders(cs []intents.Conflict) []conflict.Holder {

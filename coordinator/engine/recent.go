@@ -47,19 +47,20 @@ func (r *recent[V]) claim(k string, v V, replace func(old V) bool) bool {
 }
 
 func (r *recent[V]) put(k string, v V) {
-	if len(r.prev) > 0 {
-		delete(r.prev, k)
-	}
-	r.cur[k] = v
-	if len(r.cur) < r.half {
+	if _, ok := r.cur[k]; ok {
+		r.cur[k] = v
 		return
 	}
-	r.prev, r.cur = r.cur, make(map[string]V, r.half)
-	if r.keep != nil {
-		r.keep(func(k string) {
-			if v, ok := r.prev[k]; ok {
-				r.cur[k] = v
-			}
-		})
+	delete(r.prev, k)
+	if len(r.cur) >= r.half {
+		r.prev, r.cur = r.cur, make(map[string]V, r.half)
+		if r.keep != nil {
+			r.keep(func(k string) {
+				if v, ok := r.prev[k]; ok {
+					r.cur[k] = v
+				}
+			})
+		}
 	}
+	r.cur[k] = v
 }

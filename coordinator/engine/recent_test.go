@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"github.com/coagent/coagent/intents"
+)
+
+func TestRecentForgetsOldest(t *testing.T) {
+	r := newRecent[int](4, nil)
+	for i := range 10 {
+		r.put(strconv.Itoa(i), i)
+	}
+	for i := range 10 {
+		_, ok := r.get(strconv.Itoa(i))
+		if want := i >= 6; ok != want { // the newest generations: 6,7 and 8,9
+			t.Errorf("key %d remembered = %v, want %v", i, ok, want)
+		}
+	}
+	r.put("7", 70) // a put of a remembered key updates it in place
+	if v, _ := r.get("7"); v != 70 {
+		t.Errorf("key 7 = %d after update", v)
+	}
+}
+
+// The engine's idempotency window is bounded; an intent still parked keeps
+// its record however many decisions pass, so its duplicate is still known.
+func TestDedupWindowKeepsParked(t *testing.T) {
+	e, err := New(Config{DedupWindow: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log []*intents.Event
+	submit := func(in *intents.Intent) *intents.Decision {
+		raw, _ := json.Marshal(in)
+		evs := e.Submit(base, in.Agent, raw, nil)
+		log = append(log, evs...)
+		return evs[len(evs)-1].Decision
+	}
+	if d := submit(&intents.Intent{ID: fuzzID(1), Agent: "a", Kind: intents.KindPropose,
+		Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet}}}); d.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose: %+v", d)
+	}
+	waiter := &intents.Intent{ID: fuzzID(2), Agent: "b", Kind: intents.KindApply, OnConflict: intents.OnConflictWait,
+		Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
+	if d := submit(waiter); d.Outcome != intents.OutcomeQueued {
+		t.Fatalf("waiter: %+v", d)
+	}
+	for i := range 20 {
+		submit(&intents.Intent{ID: fuzzID(100 + i), Agent: "c", Kind: intents.KindApply,
+			Writes: []intents.Write{{Path: "other.n", Op: intents.OpIncr}}})
+	}
+	if d := submit(waiter); !d.Duplicate || d.Outcome != intents.OutcomeQueued {
+		t.Fatalf("parked intent resubmitted after 20 decisions: %+v, want its queued decision again", d)
+	}
+	if _, ok := e.Decision(fuzzID(100)); ok {
+		t.Fatal("an old decision outlived the window")
+	}
+	// A replay forgets exactly the same.
+	fresh, _ := New(Config{DedupWindow: 4})
+	for _, ev := range log {
+		if err := fresh.Apply(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		_, live := e.Decision(fuzzID(100 + i))
+		_, replayed := fresh.Decision(fuzzID(100 + i))
+		if live != replayed {
+			t.Fatalf("decision %d: live engine remembers %v, replay %v", i, live, replayed)
+		}
+	}
+	if _, ok := fresh.Decision(waiter.ID); !ok {
+		t.Fatal("the replay forgot the parked intent")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/coagent/coagent/intents"
 )
@@ -65,41 +64,6 @@ func BenchmarkCheck(b *testing.B) {
 				})
 			}
 		})
-	}
-}
-
-// TestCheckCostFlat holds Check to its promise that the number of
-// transactions in flight does not matter: a check against 100,000 costs at
-// most twice one against 100.
-func TestCheckCostFlat(t *testing.T) {
-	if testing.Short() {
-		t.Skip("timing test")
-	}
-	// The best of several short timed runs, rather than testing.Benchmark,
-	// keeps the test under a second and steady on a busy machine.
-	cost := func(ix *Index, i int) float64 {
-		reads, writes := probe(i)
-		dst := make([]intents.Conflict, 0, 8)
-		const n = 20000
-		best := time.Duration(0)
-		for range 15 {
-			start := time.Now()
-			for range n {
-				dst, _ = ix.Check("", reads, writes, dst[:0])
-			}
-			if d := time.Since(start); best == 0 || d < best {
-				best = d
-			}
-		}
-		return float64(best.Nanoseconds()) / n
-	}
-	small, large := fill(100), fill(100000)
-	for _, i := range []int{-1, 50} {
-		s, l := cost(small, i), cost(large, i)
-		t.Logf("probe %d: %.0f ns at 100 in flight, %.0f ns at 100000 (×%.2f)", i, s, l, l/s)
-		if l > 2*s {
-			t.Errorf("probe %d: a check against 100000 in flight costs %.0f ns, against 100 %.0f ns: more than twice", i, l, s)
-		}
 	}
 }
 

@@ -44,8 +44,12 @@ type command interface {
 
 func commands() map[string]command {
 	return map[string]command{
-		"check":  &checkCommand{},
-		"schema": &schemaCommand{},
+		"check":   &checkCommand{},
+		"compact": &compactCommand{},
+		"log":     &logCommand{},
+		"replay":  &replayCommand{},
+		"schema":  &schemaCommand{},
+		"verify":  &verifyCommand{},
 	}
 }
 
@@ -69,7 +73,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"check", "schema"} {
+	for _, name := range []string{"check", "schema", "replay", "log", "verify", "compact"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

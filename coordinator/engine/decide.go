@@ -173,7 +173,8 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		return
 	}
 	if in.Kind == intents.KindPropose {
-		if d := time.Duration(in.LeaseMS) * time.Millisecond; d > e.cfg.MaxLease {
+		// Compared in milliseconds: a huge lease_ms would overflow a Duration.
+		if in.LeaseMS > e.cfg.MaxLease.Milliseconds() {
 			e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit", in.LeaseMS, e.cfg.MaxLease), nil)
 			return
 		}
@@ -185,7 +186,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 			return
 		}
 	}
-	if d := time.Duration(in.WaitMS) * time.Millisecond; d > e.cfg.MaxWait {
+	if in.WaitMS > e.cfg.MaxWait.Milliseconds() {
 		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field wait_ms = %d: above the %s limit", in.WaitMS, e.cfg.MaxWait), nil)
 		return
 	}
@@ -543,13 +544,13 @@ func (e *Engine) renew(in *intents.Intent) {
 	if t == nil {
 		return
 	}
+	if in.LeaseMS > e.cfg.MaxLease.Milliseconds() {
+		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit", in.LeaseMS, e.cfg.MaxLease), nil)
+		return
+	}
 	lease := time.Duration(in.LeaseMS) * time.Millisecond
 	if lease == 0 {
 		lease = time.Duration(t.leaseMS) * time.Millisecond
-	}
-	if lease > e.cfg.MaxLease {
-		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit", in.LeaseMS, e.cfg.MaxLease), nil)
-		return
 	}
 	g := &intents.Grant{Txn: t.ID, Agent: t.Agent, Fence: t.fence, LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease)}
 	e.emit(intents.Event{Type: intents.EventRenew, Agent: in.Agent, Intent: in.ID, Txn: t.ID, Grant: g})

@@ -47,12 +47,9 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 	switch ev.Type {
 	case intents.EventDecision:
 		d := ev.Decision
-		// An id belongs to the first agent decided under it. An
-		// unauthorized intent never takes its id (it may be another agent's,
-		// whose decision is still to come), and a later agent's use of it
-		// never replaces the owner's decision.
-		if !d.Duplicate && d.Intent != "" && d.Reason != intents.ReasonUnauthorized &&
-			e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return prev.Agent == d.Agent }) {
+		// The rule of intents.Records: an id belongs to the first agent
+		// decided under it; the event log keeps its records by the same.
+		if intents.Records(nil, d) && e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return intents.Records(prev, d) }) {
 			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
 				e.unpark(d.Intent, p)
 			}

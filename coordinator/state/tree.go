@@ -41,8 +41,10 @@ type node struct {
 
 // Tree is the state. It is not safe for concurrent use.
 type Tree struct {
-	root node
-	rev  uint64
+	root     node
+	rev      uint64
+	tracking bool
+	touched  []string // paths bumped since Touched was last called
 }
 
 // New returns an empty tree at rev 0.
@@ -342,7 +344,14 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 	for i, w := range writes {
 		n := &t.root
 		n.bump(rev)
-		for seg := range strings.SplitSeq(w.Path, ".") {
+		for end := 0; end < len(w.Path); {
+			next := strings.IndexByte(w.Path[end:], '.')
+			if next < 0 {
+				next = len(w.Path)
+			} else {
+				next += end
+			}
+			seg := w.Path[end:next]
 			if n.kind != object {
 				n.kind, n.val = object, nil
 			}
@@ -355,13 +364,14 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 				n.kids[seg] = kid
 			}
 			n = kid
-			n.bump(rev)
+			t.bump(n, rev, w.Path[:next])
+			end = next + 1
 		}
 		switch w.Op {
 		case intents.OpSet:
-			n.set(rev, vals[i])
+			t.set(n, w.Path, rev, vals[i])
 		case intents.OpDelete:
-			n.set(rev, deleted{})
+			t.set(n, w.Path, rev, deleted{})
 		case intents.OpAppend:
 			cur, _ := n.val.([]any)
 			// A fresh array, never an append in place: readers may hold the
@@ -377,24 +387,70 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 	return nil
 }
 
+// Track turns on (or off) the recording of touched paths for Touched.
+// It is off by default, so a tree nobody drains does not grow.
+func (t *Tree) Track(on bool) {
+	t.tracking = on
+	t.touched = t.touched[:0]
+}
+
+// Touched returns the paths whose version changed since the last call —
+// every path an Apply bumped, possibly repeated — and starts afresh. The
+// slice is reused by later Applies. The event log writes the entries of
+// exactly these paths to its materialized state.
+func (t *Tree) Touched() []string {
+	out := t.touched
+	t.touched = t.touched[:0]
+	return out
+}
+
+// Stat is what the tree keeps at one path, without materializing objects.
+type Stat struct {
+	Exists  bool
+	Object  bool
+	Value   any // a leaf's value; shared, never to be changed
+	Version uint64
+	ModRev  uint64
+}
+
+// Stat returns what the tree keeps at path; ok is false for a path never
+// written.
+func (t *Tree) Stat(path string) (st Stat, ok bool) {
+	n := t.find(path)
+	if n == nil {
+		return Stat{}, false
+	}
+	return Stat{Exists: n.kind != absent, Object: n.kind == object, Value: n.val, Version: n.version, ModRev: n.modRev}, true
+}
+
 // deleted is the value set by a delete.
 type deleted struct{}
 
-func (n *node) bump(rev uint64) {
-	if n.modRev != rev {
-		n.version++
-		n.modRev = rev
+// bump counts rev once on n (the root's version counts every change).
+func (n *node) bump(rev uint64) bool {
+	if n.modRev == rev {
+		return false
+	}
+	n.version++
+	n.modRev = rev
+	return true
+}
+
+// bump bumps n, the node of path, and notes the path as touched.
+func (t *Tree) bump(n *node, rev uint64, path string) {
+	if n.bump(rev) && t.tracking {
+		t.touched = append(t.touched, path)
 	}
 }
 
-// set replaces the subtree at n with v, bumping every node that existed
-// under n before and every node v creates.
-func (n *node) set(rev uint64, v any) {
-	n.bump(rev)
+// set replaces the subtree at n (the node of path) with v, bumping every
+// node that existed under n before and every node v creates.
+func (t *Tree) set(n *node, path string, rev uint64, v any) {
+	t.bump(n, rev, path)
 	obj, isObj := v.(map[string]any)
 	for k, kid := range n.kids {
 		if _, keep := obj[k]; !keep && kid.kind != absent {
-			kid.set(rev, deleted{})
+			t.set(kid, path+"."+k, rev, deleted{})
 		}
 	}
 	switch {
@@ -409,7 +465,7 @@ func (n *node) set(rev uint64, v any) {
 				kid = &node{}
 				n.kids[k] = kid
 			}
-			kid.set(rev, x)
+			t.set(kid, path+"."+k, rev, x)
 		}
 	case v == deleted{}:
 		n.kind, n.val = absent, nil

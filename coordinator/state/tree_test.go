@@ -187,3 +187,30 @@ func BenchmarkApplySet(b *testing.B) {
 		}
 	}
 }
+
+// Touched lists exactly the paths whose version the last Apply bumped.
+func TestTouched(t *testing.T) {
+	tr := state.New()
+	tr.Track(true)
+	commit(t, tr, w("a.b.c", intents.OpSet, `1`), w("a.x", intents.OpSet, `{"y":{"z":1}}`))
+	tr.Touched()
+	before := tr.Paths()
+	commit(t, tr, w("a.x", intents.OpSet, `{"q":2}`), w("d", intents.OpIncr, ""))
+	after := tr.Paths()
+	want := map[string]bool{}
+	for p, e := range after {
+		if e.Version != before[p].Version {
+			want[p] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, p := range tr.Touched() {
+		if got[p] {
+			t.Errorf("%s touched twice", p)
+		}
+		got[p] = true
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("touched %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/coagent/coagent/eventlog"
+)
+
+// defaultData is where `coagent serve` keeps its data.
+const defaultData = "coagent-data"
+
+// logDir is where the event log lives inside a data directory.
+func logDir(data string) string { return filepath.Join(data, "eventlog") }
+
+// openLog opens the event log of a data directory that must already hold
+// one: the read commands never create an empty log by mistake.
+func openLog(data string) (*eventlog.Log, error) {
+	dir := logDir(data)
+	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no event log in %s (looked for %s)", data, dir)
+	}
+	return eventlog.Open(dir, nil)
+}

@@ -1,0 +1,363 @@
+// Package coordinator runs the decision engine durably: Core pairs the pure
+// engine with the event log, so that every decision is in the log before
+// anyone may act on it, and a coordinator killed at any instant reopens with
+// the same state, transactions, leases and parked intents. Replay and Verify
+// rebuild state from the log alone, for `coagent replay` and `coagent
+// verify` on a stopped server's data directory.
+package coordinator
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+)
+
+// CoreOptions configures a Core. The zero value works.
+type CoreOptions struct {
+	// Engine configures the decision engine; see engine.Config.
+	Engine engine.Config
+	// Log configures the event log; see eventlog.Options.
+	Log eventlog.Options
+	// SnapshotEvery is how many events pass between snapshots of the
+	// engine, which bound how much of the log a restart folds. The default
+	// is 100,000.
+	SnapshotEvery uint64
+}
+
+// Core is the engine made durable. It is not safe for concurrent use: one
+// goroutine submits, while any number may wait on the Pending it returns.
+type Core struct {
+	log      *eventlog.Log
+	eng      *engine.Engine
+	opts     CoreOptions
+	lastSnap uint64
+	out      []*intents.Event
+}
+
+// OpenCore opens the event log in dir and rebuilds the engine from it: the
+// latest snapshot, then every event after it.
+func OpenCore(dir string, opts CoreOptions) (*Core, error) {
+	if opts.SnapshotEvery == 0 {
+		opts.SnapshotEvery = 100000
+	}
+	log, err := eventlog.Open(dir, &opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	eng, snapSeq, err := Rebuild(log, opts.Engine, 0)
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
+	eng.State().Track(true)
+	return &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq}, nil
+}
+
+// Close closes the log after the batches already enqueued.
+func (c *Core) Close() error { return c.log.Close() }
+
+// Log returns the event log, for reads.
+func (c *Core) Log() *eventlog.Log { return c.log }
+
+// Engine returns the engine; only the goroutine that submits may use it.
+func (c *Core) Engine() *engine.Engine { return c.eng }
+
+// Decide decides one raw intent that arrived on agent's subject at now. Its
+// events join the batch the next Commit makes durable; nothing may be told
+// to anyone before then. The events stay valid until that Commit returns.
+func (c *Core) Decide(now time.Time, agent string, raw []byte) []*intents.Event {
+	n := len(c.out)
+	c.out = c.eng.Submit(now, agent, raw, c.out)
+	return c.out[n:]
+}
+
+// Tick fires the timers due by now; like Decide, its events join the next
+// Commit.
+func (c *Core) Tick(now time.Time) []*intents.Event {
+	n := len(c.out)
+	c.out = c.eng.Advance(now, c.out)
+	return c.out[n:]
+}
+
+// Commit enqueues everything decided since the last Commit as one batch —
+// one synced write for many decisions — and returns its Pending (nil if
+// there was nothing). If it fails the engine has moved past the log, so the
+// Core must not be used again: reopen it, and the log says what happened.
+func (c *Core) Commit() (*eventlog.Pending, error) {
+	if len(c.out) == 0 {
+		return nil, nil
+	}
+	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State())}
+	p, err := c.log.Enqueue(b)
+	c.out = c.out[:0:0] // the batch keeps the events; start a new slice
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: log the decisions: %w", err)
+	}
+	if seq := c.eng.Seq(); seq-c.lastSnap >= c.opts.SnapshotEvery {
+		// A snapshot must never get ahead of the log: were the events it
+		// covers lost in a crash, their seqs would be reused by another
+		// history. So it waits for them, once every SnapshotEvery events.
+		if err := p.Wait(context.Background()); err != nil {
+			return nil, fmt.Errorf("coordinator: log the decisions: %w", err)
+		}
+		if err := c.snapshot(); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// Submit is Decide and Commit of one intent.
+func (c *Core) Submit(now time.Time, agent string, raw []byte) ([]*intents.Event, *eventlog.Pending, error) {
+	evs := c.Decide(now, agent, raw)
+	p, err := c.Commit()
+	return evs, p, err
+}
+
+// Advance is Tick and Commit; the Pending is nil when nothing was due.
+func (c *Core) Advance(now time.Time) ([]*intents.Event, *eventlog.Pending, error) {
+	evs := c.Tick(now)
+	p, err := c.Commit()
+	return evs, p, err
+}
+
+// snapshot saves the engine as of its last event, which must be durable.
+func (c *Core) snapshot() error {
+	data, err := json.Marshal(c.eng.Snapshot())
+	if err != nil {
+		return fmt.Errorf("coordinator: encode snapshot: %w", err)
+	}
+	if err := c.log.SaveSnapshot(c.eng.Seq(), data); err != nil {
+		return err
+	}
+	c.lastSnap = c.eng.Seq()
+	return nil
+}
+
+// entries turns the paths the tree touched since the last call into
+// materialized entries for the log.
+func entries(t *state.Tree) []eventlog.Entry {
+	touched := t.Touched()
+	if len(touched) == 0 {
+		return nil
+	}
+	slices.Sort(touched)
+	touched = slices.Compact(touched)
+	out := make([]eventlog.Entry, 0, len(touched))
+	for _, p := range touched {
+		st, _ := t.Stat(p)
+		out = append(out, entryOf(p, st))
+	}
+	return out
+}
+
+func entryOf(path string, st state.Stat) eventlog.Entry {
+	e := eventlog.Entry{Path: path, Version: st.Version, ModRev: st.ModRev}
+	switch {
+	case !st.Exists:
+		e.Kind = eventlog.KindAbsent
+	case st.Object:
+		e.Kind = eventlog.KindObject
+	default:
+		e.Kind = eventlog.KindLeaf
+		e.Value, _ = json.Marshal(st.Value) // values came from JSON
+	}
+	return e
+}
+
+// Rebuild returns an engine folded from the log up to event until (0: all
+// of it), starting from the latest usable snapshot at or before it, and the
+// seq of that snapshot (0 if none). It fails with eventlog.ErrCompacted if
+// the events it needs are gone.
+func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine, uint64, error) {
+	if until == 0 || until > log.LastSeq() {
+		until = log.LastSeq()
+	}
+	if until == 0 { // an empty log
+		eng, err := engine.New(cfg)
+		return eng, 0, err
+	}
+	var eng *engine.Engine
+	var from uint64
+	at, data, err := log.Snapshot(until)
+	switch {
+	case err == nil:
+		var snap engine.Snapshot
+		if err := json.Unmarshal(data, &snap); err != nil {
+			return nil, 0, fmt.Errorf("snapshot at %d: %w", at, err)
+		}
+		if eng, err = engine.Restore(cfg, &snap); err != nil {
+			return nil, 0, fmt.Errorf("snapshot at %d: %w", at, err)
+		}
+		from = at + 1
+	case errors.Is(err, eventlog.ErrNotFound):
+		if eng, err = engine.New(cfg); err != nil {
+			return nil, 0, err
+		}
+		from, at = 1, 0
+	default:
+		return nil, 0, err
+	}
+	if from < log.FirstSeq() {
+		return nil, 0, fmt.Errorf("rebuild at %d: %w (the log starts at %d and no snapshot covers the gap)", until, eventlog.ErrCompacted, log.FirstSeq())
+	}
+	if from <= until {
+		err = log.Scan(from, until, eng.Apply)
+		if err != nil {
+			return nil, 0, fmt.Errorf("rebuild: %w", err)
+		}
+	}
+	return eng, at, nil
+}
+
+// ReplayUntil rebuilds the state as it was right after event seq, or, when
+// seq is 0 and at is not zero, after the last event at or before time at.
+func ReplayUntil(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time) (*engine.Engine, error) {
+	if seq == 0 && !at.IsZero() {
+		var err error
+		if seq, err = seqAt(log, at); err != nil {
+			return nil, err
+		}
+		if seq == 0 {
+			return engine.New(cfg)
+		}
+	}
+	if seq != 0 && seq < log.FirstSeq()-1 {
+		return nil, fmt.Errorf("replay until %d: %w (the log starts at %d)", seq, eventlog.ErrCompacted, log.FirstSeq())
+	}
+	eng, _, err := Rebuild(log, cfg, seq)
+	return eng, err
+}
+
+// seqAt finds the last event at or before t by binary search over sequence
+// numbers (event times never go back: the engine's clock only moves on).
+func seqAt(log *eventlog.Log, t time.Time) (uint64, error) {
+	lo, hi := log.FirstSeq(), log.LastSeq()
+	if hi < lo {
+		return 0, nil
+	}
+	first, err := log.Event(lo)
+	if err != nil {
+		return 0, err
+	}
+	if first.Time.After(t) {
+		if lo > 1 {
+			return 0, fmt.Errorf("replay until %s: %w (the first event kept is at %s)", t.Format(time.RFC3339Nano), eventlog.ErrCompacted, first.Time.Format(time.RFC3339Nano))
+		}
+		return 0, nil
+	}
+	for lo < hi { // invariant: event lo is at or before t
+		mid := lo + (hi-lo+1)/2
+		ev, err := log.Event(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ev.Time.After(t) {
+			hi = mid - 1
+		} else {
+			lo = mid
+		}
+	}
+	return lo, nil
+}
+
+// Hash is the hex SHA-256 of a state tree (values, versions, mod_revs, rev).
+func Hash(t *state.Tree) string {
+	h := t.Hash()
+	return hex.EncodeToString(h[:])
+}
+
+// MismatchError is what Verify reports: the first path (in path order) where
+// the materialized state differs from the fold of the log.
+type MismatchError struct {
+	Path         string
+	Log, Folded  string // each side's entry, described
+	LogHash      string
+	FoldedHash   string
+	FoldedRev    uint64
+	LogLastEvent uint64
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("materialized state differs from the fold of the log at %s: stored %s, folded %s", e.Path, e.Log, e.Folded)
+}
+
+// Verify folds the whole log from its first event (or from the snapshot the
+// compaction left) and compares the result with the materialized state,
+// path by path. It returns the folded state's hash, or a *MismatchError
+// naming the first differing path.
+func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
+	var eng *engine.Engine
+	var err error
+	if log.FirstSeq() > 1 {
+		eng, _, err = Rebuild(log, cfg, 0)
+	} else {
+		eng, err = engine.New(cfg)
+		if err == nil {
+			err = log.Scan(1, 0, eng.Apply)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("verify: %w", err)
+	}
+	tree := eng.State()
+	folded := tree.Paths()
+	paths := make([]string, 0, len(folded))
+	for p := range folded {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	describe := func(e *eventlog.Entry) string {
+		if e == nil {
+			return "nothing"
+		}
+		kind := map[eventlog.Kind]string{eventlog.KindAbsent: "absent", eventlog.KindLeaf: "leaf", eventlog.KindObject: "object"}[e.Kind]
+		s := fmt.Sprintf("%s version=%d mod_rev=%d", kind, e.Version, e.ModRev)
+		if e.Kind == eventlog.KindLeaf {
+			s += " value=" + string(e.Value)
+		}
+		return s
+	}
+	mismatch := func(path string, stored, want *eventlog.Entry) error {
+		return &MismatchError{Path: path, Log: describe(stored), Folded: describe(want), FoldedHash: Hash(tree),
+			FoldedRev: tree.Rev(), LogLastEvent: log.LastSeq()}
+	}
+	i := 0
+	err = log.Entries("", func(got eventlog.Entry) error {
+		for i < len(paths) && paths[i] < got.Path {
+			want := foldedEntry(tree, paths[i])
+			return mismatch(paths[i], nil, &want)
+		}
+		if i == len(paths) || paths[i] != got.Path {
+			return mismatch(got.Path, &got, nil)
+		}
+		want := foldedEntry(tree, paths[i])
+		i++
+		if got.Kind != want.Kind || got.Version != want.Version || got.ModRev != want.ModRev || string(got.Value) != string(want.Value) {
+			return mismatch(got.Path, &got, &want)
+		}
+		return nil
+	})
+	if err == nil && i < len(paths) {
+		want := foldedEntry(tree, paths[i])
+		err = mismatch(paths[i], nil, &want)
+	}
+	if err != nil {
+		return "", err
+	}
+	return Hash(tree), nil
+}
+
+func foldedEntry(t *state.Tree, path string) eventlog.Entry {
+	st, _ := t.Stat(path)
+	return entryOf(path, st)
+}

@@ -1,0 +1,266 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// driver submits random intents from a few agents to a Core, as agents
+// would: applies, proposes with their commits and aborts, waits, and time
+// passing so that leases and waits run out.
+type driver struct {
+	t    testing.TB
+	c    *Core
+	rng  *rand.Rand
+	now  time.Time
+	n    uint64
+	held []*intents.Decision
+	// hashes records the live state's hash after each call, by the seq of
+	// its last event: what a replay to that seq must reproduce.
+	hashes map[uint64]string
+}
+
+func newDriver(t testing.TB, c *Core, seed uint64) *driver {
+	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0, hashes: map[uint64]string{}}
+}
+
+func (d *driver) id() string {
+	d.n++
+	var u ulid.ULID
+	_ = u.SetTime(ulid.Timestamp(t0))
+	u[15], u[14], u[13] = byte(d.n), byte(d.n>>8), byte(d.n>>16)
+	return u.String()
+}
+
+var (
+	drvPaths = []string{"doc.a", "doc.b", "doc.c.x", "cnt.n", "list.items"}
+	drvOps   = map[string]intents.Op{"doc.a": intents.OpSet, "doc.b": intents.OpSet, "doc.c.x": intents.OpSet, "cnt.n": intents.OpIncr, "list.items": intents.OpAppend}
+)
+
+func (d *driver) step() {
+	agent := "a" + strconv.Itoa(d.rng.IntN(4))
+	p := drvPaths[d.rng.IntN(len(drvPaths))]
+	in := &intents.Intent{ID: d.id(), Agent: agent}
+	w := intents.Write{Path: p, Op: drvOps[p], Value: json.RawMessage(strconv.Itoa(d.rng.IntN(50)))}
+	switch r := d.rng.IntN(10); {
+	case r < 4:
+		in.Kind, in.Writes = intents.KindApply, []intents.Write{w}
+		if d.rng.IntN(2) == 0 {
+			in.OnConflict, in.WaitMS = intents.OnConflictWait, 3000
+		}
+	case r < 6:
+		in.Kind, in.Writes, in.LeaseMS = intents.KindPropose, []intents.Write{{Path: p, Op: w.Op}}, 2000
+	case r < 8 && len(d.held) > 0:
+		i := d.rng.IntN(len(d.held))
+		g := d.held[i]
+		d.held = append(d.held[:i:i], d.held[i+1:]...)
+		in.Agent, in.Txn, in.Fence = g.Agent, g.Txn, g.Fence
+		in.Kind = intents.KindAbort
+		if d.rng.IntN(3) > 0 {
+			in.Kind = intents.KindCommit
+		}
+	default:
+		d.now = d.now.Add(time.Duration(d.rng.IntN(1500)) * time.Millisecond)
+		evs, p, err := d.c.Advance(d.now)
+		d.settle(evs, p, err)
+		return
+	}
+	raw, _ := json.Marshal(in)
+	evs, pend, err := d.c.Submit(d.now, in.Agent, raw)
+	d.settle(evs, pend, err)
+}
+
+func (d *driver) settle(evs []*intents.Event, p *eventlog.Pending, err error) {
+	d.t.Helper()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if p == nil {
+		return
+	}
+	if err := p.Wait(context.Background()); err != nil {
+		d.t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if dec := ev.Decision; dec != nil && dec.Outcome == intents.OutcomeGranted && !dec.Duplicate {
+			cp := *dec
+			d.held = append(d.held, &cp)
+		}
+	}
+	d.hashes[d.c.Engine().Seq()] = Hash(d.c.Engine().State())
+}
+
+func openCore(t testing.TB, dir string, every uint64) *Core {
+	t.Helper()
+	c, err := OpenCore(dir, CoreOptions{SnapshotEvery: every, Log: eventlog.Options{NoSync: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The state at every point is a fold of the log: a replay up to any seq a
+// call ended at gives the hash the live engine had then, with and without
+// snapshots on the way.
+func TestReplayEquivalence(t *testing.T) {
+	for _, every := range []uint64{1 << 40, 97} {
+		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
+			c := openCore(t, t.TempDir(), every)
+			defer c.Close()
+			d := newDriver(t, c, every)
+			for range 800 {
+				d.step()
+			}
+			k := 0
+			for seq, want := range d.hashes {
+				if k++; k%5 != 0 {
+					continue
+				}
+				eng, err := ReplayUntil(c.Log(), engine.Config{}, seq, time.Time{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := Hash(eng.State()); got != want {
+					t.Fatalf("replay to %d: hash %s, the live engine had %s", seq, got, want)
+				}
+			}
+			if hash, err := Verify(c.Log(), engine.Config{}); err != nil || hash != Hash(c.Engine().State()) {
+				t.Fatalf("verify: %s, %v", hash, err)
+			}
+		})
+	}
+}
+
+// A reopened Core is the engine it was: same state, transactions, leases
+// and parked intents, and it goes on deciding the same way.
+func TestReopenContinues(t *testing.T) {
+	for _, every := range []uint64{1 << 40, 50} {
+		dir := t.TempDir()
+		c := openCore(t, dir, every)
+		d := newDriver(t, c, 11)
+		for range 400 {
+			d.step()
+		}
+		before := c.Engine()
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		c2 := openCore(t, dir, every)
+		after := c2.Engine()
+		if Hash(after.State()) != Hash(before.State()) || after.Seq() != before.Seq() {
+			t.Fatalf("every %d: reopened at seq %d hash %s, closed at seq %d hash %s", every, after.Seq(),
+				Hash(after.State()), before.Seq(), Hash(before.State()))
+		}
+		if fmt.Sprint(after.Txns()) != fmt.Sprint(before.Txns()) || fmt.Sprint(after.Parked()) != fmt.Sprint(before.Parked()) {
+			t.Fatalf("every %d: transactions or parked intents differ after reopening", every)
+		}
+		d.c = c2
+		for range 200 {
+			d.step()
+		}
+		if _, err := Verify(c2.Log(), engine.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		c2.Close()
+	}
+}
+
+// Verify names the first path where the materialized state was tampered
+// with.
+func TestVerifyFindsMismatch(t *testing.T) {
+	dir := t.TempDir()
+	c := openCore(t, dir, 1<<40)
+	d := newDriver(t, c, 3)
+	for range 200 {
+		d.step()
+	}
+	c.Close()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A leaf entry is: kind 1, version, mod_rev, value.
+	if err := db.Set(append([]byte{'s'}, "doc.b"...), []byte{1, 99, 99, '7'}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	_, err = Verify(log, engine.Config{})
+	var me *MismatchError
+	if !errors.As(err, &me) || me.Path != "doc.b" {
+		t.Fatalf("verify after tampering: %v, want a mismatch at doc.b", err)
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)         {}
+func (quietLogger) Errorf(string, ...any)        {}
+func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
+
+// Replays by time stop at the last event at or before it; compaction makes
+// earlier points fail clearly, later ones still work.
+func TestReplayByTimeAndCompaction(t *testing.T) {
+	c := openCore(t, t.TempDir(), 1<<40)
+	defer c.Close()
+	d := newDriver(t, c, 5)
+	for range 300 {
+		d.step()
+	}
+	log := c.Log()
+	mid, err := log.Event(log.LastSeq() / 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTime, err := ReplayUntil(log, engine.Config{}, 0, mid.Time)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, err := log.Event(byTime.Seq() + 1); err == nil && !next.Time.After(mid.Time) {
+		t.Fatalf("replay by time stopped at %d but event %d is at %s too", byTime.Seq(), next.Seq, next.Time)
+	}
+	before := log.LastSeq() / 2
+	want, err := ReplayUntil(log, engine.Config{}, before-1, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := json.Marshal(want.Snapshot())
+	if err := log.SaveSnapshot(before-1, snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.Compact(before, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReplayUntil(log, engine.Config{}, before-5, time.Time{}); !errors.Is(err, eventlog.ErrCompacted) {
+		t.Fatalf("replay into the compacted past: %v", err)
+	}
+	got, err := ReplayUntil(log, engine.Config{}, before-1, time.Time{})
+	if err != nil || Hash(got.State()) != Hash(want.State()) {
+		t.Fatalf("replay to the compaction point: %v", err)
+	}
+	if _, err := Verify(log, engine.Config{}); err != nil {
+		t.Fatalf("verify after compaction: %v", err)
+	}
+	last, err := ReplayUntil(log, engine.Config{}, 0, time.Time{})
+	if err != nil || Hash(last.State()) != Hash(c.Engine().State()) {
+		t.Fatalf("replay of everything after compaction: %v", err)
+	}
+}

@@ -1,0 +1,80 @@
+package eventlog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Compact drops the events before seq before, as etcd compacts revisions:
+// afterwards Scan, Event and replays that need them fail with ErrCompacted.
+// A snapshot of the state after event before-1 must have been saved first
+// (SaveSnapshot), since it is where every later replay starts; older
+// snapshots go with the events. If archive is not nil the dropped events
+// are written to it first, one JSON object per line, and synced if it can
+// be (an *os.File) before anything is dropped. Idempotency records and the
+// materialized state are kept.
+func (l *Log) Compact(before uint64, archive io.Writer) error {
+	first := l.FirstSeq()
+	switch {
+	case before <= first:
+		return nil // nothing before it is kept
+	case before > l.LastSeq()+1:
+		return fmt.Errorf("compact before %d: the log ends at %d", before, l.LastSeq())
+	}
+	if _, err := l.snapshotAt(before - 1); err != nil {
+		return fmt.Errorf("compact before %d: %w", before, err)
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	var key []byte
+	var enc *json.Encoder
+	if archive != nil {
+		enc = json.NewEncoder(archive)
+	}
+	err := l.Scan(first, before-1, func(ev *intents.Event) error {
+		if enc != nil {
+			if err := enc.Encode(ev); err != nil {
+				return fmt.Errorf("archive event %d: %w", ev.Seq, err)
+			}
+		}
+		var err error
+		key = indexKeys(key[:0], ev, func(k []byte) { err = errors.Join(err, b.Delete(k, nil)) })
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("compact before %d: %w", before, err)
+	}
+	// The archive must be safe before anything is dropped.
+	if s, ok := archive.(interface{ Sync() error }); ok {
+		if err := s.Sync(); err != nil {
+			return fmt.Errorf("compact before %d: archive: %w", before, err)
+		}
+	}
+	err = errors.Join(
+		b.DeleteRange(eventKey(0), eventKey(before), nil),
+		b.DeleteRange(snapshotKey(0), snapshotKey(before-1), nil),
+		b.Set(metaFirst, eventKey(before)[1:], nil),
+	)
+	if err == nil {
+		err = b.Commit(pebble.Sync)
+	}
+	if err != nil {
+		return fmt.Errorf("compact before %d: %w", before, err)
+	}
+	l.first.Store(before)
+	return nil
+}
+
+// snapshotAt checks that a snapshot was taken exactly at seq.
+func (l *Log) snapshotAt(seq uint64) ([]byte, error) {
+	at, data, err := l.Snapshot(seq)
+	if err != nil || at != seq {
+		return nil, fmt.Errorf("no snapshot at %d to start replays from: %w", seq, ErrNotFound)
+	}
+	return data, nil
+}

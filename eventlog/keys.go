@@ -1,0 +1,161 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"slices"
+
+	"github.com/coagent/coagent/intents"
+)
+
+// The key space. Every key starts with one byte naming its family; terms in
+// index keys end with 0x00, which no path, agent, type or txn id contains, so
+// a term's keys sort together and in sequence order.
+//
+//	e<seq:8>                 an encoded event
+//	s<path>                  the materialized entry of a path (kind, version, mod_rev, leaf value)
+//	d<intent id>             the idempotency record: the id's decision
+//	n<seq:8>                 a snapshot taken after event seq
+//	m<name>                  metadata: "first" (the first event kept), "last"
+//	xa<agent>\0<seq:8>       index by agent
+//	xt<type>\0<seq:8>        index by event type
+//	xx<txn>\0<seq:8>         index by transaction
+//	xp<prefix>\0<seq:8>      index by path: every prefix of every path an event concerns
+//	xq<path>\0<seq:8>        index by exact path, for the ancestors of a queried path
+const (
+	famEvent    = 'e'
+	famState    = 's'
+	famDecision = 'd'
+	famSnapshot = 'n'
+	famMeta     = 'm'
+	famIndex    = 'x'
+
+	idxAgent   = 'a'
+	idxType    = 't'
+	idxTxn     = 'x'
+	idxSubtree = 'p'
+	idxExact   = 'q'
+)
+
+var (
+	metaFirst = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
+	metaLast  = []byte{famMeta, 'l', 'a', 's', 't'}
+)
+
+func eventKey(seq uint64) []byte {
+	var k [9]byte
+	k[0] = famEvent
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k[:]
+}
+
+func snapshotKey(seq uint64) []byte {
+	k := eventKey(seq)
+	k[0] = famSnapshot
+	return k
+}
+
+func stateKey(path string) []byte { return append([]byte{famState}, path...) }
+
+func decisionKey(id string) []byte { return append([]byte{famDecision}, id...) }
+
+// indexKey is x<kind><term>\0<seq>.
+func indexKey(dst []byte, kind byte, term string, seq uint64) []byte {
+	dst = append(dst, famIndex, kind)
+	dst = append(dst, term...)
+	dst = append(dst, 0)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// indexPrefix is the prefix of every key of one term.
+func indexPrefix(kind byte, term string) []byte {
+	k := append([]byte{famIndex, kind}, term...)
+	return append(k, 0)
+}
+
+// seqOf reads the sequence number at the end of an event, snapshot or
+// index key.
+func seqOf(key []byte) uint64 {
+	if len(key) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(key[len(key)-8:])
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// pathsOf returns the state paths an event concerns, for the path index:
+// what a change wrote, what a grant may write, what an intent (received,
+// parked or escalated) reads and writes. The others (decisions, notices,
+// renewals, releases) concern none: follow their intent or transaction.
+func pathsOf(ev *intents.Event) []string {
+	var out []string
+	add := func(p string) {
+		if p != "" && intents.CheckPath(p) == nil && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	addIntent := func(in *intents.Intent) {
+		if in == nil {
+			return
+		}
+		for _, w := range in.Writes {
+			add(w.Path)
+		}
+		for _, r := range in.Reads {
+			add(r.Path)
+		}
+	}
+	switch {
+	case ev.Change != nil:
+		for _, w := range ev.Change.Writes {
+			add(w.Path)
+		}
+	case ev.Grant != nil:
+		addIntent(ev.Grant.Propose)
+	case ev.Wait != nil:
+		addIntent(ev.Wait.Intent)
+	case ev.Received != nil:
+		addIntent(ev.Received.Intent)
+	}
+	return out
+}
+
+// prefixes calls fn with every prefix of path, itself included, shortest
+// first.
+func prefixes(path string, fn func(string)) {
+	for i := 0; i < len(path); i++ {
+		if path[i] == '.' {
+			fn(path[:i])
+		}
+	}
+	fn(path)
+}
+
+// indexKeys calls fn with every index key of ev, built in buf (which it
+// returns for reuse; a key is valid only during its call).
+func indexKeys(buf []byte, ev *intents.Event, fn func(key []byte)) []byte {
+	idx := func(kind byte, term string) {
+		if term != "" {
+			buf = indexKey(buf[:0], kind, term, ev.Seq)
+			fn(buf)
+		}
+	}
+	idx(idxAgent, ev.Agent)
+	idx(idxType, string(ev.Type))
+	idx(idxTxn, ev.Txn)
+	for _, p := range pathsOf(ev) {
+		prefixes(p, func(pre string) { idx(idxSubtree, pre) })
+		idx(idxExact, p)
+	}
+	return buf
+}

@@ -1,0 +1,481 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Errors callers branch on.
+var (
+	ErrClosed    = errors.New("eventlog: closed")
+	ErrSequence  = errors.New("eventlog: batch does not continue the log")
+	ErrCompacted = errors.New("eventlog: required events have been compacted")
+	ErrNotFound  = errors.New("eventlog: not found")
+)
+
+// Options tunes a log. The zero value works.
+type Options struct {
+	// NoSync leaves commits unsynced: for tests and benchmarks that measure
+	// everything but the disk. The default syncs every commit.
+	NoSync bool
+	// Pebble, if set, is used to open the store (its Logger is replaced by a
+	// quiet one unless set). The default is Pebble's defaults.
+	Pebble *pebble.Options
+}
+
+// Log is the event log in a Pebble directory. Appends go through one
+// committer goroutine that writes every batch queued since its last commit
+// in one synced Pebble batch (group commit). Reads are safe concurrently
+// with appends and with each other.
+type Log struct {
+	db   *pebble.DB
+	dir  string
+	sync *pebble.WriteOptions
+
+	last  atomic.Uint64 // the last durable seq
+	first atomic.Uint64 // the first event kept (1 unless compacted)
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		next   uint64 // the seq the next enqueued batch must start at
+		queue  []*Pending
+		wake   chan struct{}
+	}
+	done chan struct{}
+}
+
+// Batch is what one append makes durable at once: a run of events that
+// continues the log, and the materialized state they leave.
+type Batch struct {
+	Events []*intents.Event
+	// State holds the new entry of every path the batch's changes touched,
+	// latest last. The engine's state tree says which (Tree.Touched).
+	State []Entry
+}
+
+// Pending is an enqueued batch; Wait returns once it is durable.
+type Pending struct {
+	b     *pebble.Batch
+	last  uint64
+	done  chan struct{}
+	err   error
+	bytes int
+}
+
+// Wait blocks until the batch is durable or ctx ends. A context error does
+// not withdraw the batch: it may still be committed.
+func (p *Pending) Wait(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Last returns the sequence number of the batch's last event.
+func (p *Pending) Last() uint64 { return p.last }
+
+// Open opens (or creates) the log in dir.
+func Open(dir string, opts *Options) (*Log, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	po := &pebble.Options{}
+	if opts.Pebble != nil {
+		po = opts.Pebble.Clone()
+	}
+	if po.Logger == nil && po.LoggerAndTracer == nil {
+		po.Logger = quiet{}
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+	}
+	l := &Log{db: db, dir: dir, sync: pebble.Sync, done: make(chan struct{})}
+	if opts.NoSync {
+		l.sync = pebble.NoSync
+	}
+	first, err := l.meta(metaFirst)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+	}
+	l.first.Store(max(first, 1))
+	last, err := l.lastEventSeq()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+	}
+	if last < first { // everything before first was compacted away
+		last = first - 1
+	}
+	l.last.Store(last)
+	l.mu.next = last + 1
+	l.mu.wake = make(chan struct{}, 1)
+	go l.commitLoop()
+	return l, nil
+}
+
+func (l *Log) meta(key []byte) (uint64, error) {
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("metadata %q is %d bytes, want 8", key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func (l *Log) lastEventSeq() (uint64, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famEvent}, UpperBound: []byte{famEvent + 1}})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	return seqOf(it.Key()), nil
+}
+
+// Close stops the committer after the batches already queued and closes the
+// store. Batches enqueued after Close fail with ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.mu.closed = true
+	l.mu.Unlock()
+	l.kick()
+	<-l.done
+	return l.db.Close()
+}
+
+// Dir returns the directory the log lives in.
+func (l *Log) Dir() string { return l.dir }
+
+// LastSeq returns the sequence number of the last durable event (0 for an
+// empty log).
+func (l *Log) LastSeq() uint64 { return l.last.Load() }
+
+// FirstSeq returns the first event the log still holds; the ones before
+// were compacted.
+func (l *Log) FirstSeq() uint64 { return l.first.Load() }
+
+// Append makes b durable: Enqueue and Wait.
+func (l *Log) Append(ctx context.Context, b *Batch) error {
+	p, err := l.Enqueue(b)
+	if err != nil {
+		return err
+	}
+	return p.Wait(ctx)
+}
+
+// Enqueue queues b for the next group commit and returns at once. Batches
+// are committed in the order they are enqueued, and each must continue the
+// sequence where the previous one stopped (ErrSequence otherwise), so a
+// crash can lose only a suffix of the enqueued batches, never a middle one,
+// and never part of a batch. Encoding happens in the caller's goroutine.
+func (l *Log) Enqueue(b *Batch) (*Pending, error) {
+	if len(b.Events) == 0 {
+		return nil, fmt.Errorf("eventlog: empty batch")
+	}
+	for i := 1; i < len(b.Events); i++ {
+		if b.Events[i].Seq != b.Events[i-1].Seq+1 {
+			return nil, fmt.Errorf("%w: event %d follows %d inside the batch", ErrSequence, b.Events[i].Seq, b.Events[i-1].Seq)
+		}
+	}
+	pb, err := l.encode(b)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{b: pb, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
+	l.mu.Lock()
+	switch {
+	case l.mu.closed:
+		l.mu.Unlock()
+		pb.Close()
+		return nil, ErrClosed
+	case b.Events[0].Seq != l.mu.next:
+		next := l.mu.next
+		l.mu.Unlock()
+		pb.Close()
+		return nil, fmt.Errorf("%w: batch starts at %d, the log continues at %d", ErrSequence, b.Events[0].Seq, next)
+	}
+	l.mu.next = p.last + 1
+	l.mu.queue = append(l.mu.queue, p)
+	l.mu.Unlock()
+	l.kick()
+	return p, nil
+}
+
+func (l *Log) kick() {
+	select {
+	case l.mu.wake <- struct{}{}:
+	default:
+	}
+}
+
+// commitLoop is the committer: it takes everything queued, writes it as one
+// synced batch and wakes every waiter, until Close.
+func (l *Log) commitLoop() {
+	defer close(l.done)
+	for {
+		l.mu.Lock()
+		queue, closed := l.mu.queue, l.mu.closed
+		l.mu.queue = nil
+		l.mu.Unlock()
+		if len(queue) == 0 {
+			if closed {
+				return
+			}
+			<-l.mu.wake
+			continue
+		}
+		err := l.commit(queue)
+		if err == nil {
+			l.last.Store(queue[len(queue)-1].last)
+		}
+		for _, p := range queue {
+			p.err = err
+			p.b.Close()
+			close(p.done)
+		}
+		if err != nil {
+			// Whatever followed a failed commit cannot continue the log:
+			// fail every later batch rather than leave a hole.
+			l.mu.Lock()
+			l.mu.closed = true
+			l.mu.Unlock()
+		}
+	}
+}
+
+func (l *Log) commit(queue []*Pending) error {
+	if len(queue) == 1 {
+		return queue[0].b.Commit(l.sync)
+	}
+	group := l.db.NewBatch()
+	defer group.Close()
+	for _, p := range queue {
+		if err := group.Apply(p.b, nil); err != nil {
+			return fmt.Errorf("eventlog: group batch: %w", err)
+		}
+	}
+	return group.Commit(l.sync)
+}
+
+// encode writes a batch's events, state, idempotency records and index
+// entries into one Pebble batch.
+func (l *Log) encode(b *Batch) (*pebble.Batch, error) {
+	pb := l.db.NewBatch()
+	var buf, key []byte
+	records := map[string]*intents.Decision{} // this batch's, latest wins
+	for _, ev := range b.Events {
+		buf = AppendEvent(buf[:0], ev)
+		if err := pb.Set(eventKey(ev.Seq), buf, nil); err != nil {
+			pb.Close()
+			return nil, err
+		}
+		var err error
+		key = indexKeys(key[:0], ev, func(k []byte) { err = errors.Join(err, pb.Set(k, nil, nil)) })
+		if err != nil {
+			pb.Close()
+			return nil, err
+		}
+		if d := ev.Decision; d != nil && d.Intent != "" {
+			prev, ok := records[d.Intent]
+			if !ok {
+				var err error
+				if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
+					pb.Close()
+					return nil, err
+				}
+			}
+			if intents.Records(prev, d) {
+				records[d.Intent] = d
+			}
+		}
+	}
+	for id, d := range records {
+		buf = AppendDecision(buf[:0], d)
+		if err := pb.Set(decisionKey(id), buf, nil); err != nil {
+			pb.Close()
+			return nil, err
+		}
+	}
+	for _, e := range b.State {
+		buf = appendEntry(buf[:0], e)
+		if err := pb.Set(stateKey(e.Path), buf, nil); err != nil {
+			pb.Close()
+			return nil, err
+		}
+	}
+	var last [8]byte
+	binary.BigEndian.PutUint64(last[:], b.Events[len(b.Events)-1].Seq)
+	if err := pb.Set(metaLast, last[:], nil); err != nil {
+		pb.Close()
+		return nil, err
+	}
+	return pb, nil
+}
+
+// CorruptError names the record that could not be read and why. The rest of
+// the log stays readable.
+type CorruptError struct {
+	Seq uint64
+	Err error
+}
+
+func (e *CorruptError) Error() string { return fmt.Sprintf("event %d: %v", e.Seq, e.Err) }
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Event returns the event at seq.
+func (l *Log) Event(seq uint64) (*intents.Event, error) {
+	if seq < l.FirstSeq() {
+		return nil, fmt.Errorf("event %d: %w (the log starts at %d)", seq, ErrCompacted, l.FirstSeq())
+	}
+	v, closer, err := l.db.Get(eventKey(seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("event %d: %w", seq, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return decodeAt(seq, v)
+}
+
+func decodeAt(seq uint64, v []byte) (*intents.Event, error) {
+	ev, err := DecodeEvent(v)
+	if err != nil {
+		return nil, &CorruptError{Seq: seq, Err: err}
+	}
+	if ev.Seq != seq {
+		return nil, &CorruptError{Seq: seq, Err: fmt.Errorf("%w: the record says it is event %d", ErrCorrupt, ev.Seq)}
+	}
+	return ev, nil
+}
+
+// Scan calls fn with every event from seq from through until (0: the
+// last), in order. It fails with ErrCompacted if from precedes FirstSeq, and
+// with a *CorruptError naming the first record it cannot read.
+func (l *Log) Scan(from, until uint64, fn func(*intents.Event) error) error {
+	if from == 0 {
+		from = 1
+	}
+	if from < l.FirstSeq() {
+		return fmt.Errorf("scan from %d: %w (the log starts at %d)", from, ErrCompacted, l.FirstSeq())
+	}
+	upper := []byte{famEvent + 1}
+	if until != 0 {
+		upper = eventKey(until + 1)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: upper})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		ev, err := decodeAt(seqOf(it.Key()), it.Value())
+		if err != nil {
+			return err
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// ScanRaw is Scan without decoding: fn gets each record's bytes, valid only
+// during the call. It is the floor replay is measured against.
+func (l *Log) ScanRaw(from uint64, fn func(seq uint64, rec []byte) error) error {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(max(from, 1)), UpperBound: []byte{famEvent + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		if err := fn(seqOf(it.Key()), it.Value()); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// Decision returns the recorded decision of an intent id (ErrNotFound if
+// none): the idempotency record, kept even when the events are compacted.
+func (l *Log) Decision(id string) (*intents.Decision, error) {
+	v, closer, err := l.db.Get(decisionKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("decision of %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	d, err := DecodeDecision(v)
+	if err != nil {
+		return nil, fmt.Errorf("decision of %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// SaveSnapshot stores an opaque snapshot of the state after event seq,
+// synced.
+func (l *Log) SaveSnapshot(seq uint64, data []byte) error {
+	if err := l.db.Set(snapshotKey(seq), data, pebble.Sync); err != nil {
+		return fmt.Errorf("save snapshot at %d: %w", seq, err)
+	}
+	return nil
+}
+
+// Snapshot returns the latest snapshot taken at or before seq (0: the
+// latest of all), and the seq it was taken at. ErrNotFound if there is
+// none.
+func (l *Log) Snapshot(atOrBefore uint64) (uint64, []byte, error) {
+	upper := []byte{famSnapshot + 1}
+	if atOrBefore != 0 {
+		upper = snapshotKey(atOrBefore + 1)
+	}
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famSnapshot}, UpperBound: upper})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return 0, nil, err
+		}
+		return 0, nil, fmt.Errorf("snapshot at or before %d: %w", atOrBefore, ErrNotFound)
+	}
+	return seqOf(it.Key()), bytes.Clone(it.Value()), nil
+}
+
+// quiet is a Pebble logger that says nothing but fatal errors, which it
+// panics with as Pebble expects.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)  {}
+func (quiet) Errorf(string, ...any) {}
+func (quiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,362 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func openTest(t testing.TB, dir string) *Log {
+	t.Helper()
+	l, err := Open(dir, &Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// gen makes varied events: every type, a few agents, transactions and
+// paths, so indexes have something to find.
+type gen struct {
+	rng *rand.Rand
+	seq uint64
+}
+
+var (
+	genAgents = []string{"a", "b", "c"}
+	genPaths  = []string{"r", "r.s", "r.s.t", "r.st", "q.x", "q"}
+	genTxns   = []string{"", "", "T1", "T2"}
+)
+
+func (g *gen) event() *intents.Event {
+	g.seq++
+	ev := &intents.Event{Seq: g.seq, Time: t0.Add(time.Duration(g.seq) * time.Millisecond),
+		Agent: genAgents[g.rng.IntN(len(genAgents))], Txn: genTxns[g.rng.IntN(len(genTxns))]}
+	ev.ID[15] = byte(g.seq)
+	p := genPaths[g.rng.IntN(len(genPaths))]
+	in := &intents.Intent{ID: ulid.Make().String(), Agent: ev.Agent, Kind: intents.KindApply,
+		Writes: []intents.Write{{Path: p, Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
+	ev.Intent = in.ID
+	switch g.rng.IntN(6) {
+	case 0:
+		ev.Type, ev.Received = intents.EventIntent, &intents.Received{Intent: in}
+	case 1:
+		ev.Type, ev.Decision = intents.EventDecision, &intents.Decision{Intent: in.ID, Agent: ev.Agent, Outcome: intents.OutcomeApplied}
+	case 2:
+		ev.Type, ev.Change = intents.EventChange, &intents.Change{Writes: []intents.Applied{{Path: p, Op: intents.OpSet, Value: json.RawMessage(`2`), NewVersion: 1}}}
+	case 3:
+		ev.Type, ev.Grant = intents.EventGrant, &intents.Grant{Txn: "T1", Agent: ev.Agent, Fence: 1, Expires: t0, Propose: in}
+	case 4:
+		ev.Type, ev.Wait = intents.EventWait, &intents.Wait{Intent: in, Deadline: t0, Conflicts: []intents.Conflict{{Path: p, Kind: intents.ConflictWriteWrite}}}
+	default:
+		ev.Type, ev.Notice = intents.EventNotice, &intents.Notice{Kind: intents.NoticeWaiting, Detail: "x"}
+	}
+	return ev
+}
+
+func (g *gen) batch(n int) *Batch {
+	b := &Batch{}
+	for range n {
+		b.Events = append(b.Events, g.event())
+	}
+	return b
+}
+
+func TestAppendScanReopen(t *testing.T) {
+	dir := t.TempDir()
+	l := openTest(t, dir)
+	g := &gen{rng: rand.New(rand.NewPCG(1, 1))}
+	var all []*intents.Event
+	for range 50 {
+		b := g.batch(1 + g.rng.IntN(5))
+		b.State = []Entry{{Path: "r.s", Kind: KindLeaf, Value: json.RawMessage(fmt.Sprint(g.seq)), Version: g.seq, ModRev: g.seq}}
+		if err := l.Append(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b.Events...)
+	}
+	check := func(l *Log) {
+		t.Helper()
+		if l.LastSeq() != g.seq {
+			t.Fatalf("LastSeq %d, want %d", l.LastSeq(), g.seq)
+		}
+		var got []*intents.Event
+		if err := l.Scan(1, 0, func(ev *intents.Event) error { got = append(got, ev); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(all) {
+			t.Fatalf("scanned %d events, appended %d", len(got), len(all))
+		}
+		for i := range got {
+			a, _ := json.Marshal(got[i])
+			b, _ := json.Marshal(all[i])
+			if !bytes.Equal(a, b) {
+				t.Fatalf("event %d:\n got %s\nwant %s", i+1, a, b)
+			}
+		}
+		e, err := l.Entry("r.s")
+		if err != nil || string(e.Value) != fmt.Sprint(g.seq) || e.Version != g.seq {
+			t.Fatalf("entry r.s = %+v, %v", e, err)
+		}
+	}
+	check(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openTest(t, dir)
+	defer l.Close()
+	check(l)
+	// The log continues where it stopped, and nowhere else.
+	if _, err := l.Enqueue(&Batch{Events: []*intents.Event{{Seq: g.seq + 2, Type: intents.EventNotice, Notice: &intents.Notice{}}}}); !errors.Is(err, ErrSequence) {
+		t.Fatalf("a gap: %v, want ErrSequence", err)
+	}
+	if _, err := l.Enqueue(&Batch{Events: []*intents.Event{{Seq: g.seq, Type: intents.EventNotice, Notice: &intents.Notice{}}}}); !errors.Is(err, ErrSequence) {
+		t.Fatalf("a repeat: %v, want ErrSequence", err)
+	}
+}
+
+// Many writers share commits, each returns only once its batch is durable,
+// and the log holds every batch whole and in the order it was enqueued.
+func TestGroupCommitConcurrent(t *testing.T) {
+	l, err := Open(t.TempDir(), nil) // synced, as in production
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	g := &gen{rng: rand.New(rand.NewPCG(2, 2))}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				mu.Lock()
+				b := g.batch(3)
+				for _, ev := range b.Events {
+					ev.Agent = fmt.Sprintf("w%d", w)
+				}
+				p, err := l.Enqueue(b)
+				mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := p.Wait(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+				if l.LastSeq() < p.Last() {
+					t.Errorf("Wait returned before seq %d was durable (last %d)", p.Last(), l.LastSeq())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if l.LastSeq() != 16*20*3 {
+		t.Fatalf("LastSeq %d", l.LastSeq())
+	}
+	// Each writer's batches of 3 are contiguous and whole.
+	var agents []string
+	if err := l.Scan(1, 0, func(ev *intents.Event) error { agents = append(agents, ev.Agent); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(agents); i += 3 {
+		if agents[i] != agents[i+1] || agents[i] != agents[i+2] {
+			t.Fatalf("batch at %d is interleaved: %v", i+1, agents[i:i+3])
+		}
+	}
+}
+
+// Index queries return exactly what a full scan filtered the same way
+// returns, in order, with paging.
+func TestQueryMatchesScan(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(3, 3))}
+	for range 200 {
+		if err := l.Append(context.Background(), g.batch(1+g.rng.IntN(4))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []*intents.Event
+	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant}}
+	for _, p := range append(slices.Clone(genPaths), "r.s.t.u", "zz") {
+		queries = append(queries, Query{Path: p}, Query{Path: p, Agent: "c"}, Query{Path: p, Type: intents.EventWait, Txn: "T1"})
+	}
+	for _, q := range queries {
+		for _, from := range []uint64{0, 17, 300} {
+			q := q
+			q.From = from
+			var want []uint64
+			for _, ev := range all {
+				if ev.Seq >= from && q.matches(ev) {
+					want = append(want, ev.Seq)
+				}
+			}
+			// Page through with a small limit.
+			var got []uint64
+			q.Limit = 7
+			for {
+				evs, next, err := l.Query(q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ev := range evs {
+					got = append(got, ev.Seq)
+				}
+				if next == 0 {
+					break
+				}
+				q.From = next
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("query %+v: got %v, want %v", q, got, want)
+			}
+		}
+	}
+}
+
+func TestPathMatchesOverlap(t *testing.T) {
+	ev := &intents.Event{Type: intents.EventChange, Change: &intents.Change{Writes: []intents.Applied{{Path: "report.s1.intro"}}}}
+	for p, want := range map[string]bool{"report": true, "report.s1": true, "report.s1.intro": true,
+		"report.s1.intro.x": true, "report.s1.introx": false, "report.s2": false, "other": false} {
+		q := Query{Path: p}
+		if got := q.matches(ev); got != want {
+			t.Errorf("path %s matches %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestCompact(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(4, 4))}
+	for range 30 {
+		if err := l.Append(context.Background(), g.batch(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Compact(21, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("compact without a snapshot: %v", err)
+	}
+	if err := l.SaveSnapshot(20, []byte("state after 20")); err != nil {
+		t.Fatal(err)
+	}
+	var archive bytes.Buffer
+	if err := l.Compact(21, &archive); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(archive.String(), "\n"); n != 20 {
+		t.Fatalf("archived %d events, want 20", n)
+	}
+	if l.FirstSeq() != 21 {
+		t.Fatalf("FirstSeq %d", l.FirstSeq())
+	}
+	if _, err := l.Event(5); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("event 5 after compaction: %v", err)
+	}
+	if err := l.Scan(1, 0, func(*intents.Event) error { return nil }); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("scan from 1: %v", err)
+	}
+	evs, _, err := l.Query(Query{Limit: 1000})
+	if err != nil || len(evs) != 40 || evs[0].Seq != 21 {
+		t.Fatalf("query after compaction: %d events from %v, %v", len(evs), evs[0].Seq, err)
+	}
+	evs, _, _ = l.Query(Query{Agent: "a", Limit: 1000})
+	for _, ev := range evs {
+		if ev.Seq < 21 {
+			t.Fatalf("the agent index still names compacted event %d", ev.Seq)
+		}
+	}
+	if at, data, err := l.Snapshot(0); err != nil || at != 20 || string(data) != "state after 20" {
+		t.Fatalf("snapshot after compaction: %d %q %v", at, data, err)
+	}
+}
+
+// A damaged record is an error naming its seq; the others stay readable.
+func TestCorruptRecord(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(5, 5))}
+	if err := l.Append(context.Background(), g.batch(5)); err != nil {
+		t.Fatal(err)
+	}
+	v, closer, _ := l.db.Get(eventKey(3))
+	damaged := bytes.Clone(v)
+	closer.Close()
+	for name, rec := range map[string][]byte{
+		"truncated": damaged[:len(damaged)/2],
+		"version":   append([]byte{99}, damaged[1:]...),
+		"garbage":   []byte("not a record"),
+	} {
+		if err := l.db.Set(eventKey(3), rec, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		_, err := l.Event(3)
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Seq != 3 {
+			t.Errorf("%s: %v, want a CorruptError at 3", name, err)
+		}
+		err = l.Scan(1, 0, func(*intents.Event) error { return nil })
+		if !errors.As(err, &ce) || ce.Seq != 3 || !strings.Contains(err.Error(), "event 3") {
+			t.Errorf("%s: scan: %v", name, err)
+		}
+		if _, err := l.Event(4); err != nil {
+			t.Errorf("%s: event 4 unreadable: %v", name, err)
+		}
+		if err := l.Scan(4, 0, func(*intents.Event) error { return nil }); err != nil {
+			t.Errorf("%s: scan from 4: %v", name, err)
+		}
+	}
+}
+
+// The idempotency record follows the engine's rule: the first agent's
+// decision stands; a duplicate or another agent's use of the id does not
+// replace it.
+func TestDecisionRecords(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	dec := func(seq uint64, d intents.Decision) *intents.Event {
+		return &intents.Event{Seq: seq, Type: intents.EventDecision, Intent: d.Intent, Agent: d.Agent, Decision: &d}
+	}
+	b := &Batch{Events: []*intents.Event{
+		dec(1, intents.Decision{Intent: "I1", Agent: "a", Outcome: intents.OutcomeQueued}),
+		dec(2, intents.Decision{Intent: "I1", Agent: "a", Outcome: intents.OutcomeApplied, Rev: 9}),
+		dec(3, intents.Decision{Intent: "I1", Agent: "b", Outcome: intents.OutcomeRejected, Reason: intents.ReasonInvalid}),
+		dec(4, intents.Decision{Intent: "I2", Agent: "b", Outcome: intents.OutcomeRejected, Reason: intents.ReasonUnauthorized}),
+	}}
+	if err := l.Append(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(context.Background(), &Batch{Events: []*intents.Event{
+		dec(5, intents.Decision{Intent: "I1", Agent: "b", Outcome: intents.OutcomeRejected, Reason: intents.ReasonInvalid}),
+		dec(6, intents.Decision{Intent: "I1", Agent: "a", Outcome: intents.OutcomeApplied, Rev: 9, Duplicate: true}),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Decision("I1")
+	if err != nil || d.Agent != "a" || d.Outcome != intents.OutcomeApplied || d.Rev != 9 {
+		t.Fatalf("record of I1: %+v, %v", d, err)
+	}
+	if _, err := l.Decision("I2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("an unauthorized intent took I2: %v", err)
+	}
+}

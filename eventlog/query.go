@@ -1,0 +1,215 @@
+package eventlog
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Query selects events of the audit trail. Set criteria must all match.
+type Query struct {
+	Agent string            // the event's agent
+	Type  intents.EventType // the event's type
+	Txn   string            // the event's transaction
+	// Path matches events that concern a path overlapping it: the path
+	// itself, anything under it, or an ancestor of it (a write to report
+	// concerns report.intro). Decisions carry no paths; follow their intent.
+	Path  string
+	From  uint64 // the first seq to consider; the default is the first kept
+	Limit int    // at most this many events; the default is 100
+}
+
+// Query answers q from the indexes — the most selective one drives, the
+// other criteria filter — in sequence order. It returns the events and the
+// seq to continue from, 0 when there are no more.
+func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	if q.From < l.FirstSeq() {
+		q.From = l.FirstSeq()
+	}
+	if q.Path != "" {
+		if err := intents.CheckPath(q.Path); err != nil {
+			return nil, 0, fmt.Errorf("query path %q: %v", q.Path, err)
+		}
+	}
+	snap := l.db.NewSnapshot()
+	defer snap.Close()
+	src, err := l.stream(snap, q)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer src.close()
+	var out []*intents.Event
+	for {
+		seq, ok := src.next()
+		if !ok {
+			return out, 0, src.err()
+		}
+		if len(out) == q.Limit {
+			return out, seq, nil
+		}
+		v, closer, err := snap.Get(eventKey(seq))
+		if err != nil {
+			return nil, 0, fmt.Errorf("event %d named by an index: %w", seq, err)
+		}
+		ev, err := decodeAt(seq, v)
+		closer.Close()
+		if err != nil {
+			return nil, 0, err
+		}
+		if q.matches(ev) {
+			out = append(out, ev)
+		}
+	}
+}
+
+// matches applies every criterion to ev, exactly as the indexes do.
+func (q *Query) matches(ev *intents.Event) bool {
+	switch {
+	case q.Agent != "" && ev.Agent != q.Agent,
+		q.Type != "" && ev.Type != q.Type,
+		q.Txn != "" && ev.Txn != q.Txn:
+		return false
+	case q.Path != "":
+		return slices.ContainsFunc(pathsOf(ev), func(p string) bool { return intents.Overlaps(p, q.Path) })
+	}
+	return true
+}
+
+// stream picks the index that drives q: a transaction has the fewest
+// events, then an agent, a path, a type; with no criterion, the log itself.
+func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
+	switch {
+	case q.Txn != "":
+		return newIndexStream(r, indexPrefix(idxTxn, q.Txn), q.From)
+	case q.Agent != "":
+		return newIndexStream(r, indexPrefix(idxAgent, q.Agent), q.From)
+	case q.Path != "":
+		var streams []seqStream
+		add := func(prefix []byte) error {
+			s, err := newIndexStream(r, prefix, q.From)
+			if err == nil {
+				streams = append(streams, s)
+			}
+			return err
+		}
+		if err := add(indexPrefix(idxSubtree, q.Path)); err != nil {
+			return nil, err
+		}
+		for i := 0; i < len(q.Path); i++ {
+			if q.Path[i] == '.' {
+				if err := add(indexPrefix(idxExact, q.Path[:i])); err != nil {
+					mergeStream(streams).close()
+					return nil, err
+				}
+			}
+		}
+		return mergeStream(streams), nil
+	case q.Type != "":
+		return newIndexStream(r, indexPrefix(idxType, string(q.Type)), q.From)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: eventKey(q.From), UpperBound: []byte{famEvent + 1}})
+	if err != nil {
+		return nil, err
+	}
+	return &iterStream{it: it}, nil
+}
+
+// seqStream yields sequence numbers in ascending order.
+type seqStream interface {
+	next() (uint64, bool)
+	err() error
+	close()
+}
+
+// iterStream yields the seq at the end of each key of an iterator.
+type iterStream struct {
+	it      *pebble.Iterator
+	started bool
+}
+
+func newIndexStream(r pebble.Reader, prefix []byte, from uint64) (*iterStream, error) {
+	lower := append(bytes.Clone(prefix), eventKey(from)[1:]...)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	return &iterStream{it: it}, nil
+}
+
+func (s *iterStream) next() (uint64, bool) {
+	var ok bool
+	if !s.started {
+		s.started, ok = true, s.it.First()
+	} else {
+		ok = s.it.Next()
+	}
+	if !ok {
+		return 0, false
+	}
+	return seqOf(s.it.Key()), true
+}
+
+func (s *iterStream) err() error { return s.it.Error() }
+func (s *iterStream) close()     { s.it.Close() }
+
+// merged yields the union of several streams in order, each seq once.
+type merged struct {
+	streams []seqStream
+	heads   []uint64
+	live    []bool
+	primed  bool
+	last    uint64
+	emitted bool
+}
+
+func mergeStream(streams []seqStream) *merged {
+	return &merged{streams: streams, heads: make([]uint64, len(streams)), live: make([]bool, len(streams))}
+}
+
+func (m *merged) next() (uint64, bool) {
+	if !m.primed {
+		m.primed = true
+		for i, s := range m.streams {
+			m.heads[i], m.live[i] = s.next()
+		}
+	}
+	for {
+		best := -1
+		for i := range m.streams {
+			if m.live[i] && (best < 0 || m.heads[i] < m.heads[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return 0, false
+		}
+		seq := m.heads[best]
+		m.heads[best], m.live[best] = m.streams[best].next()
+		if m.emitted && seq == m.last {
+			continue // in several streams
+		}
+		m.last, m.emitted = seq, true
+		return seq, true
+	}
+}
+
+func (m *merged) err() error {
+	for _, s := range m.streams {
+		if err := s.err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *merged) close() {
+	for _, s := range m.streams {
+		s.close()
+	}
+}

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/coagent/coagent/eventlog"
@@ -19,7 +17,7 @@ func logDir(data string) string { return filepath.Join(data, "eventlog") }
 // one: the read commands never create an empty log by mistake.
 func openLog(data string) (*eventlog.Log, error) {
 	dir := logDir(data)
-	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); errors.Is(err, os.ErrNotExist) {
+	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
 		return nil, fmt.Errorf("no event log in %s (looked for %s)", data, dir)
 	}
 	return eventlog.Open(dir, nil)

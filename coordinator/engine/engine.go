@@ -57,6 +57,8 @@ type txn struct {
 	reads   []intents.Read
 	merged  []string // intents that committed beside it into its documents
 	warned  bool
+	// warnN and endN number its current lease timers (see timer).
+	warnN, endN uint64
 }
 
 // parked is an intent waiting on transactions in flight or on an arbiter.
@@ -65,6 +67,7 @@ type parked struct {
 	deadline  time.Time
 	escalated bool
 	conflicts []intents.Conflict
+	deadlineN uint64 // the number of its current deadline timer
 }
 
 // load counts what one agent holds, for rate limiting.
@@ -109,6 +112,10 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) Submit(now time.Time, agent string, raw []byte, out []*intents.Event) []*intents.Event {
 	e.begin(now, out)
 	e.advance()
+	if agent != "" && !intents.ValidSegment(agent) {
+		e.rejectRaw("", raw, fmt.Errorf("the subject's agent token %q is not an agent name", agent))
+		return e.end()
+	}
 	in, err := intents.Decode(raw)
 	if err != nil {
 		e.rejectRaw(agent, raw, err)

@@ -80,13 +80,13 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		e.index.Add(&t.Txn)
 		e.fence = max(e.fence, g.Fence)
 		e.loadOf(t.Agent).txns++
-		e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
-		e.timers.add(t.expires, timerLeaseEnd, t.ID)
+		t.warnN = e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
+		t.endN = e.timers.add(t.expires, timerLeaseEnd, t.ID)
 	case intents.EventRenew:
 		t := e.txns[ev.Grant.Txn]
 		t.expires, t.leaseMS, t.warned = ev.Grant.Expires, ev.Grant.LeaseMS, false
-		e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
-		e.timers.add(t.expires, timerLeaseEnd, t.ID)
+		t.warnN = e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
+		t.endN = e.timers.add(t.expires, timerLeaseEnd, t.ID)
 	case intents.EventExpire, intents.EventRelease:
 		t := e.txns[ev.Release.Txn]
 		e.index.Remove(&t.Txn)
@@ -109,7 +109,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		if !p.escalated {
 			e.waits.Park(w.Intent.ID, w.Intent.Agent, holders(w.Conflicts))
 		}
-		e.timers.add(p.deadline, timerDeadline, w.Intent.ID)
+		p.deadlineN = e.timers.add(p.deadline, timerDeadline, w.Intent.ID)
 	case intents.EventNotice:
 		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
 			if t := e.txns[ev.Notice.Txn]; t != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"container/heap"
 	"encoding/json"
 	"errors"
@@ -51,11 +52,13 @@ type Snapshot struct {
 	// is forgotten.
 	Decided Window[*intents.Decision]    `json:"decided"`
 	Ended   Window[intents.ReleaseCause] `json:"ended"`
-	// Timers are the live pending timers, in firing order, and TimerCount
-	// is how many timers the engine ever set: the next gets TimerCount+1.
-	// Timers due at the same instant fire in the order they were set, so
-	// both are kept as they were. Stale timers (a lease renewed since, an
-	// intent decided) are left out: the engine skips them.
+	// Timers are the pending timers, in firing order, and TimerCount is how
+	// many timers the engine ever set: the next gets TimerCount+1. Timers
+	// due at the same instant fire in the order they were set, so both are
+	// kept as they were. Of the stale timers (a lease renewed since, an
+	// intent decided), which the engine skips, only those due after Now are
+	// kept: a renewal can move a lease's end back to one of them and make
+	// it live again.
 	Timers     []SnapshotTimer `json:"timers"`
 	TimerCount uint64          `json:"timer_count"`
 }
@@ -131,10 +134,7 @@ func (e *Engine) Snapshot() *Snapshot {
 			Conflicts: p.conflicts})
 	}
 	slices.SortFunc(s.Parked, func(a, b SnapshotParked) int { return strings.Compare(a.Intent.ID, b.Intent.ID) })
-	// A stale timer is skipped when it comes due (or dropped earlier by
-	// NextDeadline), so only the live ones matter; the count goes on, so
-	// that timers set later still fire after those set before at the same
-	// instant.
+	// Stale timers never fire (see timer), so only the live ones are kept.
 	for _, tm := range e.timers.h {
 		if e.live(tm) {
 			s.Timers = append(s.Timers, SnapshotTimer{At: tm.at, Kind: timerKinds[tm.kind], ID: tm.id, N: tm.n})
@@ -144,19 +144,9 @@ func (e *Engine) Snapshot() *Snapshot {
 		if c := a.At.Compare(b.At); c != 0 {
 			return c
 		}
-		return cmpUint(a.N, b.N)
+		return cmp.Compare(a.N, b.N)
 	})
 	return s
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Restore returns an engine in exactly the state s was taken in, configured
@@ -321,6 +311,23 @@ func (e *Engine) restoreTimers(s *Snapshot) error {
 	}
 	e.timers = timers{h: h, n: s.TimerCount}
 	heap.Init(&e.timers)
+	// Each lease and deadline takes the number of its timer back.
+	for _, tm := range h {
+		switch tm.kind {
+		case timerLeaseWarn:
+			if t := e.txns[tm.id]; t != nil && !t.warned && tm.at.Equal(e.warnAt(t)) {
+				t.warnN = max(t.warnN, tm.n)
+			}
+		case timerLeaseEnd:
+			if t := e.txns[tm.id]; t != nil && tm.at.Equal(t.expires) {
+				t.endN = max(t.endN, tm.n)
+			}
+		case timerDeadline:
+			if p := e.parked[tm.id]; p != nil && tm.at.Equal(p.deadline) {
+				p.deadlineN = max(p.deadlineN, tm.n)
+			}
+		}
+	}
 	// What is in flight must end some day: every lease has its timer, and
 	// so has every parked intent's deadline.
 	type key struct {

@@ -120,6 +120,12 @@ func sameEngine(t testing.TB, what string, a, b *Engine) {
 	if la, lb := loads(a), loads(b); !reflect.DeepEqual(la, lb) {
 		t.Fatalf("%s: loads differ: %v vs %v", what, la, lb)
 	}
+}
+
+// sameDeadline fails unless a and b have the same next deadline. It is a
+// call like any other: NextDeadline drops the stale timers it meets.
+func sameDeadline(t testing.TB, what string, a, b *Engine) {
+	t.Helper()
 	da, oka := a.NextDeadline()
 	db, okb := b.NextDeadline()
 	if oka != okb || !da.Equal(db) {
@@ -199,6 +205,9 @@ func TestSnapshotContinues(t *testing.T) {
 				got = r.Advance(w.now, nil)
 			}
 			sameEvents(t, fmt.Sprintf("%s, step %d", what, i), w.log[before:], got)
+			if i%3 == 0 { // as the coordinator asks when to call Advance
+				sameDeadline(t, fmt.Sprintf("%s, step %d", what, i), w.e, r)
+			}
 		}
 		sameEngine(t, what+" after the suffix", w.e, r)
 		for range 10 {
@@ -282,6 +291,9 @@ func TestSnapshotThenTail(t *testing.T) {
 			what := fmt.Sprintf("seed %d, step %d after the log", seed, i)
 			sameEvents(t, what+" (replayed)", live.log[before:], call(full))
 			sameEvents(t, what+" (restored)", live.log[before:], call(restored))
+			if i%4 == 0 {
+				sameDeadline(t, what, full, restored)
+			}
 		}
 		sameEngine(t, fmt.Sprintf("seed %d: carried on", seed), full, restored)
 	}
@@ -463,11 +475,15 @@ func TestRestoreRejects(t *testing.T) {
 		"a parked intent twice":                  func(s *Snapshot) { s.Parked = append(s.Parked, s.Parked[0]) },
 		"a parked intent without its intent":     func(s *Snapshot) { s.Parked[0].Intent = nil },
 		"a wait on no conflict":                  func(s *Snapshot) { waiting(s).Conflicts = nil },
-		"a nil decision":                         func(s *Snapshot) { s.Decided.Prev = map[string]*intents.Decision{"x": nil} },
-		"a timer of an unknown kind":             func(s *Snapshot) { s.Timers[0].Kind = "alarm" },
-		"a timer numbered 0":                     func(s *Snapshot) { s.Timers[0].N = 0 },
-		"a timer never set":                      func(s *Snapshot) { s.Timers[0].N = s.TimerCount + 1 },
-		"a timer twice":                          func(s *Snapshot) { s.Timers = append(s.Timers, s.Timers[0]) },
+		"a parked intent with a value not JSON": func(s *Snapshot) {
+			waiting(s).Intent.Writes[0].Value = json.RawMessage(`"unterminated`)
+		},
+		"a propose without a kind":   func(s *Snapshot) { s.Txns[0].Propose.Kind = "" },
+		"a nil decision":             func(s *Snapshot) { s.Decided.Prev = map[string]*intents.Decision{"x": nil} },
+		"a timer of an unknown kind": func(s *Snapshot) { s.Timers[0].Kind = "alarm" },
+		"a timer numbered 0":         func(s *Snapshot) { s.Timers[0].N = 0 },
+		"a timer never set":          func(s *Snapshot) { s.Timers[0].N = s.TimerCount + 1 },
+		"a timer twice":              func(s *Snapshot) { s.Timers = append(s.Timers, s.Timers[0]) },
 		"a lease that never ends": func(s *Snapshot) {
 			s.Timers = drop(s.Timers, timer(s, "lease_end", txn1))
 		},
@@ -505,7 +521,10 @@ func TestRestoreRejects(t *testing.T) {
 		if json.Unmarshal(b, &s) != nil {
 			continue
 		}
-		_, _ = Restore(Config{}, &s)
+		// What Restore accepts must run.
+		if e, err := Restore(Config{}, &s); err == nil {
+			e.Advance(base.Add(time.Hour), nil)
+		}
 	}
 }
 
@@ -583,5 +602,55 @@ func TestExactIntentCoversRawFields(t *testing.T) {
 	walk("Intent", reflect.TypeFor[intents.Intent]())
 	if want := []string{"Intent.Writes[].Value", "Intent.Meta"}; !reflect.DeepEqual(found, want) {
 		t.Fatalf("intents.Intent holds raw JSON at %v; exactIntent keeps %v exact", found, want)
+	}
+}
+
+// A renewal can move a lease's end back to an instant it had before. The
+// timer set for that instant the first time stays stale — only the
+// renewal's own timer counts — so the order of expiries at one instant is
+// the order their timers were set, live or restored alike.
+func TestSnapshotTimersAfterRenewal(t *testing.T) {
+	ids := &counterIDs{}
+	e, _ := New(snapConfig(0, ids))
+	n := byte(0)
+	submit := func(e *Engine, at time.Duration, in *intents.Intent) []*intents.Event {
+		raw, _ := json.Marshal(in)
+		return e.Submit(base.Add(at), in.Agent, raw, nil)
+	}
+	intent := func(agent string, kind intents.Kind) *intents.Intent {
+		n++
+		var u ulid.ULID
+		_ = u.SetTime(ulid.Timestamp(base))
+		u[15] = n
+		return &intents.Intent{ID: u.String(), Agent: agent, Kind: kind}
+	}
+	grant := func(agent, path string) *intents.Decision {
+		in := intent(agent, intents.KindPropose)
+		in.LeaseMS, in.Writes = 10000, []intents.Write{{Path: path, Op: intents.OpSet}}
+		evs := submit(e, 0, in)
+		return evs[len(evs)-1].Decision
+	}
+	tg, xg := grant("a", "t"), grant("b", "x") // both end at 10s
+	renew := intent("a", intents.KindRenew)
+	renew.Txn, renew.Fence, renew.LeaseMS = tg.Txn, tg.Fence, 20000
+	submit(e, time.Second, renew) // t now ends at 21s
+	s, _ := encode(t, e.Snapshot())
+	r, err := Restore(snapConfig(0, &counterIDs{n: ids.n}), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := intent("a", intents.KindRenew)
+	back.Txn, back.Fence, back.LeaseMS = tg.Txn, tg.Fence, 8000 // t ends at 10s again
+	sameEvents(t, "renew", submit(e, 2*time.Second, back), submit(r, 2*time.Second, back))
+	want, got := e.Advance(base.Add(time.Minute), nil), r.Advance(base.Add(time.Minute), nil)
+	sameEvents(t, "expiries", want, got)
+	var order []string
+	for _, ev := range want {
+		if ev.Type == intents.EventExpire {
+			order = append(order, ev.Txn)
+		}
+	}
+	if len(order) != 2 || order[0] != xg.Txn || order[1] != tg.Txn {
+		t.Fatalf("expired %v, want x (%s) then t (%s): t's timer is the renewal's, set after x's", order, xg.Txn, tg.Txn)
 	}
 }

@@ -15,7 +15,10 @@ const (
 
 // timer is a pending deadline. Timers are never removed when what they guard
 // changes (a renewal, a decision); they are checked when due and dropped if
-// stale, which keeps renewals O(log n).
+// stale, which keeps renewals O(log n). What a timer guards remembers the
+// number n of its current timer, so a stale one stays stale even if a
+// renewal moves the lease back to its instant: whether a timer fires never
+// depends on when the heap was looked at.
 type timer struct {
 	at   time.Time
 	kind timerKind
@@ -40,9 +43,11 @@ func (t *timers) Pop() any {
 	return x
 }
 
-func (t *timers) add(at time.Time, kind timerKind, id string) {
+// add sets a timer and returns its number.
+func (t *timers) add(at time.Time, kind timerKind, id string) uint64 {
 	t.n++
 	heap.Push(t, timer{at: at, kind: kind, id: id, n: t.n})
+	return t.n
 }
 
 func (t *timers) peek() timer { return t.h[0] }
@@ -53,13 +58,13 @@ func (e *Engine) live(tm timer) bool {
 	switch tm.kind {
 	case timerLeaseWarn:
 		t := e.txns[tm.id]
-		return t != nil && !t.warned && tm.at.Equal(e.warnAt(t))
+		return t != nil && !t.warned && tm.n == t.warnN
 	case timerLeaseEnd:
 		t := e.txns[tm.id]
-		return t != nil && tm.at.Equal(t.expires)
+		return t != nil && tm.n == t.endN
 	case timerDeadline:
 		p := e.parked[tm.id]
-		return p != nil && tm.at.Equal(p.deadline)
+		return p != nil && tm.n == p.deadlineN
 	}
 	return false
 }

@@ -1,0 +1,146 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Version is reported by the micro service.
+const Version = "0.1.0"
+
+// startAPI registers the NATS micro service "coagent" with the endpoints of
+// SPEC §6, so `nats micro ls|info|stats` show it.
+func (s *Service) startAPI() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        "coagent",
+		Version:     Version,
+		Description: "CoAgent coordinator: intents in, decisions out",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: api: %w", err)
+	}
+	endpoints := []struct {
+		name, subject string
+		handler       micro.HandlerFunc
+	}{
+		{"submit", "submit", s.handleSubmit},
+		{"state_get", "state.get", s.handleStateGet},
+		{"txn_list", "txn.list", s.handleTxnList},
+		{"log_query", "log.query", s.handleLogQuery},
+	}
+	for _, ep := range endpoints {
+		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("coordinator: api endpoint %s: %w", ep.name, err)
+		}
+	}
+	return svc, nil
+}
+
+// The error codes of the API besides the rejection reasons of SPEC §3.
+const (
+	codeUnavailable = "unavailable"
+	codeInternal    = "internal"
+)
+
+func replyError[C ~string](req micro.Request, code C, format string, args ...any) {
+	_ = req.Error(string(code), fmt.Sprintf(format, args...), nil)
+}
+
+func (s *Service) handleSubmit(req micro.Request) {
+	wait := s.opts.SubmitWait
+	if h := req.Headers().Get(intents.HeaderWait); h != "" {
+		ms, err := strconv.ParseInt(h, 10, 64)
+		if err != nil || ms < 0 {
+			replyError(req, intents.ReasonInvalid, "header %s = %q: not a number of milliseconds", intents.HeaderWait, h)
+			return
+		}
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	d, err := s.apiSubmit(context.Background(), req.Data(), wait)
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	_ = req.RespondJSON(d)
+}
+
+func (s *Service) handleStateGet(req micro.Request) {
+	var body struct {
+		Paths []string `json:"paths"`
+	}
+	if err := strictJSON(req.Data(), &body); err != nil {
+		replyError(req, intents.ReasonInvalid, "state.get: %v", err)
+		return
+	}
+	for i, p := range body.Paths {
+		if err := intents.CheckPath(p); err != nil {
+			replyError(req, intents.ReasonInvalid, "state.get: paths[%d] = %q: %v", i, p, err)
+			return
+		}
+	}
+	out, err := s.stateGet(context.Background(), body.Paths)
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	_ = req.RespondJSON(out)
+}
+
+func (s *Service) handleTxnList(req micro.Request) {
+	var f txnFilter
+	if len(req.Data()) > 0 {
+		if err := strictJSON(req.Data(), &f); err != nil {
+			replyError(req, intents.ReasonInvalid, "txn.list: %v", err)
+			return
+		}
+	}
+	out, err := s.txnList(context.Background(), f)
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	_ = req.RespondJSON(out)
+}
+
+func (s *Service) handleLogQuery(req micro.Request) {
+	var body struct {
+		Agent string `json:"agent"`
+		Path  string `json:"path"`
+		Type  string `json:"type"`
+		Txn   string `json:"txn"`
+		From  uint64 `json:"from"`
+		Limit int    `json:"limit"`
+	}
+	if len(req.Data()) > 0 {
+		if err := strictJSON(req.Data(), &body); err != nil {
+			replyError(req, intents.ReasonInvalid, "log.query: %v", err)
+			return
+		}
+	}
+	out, err := s.logQuery(eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
+		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)})
+	if err != nil {
+		replyError(req, codeInternal, "log.query: %v", err)
+		return
+	}
+	_ = req.RespondJSON(out)
+}
+
+// strictJSON decodes an API request body, refusing unknown fields.
+func strictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,517 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Options configures a Service. The zero value works.
+type Options struct {
+	// Prefix is the subject prefix. The default is "coagent".
+	Prefix string
+	// Core configures the engine and the log; see CoreOptions.
+	Core CoreOptions
+	// MaxBatch bounds how many intents are decided and made durable in one
+	// synced write. The default is 1024.
+	MaxBatch int
+	// MaxAckPending bounds the intents fetched but not yet acknowledged.
+	// The default is 4096.
+	MaxAckPending int
+	// AckWait is how long JetStream waits for an acknowledgement before it
+	// delivers an intent again: after a crash, the intents the dead process
+	// held come back within it. The default is 5s.
+	AckWait time.Duration
+	// DecisionsMaxAge is how long decisions stay in their stream. The
+	// default is 24h.
+	DecisionsMaxAge time.Duration
+	// EventsMaxAge is how long the public event feed keeps events. The
+	// default is 24h.
+	EventsMaxAge time.Duration
+	// SubmitWait is how long an API submit waits for a final decision when
+	// the request does not say (header Coagent-Wait-Ms). The default is 10s.
+	SubmitWait time.Duration
+	// Now is the clock. The default is time.Now.
+	Now func() time.Time
+	// Logger receives operational messages. The default discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) ensureDefaults() {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.MaxAckPending <= 0 {
+		o.MaxAckPending = 4096
+	}
+	if o.AckWait <= 0 {
+		o.AckWait = 5 * time.Second
+	}
+	if o.DecisionsMaxAge <= 0 {
+		o.DecisionsMaxAge = 24 * time.Hour
+	}
+	if o.EventsMaxAge <= 0 {
+		o.EventsMaxAge = 24 * time.Hour
+	}
+	if o.SubmitWait <= 0 {
+		o.SubmitWait = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Service is the coordinator on NATS: it consumes intents from JetStream,
+// decides them with the Core, makes them durable, then acknowledges them
+// and publishes decisions, notices and events; and it answers the API.
+// One goroutine owns the Core; everything else reaches it through channels.
+type Service struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	core *Core
+	subj intents.Subjects
+	opts Options
+	log  *slog.Logger
+
+	msgs    chan jetstream.Msg
+	calls   chan func()
+	cons    jetstream.ConsumeContext
+	api     micro.Service
+	cancel  context.CancelFunc
+	stopped chan struct{}
+
+	// waiters are API submits waiting for a final decision, by intent id.
+	// Only the loop touches it.
+	waiters map[string][]chan *intents.Decision
+}
+
+// Start opens the Core in dir, creates the streams and the consumer if
+// missing, starts the API and begins consuming. It returns once it is
+// serving.
+func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
+	opts.ensureDefaults()
+	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
+		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()),
+		stopped: make(chan struct{}), waiters: map[string][]chan *intents.Decision{}}
+	var err error
+	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		s.log.Warn("publish failed", "subject", m.Subject, "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	if err := s.ensureStreams(ctx); err != nil {
+		return nil, err
+	}
+	if s.core, err = OpenCore(dir, opts.Core); err != nil {
+		return nil, err
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.subj.Stream(intents.StreamIntents), jetstream.ConsumerConfig{
+		Durable:       "coordinator",
+		FilterSubject: s.subj.AllIntents(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       opts.AckWait,
+		MaxAckPending: opts.MaxAckPending,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		s.core.Close()
+		return nil, fmt.Errorf("coordinator: consumer on %s: %w", s.subj.Stream(intents.StreamIntents), err)
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.loop(loopCtx)
+	if s.api, err = s.startAPI(); err != nil {
+		s.Shutdown(ctx)
+		return nil, err
+	}
+	s.cons, err = cons.Consume(func(m jetstream.Msg) { s.msgs <- m },
+		jetstream.PullMaxMessages(min(opts.MaxAckPending, 2*opts.MaxBatch)))
+	if err != nil {
+		s.Shutdown(ctx)
+		return nil, fmt.Errorf("coordinator: consume intents: %w", err)
+	}
+	return s, nil
+}
+
+// Core returns the durable engine. Only for use after Shutdown, or in
+// tests that know the loop is idle.
+func (s *Service) Core() *Core { return s.core }
+
+// Shutdown stops consuming, lets the loop finish the batch in hand (its
+// decisions made durable, acknowledged and published), stops the API and
+// closes the log.
+func (s *Service) Shutdown(ctx context.Context) error {
+	if s.cons != nil {
+		s.cons.Drain()
+	}
+	if s.api != nil {
+		s.api.Stop()
+	}
+	s.cancel()
+	select {
+	case <-s.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-s.js.PublishAsyncComplete():
+	case <-ctx.Done():
+	}
+	return s.core.Close()
+}
+
+// streamConfigs are the streams of SPEC §6.
+func (s *Service) streamConfigs() []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		{Name: s.subj.Stream(intents.StreamIntents), Subjects: []string{s.subj.AllIntents()},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+			MaxMsgSize: intents.MaxIntentSize},
+		{Name: s.subj.Stream(intents.StreamDecisions), Subjects: []string{s.subj.AllDecisions()},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.DecisionsMaxAge},
+		{Name: s.subj.Stream(intents.StreamEvents), Subjects: []string{s.subj.AllEvents()},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.EventsMaxAge},
+		{Name: s.subj.Stream(intents.StreamArbiter), Subjects: []string{s.subj.Escalations()},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
+	}
+}
+
+// ErrStreamMismatch is returned (wrapped) when a stream exists with
+// settings other than the coordinator's: it is reported, never changed.
+var ErrStreamMismatch = errors.New("coordinator: stream exists with other settings")
+
+func (s *Service) ensureStreams(ctx context.Context) error {
+	for _, want := range s.streamConfigs() {
+		st, err := s.js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := s.js.CreateStream(ctx, want); err != nil {
+				return fmt.Errorf("coordinator: create stream %s: %w", want.Name, err)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
+		}
+		have := st.CachedInfo().Config
+		var diffs []string
+		if !slices.Equal(have.Subjects, want.Subjects) {
+			diffs = append(diffs, fmt.Sprintf("subjects %v, want %v", have.Subjects, want.Subjects))
+		}
+		if have.Retention != want.Retention {
+			diffs = append(diffs, fmt.Sprintf("retention %s, want %s", have.Retention, want.Retention))
+		}
+		if have.Storage != want.Storage {
+			diffs = append(diffs, fmt.Sprintf("storage %s, want %s", have.Storage, want.Storage))
+		}
+		if want.Duplicates != 0 && have.Duplicates != want.Duplicates {
+			diffs = append(diffs, fmt.Sprintf("duplicate window %s, want %s", have.Duplicates, want.Duplicates))
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
+		}
+	}
+	return nil
+}
+
+// loop owns the Core: it decides intents in batches, fires timers and runs
+// the API calls that need the engine, until its context ends; then it
+// finishes what it fetched.
+func (s *Service) loop(ctx context.Context) {
+	defer close(s.stopped)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	batch := make([]jetstream.Msg, 0, s.opts.MaxBatch)
+	for {
+		s.arm(timer)
+		select {
+		case <-ctx.Done():
+			// Whatever was fetched is decided before stopping: the
+			// consumer was drained first, so nothing more comes.
+			for {
+				select {
+				case m := <-s.msgs:
+					batch = append(batch[:0], m)
+					batch = s.fill(batch)
+					s.decide(batch)
+				default:
+					return
+				}
+			}
+		case m := <-s.msgs:
+			batch = append(batch[:0], m)
+			batch = s.fill(batch)
+			s.decide(batch)
+		case call := <-s.calls:
+			call()
+		case <-timer.C:
+			s.commit(s.core.Tick(s.opts.Now()), nil)
+		}
+	}
+}
+
+// fill adds whatever else has already arrived, up to MaxBatch: under load
+// batches grow by themselves while the previous one syncs.
+func (s *Service) fill(batch []jetstream.Msg) []jetstream.Msg {
+	for len(batch) < s.opts.MaxBatch {
+		select {
+		case m := <-s.msgs:
+			batch = append(batch, m)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (s *Service) arm(t *time.Timer) {
+	d := time.Hour
+	if at, ok := s.core.Engine().NextDeadline(); ok {
+		d = max(at.Sub(s.opts.Now()), 0)
+	}
+	t.Reset(d)
+}
+
+// decide decides a batch of intent messages in stream order, commits them
+// in one synced write, then acknowledges and publishes.
+func (s *Service) decide(batch []jetstream.Msg) {
+	now := s.opts.Now()
+	var evs []*intents.Event
+	for _, m := range batch {
+		agent, ok := s.subj.IntentAgent(m.Subject())
+		if !ok && agent == "" {
+			agent = "-" // no agent token at all: recorded as invalid, answered to no one
+		}
+		evs = append(evs, s.core.Decide(now, agent, m.Data())...)
+	}
+	evs = append(evs, s.core.Tick(now)...)
+	s.commit(evs, batch)
+}
+
+// commit makes the events durable, then acknowledges the messages that
+// caused them and publishes the events. A failure to log is fatal for the
+// loop: nothing is acknowledged, JetStream delivers again, and a restarted
+// coordinator decides from what the log holds.
+func (s *Service) commit(evs []*intents.Event, msgs []jetstream.Msg) bool {
+	p, err := s.core.Commit()
+	if err == nil && p != nil {
+		err = p.Wait(context.Background())
+	}
+	if err != nil {
+		s.log.Error("event log write failed; stopping", "err", err)
+		s.cancel()
+		return false
+	}
+	for _, m := range msgs {
+		if err := m.Ack(); err != nil {
+			s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
+		}
+	}
+	s.publish(evs)
+	return true
+}
+
+// publish sends decisions to their agents, notices on core NATS, and every
+// event to the public feed.
+func (s *Service) publish(evs []*intents.Event) {
+	for _, ev := range evs {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			s.log.Error("encode event", "seq", ev.Seq, "err", err)
+			continue
+		}
+		if d := ev.Decision; d != nil {
+			if d.Agent != "" && intents.ValidSegment(d.Agent) {
+				dd, _ := json.Marshal(d)
+				m := nats.NewMsg(s.subj.Decisions(d.Agent))
+				m.Header.Set(intents.HeaderIntent, d.Intent)
+				m.Data = dd
+				s.publishAsync(m)
+			}
+			s.wake(d)
+		}
+		if ev.Type == intents.EventNotice && intents.ValidSegment(ev.Agent) {
+			if err := s.nc.Publish(s.subj.Notices(ev.Agent), data); err != nil {
+				s.log.Warn("publish notice", "err", err)
+			}
+		}
+		if ev.Type == intents.EventChange {
+			for _, w := range ev.Change.Writes {
+				s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
+			}
+			continue
+		}
+		s.publishAsync(&nats.Msg{Subject: s.subj.Events(ev.Type), Data: data})
+	}
+}
+
+func (s *Service) publishAsync(m *nats.Msg) {
+	if _, err := s.js.PublishMsgAsync(m); err != nil {
+		s.log.Warn("publish", "subject", m.Subject, "err", err)
+	}
+}
+
+// wake hands a decision to the API submits waiting on its intent.
+func (s *Service) wake(d *intents.Decision) {
+	if d.Duplicate {
+		return
+	}
+	chans := s.waiters[d.Intent]
+	if len(chans) == 0 {
+		return
+	}
+	for _, ch := range chans {
+		select {
+		case ch <- d:
+		default:
+		}
+	}
+	if d.Outcome.Final() {
+		delete(s.waiters, d.Intent)
+	}
+}
+
+// call runs fn on the loop and waits for it; false if the loop is gone.
+func (s *Service) call(ctx context.Context, fn func()) bool {
+	done := make(chan struct{})
+	select {
+	case s.calls <- func() { fn(); close(done) }:
+	case <-s.stopped:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	case <-s.stopped:
+		return false
+	}
+}
+
+// apiSubmit decides an intent given to the API directly (the body's agent
+// is the agent), and waits for its final decision up to wait.
+func (s *Service) apiSubmit(ctx context.Context, raw []byte, wait time.Duration) (*intents.Decision, error) {
+	var last *intents.Decision
+	ch := make(chan *intents.Decision, 4)
+	var failed bool
+	ok := s.call(ctx, func() {
+		evs := s.core.Decide(s.opts.Now(), "", raw)
+		for _, ev := range evs {
+			if ev.Decision != nil {
+				last = ev.Decision
+			}
+		}
+		if last != nil && !last.Outcome.Final() && last.Intent != "" {
+			s.waiters[last.Intent] = append(s.waiters[last.Intent], ch)
+		}
+		failed = !s.commit(evs, nil)
+	})
+	if !ok || failed {
+		return nil, errUnavailable
+	}
+	if last == nil {
+		return nil, errUnavailable
+	}
+	if last.Outcome.Final() {
+		return last, nil
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case d := <-ch:
+			last = d
+			if d.Outcome.Final() {
+				return d, nil
+			}
+		case <-timer.C:
+			return last, nil
+		case <-ctx.Done():
+			return last, nil
+		}
+	}
+}
+
+var errUnavailable = errors.New("coordinator: not serving")
+
+// stateReply is the answer of state.get.
+type stateReply struct {
+	Rev    uint64                `json:"rev"`
+	Values map[string]stateValue `json:"values"`
+}
+
+type stateValue struct {
+	Exists  bool   `json:"exists"`
+	Value   any    `json:"value,omitempty"`
+	Version uint64 `json:"version"`
+	ModRev  uint64 `json:"mod_rev,omitempty"`
+}
+
+func (s *Service) stateGet(ctx context.Context, paths []string) (*stateReply, error) {
+	out := &stateReply{Values: map[string]stateValue{}}
+	ok := s.call(ctx, func() {
+		t := s.core.Engine().State()
+		out.Rev = t.Rev()
+		for _, p := range paths {
+			e := t.Lookup(p)
+			out.Values[p] = stateValue{Exists: e.Exists, Value: e.Value, Version: e.Version, ModRev: e.ModRev}
+		}
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	return out, nil
+}
+
+type txnFilter struct {
+	Agent string `json:"agent,omitempty"`
+	Path  string `json:"path,omitempty"`
+}
+
+func (s *Service) txnList(ctx context.Context, f txnFilter) (any, error) {
+	var out []map[string]any
+	ok := s.call(ctx, func() {
+		for _, t := range s.core.Engine().Txns() {
+			if f.Agent != "" && t.Agent != f.Agent {
+				continue
+			}
+			if f.Path != "" && !slices.ContainsFunc(t.Writes, func(w intents.Write) bool { return intents.Overlaps(w.Path, f.Path) }) &&
+				!slices.ContainsFunc(t.Reads, func(r intents.Read) bool { return intents.Overlaps(r.Path, f.Path) }) {
+				continue
+			}
+			out = append(out, map[string]any{"txn": t.Txn, "agent": t.Agent, "fence": t.Fence, "reads": t.Reads,
+				"writes": t.Writes, "lease_expires": t.LeaseExpires})
+		}
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	if out == nil {
+		out = []map[string]any{}
+	}
+	return map[string]any{"txns": out}, nil
+}
+
+func (s *Service) logQuery(q eventlog.Query) (any, error) {
+	evs, next, err := s.core.Log().Query(q)
+	if err != nil {
+		return nil, err
+	}
+	if evs == nil {
+		evs = []*intents.Event{}
+	}
+	return map[string]any{"events": evs, "next": next}, nil
+}

@@ -1,0 +1,85 @@
+package intents
+
+import "strings"
+
+// DefaultPrefix is the subject prefix of SPEC §6.
+const DefaultPrefix = "coagent"
+
+// HeaderIntent names the intent a decision message answers.
+const HeaderIntent = "Coagent-Intent"
+
+// HeaderWait, on an API submit request, says how many milliseconds the
+// caller will wait for a final decision; past it the interim one is sent.
+const HeaderWait = "Coagent-Wait-Ms"
+
+// Subjects names every subject and stream of the wire contract under one
+// prefix. The zero value uses DefaultPrefix. These are the only spellings
+// of the wire names; everything else calls them.
+type Subjects struct{ Prefix string }
+
+func (s Subjects) p() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// Intents is where agent publishes its intents: <prefix>.intents.<agent>.
+func (s Subjects) Intents(agent string) string { return s.p() + ".intents." + agent }
+
+// AllIntents matches every agent's intents.
+func (s Subjects) AllIntents() string { return s.p() + ".intents.>" }
+
+// IntentAgent returns the agent token of an intents subject, and whether
+// the subject has exactly one token after <prefix>.intents.
+func (s Subjects) IntentAgent(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.p()+".intents.")
+	if !ok || rest == "" || strings.Contains(rest, ".") {
+		return rest, false
+	}
+	return rest, true
+}
+
+// Decisions is where agent's decisions are published.
+func (s Subjects) Decisions(agent string) string { return s.p() + ".decisions." + agent }
+
+// AllDecisions matches every agent's decisions.
+func (s Subjects) AllDecisions() string { return s.p() + ".decisions.>" }
+
+// Notices is where agent is told that someone waits on it or that its lease
+// is running out (core NATS, not a stream).
+func (s Subjects) Notices(agent string) string { return s.p() + ".notices." + agent }
+
+// Events is the public feed subject of an event type.
+func (s Subjects) Events(t EventType) string { return s.p() + ".events." + string(t) }
+
+// EventsChange is the feed subject of a committed write to path, so that
+// <prefix>.events.change.report.> watches a subtree.
+func (s Subjects) EventsChange(path string) string { return s.p() + ".events.change." + path }
+
+// AllEvents matches the whole feed.
+func (s Subjects) AllEvents() string { return s.p() + ".events.>" }
+
+// Escalations is the work queue of arbiter cases.
+func (s Subjects) Escalations() string { return s.p() + ".arbiter.escalations" }
+
+// API is the subject of an API endpoint: "submit", "state.get", "txn.list",
+// "arbiter.resolve", "log.query".
+func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoint }
+
+// APIGroup is the subject prefix of the micro service's endpoints.
+func (s Subjects) APIGroup() string { return s.p() + ".api" }
+
+// Stream returns the name of one of the streams (INTENTS, DECISIONS,
+// EVENTS, ARBITER): COAGENT_INTENTS under the default prefix.
+func (s Subjects) Stream(kind string) string {
+	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(s.p())) + "_" + kind
+}
+
+// The stream kinds of SPEC §6.
+const (
+	StreamIntents   = "INTENTS"
+	StreamDecisions = "DECISIONS"
+	StreamEvents    = "EVENTS"
+	StreamArbiter   = "ARBITER"
+)

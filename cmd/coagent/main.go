@@ -49,6 +49,9 @@ func commands() map[string]command {
 		"log":     &logCommand{},
 		"replay":  &replayCommand{},
 		"schema":  &schemaCommand{},
+		"serve":   &serveCommand{},
+		"state":   &stateCommand{},
+		"submit":  &submitCommand{},
 		"verify":  &verifyCommand{},
 	}
 }
@@ -73,7 +76,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"check", "schema", "replay", "log", "verify", "compact"} {
+	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

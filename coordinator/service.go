@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/coagent/coagent/eventlog"
@@ -88,14 +89,32 @@ type Service struct {
 
 	msgs    chan jetstream.Msg
 	calls   chan func()
+	acks    chan committed
 	cons    jetstream.ConsumeContext
 	api     micro.Service
 	cancel  context.CancelFunc
-	stopped chan struct{}
+	looped  chan struct{} // closed when the loop has stopped
+	stopped chan struct{} // closed when the acker has sent the last of it
 
-	// waiters are API submits waiting for a final decision, by intent id.
-	// Only the loop touches it.
-	waiters map[string][]chan *intents.Decision
+	mu struct {
+		sync.Mutex
+		// waiters are API submits waiting for decisions, by intent id.
+		waiters map[string][]chan *intents.Decision
+	}
+}
+
+// committed is a batch on its way from the loop, which enqueued it in the
+// log, to the acker, which waits for it to be durable and then acknowledges
+// its messages and publishes its events. The loop decides the next batch
+// meanwhile, and the log syncs whatever has been enqueued since its last
+// sync in one write.
+type committed struct {
+	p    *eventlog.Pending
+	evs  []*intents.Event
+	msgs []jetstream.Msg
+	// direct receives the decision of an API submit whose intent has no
+	// usable id (the decision cannot be matched by id).
+	direct chan *intents.Decision
 }
 
 // Start opens the Core in dir, creates the streams and the consumer if
@@ -104,8 +123,9 @@ type Service struct {
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
 	opts.ensureDefaults()
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
-		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()),
-		stopped: make(chan struct{}), waiters: map[string][]chan *intents.Decision{}}
+		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64),
+		looped: make(chan struct{}), stopped: make(chan struct{})}
+	s.mu.waiters = map[string][]chan *intents.Decision{}
 	var err error
 	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		s.log.Warn("publish failed", "subject", m.Subject, "err", err)
@@ -134,6 +154,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.loop(loopCtx)
+	go s.acker()
 	if s.api, err = s.startAPI(); err != nil {
 		s.Shutdown(ctx)
 		return nil, err
@@ -230,7 +251,10 @@ func (s *Service) ensureStreams(ctx context.Context) error {
 // the API calls that need the engine, until its context ends; then it
 // finishes what it fetched.
 func (s *Service) loop(ctx context.Context) {
-	defer close(s.stopped)
+	defer func() {
+		close(s.acks)
+		close(s.looped)
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	batch := make([]jetstream.Msg, 0, s.opts.MaxBatch)
@@ -300,27 +324,58 @@ func (s *Service) decide(batch []jetstream.Msg) {
 	s.commit(evs, batch)
 }
 
-// commit makes the events durable, then acknowledges the messages that
-// caused them and publishes the events. A failure to log is fatal for the
-// loop: nothing is acknowledged, JetStream delivers again, and a restarted
-// coordinator decides from what the log holds.
+// commit enqueues the batch's events in the log and hands them to the
+// acker. A failure to log is fatal for the loop: nothing is acknowledged,
+// JetStream delivers again, and a restarted coordinator decides from what
+// the log holds.
 func (s *Service) commit(evs []*intents.Event, msgs []jetstream.Msg) bool {
+	return s.commitWith(committed{evs: evs, msgs: slices.Clone(msgs)})
+}
+
+func (s *Service) commitWith(c committed) bool {
 	p, err := s.core.Commit()
-	if err == nil && p != nil {
-		err = p.Wait(context.Background())
-	}
 	if err != nil {
 		s.log.Error("event log write failed; stopping", "err", err)
 		s.cancel()
 		return false
 	}
-	for _, m := range msgs {
-		if err := m.Ack(); err != nil {
-			s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
+	c.p = p
+	s.acks <- c
+	return true
+}
+
+// acker waits for each committed batch to be durable, in order, then
+// acknowledges its intents and publishes its events: nothing is told to
+// anyone before it is in the log.
+func (s *Service) acker() {
+	defer close(s.stopped)
+	failed := false
+	for c := range s.acks {
+		if c.p != nil && !failed {
+			if err := c.p.Wait(context.Background()); err != nil {
+				s.log.Error("event log sync failed; stopping", "err", err)
+				s.cancel()
+				failed = true
+			}
+		}
+		if failed {
+			continue // never acknowledge or publish what is not durable
+		}
+		for _, m := range c.msgs {
+			if err := m.Ack(); err != nil {
+				s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
+			}
+		}
+		s.publish(c.evs)
+		if c.direct != nil {
+			for _, ev := range c.evs {
+				if ev.Decision != nil {
+					c.direct <- ev.Decision
+					break
+				}
+			}
 		}
 	}
-	s.publish(evs)
-	return true
 }
 
 // publish sends decisions to their agents, notices on core NATS, and every
@@ -365,13 +420,12 @@ func (s *Service) publishAsync(m *nats.Msg) {
 
 // wake hands a decision to the API submits waiting on its intent.
 func (s *Service) wake(d *intents.Decision) {
-	if d.Duplicate {
+	if d.Duplicate || d.Intent == "" {
 		return
 	}
-	chans := s.waiters[d.Intent]
-	if len(chans) == 0 {
-		return
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	chans := s.mu.waiters[d.Intent]
 	for _, ch := range chans {
 		select {
 		case ch <- d:
@@ -379,7 +433,24 @@ func (s *Service) wake(d *intents.Decision) {
 		}
 	}
 	if d.Outcome.Final() {
-		delete(s.waiters, d.Intent)
+		delete(s.mu.waiters, d.Intent)
+	}
+}
+
+// await registers ch for the decisions of intent id.
+func (s *Service) await(id string, ch chan *intents.Decision) {
+	s.mu.Lock()
+	s.mu.waiters[id] = append(s.mu.waiters[id], ch)
+	s.mu.Unlock()
+}
+
+// forget drops ch from the waiters of id.
+func (s *Service) forget(id string, ch chan *intents.Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.waiters[id] = slices.DeleteFunc(s.mu.waiters[id], func(c chan *intents.Decision) bool { return c == ch })
+	if len(s.mu.waiters[id]) == 0 {
+		delete(s.mu.waiters, id)
 	}
 }
 
@@ -388,7 +459,7 @@ func (s *Service) call(ctx context.Context, fn func()) bool {
 	done := make(chan struct{})
 	select {
 	case s.calls <- func() { fn(); close(done) }:
-	case <-s.stopped:
+	case <-s.looped:
 		return false
 	case <-ctx.Done():
 		return false
@@ -396,40 +467,46 @@ func (s *Service) call(ctx context.Context, fn func()) bool {
 	select {
 	case <-done:
 		return true
-	case <-s.stopped:
+	case <-s.looped:
 		return false
 	}
 }
 
 // apiSubmit decides an intent given to the API directly (the body's agent
-// is the agent), and waits for its final decision up to wait.
+// is the agent), and waits for its final decision up to wait; past it, the
+// latest interim one is the answer. Nothing is answered before it is
+// durable: the acker delivers.
 func (s *Service) apiSubmit(ctx context.Context, raw []byte, wait time.Duration) (*intents.Decision, error) {
-	var last *intents.Decision
 	ch := make(chan *intents.Decision, 4)
+	var id string
 	var failed bool
 	ok := s.call(ctx, func() {
 		evs := s.core.Decide(s.opts.Now(), "", raw)
+		var direct chan *intents.Decision
 		for _, ev := range evs {
 			if ev.Decision != nil {
-				last = ev.Decision
+				id = ev.Decision.Intent
 			}
 		}
-		if last != nil && !last.Outcome.Final() && last.Intent != "" {
-			s.waiters[last.Intent] = append(s.waiters[last.Intent], ch)
+		if id != "" {
+			s.await(id, ch)
+		} else {
+			direct = ch
 		}
-		failed = !s.commit(evs, nil)
+		failed = !s.commitWith(committed{evs: evs, direct: direct})
 	})
 	if !ok || failed {
+		if id != "" {
+			s.forget(id, ch)
+		}
 		return nil, errUnavailable
 	}
-	if last == nil {
-		return nil, errUnavailable
-	}
-	if last.Outcome.Final() {
-		return last, nil
+	if id != "" {
+		defer s.forget(id, ch)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	var last *intents.Decision
 	for {
 		select {
 		case d := <-ch:
@@ -438,9 +515,21 @@ func (s *Service) apiSubmit(ctx context.Context, raw []byte, wait time.Duration)
 				return d, nil
 			}
 		case <-timer.C:
-			return last, nil
+			if last != nil {
+				return last, nil
+			}
+			// Not even durable yet: give it the time a sync takes.
+			timer.Reset(time.Second)
 		case <-ctx.Done():
-			return last, nil
+			if last != nil {
+				return last, nil
+			}
+			return nil, ctx.Err()
+		case <-s.stopped:
+			if last != nil {
+				return last, nil
+			}
+			return nil, errUnavailable
 		}
 	}
 }

@@ -44,6 +44,7 @@ type command interface {
 
 func commands() map[string]command {
 	return map[string]command{
+		"bench":   &benchCommand{},
 		"check":   &checkCommand{},
 		"compact": &compactCommand{},
 		"log":     &logCommand{},
@@ -76,7 +77,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact"} {
+	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "bench"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

@@ -53,6 +53,14 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Engine.Recorded == nil {
+		// Duplicates older than the engine's window are answered from the
+		// log's idempotency records.
+		opts.Engine.Recorded = func(id string) (*intents.Decision, bool) {
+			d, err := log.Decision(id)
+			return d, err == nil
+		}
+	}
 	eng, snapSeq, err := Rebuild(log, opts.Engine, 0)
 	if err != nil {
 		log.Close()

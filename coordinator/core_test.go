@@ -264,3 +264,39 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 		t.Fatalf("replay of everything after compaction: %v", err)
 	}
 }
+
+// A duplicate older than the engine's window still gets its recorded
+// decision: from the log's idempotency record, and still applied once.
+func TestDuplicateOlderThanWindow(t *testing.T) {
+	c, err := OpenCore(t.TempDir(), CoreOptions{Engine: engine.Config{DedupWindow: 4}, Log: eventlog.Options{NoSync: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	submit := func(id string) *intents.Decision {
+		raw := []byte(`{"id":"` + id + `","agent":"a","kind":"apply","writes":[{"path":"cnt.n","op":"incr"}]}`)
+		evs, p, err := c.Submit(t0, "a", raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return evs[len(evs)-1].Decision
+	}
+	first := ulid.Make().String()
+	submit(first)
+	for range 20 {
+		submit(ulid.Make().String())
+	}
+	if _, ok := c.Engine().Decision(first); ok {
+		t.Fatal("the engine still remembers the first intent; the test needs it forgotten")
+	}
+	d := submit(first)
+	if !d.Duplicate || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("old duplicate: %+v", d)
+	}
+	if v, _ := c.Engine().State().Get("cnt.n"); v != 21.0 {
+		t.Fatalf("cnt.n = %v, want 21", v)
+	}
+}

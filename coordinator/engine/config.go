@@ -40,12 +40,16 @@ type Config struct {
 	// DedupWindow is how many recent intent ids the engine remembers the
 	// decision of (and how many ended transactions it remembers the end
 	// of), the oldest forgotten first. A duplicate within it gets the
-	// recorded decision from the engine itself. It is a cache: the event log
-	// keeps every decision, and the coordinator answers an older duplicate
-	// from the log before it reaches the engine. A larger window costs
-	// memory and, through the garbage collector, throughput (see the
-	// README's performance section). The default is 10,000.
+	// recorded decision from the engine itself; an older one from Recorded,
+	// the event log's records. A larger window costs memory and, through the
+	// garbage collector, throughput (see the README's performance section).
+	// The default is 10,000.
 	DedupWindow int
+	// Recorded, if set, looks up the recorded decision of an intent id the
+	// engine no longer remembers (older than DedupWindow): the event log's
+	// idempotency record. It must answer from what is durable and never
+	// change its answer for an id, so replays stay exact.
+	Recorded func(id string) (*intents.Decision, bool)
 	// Conditions bounds expression compilation and evaluation; see
 	// intents.CompilerOptions for its defaults.
 	Conditions intents.CompilerOptions

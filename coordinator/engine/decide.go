@@ -18,7 +18,7 @@ func (e *Engine) rejectRaw(agent string, raw []byte, err error) {
 	id := sniffID(raw)
 	e.emit(intents.Event{Type: intents.EventIntent, Agent: agent, Intent: id,
 		Received: &intents.Received{Raw: raw, Error: err.Error()}})
-	if d, ok := e.decided.get(id); ok && id != "" && (agent == "" || d.Agent == agent) {
+	if d, ok := e.recorded(id); ok && id != "" && (agent == "" || d.Agent == agent) {
 		e.duplicate(d)
 		return
 	}
@@ -54,7 +54,7 @@ func (e *Engine) submit(agent string, in *intents.Intent) {
 			Detail: fmt.Sprintf("the intent names agent %q but arrived on the subject of agent %q", in.Agent, agent)})
 		return
 	}
-	if d, ok := e.decided.get(in.ID); ok {
+	if d, ok := e.recorded(in.ID); ok {
 		if d.Agent != in.Agent {
 			e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field id = %q: already taken by another agent's intent", in.ID), nil)
 			return
@@ -629,4 +629,16 @@ func cycleDetail(agent string, hs []conflict.Holder) string {
 		}
 	}
 	return fmt.Sprintf("agent %s would wait on agents that already wait, directly or not, on %s", agent, agent)
+}
+
+// recorded returns the decision recorded for an intent id: from the
+// engine's window, or, for an id older than it, from Config.Recorded.
+func (e *Engine) recorded(id string) (*intents.Decision, bool) {
+	if d, ok := e.decided.get(id); ok {
+		return d, true
+	}
+	if e.cfg.Recorded != nil && id != "" {
+		return e.cfg.Recorded(id)
+	}
+	return nil, false
 }

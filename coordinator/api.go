@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -103,6 +104,14 @@ func (s *Service) handleTxnList(req micro.Request) {
 			return
 		}
 	}
+	switch {
+	case f.Path != "" && intents.CheckPath(f.Path) != nil:
+		replyError(req, intents.ReasonInvalid, "txn.list: path %q: %v", f.Path, intents.CheckPath(f.Path))
+		return
+	case f.Agent != "" && !intents.ValidSegment(f.Agent):
+		replyError(req, intents.ReasonInvalid, "txn.list: agent %q is not an agent name", f.Agent)
+		return
+	}
 	out, err := s.txnList(context.Background(), f)
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
@@ -125,6 +134,17 @@ func (s *Service) handleLogQuery(req micro.Request) {
 			replyError(req, intents.ReasonInvalid, "log.query: %v", err)
 			return
 		}
+	}
+	switch {
+	case body.Path != "" && intents.CheckPath(body.Path) != nil:
+		replyError(req, intents.ReasonInvalid, "log.query: path %q: %v", body.Path, intents.CheckPath(body.Path))
+		return
+	case body.Agent != "" && !intents.ValidSegment(body.Agent):
+		replyError(req, intents.ReasonInvalid, "log.query: agent %q is not an agent name", body.Agent)
+		return
+	case body.Type != "" && !slices.Contains(intents.EventTypes, intents.EventType(body.Type)):
+		replyError(req, intents.ReasonInvalid, "log.query: type %q is not an event type", body.Type)
+		return
 	}
 	out, err := s.logQuery(eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
 		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)})

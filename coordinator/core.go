@@ -8,6 +8,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
 )
 
 // CoreOptions configures a Core. The zero value works.
@@ -52,6 +54,19 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 	log, err := eventlog.Open(dir, &opts.Log)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Engine.NewID == nil {
+		// Ids must stay unique across restarts, even when the clock has not
+		// moved past the last logged event: random entropy, monotonic
+		// within a millisecond.
+		entropy := ulid.Monotonic(rand.Reader, 0)
+		opts.Engine.NewID = func(t time.Time) ulid.ULID {
+			id, err := ulid.New(ulid.Timestamp(t), entropy)
+			if err != nil { // the monotonic entropy ran out inside one millisecond
+				id = ulid.MustNew(ulid.Timestamp(t), rand.Reader)
+			}
+			return id
+		}
 	}
 	if opts.Engine.Recorded == nil {
 		// Duplicates older than the engine's window are answered from the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/eventlog"
@@ -95,6 +96,9 @@ type Service struct {
 	cancel  context.CancelFunc
 	looped  chan struct{} // closed when the loop has stopped
 	stopped chan struct{} // closed when the acker has sent the last of it
+	// broken is set once the log failed: the Core has moved past what is
+	// durable, so nothing more may be decided or acknowledged.
+	broken atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -165,6 +169,12 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		s.Shutdown(ctx)
 		return nil, fmt.Errorf("coordinator: consume intents: %w", err)
 	}
+	// The API's subscriptions must be on the server before Start returns,
+	// or a request right after it finds no responder.
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		s.Shutdown(ctx)
+		return nil, fmt.Errorf("coordinator: flush: %w", err)
+	}
 	return s, nil
 }
 
@@ -200,7 +210,7 @@ func (s *Service) streamConfigs() []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		{Name: s.subj.Stream(intents.StreamIntents), Subjects: []string{s.subj.AllIntents()},
 			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
-			MaxMsgSize: intents.MaxIntentSize},
+			MaxMsgSize: MaxWireMessage},
 		{Name: s.subj.Stream(intents.StreamDecisions), Subjects: []string{s.subj.AllDecisions()},
 			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.DecisionsMaxAge},
 		{Name: s.subj.Stream(intents.StreamEvents), Subjects: []string{s.subj.AllEvents()},
@@ -209,6 +219,12 @@ func (s *Service) streamConfigs() []jetstream.StreamConfig {
 			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
 	}
 }
+
+// MaxWireMessage is the largest message the intents stream takes: larger
+// than an intent may be (1 MiB), so that an oversized intent still reaches
+// the coordinator and gets its invalid decision. A server must allow it as
+// its max_payload for that; the embedded one does.
+const MaxWireMessage = 8 << 20
 
 // ErrStreamMismatch is returned (wrapped) when a stream exists with
 // settings other than the coordinator's: it is reported, never changed.
@@ -237,6 +253,9 @@ func (s *Service) ensureStreams(ctx context.Context) error {
 		if have.Storage != want.Storage {
 			diffs = append(diffs, fmt.Sprintf("storage %s, want %s", have.Storage, want.Storage))
 		}
+		if want.MaxMsgSize != 0 && have.MaxMsgSize != want.MaxMsgSize {
+			diffs = append(diffs, fmt.Sprintf("max message size %d, want %d", have.MaxMsgSize, want.MaxMsgSize))
+		}
 		if want.Duplicates != 0 && have.Duplicates != want.Duplicates {
 			diffs = append(diffs, fmt.Sprintf("duplicate window %s, want %s", have.Duplicates, want.Duplicates))
 		}
@@ -262,6 +281,9 @@ func (s *Service) loop(ctx context.Context) {
 		s.arm(timer)
 		select {
 		case <-ctx.Done():
+			if s.broken.Load() {
+				return // what was fetched comes again to the next process
+			}
 			// Whatever was fetched is decided before stopping: the
 			// consumer was drained first, so nothing more comes.
 			for {
@@ -333,9 +355,13 @@ func (s *Service) commit(evs []*intents.Event, msgs []jetstream.Msg) bool {
 }
 
 func (s *Service) commitWith(c committed) bool {
+	if s.broken.Load() {
+		return false
+	}
 	p, err := s.core.Commit()
 	if err != nil {
 		s.log.Error("event log write failed; stopping", "err", err)
+		s.broken.Store(true)
 		s.cancel()
 		return false
 	}
@@ -345,28 +371,38 @@ func (s *Service) commitWith(c committed) bool {
 }
 
 // acker waits for each committed batch to be durable, in order, then
-// acknowledges its intents and publishes its events: nothing is told to
-// anyone before it is in the log.
+// publishes its decisions and events and, once JetStream has stored the
+// decisions, acknowledges its intents: nothing is told to anyone before it
+// is in the log, and no intent is acknowledged before its decision is
+// stored — a crash in between only means the intent comes again and gets
+// its recorded decision.
 func (s *Service) acker() {
 	defer close(s.stopped)
-	failed := false
 	for c := range s.acks {
-		if c.p != nil && !failed {
+		if c.p != nil && !s.broken.Load() {
 			if err := c.p.Wait(context.Background()); err != nil {
 				s.log.Error("event log sync failed; stopping", "err", err)
+				s.broken.Store(true)
 				s.cancel()
-				failed = true
 			}
 		}
-		if failed {
+		if s.broken.Load() {
 			continue // never acknowledge or publish what is not durable
+		}
+		stored := s.publish(c.evs)
+		if len(c.msgs) > 0 {
+			if err := waitStored(stored); err != nil {
+				// Not acknowledged: the intents come again and get their
+				// recorded decisions published then.
+				s.log.Warn("decisions not stored; their intents will be delivered again", "err", err)
+				continue
+			}
 		}
 		for _, m := range c.msgs {
 			if err := m.Ack(); err != nil {
 				s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
 			}
 		}
-		s.publish(c.evs)
 		if c.direct != nil {
 			for _, ev := range c.evs {
 				if ev.Decision != nil {
@@ -379,8 +415,10 @@ func (s *Service) acker() {
 }
 
 // publish sends decisions to their agents, notices on core NATS, and every
-// event to the public feed.
-func (s *Service) publish(evs []*intents.Event) {
+// event to the public feed. It returns the acknowledgements of the decision
+// messages, which the intents' acknowledgement waits for.
+func (s *Service) publish(evs []*intents.Event) []jetstream.PubAckFuture {
+	var stored []jetstream.PubAckFuture
 	for _, ev := range evs {
 		data, err := json.Marshal(ev)
 		if err != nil {
@@ -393,7 +431,9 @@ func (s *Service) publish(evs []*intents.Event) {
 				m := nats.NewMsg(s.subj.Decisions(d.Agent))
 				m.Header.Set(intents.HeaderIntent, d.Intent)
 				m.Data = dd
-				s.publishAsync(m)
+				if f := s.publishAsync(m); f != nil {
+					stored = append(stored, f)
+				}
 			}
 			s.wake(d)
 		}
@@ -410,17 +450,37 @@ func (s *Service) publish(evs []*intents.Event) {
 		}
 		s.publishAsync(&nats.Msg{Subject: s.subj.Events(ev.Type), Data: data})
 	}
+	return stored
 }
 
-func (s *Service) publishAsync(m *nats.Msg) {
-	if _, err := s.js.PublishMsgAsync(m); err != nil {
-		s.log.Warn("publish", "subject", m.Subject, "err", err)
+// waitStored waits for JetStream to acknowledge every future.
+func waitStored(fs []jetstream.PubAckFuture) error {
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for _, f := range fs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-timeout.C:
+			return errors.New("coordinator: no acknowledgement from JetStream in 10s")
+		}
 	}
+	return nil
+}
+
+func (s *Service) publishAsync(m *nats.Msg) jetstream.PubAckFuture {
+	f, err := s.js.PublishMsgAsync(m)
+	if err != nil {
+		s.log.Warn("publish", "subject", m.Subject, "err", err)
+		return nil
+	}
+	return f
 }
 
 // wake hands a decision to the API submits waiting on its intent.
 func (s *Service) wake(d *intents.Decision) {
-	if d.Duplicate || d.Intent == "" {
+	if d.Intent == "" {
 		return
 	}
 	s.mu.Lock()

@@ -99,7 +99,7 @@ func embedded(addr, store string) (*server.Server, error) {
 		return nil, fmt.Errorf("--listen %q: port: %w", addr, err)
 	}
 	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-		NoLog: true, NoSigs: true})
+		MaxPayload: coordinator.MaxWireMessage, NoLog: true, NoSigs: true})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}

@@ -425,8 +425,11 @@ func (e *Engine) held(in *intents.Intent) *txn {
 		switch cause, ok := e.ended.get(in.Txn); {
 		case !ok:
 			e.reject(in, intents.ReasonFenced, fmt.Sprintf("txn %s is not in flight and never was", in.Txn), nil)
+		case cause == intents.CauseExpired && in.Kind == intents.KindRenew:
+			e.reject(in, intents.ReasonLeaseExpired, fmt.Sprintf("txn %s ended: its lease expired before the renewal", in.Txn), nil)
 		case cause == intents.CauseExpired:
-			e.reject(in, intents.ReasonLeaseExpired, fmt.Sprintf("txn %s ended: its lease expired", in.Txn), nil)
+			// SPEC §4: a commit after expiry is fenced; the detail says why.
+			e.reject(in, intents.ReasonFenced, fmt.Sprintf("txn %s ended: its lease expired", in.Txn), nil)
 		default:
 			e.reject(in, intents.ReasonFenced, fmt.Sprintf("txn %s ended: %s", in.Txn, cause), nil)
 		}

@@ -88,7 +88,7 @@ func TestAgentsStandAlone(t *testing.T) {
 	if len(files) == 0 {
 		t.Skip("no agents package yet")
 	}
-	for _, dep := range goList(t, "-deps", "./agents") {
+	for _, dep := range goList(t, "-deps", "./agents/...") {
 		if strings.HasPrefix(dep, module+"/coordinator") || strings.HasPrefix(dep, module+"/eventlog") {
 			t.Errorf("agents depends on %s", dep)
 		}

@@ -88,14 +88,16 @@ type Service struct {
 	opts Options
 	log  *slog.Logger
 
-	msgs    chan jetstream.Msg
-	calls   chan func()
-	acks    chan committed
-	cons    jetstream.ConsumeContext
-	api     micro.Service
-	cancel  context.CancelFunc
-	looped  chan struct{} // closed when the loop has stopped
-	stopped chan struct{} // closed when the acker has sent the last of it
+	msgs  chan jetstream.Msg
+	calls chan func()
+	acks  chan committed
+	// storedAcks carries intents from the acker to ackStored.
+	storedAcks chan pendingAck
+	cons       jetstream.ConsumeContext
+	api        micro.Service
+	cancel     context.CancelFunc
+	looped     chan struct{} // closed when the loop has stopped
+	stopped    chan struct{} // closed when the acker has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
 	// durable, so nothing more may be decided or acknowledged.
 	broken atomic.Bool
@@ -127,7 +129,7 @@ type committed struct {
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
 	opts.ensureDefaults()
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
-		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64),
+		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
 		looped: make(chan struct{}), stopped: make(chan struct{})}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
 	var err error
@@ -377,7 +379,13 @@ func (s *Service) commitWith(c committed) bool {
 // stored — a crash in between only means the intent comes again and gets
 // its recorded decision.
 func (s *Service) acker() {
-	defer close(s.stopped)
+	acked := make(chan struct{})
+	go s.ackStored(acked)
+	defer func() {
+		close(s.storedAcks)
+		<-acked
+		close(s.stopped)
+	}()
 	for c := range s.acks {
 		if c.p != nil && !s.broken.Load() {
 			if err := c.p.Wait(context.Background()); err != nil {
@@ -391,17 +399,7 @@ func (s *Service) acker() {
 		}
 		stored := s.publish(c.evs)
 		if len(c.msgs) > 0 {
-			if err := waitStored(stored); err != nil {
-				// Not acknowledged: the intents come again and get their
-				// recorded decisions published then.
-				s.log.Warn("decisions not stored; their intents will be delivered again", "err", err)
-				continue
-			}
-		}
-		for _, m := range c.msgs {
-			if err := m.Ack(); err != nil {
-				s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
-			}
+			s.storedAcks <- pendingAck{stored: stored, msgs: c.msgs}
 		}
 		if c.direct != nil {
 			for _, ev := range c.evs {
@@ -451,6 +449,33 @@ func (s *Service) publish(evs []*intents.Event) []jetstream.PubAckFuture {
 		s.publishAsync(&nats.Msg{Subject: s.subj.Events(ev.Type), Data: data})
 	}
 	return stored
+}
+
+// pendingAck is a batch of intents to acknowledge once JetStream has stored
+// their decisions.
+type pendingAck struct {
+	stored []jetstream.PubAckFuture
+	msgs   []jetstream.Msg
+}
+
+// ackStored acknowledges intents once their decisions are stored, off the
+// acker's path so that waiting for JetStream does not hold up the next
+// batch's publishing.
+func (s *Service) ackStored(done chan struct{}) {
+	defer close(done)
+	for a := range s.storedAcks {
+		if err := waitStored(a.stored); err != nil {
+			// Not acknowledged: the intents come again and get their
+			// recorded decisions published then.
+			s.log.Warn("decisions not stored; their intents will be delivered again", "err", err)
+			continue
+		}
+		for _, m := range a.msgs {
+			if err := m.Ack(); err != nil {
+				s.log.Warn("ack failed; the intent will come again and get its recorded decision", "err", err)
+			}
+		}
+	}
 }
 
 // waitStored waits for JetStream to acknowledge every future.

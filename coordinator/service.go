@@ -338,9 +338,13 @@ func (s *Service) decide(batch []jetstream.Msg) {
 	now := s.opts.Now()
 	var evs []*intents.Event
 	for _, m := range batch {
+		// A subject with more than one token after intents names no agent:
+		// the engine records the intent as invalid and answers no one. An
+		// empty agent would mean "identity already checked", so a subject
+		// with no token at all (NATS allows none) is passed on as "?".
 		agent, ok := s.subj.IntentAgent(m.Subject())
 		if !ok && agent == "" {
-			agent = "-" // no agent token at all: recorded as invalid, answered to no one
+			agent = "?"
 		}
 		evs = append(evs, s.core.Decide(now, agent, m.Data())...)
 	}

@@ -437,7 +437,7 @@ func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool
 	}
 	b, isBool := out.(bool)
 	if !isBool {
-		return false, fmt.Errorf("%w: it returned %s", ErrNotBool, jsonType(out))
+		return false, fmt.Errorf("%w: it returned %s", ErrNotBool, JSONType(out))
 	}
 	return b, nil
 }
@@ -456,8 +456,9 @@ func (ev *Evaluator) viewOf(in *Intent) map[string]any {
 	return m
 }
 
-// jsonType names the JSON type of a state value for messages.
-func jsonType(v any) string {
+// JSONType names the JSON type of a decoded JSON value for messages: "a
+// string", "an object", "null".
+func JSONType(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"

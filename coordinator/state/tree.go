@@ -235,7 +235,7 @@ func (t *Tree) check(path string, op intents.Op) (*node, error) {
 		seg, tail, _ := strings.Cut(rest, ".")
 		if n.kind == leaf {
 			at := path[:len(path)-len(rest)-1]
-			return nil, &TypeError{Path: path, At: at, Op: op, Found: typeName(n.val), Wanted: "an object"}
+			return nil, &TypeError{Path: path, At: at, Op: op, Found: intents.JSONType(n.val), Wanted: "an object"}
 		}
 		if n.kind == absent {
 			return nil, nil // absent ancestors become objects
@@ -266,29 +266,11 @@ func (t *Tree) check(path string, op intents.Op) (*node, error) {
 	if want != "" {
 		found := "an object"
 		if n.kind == leaf {
-			found = typeName(n.val)
+			found = intents.JSONType(n.val)
 		}
 		return nil, &TypeError{Path: path, At: path, Op: op, Found: found, Wanted: want}
 	}
 	return n, nil
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case float64:
-		return "a number"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // Apply folds one committed change at rev: the only way the tree changes.
@@ -337,7 +319,7 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 		}
 		vals[i] = v
 		if _, ok := vals[i].(float64); op == intents.OpIncr && !ok {
-			return fmt.Errorf("state: rev %d: incr %s by %s", rev, w.Path, typeName(vals[i]))
+			return fmt.Errorf("state: rev %d: incr %s by %s", rev, w.Path, intents.JSONType(vals[i]))
 		}
 	}
 	t.rev = rev

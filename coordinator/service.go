@@ -82,6 +82,7 @@ func (o *Options) ensureDefaults() {
 // One goroutine owns the Core; everything else reaches it through channels.
 type Service struct {
 	nc   *nats.Conn
+	pub  *nats.Conn // publishes decisions, notices and events
 	js   jetstream.JetStream
 	core *Core
 	subj intents.Subjects
@@ -132,17 +133,28 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
 		looped: make(chan struct{}), stopped: make(chan struct{})}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
-	var err error
-	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+	// Decisions and events go out on a connection of their own: the first
+	// one carries the consumer's deliveries and acknowledgements, and the
+	// server reads each connection on one goroutine.
+	pubOpts := nc.Opts
+	pubOpts.Name += " (publisher)"
+	pub, err := pubOpts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: connect the publisher: %w", err)
+	}
+	s.pub = pub
+	s.js, err = jetstream.New(pub, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		s.log.Warn("publish failed", "subject", m.Subject, "err", err)
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	if err := s.ensureStreams(ctx); err != nil {
+		pub.Close()
 		return nil, err
 	}
 	if s.core, err = OpenCore(dir, opts.Core); err != nil {
+		pub.Close()
 		return nil, err
 	}
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.subj.Stream(intents.StreamIntents), jetstream.ConsumerConfig{
@@ -155,6 +167,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	})
 	if err != nil {
 		s.core.Close()
+		pub.Close()
 		return nil, fmt.Errorf("coordinator: consumer on %s: %w", s.subj.Stream(intents.StreamIntents), err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -203,6 +216,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	select {
 	case <-s.js.PublishAsyncComplete():
 	case <-ctx.Done():
+	}
+	if err := s.pub.Drain(); err != nil {
+		s.log.Warn("drain the publisher", "err", err)
 	}
 	return s.core.Close()
 }
@@ -440,7 +456,7 @@ func (s *Service) publish(evs []*intents.Event) []jetstream.PubAckFuture {
 			s.wake(d)
 		}
 		if ev.Type == intents.EventNotice && intents.ValidSegment(ev.Agent) {
-			if err := s.nc.Publish(s.subj.Notices(ev.Agent), data); err != nil {
+			if err := s.pub.Publish(s.subj.Notices(ev.Agent), data); err != nil {
 				s.log.Warn("publish notice", "err", err)
 			}
 		}

@@ -3,12 +3,14 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go/micro"
@@ -36,6 +38,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"state_get", "state.get", s.handleStateGet},
 		{"txn_list", "txn.list", s.handleTxnList},
 		{"log_query", "log.query", s.handleLogQuery},
+		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
@@ -163,4 +166,22 @@ func strictJSON(data []byte, v any) error {
 		return fmt.Errorf("request body: %w", err)
 	}
 	return nil
+}
+
+func (s *Service) handleResolve(req micro.Request) {
+	var res intents.Resolution
+	if err := strictJSON(req.Data(), &res); err != nil {
+		replyError(req, intents.ReasonInvalid, "arbiter.resolve: %v", err)
+		return
+	}
+	err := s.apiResolve(context.Background(), &res)
+	var refused *engine.ResolveError
+	switch {
+	case errors.As(err, &refused):
+		replyError(req, refused.Reason, "arbiter.resolve: %s", refused.Detail)
+	case err != nil:
+		replyError(req, codeUnavailable, "%v", err)
+	default:
+		_ = req.RespondJSON(map[string]bool{"ok": true})
+	}
 }

@@ -111,6 +111,15 @@ func (c *Core) Tick(now time.Time) []*intents.Event {
 	return c.out[n:]
 }
 
+// Resolve applies an arbiter's resolution; like Decide, its events join the
+// next Commit. A refused resolution (*engine.ResolveError) changes nothing.
+func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event, error) {
+	n := len(c.out)
+	var err error
+	c.out, err = c.eng.Resolve(now, res, c.out)
+	return c.out[n:], err
+}
+
 // Commit enqueues everything decided since the last Commit as one batch —
 // one synced write for many decisions — and returns its Pending (nil if
 // there was nothing). If it fails the engine has moved past the log, so the

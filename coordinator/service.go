@@ -122,6 +122,11 @@ type committed struct {
 	// direct receives the decision of an API submit whose intent has no
 	// usable id (the decision cannot be matched by id).
 	direct chan *intents.Decision
+	// cases are the arbiter cases the batch opened, sent to the arbiters
+	// once it is durable.
+	cases []*intents.Escalation
+	// done, if set, is closed once the batch is durable and published.
+	done chan struct{}
 }
 
 // Start opens the Core in dir, creates the streams and the consumer if
@@ -169,6 +174,13 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		s.core.Close()
 		pub.Close()
 		return nil, fmt.Errorf("coordinator: consumer on %s: %w", s.subj.Stream(intents.StreamIntents), err)
+	}
+	// Cases still open after a restart go to the arbiters again: one
+	// published just before a crash may not have reached the stream.
+	for _, id := range s.core.Engine().Parked() {
+		if cs, ok := s.core.Engine().Case(id); ok {
+			s.publishCase(cs)
+		}
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -380,6 +392,13 @@ func (s *Service) commitWith(c committed) bool {
 	if s.broken.Load() {
 		return false
 	}
+	for _, ev := range c.evs {
+		if ev.Type == intents.EventEscalate {
+			if cs, ok := s.core.Engine().Case(ev.Intent); ok {
+				c.cases = append(c.cases, cs)
+			}
+		}
+	}
 	p, err := s.core.Commit()
 	if err != nil {
 		s.log.Error("event log write failed; stopping", "err", err)
@@ -418,6 +437,12 @@ func (s *Service) acker() {
 			continue // never acknowledge or publish what is not durable
 		}
 		stored := s.publish(c.evs)
+		for _, cs := range c.cases {
+			s.publishCase(cs)
+		}
+		if c.done != nil {
+			close(c.done)
+		}
 		if len(c.msgs) > 0 {
 			s.storedAcks <- pendingAck{stored: stored, msgs: c.msgs}
 		}
@@ -496,6 +521,45 @@ func (s *Service) ackStored(done chan struct{}) {
 			}
 		}
 	}
+}
+
+// publishCase sends an arbiter case to the work queue. The escalation id
+// is the message id, so a case published again (after a restart) within
+// the stream's duplicate window is not queued twice.
+func (s *Service) publishCase(cs *intents.Escalation) {
+	data, err := json.Marshal(cs)
+	if err != nil {
+		s.log.Error("encode case", "escalation", cs.ID, "err", err)
+		return
+	}
+	m := nats.NewMsg(s.subj.Escalations())
+	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
+	m.Data = data
+	s.publishAsync(m)
+}
+
+// apiResolve applies a resolution on the loop and answers once its events
+// are durable and published.
+func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error {
+	var rerr error
+	done := make(chan struct{})
+	var failed bool
+	ok := s.call(ctx, func() {
+		evs, err := s.core.Resolve(s.opts.Now(), res)
+		rerr = err
+		failed = !s.commitWith(committed{evs: evs, done: done})
+	})
+	if !ok || failed {
+		return errUnavailable
+	}
+	select {
+	case <-done:
+	case <-s.stopped:
+		return errUnavailable
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return rerr
 }
 
 // waitStored waits for JetStream to acknowledge every future.

@@ -20,13 +20,14 @@ import (
 //
 //	envelope  seq uvarint · id 16 bytes · time · type 1 byte · agent, intent, txn strings
 //	payloads  a mask byte, bit i set when payload i is present, in the order
-//	          Received, Decision, Change, Grant, Release, Wait, Notice; then each
-//	          present payload, fields in struct order
+//	          Received, Decision, Change, Grant, Release, Wait, Notice,
+//	          Resolution; then each present payload, fields in struct order
 //
 // and nothing after. A type normally has one payload (intent→Received,
 // decision→Decision, change→Change, grant and renew→Grant, expire and
-// release→Release, wait and escalate→Wait, notice→Notice), but the mask lets
-// any combination round-trip. The fields are built from:
+// release→Release, wait and escalate→Wait, notice→Notice,
+// resolve→Resolution), but the mask lets any combination round-trip. The
+// fields are built from:
 //
 //	string      uvarint length, bytes
 //	raw bytes   uvarint length+1, bytes; 0 is nil, so nil and empty stay apart
@@ -48,12 +49,26 @@ import (
 // a caller may decode straight from a buffer it reuses (a Pebble value).
 //
 // Compatibility: the tables and the layout are part of the on-disk format.
-// Never reorder or remove table entries. A change to the layout, or a new
-// table entry (older binaries would read its tag as corruption), comes with a
-// new SchemaVersion, so that an older binary reports ErrVersion, and the
-// decoder then keeps reading the older versions too. The fuzz seeds in
-// testdata/fuzz/FuzzDecodeEvent are golden files: TestCodecSeedCorpus fails
-// if the encoding of their fixtures changes.
+// Never reorder or remove table entries. A change that makes bytes already
+// written read differently (a new field in a payload, a new encoding of a
+// field, a renumbered code or tag) comes with a new SchemaVersion, so that an
+// older binary reports ErrVersion, and the decoder then keeps reading the
+// older versions too.
+//
+// Appending an entry to a table or giving a new payload the next free mask
+// bit is not such a change, and keeps the version: no record written before
+// it uses the new code or bit, and every one decodes exactly as it did, so
+// this build reads old logs unchanged. The cost is on the other side: an
+// older binary given a record that uses the new code or bit rejects it as
+// ErrCorrupt ("unknown event type code", "unknown tag", "payload mask:
+// unknown bits"), not ErrVersion; it never misreads it. The resolve type
+// (code 11) and the Resolution payload (bit 7) were added this way, under
+// version 1. The mask byte is now full: a ninth payload needs a layout change
+// (a second mask byte) and so a new version (a ninth mask constant, 1<<8,
+// would not compile as a byte).
+//
+// The fuzz seeds in testdata/fuzz/FuzzDecodeEvent are golden files:
+// TestCodecSeedCorpus fails if the encoding of their fixtures changes.
 
 // SchemaVersion is the version byte every encoded event starts with.
 const SchemaVersion = 1
@@ -68,7 +83,8 @@ var (
 	ErrVersion = errors.New("eventlog: unknown schema version")
 )
 
-// Payload mask bits, in encoding order.
+// Payload mask bits, in encoding order. All eight are taken, so every mask
+// byte is a valid one (see Compatibility above).
 const (
 	hasReceived byte = 1 << iota
 	hasDecision
@@ -77,7 +93,7 @@ const (
 	hasRelease
 	hasWait
 	hasNotice
-	hasAll = 1<<iota - 1
+	hasResolution // added with the resolve type; still SchemaVersion 1
 )
 
 // Decision flags.
@@ -98,11 +114,13 @@ const (
 // The frozen tables. An event type's code is its index+1; codes 0 and past
 // the end are rejected. An enum's tag is its index+1 and tag 0 carries the
 // value as a string, so every value round-trips and the known ones take one
-// byte. Append only, with a new SchemaVersion (see above).
+// byte. Append only (see Compatibility above): an entry's position is its
+// code on disk.
 var (
 	eventTypeCodes = [...]intents.EventType{intents.EventIntent, intents.EventDecision,
 		intents.EventChange, intents.EventGrant, intents.EventRenew, intents.EventExpire,
-		intents.EventRelease, intents.EventWait, intents.EventEscalate, intents.EventNotice}
+		intents.EventRelease, intents.EventWait, intents.EventEscalate, intents.EventNotice,
+		intents.EventResolve} // 11, added under SchemaVersion 1
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
 	opTags         = []string{"", "set", "delete", "merge", "append", "incr"}
@@ -168,6 +186,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	if ev.Notice != nil {
 		mask |= hasNotice
 	}
+	if ev.Resolution != nil {
+		mask |= hasResolution
+	}
 	dst = append(dst, mask)
 	if p := ev.Received; p != nil {
 		dst = appendIntentPtr(dst, p.Intent)
@@ -214,6 +235,14 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendString(dst, p.Intent)
 		dst = appendString(dst, p.From)
 		dst = appendString(dst, p.Detail)
+	}
+	if p := ev.Resolution; p != nil {
+		dst = appendString(dst, p.Escalation)
+		dst = appendString(dst, p.Arbiter)
+		dst = appendStrings(dst, p.Winners)
+		dst = appendStrings(dst, p.Losers)
+		dst = appendIntentPtr(dst, p.Replacement)
+		dst = appendString(dst, p.Rationale)
 	}
 	return dst
 }
@@ -399,11 +428,7 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 	ev.Txn = r.string("txn")
 	r.shared = [...]string{ev.Agent, ev.Intent, ev.Txn}
 
-	at := r.off
-	mask := r.byte("payload mask")
-	if mask&^hasAll != 0 {
-		r.failAt(at, "payload mask", "unknown bits %#02x", mask&^hasAll)
-	}
+	mask := r.byte("payload mask") // every bit is a known payload
 	if mask&hasReceived != 0 {
 		r.scope = "received"
 		p := &intents.Received{}
@@ -470,6 +495,17 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 		p.From = r.string("from")
 		p.Detail = r.string("detail")
 		ev.Notice = p
+	}
+	if mask&hasResolution != 0 {
+		r.scope = "resolution"
+		p := &intents.Resolution{}
+		p.Escalation = r.string("escalation")
+		p.Arbiter = r.string("arbiter")
+		p.Winners = r.strings("winners")
+		p.Losers = r.strings("losers")
+		p.Replacement = r.intentPtr("replacement", "resolution.replacement")
+		p.Rationale = r.string("rationale")
+		ev.Resolution = p
 	}
 	if err := r.end(); err != nil {
 		return nil, err

@@ -30,7 +30,8 @@ var codecRewriteSeeds = flag.Bool("codec-seeds", false,
 // encoding of the fixtures named in codecSeeds must not change silently.
 const codecSeedDir = "testdata/fuzz/FuzzDecodeEvent"
 
-var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything"}
+var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything",
+	"resolve"}
 
 type codecCase struct {
 	name string
@@ -151,6 +152,17 @@ func codecFullNotice() *intents.Notice {
 	}
 }
 
+func codecFullResolution() *intents.Resolution {
+	return &intents.Resolution{
+		Escalation:  "01JPA3Z4Y5X6W7V8T9S0R1Q2P3",
+		Arbiter:     "arbiter-1",
+		Winners:     []string{"01JPA3Z4Y5X6W7V8T9S0R1Q2P3"},
+		Losers:      []string{"01JPA3Z4Y5X6W7V8T9S0R1Q2P4", "01JPA3Z4Y5X6W7V8T9S0R1Q2P5"},
+		Replacement: codecFullIntent(),
+		Rationale:   "the merge keeps both introductions",
+	}
+}
+
 // codecFixtures returns hand-built events, new on every call: every type
 // with every field set, minimal ones, and odd ones.
 func codecFixtures() []codecCase {
@@ -214,7 +226,28 @@ func codecFixtures() []codecCase {
 	ev.Release = &intents.Release{Txn: "t-7", Agent: "writer-1", Cause: intents.CausePreempted}
 	ev.Wait = codecFullWait()
 	ev.Notice = codecFullNotice()
-	add("everything", ev)
+	add("everything", ev) // a golden seed from before Resolution: leave it as it is
+
+	ev = env(12, intents.EventResolve)
+	ev.Resolution = codecFullResolution()
+	add("resolve", ev)
+
+	ev = env(13, intents.EventResolve)
+	ev.Resolution = &intents.Resolution{Escalation: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Arbiter: "arbiter-1",
+		Losers: []string{"01JPA3Z4Y5X6W7V8T9S0R1Q2P3"}, Rationale: "rejected: the holder has priority"}
+	add("resolve-losers-only", ev)
+
+	// Every payload, Resolution included: all eight mask bits.
+	ev = env(math.MaxUint64-1, intents.EventResolve)
+	ev.Received = &intents.Received{Intent: codecFullIntent(), Raw: []byte{0, 1, 0xff}, Error: "e"}
+	ev.Decision = codecFullDecision()
+	ev.Change = codecFullChange()
+	ev.Grant = codecFullGrant()
+	ev.Release = &intents.Release{Txn: "t-7", Agent: "writer-1", Cause: intents.CauseAborted}
+	ev.Wait = codecFullWait()
+	ev.Notice = codecFullNotice()
+	ev.Resolution = codecFullResolution()
+	add("all-payloads", ev)
 
 	// Minimal: only the type, then each payload present but empty.
 	for _, typ := range intents.EventTypes {
@@ -222,11 +255,13 @@ func codecFixtures() []codecCase {
 	}
 	add("empty-payloads", &intents.Event{Type: intents.EventNotice,
 		Received: &intents.Received{}, Decision: &intents.Decision{}, Change: &intents.Change{},
-		Grant: &intents.Grant{}, Release: &intents.Release{}, Wait: &intents.Wait{}, Notice: &intents.Notice{}})
+		Grant: &intents.Grant{}, Release: &intents.Release{}, Wait: &intents.Wait{}, Notice: &intents.Notice{},
+		Resolution: &intents.Resolution{}})
 	add("empty-intents", &intents.Event{Type: intents.EventWait,
-		Received: &intents.Received{Intent: &intents.Intent{}},
-		Grant:    &intents.Grant{Propose: &intents.Intent{}},
-		Wait:     &intents.Wait{Intent: &intents.Intent{}}})
+		Received:   &intents.Received{Intent: &intents.Intent{}},
+		Grant:      &intents.Grant{Propose: &intents.Intent{}},
+		Wait:       &intents.Wait{Intent: &intents.Intent{}},
+		Resolution: &intents.Resolution{Replacement: &intents.Intent{}}})
 
 	// Empty but not nil: every slice, map and raw value present with nothing in it.
 	in := &intents.Intent{Reads: []intents.Read{}, Writes: []intents.Write{{Path: "a", Op: intents.OpSet, Value: json.RawMessage{}}},
@@ -235,9 +270,10 @@ func codecFixtures() []codecCase {
 		Received: &intents.Received{Intent: in, Raw: []byte{}},
 		Decision: &intents.Decision{Conflicts: []intents.Conflict{}, Versions: map[string]uint64{}, MergedWith: []string{},
 			LeaseExpires: &time.Time{}},
-		Change: &intents.Change{Writes: []intents.Applied{{Value: json.RawMessage{}}}, MergedWith: []string{}},
-		Grant:  &intents.Grant{Reads: []intents.Read{}},
-		Wait:   &intents.Wait{Conflicts: []intents.Conflict{}}})
+		Change:     &intents.Change{Writes: []intents.Applied{{Value: json.RawMessage{}}}, MergedWith: []string{}},
+		Grant:      &intents.Grant{Reads: []intents.Read{}},
+		Wait:       &intents.Wait{Conflicts: []intents.Conflict{}},
+		Resolution: &intents.Resolution{Winners: []string{}, Losers: []string{}, Replacement: in}})
 	add("null-values", &intents.Event{Type: intents.EventChange,
 		Received: &intents.Received{Intent: &intents.Intent{Meta: json.RawMessage("null"),
 			Writes: []intents.Write{{Path: "a", Op: intents.OpSet, Value: json.RawMessage("null")}}}},
@@ -257,7 +293,9 @@ func codecFixtures() []codecCase {
 		Release: &intents.Release{Cause: "boredom"},
 		Wait:    &intents.Wait{Deadline: time.Unix(0, math.MinInt64)},
 		Notice:  &intents.Notice{Kind: "rumour"},
-		Change:  &intents.Change{Writes: []intents.Applied{{Op: "rot13"}}}})
+		Change:  &intents.Change{Writes: []intents.Applied{{Op: "rot13"}}},
+		Resolution: &intents.Resolution{Escalation: "\xff", Arbiter: strings.Repeat("仲裁", 100),
+			Winners: []string{"", "\x00"}, Replacement: &intents.Intent{Kind: "decree", OnConflict: "shrug"}}})
 	add("nanos-edges", &intents.Event{Type: intents.EventWait, Time: time.Unix(0, math.MaxInt64),
 		Wait:  &intents.Wait{Deadline: time.Unix(0, math.MinInt64)},
 		Grant: &intents.Grant{Expires: time.Unix(0, math.MinInt64).Add(-1)}})
@@ -527,13 +565,13 @@ func (g codecGen) event() *intents.Event {
 	switch p := g.r.IntN(20); {
 	case p == 0:
 	case p < 5:
-		mask = byte(g.r.UintN(128))
+		mask = byte(g.r.UintN(256))
 	default:
 		mask = map[intents.EventType]byte{
 			intents.EventIntent: hasReceived, intents.EventDecision: hasDecision, intents.EventChange: hasChange,
 			intents.EventGrant: hasGrant, intents.EventRenew: hasGrant, intents.EventExpire: hasRelease,
 			intents.EventRelease: hasRelease, intents.EventWait: hasWait, intents.EventEscalate: hasWait,
-			intents.EventNotice: hasNotice,
+			intents.EventNotice: hasNotice, intents.EventResolve: hasResolution,
 		}[ev.Type]
 	}
 	if mask&hasReceived != 0 {
@@ -566,6 +604,10 @@ func (g codecGen) event() *intents.Event {
 		ev.Notice = &intents.Notice{Kind: codecPick(g, []intents.NoticeKind{intents.NoticeWaiting,
 			intents.NoticeLeaseExpiring, intents.NoticeLeaseExpired}),
 			Txn: g.str(), Intent: g.str(), From: g.str(), Detail: g.str()}
+	}
+	if mask&hasResolution != 0 {
+		ev.Resolution = &intents.Resolution{Escalation: g.str(), Arbiter: g.str(), Winners: g.strs(),
+			Losers: g.strs(), Replacement: g.intent(), Rationale: g.str()}
 	}
 	return ev
 }
@@ -667,7 +709,8 @@ func TestCodecTimes(t *testing.T) {
 
 // TestCodecTables checks that every value the intents package names has a
 // one-byte code, so none falls back to a string. A value missing here still
-// round-trips; add it to the end of its table with a new SchemaVersion.
+// round-trips; add it to the end of its table (see Compatibility in
+// codec.go).
 func TestCodecTables(t *testing.T) {
 	for _, typ := range intents.EventTypes {
 		if eventTypeCode(typ) == 0 {
@@ -701,6 +744,35 @@ func TestCodecTables(t *testing.T) {
 		intents.ConflictWriteRead, intents.ConflictStale)...)
 	check("cause", causeTags, codecStrings(intents.CauseCommitted, intents.CauseAborted, intents.CauseExpired, intents.CausePreempted)...)
 	check("notice kind", noticeKindTags, codecStrings(intents.NoticeWaiting, intents.NoticeLeaseExpiring, intents.NoticeLeaseExpired)...)
+}
+
+// TestCodecFrozenCodes pins the event type codes and the payload mask bits,
+// which are on disk: appending keeps every old record readable, renumbering
+// would not.
+func TestCodecFrozenCodes(t *testing.T) {
+	want := []intents.EventType{"intent", "decision", "change", "grant", "renew", "expire", "release",
+		"wait", "escalate", "notice", "resolve"}
+	for i, typ := range want {
+		if got := eventTypeCode(typ); int(got) != i+1 {
+			t.Errorf("event type %q has code %d, want %d", typ, got, i+1)
+		}
+	}
+	if len(eventTypeCodes) != len(want) {
+		t.Errorf("%d event type codes, want %d: a new type takes code %d, with tests pinning it here",
+			len(eventTypeCodes), len(want), len(want)+1)
+	}
+	bits := []byte{hasReceived, hasDecision, hasChange, hasGrant, hasRelease, hasWait, hasNotice, hasResolution}
+	for i, b := range bits {
+		if b != 1<<i {
+			t.Errorf("payload mask bit %d is %#02x", i, b)
+		}
+	}
+	// A resolve event with an empty Resolution, byte for byte.
+	got := AppendEvent(nil, &intents.Event{Type: intents.EventResolve, Resolution: &intents.Resolution{}})
+	wantBytes := slices.Concat([]byte{SchemaVersion, 0}, make([]byte, 16), []byte{timeZero, 11, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0})
+	if !bytes.Equal(got, wantBytes) {
+		t.Errorf("empty resolve event:\n got % x\nwant % x", got, wantBytes)
+	}
 }
 
 func codecStrings[T ~string](xs ...T) []string {
@@ -842,7 +914,13 @@ func TestDecodeMalformed(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "byte 0: empty record"},
-		{"mask bit 7", cat([]byte{0x80}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80", n)},
+		{"resolution cut short", cat([]byte{hasResolution}), fmt.Sprintf("byte %d: resolution.escalation: truncated varint", n+1)},
+		{"huge winners count", cat([]byte{hasResolution, 0, 0}, huge),
+			fmt.Sprintf("byte %d: resolution.winners: count %d past the end", n+3, 1<<40-1)},
+		{"bad replacement presence", cat([]byte{hasResolution, 0, 0, 0, 0, 2}),
+			fmt.Sprintf("byte %d: resolution.replacement: presence byte 2", n+5)},
+		{"replacement field", cat([]byte{hasResolution, 0, 0, 0, 0, 1, 0, 0, 99}),
+			fmt.Sprintf("byte %d: resolution.replacement.kind: unknown tag 99", n+8)},
 		{"huge writes count", cat([]byte{hasChange}, huge), fmt.Sprintf("byte %d: change.writes: count %d past the end", n+1, 1<<40-1)},
 		{"writes count one past", cat([]byte{hasChange}, []byte{3, 0, 1, 0, 0, 0}), "change.writes: count 2 past the end"},
 		{"huge string", cat([]byte{hasNotice, 2}, huge), fmt.Sprintf("byte %d: notice.txn: length %d past the end", n+2, 1<<40)},
@@ -952,6 +1030,7 @@ func TestDecodeAllocBound(t *testing.T) {
 			slices.Concat(env, []byte{hasChange}, count, make([]byte, 64)),
 			slices.Concat(env, []byte{hasNotice, 1}, count, make([]byte, 64)),
 			slices.Concat(env, []byte{hasReceived, 0}, count, make([]byte, 64)),
+			slices.Concat(env, []byte{hasResolution, 0, 0}, count, make([]byte, 64)),
 			slices.Concat(env, []byte{hasDecision}, make([]byte, 9), count, make([]byte, 64)))
 	}
 	// The densest records: many tiny elements.
@@ -967,10 +1046,11 @@ func TestDecodeAllocBound(t *testing.T) {
 	inputs = append(inputs,
 		dense(hasReceived, intent(1000), []byte{0, 0}),
 		dense(hasNotice, []byte{1}, make([]byte, 4)),
+		dense(hasResolution, []byte{0, 0}, binary.AppendUvarint(nil, 1001), make([]byte, 1000), []byte{0, 0, 0}),
 		dense(hasWait, []byte{0, timeZero}, binary.AppendUvarint(nil, 1001), bytes.Repeat([]byte{0, 1, 0, 0}, 1000)))
 	worst := 0.0
 	for i, in := range inputs {
-		if i < 3 || i >= len(inputs)-3 {
+		if i < 3 || i >= len(inputs)-4 { // some valid records and the dense ones
 			codecCheckDecode(t, in)
 		}
 		var before, after runtime.MemStats

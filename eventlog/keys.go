@@ -126,6 +126,8 @@ func pathsOf(ev *intents.Event) []string {
 		addIntent(ev.Wait.Intent)
 	case ev.Received != nil:
 		addIntent(ev.Received.Intent)
+	case ev.Resolution != nil:
+		addIntent(ev.Resolution.Replacement)
 	}
 	return out
 }

@@ -23,11 +23,12 @@ const (
 	EventWait     EventType = "wait"     // an intent was parked behind transactions in flight (Wait)
 	EventEscalate EventType = "escalate" // an intent was sent to the arbiters (Wait)
 	EventNotice   EventType = "notice"   // an advisory to an agent (Notice)
+	EventResolve  EventType = "resolve"  // an arbiter's resolution was accepted (Resolution)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -48,6 +49,8 @@ type Event struct {
 	Release  *Release  `json:"release,omitempty"`
 	Wait     *Wait     `json:"wait,omitempty"`
 	Notice   *Notice   `json:"notice,omitempty"`
+	// Resolution is the arbiter's resolution as accepted (EventResolve).
+	Resolution *Resolution `json:"resolution,omitempty"`
 }
 
 // Received records an intent as it arrived: decoded when it was valid, the

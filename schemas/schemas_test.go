@@ -32,10 +32,11 @@ import (
 //	                 the schema rejects; re-encoding the decoded intent must
 //	                 give a schema-valid document
 //
-// For decisions and events the Go side is a strict decode (unknown fields
-// and trailing data are errors) into intents.Decision or intents.Event, plus
-// Validate for the intents an event embeds. The Go types do not validate
-// enums and the like, so for them only the schema must reject invalid/.
+// For decisions, events, escalations and resolutions the Go side is a strict
+// decode (unknown fields and trailing data are errors) into intents.Decision,
+// intents.Event, intents.Escalation or intents.Resolution, plus Validate for
+// the intents they embed. The Go types do not validate enums and the like,
+// so for them only the schema must reject invalid/.
 
 // knownDecodeGaps lists invalid-go-only documents that intents.Decode
 // accepts today although SPEC §1 rules them out. Each is logged, not failed;
@@ -133,14 +134,16 @@ func oneLine(err error) string {
 }
 
 func TestSchemaFiles(t *testing.T) {
-	want := []string{"decision.json", "event.json", "intent.json"}
+	want := []string{"decision.json", "escalation.json", "event.json", "intent.json", "resolution.json"}
 	if got := schemas.Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
 	titles := map[string]reflect.Type{
-		"intent.json":   reflect.TypeFor[intents.Intent](),
-		"decision.json": reflect.TypeFor[intents.Decision](),
-		"event.json":    reflect.TypeFor[intents.Event](),
+		"intent.json":     reflect.TypeFor[intents.Intent](),
+		"decision.json":   reflect.TypeFor[intents.Decision](),
+		"event.json":      reflect.TypeFor[intents.Event](),
+		"escalation.json": reflect.TypeFor[intents.Escalation](),
+		"resolution.json": reflect.TypeFor[intents.Resolution](),
 	}
 	for _, name := range want {
 		data, err := schemas.Get(name)
@@ -262,82 +265,177 @@ func roundTrip(t *testing.T, sch *jsonschema.Schema, in *intents.Intent) {
 	}
 }
 
-func TestDecisionExamples(t *testing.T) {
-	sch := compile(t, newCompiler(t), "decision.json")
-	n := examples(t, "decision/valid", func(t *testing.T, _ string, data []byte) {
+// messageExamples checks the examples of a message the Go side decodes
+// strictly into T (testdata/<name>/valid and invalid, against <name>.json):
+// a valid one passes the schema, decodes, embeds only intents that
+// Validate accepts (embedded lists them; nil entries are skipped) and
+// re-encodes to a document the schema accepts; an invalid one fails the
+// schema. It returns the decoded valid examples.
+func messageExamples[T any](t *testing.T, name string, embedded func(*T) []*intents.Intent) []*T {
+	t.Helper()
+	sch := compile(t, newCompiler(t), name+".json")
+	typ := reflect.TypeFor[T]()
+	var decoded []*T
+	n := examples(t, name+"/valid", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err != nil {
 			t.Errorf("schema rejects it: %s", oneLine(err))
 		}
-		var d intents.Decision
-		if err := strictDecode(data, &d); err != nil {
-			t.Fatalf("does not decode into intents.Decision: %v", err)
+		v := new(T)
+		if err := strictDecode(data, v); err != nil {
+			t.Fatalf("does not decode into %s: %v", typ, err)
 		}
-		out, err := json.Marshal(d)
+		decoded = append(decoded, v)
+		if embedded != nil {
+			for _, in := range embedded(v) {
+				if in == nil {
+					continue
+				}
+				if err := in.Validate(); err != nil {
+					t.Errorf("embedded intent %s is invalid: %v", in.ID, err)
+				}
+			}
+		}
+		out, err := json.Marshal(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := validate(sch, out); err != nil {
-			t.Errorf("schema rejects the re-encoded decision %s: %s", out, oneLine(err))
+			t.Errorf("schema rejects the re-encoded %s %s: %s", typ, out, oneLine(err))
 		}
 	})
 	if n == 0 {
-		t.Error("no valid decision examples")
+		t.Errorf("no valid %s examples", name)
 	}
-	examples(t, "decision/invalid", func(t *testing.T, _ string, data []byte) {
+	n = examples(t, name+"/invalid", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err == nil {
 			t.Error("schema wrongly accepts it")
 		}
 	})
+	if n == 0 {
+		t.Errorf("no invalid %s examples", name)
+	}
+	return decoded
+}
+
+func TestDecisionExamples(t *testing.T) {
+	messageExamples[intents.Decision](t, "decision", nil)
 }
 
 func TestEventExamples(t *testing.T) {
-	sch := compile(t, newCompiler(t), "event.json")
-	seen := map[intents.EventType]bool{}
-	examples(t, "event/valid", func(t *testing.T, _ string, data []byte) {
-		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it: %s", oneLine(err))
-		}
-		var e intents.Event
-		if err := strictDecode(data, &e); err != nil {
-			t.Fatalf("does not decode into intents.Event: %v", err)
-		}
-		seen[e.Type] = true
-		var embedded []*intents.Intent
+	evs := messageExamples(t, "event", func(e *intents.Event) []*intents.Intent {
+		var in []*intents.Intent
 		if e.Received != nil {
-			embedded = append(embedded, e.Received.Intent)
+			in = append(in, e.Received.Intent)
 		}
 		if e.Grant != nil {
-			embedded = append(embedded, e.Grant.Propose)
+			in = append(in, e.Grant.Propose)
 		}
 		if e.Wait != nil {
-			embedded = append(embedded, e.Wait.Intent)
+			in = append(in, e.Wait.Intent)
 		}
-		for _, in := range embedded {
-			if in == nil {
-				continue
-			}
-			if err := in.Validate(); err != nil {
-				t.Errorf("embedded intent %s is invalid: %v", in.ID, err)
-			}
+		if e.Resolution != nil {
+			in = append(in, e.Resolution.Replacement)
 		}
-		out, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := validate(sch, out); err != nil {
-			t.Errorf("schema rejects the re-encoded event %s: %s", out, oneLine(err))
-		}
+		return in
 	})
+	seen := map[intents.EventType]bool{}
+	for _, e := range evs {
+		seen[e.Type] = true
+	}
 	for _, typ := range intents.EventTypes {
 		if !seen[typ] {
 			t.Errorf("no valid example of event type %q", typ)
 		}
 	}
-	examples(t, "event/invalid", func(t *testing.T, _ string, data []byte) {
-		if err := validate(sch, data); err == nil {
-			t.Error("schema wrongly accepts it")
+}
+
+func TestEscalationExamples(t *testing.T) {
+	escs := messageExamples(t, "escalation", func(e *intents.Escalation) []*intents.Intent { return e.Intents })
+	var holder, absent bool
+	for _, e := range escs {
+		holder = holder || e.Holder != nil
+		for _, st := range e.State {
+			absent = absent || !st.Exists
 		}
+	}
+	if !holder || !absent {
+		t.Errorf("the valid escalations lack one with a holder (%v) or one with an absent path (%v)", holder, absent)
+	}
+}
+
+func TestResolutionExamples(t *testing.T) {
+	rs := messageExamples(t, "resolution", func(r *intents.Resolution) []*intents.Intent {
+		return []*intents.Intent{r.Replacement}
 	})
+	// Each way to name an outcome appears alone in some valid example.
+	var winners, losers, replacement bool
+	for _, r := range rs {
+		switch {
+		case len(r.Losers) == 0 && r.Replacement == nil:
+			winners = true
+		case len(r.Winners) == 0 && r.Replacement == nil:
+			losers = true
+		case len(r.Winners) == 0 && len(r.Losers) == 0:
+			replacement = true
+		}
+	}
+	if !winners || !losers || !replacement {
+		t.Errorf("valid resolutions with only winners %v, only losers %v, only a replacement %v; want all", winners, losers, replacement)
+	}
+}
+
+// TestEventPayloadRules checks event.json's type rules against the payload
+// fields of intents.Event: every type has one rule, which requires one
+// payload and forbids all the others.
+func TestEventPayloadRules(t *testing.T) {
+	var payloads []string
+	typ := reflect.TypeFor[intents.Event]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Type.Kind() == reflect.Pointer && f.Type.Elem().Kind() == reflect.Struct {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			payloads = append(payloads, name)
+		}
+	}
+	rules, ok := schemaDoc(t, "event.json")["allOf"].([]any)
+	if !ok {
+		t.Fatal("event.json has no allOf of type rules")
+	}
+	ruled := map[string]string{} // type → the payload its rule requires
+	for i := range rules {
+		rule, _ := rules[i].(map[string]any)
+		where := fmt.Sprintf("event.json#/allOf/%d", i)
+		ifType := at(t, rule, "/if/properties/type")
+		var types []string
+		if c, ok := ifType["const"].(string); ok {
+			types = []string{c}
+		} else {
+			types = strs(t, ifType["enum"], where+"/if/properties/type/enum")
+		}
+		then := at(t, rule, "/then")
+		required := strs(t, then["required"], where+"/then/required")
+		if len(required) != 1 || !slices.Contains(payloads, required[0]) {
+			t.Errorf("%s: requires %q, want one payload of %q", where, required, payloads)
+			continue
+		}
+		props, _ := then["properties"].(map[string]any)
+		for _, p := range payloads {
+			if forbidden := props[p] == false; forbidden == (p == required[0]) {
+				t.Errorf("%s (type %q): payload %q forbidden %v", where, types, p, forbidden)
+			}
+		}
+		for _, ty := range types {
+			if prev, dup := ruled[ty]; dup {
+				t.Errorf("%s: type %q already has a rule (requiring %q)", where, ty, prev)
+			}
+			ruled[ty] = required[0]
+		}
+	}
+	for _, ty := range intents.EventTypes {
+		if _, ok := ruled[string(ty)]; !ok {
+			t.Errorf("event.json has no rule for type %q", ty)
+		}
+	}
 }
 
 // schemaDoc returns the parsed JSON of a schema file.
@@ -474,6 +572,10 @@ func TestFields(t *testing.T) {
 		{"event.json", "/$defs/release", reflect.TypeFor[intents.Release]()},
 		{"event.json", "/$defs/wait", reflect.TypeFor[intents.Wait]()},
 		{"event.json", "/$defs/notice", reflect.TypeFor[intents.Notice]()},
+		{"escalation.json", "", reflect.TypeFor[intents.Escalation]()},
+		{"escalation.json", "/$defs/holder", reflect.TypeFor[intents.Holder]()},
+		{"escalation.json", "/$defs/pathState", reflect.TypeFor[intents.PathState]()},
+		{"resolution.json", "", reflect.TypeFor[intents.Resolution]()},
 	} {
 		where := c.file + "#" + c.ptr
 		obj := at(t, schemaDoc(t, c.file), c.ptr)

@@ -172,6 +172,10 @@ func (e *Engine) check(ev *intents.Event) error {
 		if ev.Notice == nil {
 			return missing("notice")
 		}
+	case intents.EventResolve:
+		if ev.Resolution == nil {
+			return missing("resolution")
+		}
 	default:
 		return fmt.Errorf("unknown event type %q", ev.Type)
 	}

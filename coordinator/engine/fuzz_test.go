@@ -57,7 +57,31 @@ func FuzzEngine(f *testing.F) {
 				}
 				evs = e.Submit(now, agent, data[:k], nil)
 				data = data[k:]
-			case 1: // time passes
+			case 1: // time passes, or an arbiter resolves an open case
+				if parked := e.Parked(); len(parked) > 0 && pick(2) == 0 {
+					id := parked[pick(len(parked))]
+					res := &intents.Resolution{Escalation: id, Arbiter: "judge", Rationale: "fuzz"}
+					c, _ := e.Case(id)
+					var ids []string
+					if c != nil {
+						for _, in := range c.Intents {
+							ids = append(ids, in.ID)
+						}
+					}
+					if len(ids) > 0 {
+						switch pick(3) {
+						case 0:
+							res.Winners = []string{ids[pick(len(ids))]}
+						case 1:
+							res.Losers = []string{ids[pick(len(ids))]}
+						default:
+							res.Replacement = &intents.Intent{ID: fuzzID(1000 + n), Agent: "judge", Kind: intents.KindApply,
+								Writes: []intents.Write{{Path: fuzzPaths[pick(len(fuzzPaths))], Op: intents.OpSet, Value: json.RawMessage(`7`)}}}
+						}
+					}
+					evs, _ = e.Resolve(now, res, nil)
+					break
+				}
 				now = now.Add(time.Duration(pick(8)) * 500 * time.Millisecond)
 				evs = e.Advance(now, nil)
 			default:

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"crypto/sha256"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -38,6 +39,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	state <path>...     print values, versions and mod_revs
 //	txns                print the transactions in flight
 //	parked              print the parked intents
+//	resolve             give the engine the input, an arbiter's resolution
+//	case <name>         print the arbiter's case of an escalated intent
 //
 // In inputs, $name stands for a ULID derived from name (an intent id) and
 // $Tn for the n-th transaction id the engine handed out; outputs use the
@@ -221,6 +224,40 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		evs := r.e.Submit(r.now, agent, []byte(r.expand(input)), nil)
 		r.log = append(r.log, evs...)
 		return r.describe(evs)
+	case "resolve":
+		var res intents.Resolution
+		if err := json.Unmarshal([]byte(r.expand(input)), &res); err != nil {
+			r.t.Fatalf("resolve: %v", err)
+		}
+		evs, err := r.e.Resolve(r.now, &res, nil)
+		r.log = append(r.log, evs...)
+		lines := r.describe(evs)
+		if err != nil {
+			lines = append(lines, "error: "+r.redact(err.Error()))
+		}
+		return lines
+	case "case":
+		c, ok := r.e.Case(r.ids[f[1]])
+		if !ok {
+			return []string{"no open case " + f[1]}
+		}
+		var names []string
+		for _, in := range c.Intents {
+			names = append(names, r.name(in.ID))
+		}
+		lines := []string{fmt.Sprintf("case %s intents=%s deadline=%s", f[1], strings.Join(names, ","), r.rel(c.Deadline))}
+		if c.Holder != nil {
+			lines = append(lines, fmt.Sprintf("  holder %s of %s fence=%d propose=%s", r.name(c.Holder.Txn), c.Holder.Agent, c.Holder.Fence, r.name(c.Holder.Intent)))
+		}
+		var paths []string
+		for p, st := range c.State {
+			paths = append(paths, fmt.Sprintf("%s exists=%v version=%d", p, st.Exists, st.Version))
+		}
+		slices.Sort(paths)
+		for _, p := range paths {
+			lines = append(lines, "  state "+p)
+		}
+		return lines
 	case "advance":
 		r.clock(f[1])
 		evs := r.e.Advance(r.now, nil)
@@ -287,6 +324,12 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 			lines = append(lines, line)
 		case intents.EventExpire:
 			lines = append(lines, fmt.Sprintf("expire %s of %s", r.name(ev.Release.Txn), ev.Release.Agent))
+		case intents.EventRelease:
+			if ev.Release.Cause == intents.CausePreempted {
+				lines = append(lines, fmt.Sprintf("preempt %s of %s", r.name(ev.Release.Txn), ev.Release.Agent))
+			}
+		case intents.EventResolve:
+			lines = append(lines, fmt.Sprintf("resolution by %s accepted", ev.Agent))
 		}
 	}
 	return lines

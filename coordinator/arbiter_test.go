@@ -1,0 +1,104 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+)
+
+// Over the wire, as an arbiter in any language would: an escalation
+// arrives on the arbiter work queue with its case; arbiter.resolve settles
+// it; the newcomer is applied, the holder preempted, both told; a second
+// resolution is refused.
+func TestArbiterOverTheWire(t *testing.T) {
+	ns := runServer(t)
+	startService(t, ns, t.TempDir(), Options{})
+	nc := connect(t, ns)
+	subj := intents.Subjects{}
+	decisions := map[string]*nats.Subscription{}
+	for _, a := range []string{"w1", "w2"} {
+		sub, err := nc.SubscribeSync(subj.Decisions(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		decisions[a] = sub
+	}
+	next := func(agent string) *intents.Decision {
+		t.Helper()
+		m, err := decisions[agent].NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("no decision for %s: %v", agent, err)
+		}
+		var d intents.Decision
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		return &d
+	}
+	propose := ulid.Make().String()
+	nc.Publish(subj.Intents("w1"), []byte(`{"id":"`+propose+`","agent":"w1","kind":"propose","writes":[{"path":"report.intro","op":"set"}]}`))
+	grant := next("w1")
+	if grant.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose: %+v", grant)
+	}
+	esc := ulid.Make().String()
+	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"report.intro","op":"set","value":"rewrite"}]}`))
+	if d := next("w2"); d.Outcome != intents.OutcomeEscalated {
+		t.Fatalf("escalate: %+v", d)
+	}
+
+	// The arbiter pulls its case from the work queue.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, subj.Stream(intents.StreamArbiter), jetstream.ConsumerConfig{Durable: "arbiters", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs intents.Escalation
+	if err := json.Unmarshal(m.Data(), &cs); err != nil {
+		t.Fatal(err)
+	}
+	if cs.ID != esc || cs.Holder == nil || cs.Holder.Txn != grant.Txn || len(cs.Intents) != 2 || cs.Deadline.IsZero() {
+		t.Fatalf("case %+v", cs)
+	}
+	if st, ok := cs.State["report.intro"]; !ok || st.Exists {
+		t.Fatalf("case state %+v", cs.State)
+	}
+	resolve := func(body string) *nats.Msg {
+		t.Helper()
+		r, err := nc.Request(subj.API("arbiter.resolve"), []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := resolve(`{"escalation":"` + esc + `","arbiter":"judge","winners":["` + esc + `"],"rationale":"the rewrite is better"}`)
+	if r.Header.Get(micro.ErrorCodeHeader) != "" || string(r.Data) != `{"ok":true}` {
+		t.Fatalf("resolve: %q %v", r.Data, r.Header)
+	}
+	m.Ack()
+	if d := next("w1"); d.Outcome != intents.OutcomeAborted || d.Intent != propose {
+		t.Fatalf("holder: %+v", d)
+	}
+	if d := next("w2"); d.Outcome != intents.OutcomeApplied || d.Intent != esc {
+		t.Fatalf("newcomer: %+v", d)
+	}
+	r = resolve(`{"escalation":"` + esc + `","arbiter":"judge","losers":["` + esc + `"],"rationale":"again"}`)
+	if code := r.Header.Get(micro.ErrorCodeHeader); code != string(intents.ReasonInvalid) {
+		t.Fatalf("second resolution: code %q, %q", code, r.Header.Get(micro.ErrorHeader))
+	}
+}

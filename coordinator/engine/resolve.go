@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+)
+
+// Case returns the arbiter's case for an escalated intent still open: the
+// intent, the proposes of the transactions it conflicts with, those
+// transactions, and the current values and versions of every path involved.
+func (e *Engine) Case(id string) (*intents.Escalation, bool) {
+	p := e.parked[id]
+	if p == nil || !p.escalated {
+		return nil, false
+	}
+	c := &intents.Escalation{ID: id, Intents: []*intents.Intent{p.in}, State: map[string]intents.PathState{},
+		Conflicts: p.conflicts, Deadline: p.deadline}
+	paths := map[string]bool{}
+	for _, w := range p.in.Writes {
+		paths[w.Path] = true
+	}
+	for _, r := range p.in.Reads {
+		paths[r.Path] = true
+	}
+	for _, cf := range p.conflicts {
+		paths[cf.Path] = true
+		t := e.txns[cf.WithTxn]
+		if t == nil || slices.ContainsFunc(c.Intents, func(in *intents.Intent) bool { return in.ID == t.propose.ID }) {
+			continue
+		}
+		c.Intents = append(c.Intents, t.propose)
+		if c.Holder == nil {
+			c.Holder = &intents.Holder{Txn: t.ID, Agent: t.Agent, Fence: t.fence, Intent: t.propose.ID, Writes: t.Writes}
+		}
+	}
+	for path := range paths {
+		st := e.tree.Lookup(path)
+		c.State[path] = intents.PathState{Exists: st.Exists, Value: st.Value, Version: st.Version}
+	}
+	return c, true
+}
+
+// ResolveError says why a resolution was refused; Reason is the API's error
+// code.
+type ResolveError struct {
+	Reason intents.Reason
+	Detail string
+}
+
+func (e *ResolveError) Error() string { return "resolution refused: " + e.Detail }
+
+func refuse(format string, args ...any) error {
+	return &ResolveError{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Resolve settles an escalated intent with an arbiter's resolution (SPEC
+// §5). The escalated intent wins (it is decided again, now rejecting rather
+// than escalating on conflict), loses (rejected arbiter_rejected), or is
+// superseded by a replacement intent decided like any apply. Transactions in
+// flight that lose, or stand in the winner's way, are preempted: aborted,
+// their fence dead. Every involved agent gets its final decision. A
+// resolution for a case that is not open — unknown, settled, or past its
+// deadline — is refused with a *ResolveError and changes nothing.
+func (e *Engine) Resolve(now time.Time, res *intents.Resolution, out []*intents.Event) ([]*intents.Event, error) {
+	e.begin(now, out)
+	e.advance() // a deadline that has passed settles the case first
+	if err := e.resolve(res); err != nil {
+		return e.end(), err
+	}
+	return e.end(), nil
+}
+
+func (e *Engine) resolve(res *intents.Resolution) error {
+	p := e.parked[res.Escalation]
+	switch {
+	case res.Escalation == "":
+		return refuse("escalation is missing")
+	case p == nil || !p.escalated:
+		return refuse("escalation %s is not open: unknown, already resolved, or past its deadline", res.Escalation)
+	case !intents.ValidSegment(res.Arbiter):
+		return refuse("arbiter %q is not an agent name", res.Arbiter)
+	case res.Rationale == "":
+		return refuse("rationale is missing")
+	case len(res.Winners)+len(res.Losers) == 0 && res.Replacement == nil:
+		return refuse("the resolution names no winner, no loser and no replacement")
+	}
+	esc := p.in.ID
+	holders := map[string]*txn{} // propose id → its transaction still in flight
+	for _, c := range p.conflicts {
+		if t := e.txns[c.WithTxn]; t != nil {
+			holders[t.propose.ID] = t
+		}
+	}
+	for _, id := range slices.Concat(res.Winners, res.Losers) {
+		if id != esc && holders[id] == nil {
+			return refuse("%s is neither the escalated intent nor the propose of a transaction it conflicts with", id)
+		}
+		if slices.Contains(res.Winners, id) && slices.Contains(res.Losers, id) {
+			return refuse("%s both wins and loses", id)
+		}
+	}
+	if res.Replacement != nil {
+		if err := res.Replacement.Validate(); err != nil {
+			return refuse("replacement: %v", err)
+		}
+		if res.Replacement.Kind != intents.KindApply {
+			return refuse("replacement: kind %s; a replacement is an apply", res.Replacement.Kind)
+		}
+		if slices.Contains(res.Winners, esc) {
+			return refuse("the escalated intent cannot both win and be replaced")
+		}
+		if _, taken := e.recorded(res.Replacement.ID); taken {
+			return refuse("replacement: intent id %s is already used", res.Replacement.ID)
+		}
+	}
+	holderLoses := slices.ContainsFunc(res.Losers, func(id string) bool { return holders[id] != nil })
+	escWins := slices.Contains(res.Winners, esc) ||
+		(!slices.Contains(res.Losers, esc) && holderLoses && res.Replacement == nil)
+	if escWins && slices.ContainsFunc(res.Winners, func(id string) bool { return holders[id] != nil }) {
+		return refuse("the escalated intent and a transaction it conflicts with cannot both win; write a replacement")
+	}
+
+	why := fmt.Sprintf("arbiter %s: %s", res.Arbiter, res.Rationale)
+	e.emit(intents.Event{Type: intents.EventResolve, Agent: res.Arbiter, Intent: esc, Resolution: res})
+	// Whoever loses, or stands in the way of what wins, is preempted; a
+	// holder that wins keeps its grant.
+	for _, id := range sortedKeys(holders) {
+		t := holders[id]
+		if slices.Contains(res.Winners, id) || (!slices.Contains(res.Losers, id) && !escWins && res.Replacement == nil) {
+			continue
+		}
+		e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: id, Txn: t.ID,
+			Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
+		e.decide(&intents.Decision{Intent: id, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,
+			Fence: t.fence, Detail: "preempted by " + why})
+	}
+	switch {
+	case res.Replacement != nil:
+		r := *res.Replacement
+		r.OnConflict = intents.OnConflictReject
+		e.emit(intents.Event{Type: intents.EventIntent, Agent: r.Agent, Intent: r.ID,
+			Received: &intents.Received{Intent: res.Replacement}})
+		e.decideNew(&r, nil)
+		d, _ := e.decided.get(r.ID)
+		outcome := "was not decided"
+		if d != nil {
+			outcome = string(d.Outcome)
+			if d.Reason != "" {
+				outcome += " (" + string(d.Reason) + ")"
+			}
+		}
+		e.reject(p.in, intents.ReasonArbiterRejected,
+			fmt.Sprintf("superseded by replacement %s, which was %s; %s", r.ID, outcome, why), nil)
+	case escWins:
+		in := *p.in
+		in.OnConflict = intents.OnConflictReject // settled: no second escalation
+		e.decideNew(&in, p)
+	default:
+		e.reject(p.in, intents.ReasonArbiterRejected, why, nil)
+	}
+	e.settle()
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

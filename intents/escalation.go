@@ -1,0 +1,44 @@
+package intents
+
+import "time"
+
+// Escalation is an arbiter's case (SPEC §5): an intent that conflicted with
+// on_conflict=escalate, what it conflicted with, the current values and
+// versions of the paths involved, and the deadline for a resolution. Its id
+// is the escalated intent's id.
+type Escalation struct {
+	ID        string               `json:"id"`
+	Intents   []*Intent            `json:"intents"`
+	Holder    *Holder              `json:"holder,omitempty"`
+	State     map[string]PathState `json:"state"`
+	Conflicts []Conflict           `json:"conflicts"`
+	Deadline  time.Time            `json:"deadline"`
+}
+
+// Holder is the transaction in flight an escalated intent conflicts with.
+type Holder struct {
+	Txn    string  `json:"txn"`
+	Agent  string  `json:"agent"`
+	Fence  uint64  `json:"fence"`
+	Intent string  `json:"intent"` // the propose that opened it
+	Writes []Write `json:"writes"`
+}
+
+// PathState is a path's value and version when a case was opened.
+type PathState struct {
+	Exists  bool   `json:"exists"`
+	Value   any    `json:"value,omitempty"`
+	Version uint64 `json:"version"`
+}
+
+// Resolution is an arbiter's answer to a case: the intents that win (the
+// escalated one and/or the holder's propose), the ones that lose, or a
+// replacement intent that supersedes the escalated one, and why.
+type Resolution struct {
+	Escalation  string   `json:"escalation"`
+	Arbiter     string   `json:"arbiter"`
+	Winners     []string `json:"winners,omitempty"`
+	Losers      []string `json:"losers,omitempty"`
+	Replacement *Intent  `json:"replacement,omitempty"`
+	Rationale   string   `json:"rationale"`
+}

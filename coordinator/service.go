@@ -108,6 +108,10 @@ type Service struct {
 		// waiters are API submits waiting for decisions, by intent id.
 		waiters map[string][]chan *intents.Decision
 	}
+	// open holds the cases sent to the arbiters and not yet settled, so that
+	// one the fallback settles can go to the dead-letter stream. Only the
+	// loop touches it; it is rebuilt from the engine at start.
+	open map[string]*intents.Escalation
 }
 
 // committed is a batch on its way from the loop, which enqueued it in the
@@ -123,8 +127,9 @@ type committed struct {
 	// usable id (the decision cannot be matched by id).
 	direct chan *intents.Decision
 	// cases are the arbiter cases the batch opened, sent to the arbiters
-	// once it is durable.
-	cases []*intents.Escalation
+	// once it is durable; dead are the cases the fallback settled, sent to
+	// the dead-letter stream.
+	cases, dead []*intents.Escalation
 	// done, if set, is closed once the batch is durable and published.
 	done chan struct{}
 }
@@ -138,6 +143,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
 		looped: make(chan struct{}), stopped: make(chan struct{})}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
+	s.open = map[string]*intents.Escalation{}
 	// Decisions and events go out on a connection of their own: the first
 	// one carries the consumer's deliveries and acknowledgements, and the
 	// server reads each connection on one goroutine.
@@ -179,6 +185,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	// published just before a crash may not have reached the stream.
 	for _, id := range s.core.Engine().Parked() {
 		if cs, ok := s.core.Engine().Case(id); ok {
+			s.open[cs.ID] = cs
 			s.publishCase(cs)
 		}
 	}
@@ -246,7 +253,9 @@ func (s *Service) streamConfigs() []jetstream.StreamConfig {
 		{Name: s.subj.Stream(intents.StreamEvents), Subjects: []string{s.subj.AllEvents()},
 			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.EventsMaxAge},
 		{Name: s.subj.Stream(intents.StreamArbiter), Subjects: []string{s.subj.Escalations()},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute},
+		{Name: s.subj.Stream(intents.StreamDLQ), Subjects: []string{s.subj.DeadLetters()},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage},
 	}
 }
 
@@ -392,11 +401,23 @@ func (s *Service) commitWith(c committed) bool {
 	if s.broken.Load() {
 		return false
 	}
+	resolved := map[string]bool{}
 	for _, ev := range c.evs {
-		if ev.Type == intents.EventEscalate {
+		switch {
+		case ev.Type == intents.EventEscalate:
 			if cs, ok := s.core.Engine().Case(ev.Intent); ok {
 				c.cases = append(c.cases, cs)
+				s.open[cs.ID] = cs
 			}
+		case ev.Type == intents.EventResolve:
+			resolved[ev.Intent] = true
+		case ev.Decision != nil && ev.Decision.Outcome.Final() && s.open[ev.Decision.Intent] != nil:
+			// Settled: by an arbiter, or, with no resolution, by the
+			// fallback at the deadline — then the case is a dead letter.
+			if !resolved[ev.Decision.Intent] && ev.Decision.Reason == intents.ReasonArbiterRejected {
+				c.dead = append(c.dead, s.open[ev.Decision.Intent])
+			}
+			delete(s.open, ev.Decision.Intent)
 		}
 	}
 	p, err := s.core.Commit()
@@ -439,6 +460,9 @@ func (s *Service) acker() {
 		stored := s.publish(c.evs)
 		for _, cs := range c.cases {
 			s.publishCase(cs)
+		}
+		for _, cs := range c.dead {
+			s.publishDead(cs)
 		}
 		if c.done != nil {
 			close(c.done)
@@ -533,6 +557,20 @@ func (s *Service) publishCase(cs *intents.Escalation) {
 		return
 	}
 	m := nats.NewMsg(s.subj.Escalations())
+	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
+	m.Data = data
+	s.publishAsync(m)
+}
+
+// publishDead keeps a case the fallback settled in the dead-letter stream,
+// for `coagent dlq`.
+func (s *Service) publishDead(cs *intents.Escalation) {
+	data, err := json.Marshal(cs)
+	if err != nil {
+		s.log.Error("encode case", "escalation", cs.ID, "err", err)
+		return
+	}
+	m := nats.NewMsg(s.subj.DeadLetters())
 	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
 	m.Data = data
 	s.publishAsync(m)

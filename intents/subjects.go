@@ -63,6 +63,9 @@ func (s Subjects) AllEvents() string { return s.p() + ".events.>" }
 // Escalations is the work queue of arbiter cases.
 func (s Subjects) Escalations() string { return s.p() + ".arbiter.escalations" }
 
+// DeadLetters is where cases no arbiter resolved in time are kept.
+func (s Subjects) DeadLetters() string { return s.p() + ".arbiter.dlq" }
+
 // API is the subject of an API endpoint: "submit", "state.get", "txn.list",
 // "arbiter.resolve", "log.query".
 func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoint }
@@ -71,7 +74,7 @@ func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoin
 func (s Subjects) APIGroup() string { return s.p() + ".api" }
 
 // Stream returns the name of one of the streams (INTENTS, DECISIONS,
-// EVENTS, ARBITER): COAGENT_INTENTS under the default prefix.
+// EVENTS, ARBITER, DLQ): COAGENT_INTENTS under the default prefix.
 func (s Subjects) Stream(kind string) string {
 	return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(s.p())) + "_" + kind
 }
@@ -82,4 +85,5 @@ const (
 	StreamDecisions = "DECISIONS"
 	StreamEvents    = "EVENTS"
 	StreamArbiter   = "ARBITER"
+	StreamDLQ       = "DLQ"
 )

@@ -47,6 +47,7 @@ func commands() map[string]command {
 		"bench":   &benchCommand{},
 		"check":   &checkCommand{},
 		"compact": &compactCommand{},
+		"dlq":     &dlqCommand{},
 		"log":     &logCommand{},
 		"replay":  &replayCommand{},
 		"schema":  &schemaCommand{},
@@ -77,7 +78,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "bench"} {
+	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "bench"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

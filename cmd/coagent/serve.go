@@ -34,6 +34,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	conn.register(fs, "")
 	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	verbose := fs.Bool("v", false, "log operational messages to stderr")
+	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -69,7 +70,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
-	svc, err := coordinator.Start(ctx, nc, logDir(*data), coordinator.Options{Prefix: *prefix, Logger: logger})
+	opts := coordinator.Options{Prefix: *prefix, Logger: logger}
+	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
+	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
 	if err != nil {
 		return err
 	}

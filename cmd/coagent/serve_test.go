@@ -15,13 +15,14 @@ import (
 
 // serve runs `coagent serve` in-process on a random port and returns the
 // URL it announces; cancelling stop stops it, and its error comes on done.
-func serve(t *testing.T, data string) (url string, stop func() error) {
+func serve(t *testing.T, data string, extra ...string) (url string, stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:-1"}, strings.NewReader(""), pw, io.Discard)
+		args := append([]string{"serve", "--data", data, "--listen", "127.0.0.1:-1"}, extra...)
+		done <- run(ctx, args, strings.NewReader(""), pw, io.Discard)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')

@@ -39,6 +39,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"txn_list", "txn.list", s.handleTxnList},
 		{"log_query", "log.query", s.handleLogQuery},
 		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
+		{"conflicts_top", "conflicts.top", s.handleConflictsTop},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
@@ -184,4 +185,25 @@ func (s *Service) handleResolve(req micro.Request) {
 	default:
 		_ = req.RespondJSON(map[string]bool{"ok": true})
 	}
+}
+
+func (s *Service) handleConflictsTop(req micro.Request) {
+	var body struct {
+		Limit int `json:"limit"`
+	}
+	if len(req.Data()) > 0 {
+		if err := strictJSON(req.Data(), &body); err != nil {
+			replyError(req, intents.ReasonInvalid, "conflicts.top: %v", err)
+			return
+		}
+	}
+	if body.Limit <= 0 {
+		body.Limit = 20
+	}
+	spots, err := s.conflictsTop(context.Background(), body.Limit)
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	_ = req.RespondJSON(map[string]any{"spots": spots})
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -112,6 +113,9 @@ type Service struct {
 	// one the fallback settles can go to the dead-letter stream. Only the
 	// loop touches it; it is rebuilt from the engine at start.
 	open map[string]*intents.Escalation
+	// hot counts where conflicts happen, for conflicts.top; loop-owned,
+	// rebuilt from the tail of the log at start.
+	hot *conflict.Hotspots
 }
 
 // committed is a batch on its way from the loop, which enqueued it in the
@@ -144,6 +148,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		looped: make(chan struct{}), stopped: make(chan struct{})}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
 	s.open = map[string]*intents.Escalation{}
+	s.hot = conflict.NewHotspots()
 	// Decisions and events go out on a connection of their own: the first
 	// one carries the consumer's deliveries and acknowledgements, and the
 	// server reads each connection on one goroutine.
@@ -180,6 +185,16 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		s.core.Close()
 		pub.Close()
 		return nil, fmt.Errorf("coordinator: consumer on %s: %w", s.subj.Stream(intents.StreamIntents), err)
+	}
+	// The conflict dashboard starts from the tail of the log.
+	if last := s.core.Log().LastSeq(); last > 0 {
+		from := max(s.core.Log().FirstSeq(), last-min(last, hotspotTail)+1)
+		_ = s.core.Log().Scan(from, last, func(ev *intents.Event) error {
+			if ev.Decision != nil {
+				s.hot.Observe(ev.Time, ev.Decision)
+			}
+			return nil
+		})
 	}
 	// Cases still open after a restart go to the arbiters again: one
 	// published just before a crash may not have reached the stream.
@@ -264,6 +279,10 @@ func (s *Service) streamConfigs() []jetstream.StreamConfig {
 // the coordinator and gets its invalid decision. A server must allow it as
 // its max_payload for that; the embedded one does.
 const MaxWireMessage = 8 << 20
+
+// hotspotTail is how many of the last events rebuild the conflict
+// dashboard at start.
+const hotspotTail = 200000
 
 // ErrStreamMismatch is returned (wrapped) when a stream exists with
 // settings other than the coordinator's: it is reported, never changed.
@@ -411,13 +430,19 @@ func (s *Service) commitWith(c committed) bool {
 			}
 		case ev.Type == intents.EventResolve:
 			resolved[ev.Intent] = true
-		case ev.Decision != nil && ev.Decision.Outcome.Final() && s.open[ev.Decision.Intent] != nil:
+		}
+		d := ev.Decision
+		if d == nil {
+			continue
+		}
+		s.hot.Observe(ev.Time, d)
+		if d.Outcome.Final() && s.open[d.Intent] != nil {
 			// Settled: by an arbiter, or, with no resolution, by the
 			// fallback at the deadline — then the case is a dead letter.
-			if !resolved[ev.Decision.Intent] && ev.Decision.Reason == intents.ReasonArbiterRejected {
-				c.dead = append(c.dead, s.open[ev.Decision.Intent])
+			if !resolved[d.Intent] && d.Reason == intents.ReasonArbiterRejected {
+				c.dead = append(c.dead, s.open[d.Intent])
 			}
-			delete(s.open, ev.Decision.Intent)
+			delete(s.open, d.Intent)
 		}
 	}
 	p, err := s.core.Commit()
@@ -810,4 +835,16 @@ func (s *Service) logQuery(q eventlog.Query) (any, error) {
 		evs = []*intents.Event{}
 	}
 	return map[string]any{"events": evs, "next": next}, nil
+}
+
+// conflictsTop returns the places with the most conflicts.
+func (s *Service) conflictsTop(ctx context.Context, limit int) ([]conflict.Spot, error) {
+	var out []conflict.Spot
+	if !s.call(ctx, func() { out = s.hot.Top(s.opts.Now(), limit) }) {
+		return nil, errUnavailable
+	}
+	if out == nil {
+		out = []conflict.Spot{}
+	}
+	return out, nil
 }

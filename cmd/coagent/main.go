@@ -44,17 +44,18 @@ type command interface {
 
 func commands() map[string]command {
 	return map[string]command{
-		"bench":   &benchCommand{},
-		"check":   &checkCommand{},
-		"compact": &compactCommand{},
-		"dlq":     &dlqCommand{},
-		"log":     &logCommand{},
-		"replay":  &replayCommand{},
-		"schema":  &schemaCommand{},
-		"serve":   &serveCommand{},
-		"state":   &stateCommand{},
-		"submit":  &submitCommand{},
-		"verify":  &verifyCommand{},
+		"bench":     &benchCommand{},
+		"check":     &checkCommand{},
+		"compact":   &compactCommand{},
+		"conflicts": &conflictsCommand{},
+		"dlq":       &dlqCommand{},
+		"log":       &logCommand{},
+		"replay":    &replayCommand{},
+		"schema":    &schemaCommand{},
+		"serve":     &serveCommand{},
+		"state":     &stateCommand{},
+		"submit":    &submitCommand{},
+		"verify":    &verifyCommand{},
 	}
 }
 
@@ -78,7 +79,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "bench"} {
+	for _, name := range []string{"serve", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "bench"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

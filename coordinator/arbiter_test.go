@@ -102,3 +102,64 @@ func TestArbiterOverTheWire(t *testing.T) {
 		t.Fatalf("second resolution: code %q, %q", code, r.Header.Get(micro.ErrorHeader))
 	}
 }
+
+// A restart keeps open cases and their deadlines: the case is still there
+// for the arbiters (once, thanks to its message id) and can be resolved.
+func TestArbiterCaseSurvivesRestart(t *testing.T) {
+	ns := runServer(t)
+	dir := t.TempDir()
+	svc := startService(t, ns, dir, Options{})
+	nc := connect(t, ns)
+	subj := intents.Subjects{}
+	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := ulid.Make().String()
+	r, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+holder+`","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grant intents.Decision
+	json.Unmarshal(r.Data, &grant)
+	esc := ulid.Make().String()
+	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"doc.x","op":"set","value":1}]}`))
+	if _, err := sub.NextMsg(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, ok := svc.Core().Engine().Case(esc)
+	if !ok {
+		t.Fatal("no open case")
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	svc2 := startService(t, ns, dir, Options{})
+	var after *intents.Escalation
+	if !svc2.call(context.Background(), func() { after, ok = svc2.core.Engine().Case(esc) }) || !ok {
+		t.Fatal("the case did not survive the restart")
+	}
+	if !after.Deadline.Equal(before.Deadline) || after.Holder == nil || after.Holder.Txn != grant.Txn {
+		t.Fatalf("case after restart %+v, before %+v", after, before)
+	}
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), subj.Stream(intents.StreamArbiter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(context.Background()); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("arbiter stream holds %d cases, want 1 (%v)", info.State.Msgs, err)
+	}
+	resp, err := nc.Request(subj.API("arbiter.resolve"), []byte(`{"escalation":"`+esc+`","arbiter":"judge","losers":["`+esc+`"],"rationale":"w1 holds it"}`), 10*time.Second)
+	if err != nil || resp.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("resolve after restart: %v %v", err, resp.Header)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d intents.Decision
+	if json.Unmarshal(m.Data, &d); d.Reason != intents.ReasonArbiterRejected || d.Intent != esc {
+		t.Fatalf("after resolution: %+v", d)
+	}
+}

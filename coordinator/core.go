@@ -1,9 +1,3 @@
-// Package coordinator runs the decision engine durably: Core pairs the pure
-// engine with the event log, so that every decision is in the log before
-// anyone may act on it, and a coordinator killed at any instant reopens with
-// the same state, transactions, leases and parked intents. Replay and Verify
-// rebuild state from the log alone, for `coagent replay` and `coagent
-// verify` on a stopped server's data directory.
 package coordinator
 
 import (

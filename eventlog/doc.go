@@ -1,7 +1,17 @@
 // Package eventlog is the durable, append-only log of every event the engine
-// emits (SPEC §7), kept in Pebble: one synced batch per group of decisions,
-// with the materialized state, the idempotency records and the indexes by
-// agent, path, transaction and type beside the events. The state is a fold
-// of the log, so replaying it to any sequence or time rebuilds the state the
+// emits (SPEC §7), kept in Pebble: each event as a versioned binary record,
+// and beside the events the materialized state, the idempotency records and
+// indexes by agent, type, transaction and path. The state is a fold of the
+// log, so replaying it to any sequence or time rebuilds the state the
 // coordinator had then.
+//
+// Appends are group-committed: batches are queued in order and one
+// committer writes everything queued since its last sync in one synced
+// write, so a crash loses only whole batches at the end.
+//
+//	log, err := eventlog.Open(dir, nil)
+//	p, err := log.Enqueue(&eventlog.Batch{Events: evs, State: entries})
+//	err = p.Wait(ctx) // durable
+//	evs, next, err := log.Query(eventlog.Query{Agent: "writer-1", Limit: 50})
+//	err = log.Scan(from, until, func(ev *intents.Event) error { ... })
 package eventlog

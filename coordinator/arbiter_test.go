@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -163,3 +164,63 @@ func TestArbiterCaseSurvivesRestart(t *testing.T) {
 		t.Fatalf("after resolution: %+v", d)
 	}
 }
+
+// A replacement whose precondition fails is rejected and recorded, nothing
+// is applied, and the escalated intent is told; the log keeps the case's
+// resolution with its rationale.
+func TestArbiterReplacementRejected(t *testing.T) {
+	ns := runServer(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	nc := connect(t, ns)
+	subj := intents.Subjects{}
+	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge, err := nc.SubscribeSync(subj.Decisions("judge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(s *nats.Subscription) *intents.Decision {
+		t.Helper()
+		m, err := s.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d intents.Decision
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		return &d
+	}
+	if _, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	esc := ulid.Make().String()
+	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"doc.x","op":"set","value":1}]}`))
+	if d := next(sub); d.Outcome != intents.OutcomeEscalated {
+		t.Fatalf("escalate: %+v", d)
+	}
+	repl := ulid.Make().String()
+	resp, err := nc.Request(subj.API("arbiter.resolve"), []byte(`{"escalation":"`+esc+`","arbiter":"judge","rationale":"merge them",
+		"replacement":{"id":"`+repl+`","agent":"judge","kind":"apply","pre":["state.doc.x == \"draft\""],"writes":[{"path":"doc.x","op":"set","value":2}]}}`), 10*time.Second)
+	if err != nil || resp.Header.Get(micro.ErrorCodeHeader) != "" {
+		t.Fatalf("resolve: %v %v", err, resp.Header)
+	}
+	if d := next(judge); d.Intent != repl || d.Reason != intents.ReasonPreconditionFailed {
+		t.Fatalf("replacement: %+v", d)
+	}
+	if d := next(sub); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected {
+		t.Fatalf("escalated intent: %+v", d)
+	}
+	st, err := svc.stateGet(context.Background(), []string{"doc.x"})
+	if err != nil || st.Values["doc.x"].Exists {
+		t.Fatalf("doc.x after a rejected replacement: %+v %v", st, err)
+	}
+	evs, _, err := svc.Core().Log().Query(eventlogQuery(intents.EventResolve))
+	if err != nil || len(evs) != 1 || evs[0].Resolution.Rationale != "merge them" || evs[0].Intent != esc {
+		t.Fatalf("the log's resolve events: %v %v", evs, err)
+	}
+}
+
+func eventlogQuery(t intents.EventType) eventlog.Query { return eventlog.Query{Type: t, Limit: 10} }

@@ -201,7 +201,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	for _, id := range s.core.Engine().Parked() {
 		if cs, ok := s.core.Engine().Case(id); ok {
 			s.open[cs.ID] = cs
-			s.publishCase(cs)
+			s.publishCase(s.subj.Escalations(), cs)
 		}
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -484,10 +484,10 @@ func (s *Service) acker() {
 		}
 		stored := s.publish(c.evs)
 		for _, cs := range c.cases {
-			s.publishCase(cs)
+			s.publishCase(s.subj.Escalations(), cs)
 		}
 		for _, cs := range c.dead {
-			s.publishDead(cs)
+			s.publishCase(s.subj.DeadLetters(), cs)
 		}
 		if c.done != nil {
 			close(c.done)
@@ -572,30 +572,16 @@ func (s *Service) ackStored(done chan struct{}) {
 	}
 }
 
-// publishCase sends an arbiter case to the work queue. The escalation id
-// is the message id, so a case published again (after a restart) within
-// the stream's duplicate window is not queued twice.
-func (s *Service) publishCase(cs *intents.Escalation) {
+// publishCase sends an arbiter case to the work queue, or a dead one to the
+// dead-letter stream. The escalation id is the message id, so a case sent
+// again (after a restart) within the duplicate window is not queued twice.
+func (s *Service) publishCase(subject string, cs *intents.Escalation) {
 	data, err := json.Marshal(cs)
 	if err != nil {
 		s.log.Error("encode case", "escalation", cs.ID, "err", err)
 		return
 	}
-	m := nats.NewMsg(s.subj.Escalations())
-	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
-	m.Data = data
-	s.publishAsync(m)
-}
-
-// publishDead keeps a case the fallback settled in the dead-letter stream,
-// for `coagent dlq`.
-func (s *Service) publishDead(cs *intents.Escalation) {
-	data, err := json.Marshal(cs)
-	if err != nil {
-		s.log.Error("encode case", "escalation", cs.ID, "err", err)
-		return
-	}
-	m := nats.NewMsg(s.subj.DeadLetters())
+	m := nats.NewMsg(subject)
 	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
 	m.Data = data
 	s.publishAsync(m)

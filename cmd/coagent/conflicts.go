@@ -8,7 +8,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/intents"
@@ -38,30 +37,20 @@ func (c *conflictsCommand) Run(ctx context.Context, args []string, _ io.Reader, 
 		fs.Usage()
 		return errUsage
 	}
-	nc, err := conn.connect("coagent conflicts")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	body, _ := json.Marshal(map[string]int{"limit": *limit})
-	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := nc.RequestWithContext(reqCtx, intents.Subjects{Prefix: *prefix}.API("conflicts.top"), body)
+	data, err := conn.request(ctx, "coagent conflicts", intents.Subjects{Prefix: *prefix}.API("conflicts.top"), body)
 	if err != nil {
 		return fmt.Errorf("conflicts top: %w", err)
 	}
-	if err := apiError(resp); err != nil {
-		return err
-	}
 	if *asJSON {
-		fmt.Fprintln(stdout, string(resp.Data))
+		fmt.Fprintln(stdout, string(data))
 		return nil
 	}
 	var out struct {
 		Spots []conflict.Spot `json:"spots"`
 	}
-	if err := json.Unmarshal(resp.Data, &out); err != nil {
-		return fmt.Errorf("conflicts top: the coordinator answered %q: %w", resp.Data, err)
+	if err := json.Unmarshal(data, &out); err != nil {
+		return fmt.Errorf("conflicts top: the coordinator answered %q: %w", data, err)
 	}
 	fmt.Fprintf(stdout, "%-7s %-30s %8s %6s %6s %6s %6s  %s\n", "kind", "name", "last 1m", "total", "merges", "waits", "escal.", "by kind")
 	for _, s := range out.Spots {

@@ -144,3 +144,23 @@ func (f *natsFlags) connect(name string) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// request sends one API request and returns the reply's body, or the
+// micro error it carries as an error naming its code.
+func (f *natsFlags) request(ctx context.Context, name, subject string, body []byte) ([]byte, error) {
+	nc, err := f.connect(name)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := nc.RequestWithContext(reqCtx, subject, body)
+	if err != nil {
+		return nil, err
+	}
+	if err := apiError(resp); err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -34,23 +33,13 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		fs.Usage()
 		return errUsage
 	}
-	nc, err := conn.connect("coagent state")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	body, _ := json.Marshal(map[string][]string{"paths": fs.Args()})
-	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := nc.RequestWithContext(reqCtx, intents.Subjects{Prefix: *prefix}.API("state.get"), body)
+	data, err := conn.request(ctx, "coagent state", intents.Subjects{Prefix: *prefix}.API("state.get"), body)
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	if err := apiError(resp); err != nil {
-		return err
-	}
 	if *asJSON {
-		fmt.Fprintln(stdout, string(resp.Data))
+		fmt.Fprintln(stdout, string(data))
 		return nil
 	}
 	var out struct {
@@ -62,8 +51,8 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			ModRev  uint64          `json:"mod_rev"`
 		} `json:"values"`
 	}
-	if err := json.Unmarshal(resp.Data, &out); err != nil {
-		return fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
+	if err := json.Unmarshal(data, &out); err != nil {
+		return fmt.Errorf("state: the coordinator answered %q: %w", data, err)
 	}
 	for _, p := range fs.Args() {
 		v := out.Values[p]

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -428,7 +429,7 @@ func (s *Service) commitWith(c committed) bool {
 				c.cases = append(c.cases, cs)
 				s.open[cs.ID] = cs
 			}
-		case ev.Type == intents.EventResolve:
+		case ev.Type == intents.EventResolve && ev.Agent != engine.FallbackArbiter:
 			resolved[ev.Intent] = true
 		}
 		d := ev.Decision
@@ -439,7 +440,7 @@ func (s *Service) commitWith(c committed) bool {
 		if d.Outcome.Final() && s.open[d.Intent] != nil {
 			// Settled: by an arbiter, or, with no resolution, by the
 			// fallback at the deadline — then the case is a dead letter.
-			if !resolved[d.Intent] && d.Reason == intents.ReasonArbiterRejected {
+			if !resolved[d.Intent] {
 				c.dead = append(c.dead, s.open[d.Intent])
 			}
 			delete(s.open, d.Intent)

@@ -12,7 +12,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -35,6 +38,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	verbose := fs.Bool("v", false, "log operational messages to stderr")
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
+	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -72,6 +76,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	}
 	opts := coordinator.Options{Prefix: *prefix, Logger: logger}
 	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
+	if *fallback != "reject" {
+		policy, err := arbiter.ByName(*fallback)
+		if err != nil {
+			return fmt.Errorf("--arbiter-fallback: %w", err)
+		}
+		opts.Core.Engine.Fallback = func(c *intents.Escalation) *intents.Resolution { return policy(engine.FallbackArbiter, c) }
+	}
 	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
 	if err != nil {
 		return err

@@ -45,6 +45,12 @@ type Config struct {
 	// garbage collector, throughput (see the README's performance section).
 	// The default is 10,000.
 	DedupWindow int
+	// Fallback, if set, settles an escalated intent no arbiter resolved by
+	// its deadline, as a rule arbiter would (see package arbiter); the
+	// resolution is recorded as made by FallbackArbiter. A nil Fallback, or
+	// a resolution the engine refuses, rejects the intent with
+	// arbiter_rejected. The default is nil.
+	Fallback func(*intents.Escalation) *intents.Resolution
 	// Recorded, if set, looks up the recorded decision of an intent id the
 	// engine no longer remembers (older than DedupWindow): the event log's
 	// idempotency record. It must answer from what is durable and never
@@ -54,6 +60,9 @@ type Config struct {
 	// intents.CompilerOptions for its defaults.
 	Conditions intents.CompilerOptions
 }
+
+// FallbackArbiter is the arbiter name of resolutions made by Config.Fallback.
+const FallbackArbiter = "fallback"
 
 // EnsureDefaults fills every zero field with its default.
 func (c *Config) EnsureDefaults() {

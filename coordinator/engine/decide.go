@@ -583,6 +583,16 @@ func (e *Engine) expire(t *txn) {
 // deadline ends a parked intent whose bound ran out.
 func (e *Engine) deadline(id string, p *parked) {
 	if p.escalated {
+		if e.cfg.Fallback != nil {
+			if c, ok := e.Case(id); ok {
+				if res := e.cfg.Fallback(c); res != nil {
+					res.Escalation, res.Arbiter = id, FallbackArbiter
+					if e.resolve(res) == nil {
+						return
+					}
+				}
+			}
+		}
 		e.reject(p.in, intents.ReasonArbiterRejected, "no arbiter resolved the escalation by its deadline; the fallback rejects it", p.conflicts)
 		return
 	}

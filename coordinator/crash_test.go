@@ -201,19 +201,7 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	changes, finals := map[string]int{}, map[string]int{}
-	err = log.Scan(1, 0, func(ev *intents.Event) error {
-		switch {
-		case ev.Change != nil:
-			changes[ev.Intent]++
-		case ev.Decision != nil && !ev.Decision.Duplicate && ev.Decision.Outcome.Final():
-			finals[ev.Decision.Intent]++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	changes, finals := appliedAndDecided(t, log)
 	lost := map[string]bool{}
 	for _, in := range resend {
 		lost[in.ID] = true
@@ -227,4 +215,24 @@ func TestCrashRecovery(t *testing.T) {
 		}
 	}
 	t.Logf("%d intents over 20 kills; the log ends at %d", len(sent), log.LastSeq())
+}
+
+// appliedAndDecided counts, per intent id in the log, its changes and its
+// final decisions that are not duplicates: exactly once means one of each.
+func appliedAndDecided(t *testing.T, log *eventlog.Log) (changes, finals map[string]int) {
+	t.Helper()
+	changes, finals = map[string]int{}, map[string]int{}
+	err := log.Scan(1, 0, func(ev *intents.Event) error {
+		switch {
+		case ev.Change != nil:
+			changes[ev.Intent]++
+		case ev.Decision != nil && !ev.Decision.Duplicate && ev.Decision.Outcome.Final():
+			finals[ev.Decision.Intent]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return changes, finals
 }

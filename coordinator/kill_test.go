@@ -510,19 +510,7 @@ func TestServiceKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	changes, finals := map[string]int{}, map[string]int{}
-	err = log.Scan(1, 0, func(ev *intents.Event) error {
-		switch {
-		case ev.Change != nil:
-			changes[ev.Intent]++
-		case ev.Decision != nil && !ev.Decision.Duplicate && ev.Decision.Outcome.Final():
-			finals[ev.Decision.Intent]++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	changes, finals := appliedAndDecided(t, log)
 	if len(changes) != total || len(finals) != total {
 		t.Errorf("the log has changes for %d intent ids and final decisions for %d, want %d each", len(changes), len(finals), total)
 	}

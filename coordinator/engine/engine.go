@@ -11,6 +11,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -131,7 +132,7 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 	e.begin(now, out)
 	e.advance()
 	if err := in.Validate(); err != nil {
-		raw, _ := jsonMarshal(in)
+		raw, _ := json.Marshal(in)
 		e.rejectRaw(agent, raw, err)
 	} else {
 		e.submit(agent, in)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -31,8 +30,6 @@ func (e *Engine) Apply(ev *intents.Event) error {
 	}
 	return nil
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // apply is the one place the engine's state changes. own says the event was
 // just emitted by the engine, so its change was planned on the current tree

@@ -1,0 +1,234 @@
+// Package js_test runs the JavaScript agent of this directory (agent.mjs,
+// nats.js v3) against a real coordinator: the proof that the wire contract
+// of SPEC §6 is enough for a client in another language.
+package js_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// text is what agent.mjs writes into its section.
+const text = "text written from JavaScript"
+
+// requireNode returns the node binary, or skips the test when node or the
+// packages of package-lock.json (npm ci) are missing — unless
+// COAGENT_JS_REQUIRED=1, as in CI, where a missing one is a failure.
+func requireNode(t *testing.T) string {
+	t.Helper()
+	missing := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv("COAGENT_JS_REQUIRED") == "1" {
+			t.Fatalf(format+" (COAGENT_JS_REQUIRED=1)", args...)
+		}
+		t.Skipf(format+"; set COAGENT_JS_REQUIRED=1 to make this a failure", args...)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("node is not on PATH: install Node.js (v18 or later) to run the JavaScript agent")
+	}
+	if _, err := os.Stat(filepath.Join("node_modules", "@nats-io", "jetstream")); err != nil {
+		missing("examples/js/node_modules is missing: run `npm ci --prefix examples/js`")
+	}
+	return node
+}
+
+// startCoordinator starts an embedded NATS server with JetStream and a
+// coordinator on it, and returns the server's URL and a connection of the
+// test's own.
+func startCoordinator(t *testing.T) (string, *nats.Conn) {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	connect := func() *nats.Conn {
+		t.Helper()
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	svc, err := coordinator.Start(context.Background(), connect(), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return ns.ClientURL(), connect()
+}
+
+// step is one line agent.mjs prints: a step name and the decision's fields
+// (or, for the last step, the state.get reply).
+type step struct {
+	Step string `json:"step"`
+	intents.Decision
+}
+
+// runAgent runs agent.mjs as agent on task and returns its exit status and
+// the steps it printed.
+func runAgent(t *testing.T, node, url, agent, task string) (int, []step) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "agent.mjs")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url, "AGENT="+agent, "TASK="+task)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("%s stdout:\n%s", agent, stdout.String())
+	if stderr.Len() > 0 {
+		t.Logf("%s stderr:\n%s", agent, stderr.String())
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%s: node agent.mjs did not finish: %v", agent, ctx.Err())
+	}
+	code := 0
+	if err != nil {
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("%s: node agent.mjs: %v", agent, err)
+		}
+		code = exit.ExitCode()
+	}
+	var steps []step
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var s step
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			t.Fatalf("%s: output line %q is not a JSON step: %v", agent, sc.Text(), err)
+		}
+		steps = append(steps, s)
+	}
+	return code, steps
+}
+
+// find returns the step named name, failing the test if there is none.
+func find(t *testing.T, steps []step, name string) step {
+	t.Helper()
+	for _, s := range steps {
+		if s.Step == name {
+			return s
+		}
+	}
+	t.Fatalf("no %q step in the output", name)
+	return step{}
+}
+
+// stateValue is one path of a state.get reply (SPEC §6).
+type stateValue struct {
+	Exists  bool            `json:"exists"`
+	Value   json.RawMessage `json:"value"`
+	Version uint64          `json:"version"`
+	ModRev  uint64          `json:"mod_rev"`
+}
+
+// stateGet reads paths through the API, as any client would.
+func stateGet(t *testing.T, nc *nats.Conn, paths ...string) map[string]stateValue {
+	t.Helper()
+	req, _ := json.Marshal(map[string]any{"paths": paths})
+	m, err := nc.Request(intents.Subjects{}.API("state.get"), req, 5*time.Second)
+	if err != nil {
+		t.Fatalf("state.get: %v", err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		t.Fatalf("state.get: %s: %s", code, m.Header.Get("Nats-Service-Error"))
+	}
+	var reply struct {
+		Rev    uint64                `json:"rev"`
+		Values map[string]stateValue `json:"values"`
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		t.Fatalf("state.get reply %s: %v", m.Data, err)
+	}
+	return reply.Values
+}
+
+// wantValue fails the test unless path exists in values and its value
+// encodes as want does.
+func wantValue(t *testing.T, values map[string]stateValue, path string, want any) {
+	t.Helper()
+	v, ok := values[path]
+	if !ok || !v.Exists {
+		t.Fatalf("%s does not exist; state %+v", path, values)
+	}
+	var got any
+	if err := json.Unmarshal(v.Value, &got); err != nil {
+		t.Fatalf("%s: value %s: %v", path, v.Value, err)
+	}
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if !bytes.Equal(g, w) {
+		t.Errorf("%s = %s, want %s", path, g, w)
+	}
+}
+
+func TestJavaScriptAgent(t *testing.T) {
+	node := requireNode(t)
+	url, nc := startCoordinator(t)
+
+	// js-writer claims t1, writes its section in a transaction, counts its run.
+	code, steps := runAgent(t, node, url, "js-writer", "t1")
+	if code != 0 {
+		t.Fatalf("js-writer exited with status %d, want 0", code)
+	}
+	for _, want := range []struct{ step, outcome string }{
+		{"claim", "applied"}, {"propose", "granted"}, {"commit", "committed"}, {"incr", "applied"},
+	} {
+		s := find(t, steps, want.step)
+		if string(s.Outcome) != want.outcome {
+			t.Errorf("%s: outcome %q (%s %s), want %q", want.step, s.Outcome, s.Reason, s.Detail, want.outcome)
+		}
+		if s.Intent == "" || s.Agent != "js-writer" {
+			t.Errorf("%s: decision names intent %q of agent %q, want an intent of js-writer", want.step, s.Intent, s.Agent)
+		}
+	}
+	if g := find(t, steps, "propose"); g.Txn == "" || g.Fence == 0 {
+		t.Errorf("propose: granted without txn or fence: %+v", g.Decision)
+	}
+	find(t, steps, "state")
+
+	values := stateGet(t, nc, "tasks.t1.owner", "report.sections.t1", "stats.js_runs")
+	wantValue(t, values, "tasks.t1.owner", "js-writer")
+	wantValue(t, values, "report.sections.t1", text)
+	wantValue(t, values, "stats.js_runs", 1)
+
+	// js-other wants the same task: its claim's precondition fails, and it
+	// stops there with status 3.
+	code, steps = runAgent(t, node, url, "js-other", "t1")
+	if code != 3 {
+		t.Fatalf("js-other exited with status %d, want 3 (claim rejected)", code)
+	}
+	claim := find(t, steps, "claim")
+	if claim.Outcome != intents.OutcomeRejected || claim.Reason != intents.ReasonPreconditionFailed {
+		t.Errorf("js-other's claim: %s (%s), want rejected (precondition_failed)", claim.Outcome, claim.Reason)
+	}
+	for _, s := range steps {
+		if s.Step != "claim" {
+			t.Errorf("js-other went on to %q after its claim was rejected", s.Step)
+		}
+	}
+	values = stateGet(t, nc, "tasks.t1.owner", "stats.js_runs")
+	wantValue(t, values, "tasks.t1.owner", "js-writer")
+	wantValue(t, values, "stats.js_runs", 1)
+}

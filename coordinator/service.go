@@ -197,6 +197,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 			return nil
 		})
 	}
+	if err := s.catchUpFeed(ctx); err != nil {
+		s.log.Warn("the event feed may miss the last events before the restart", "err", err)
+	}
 	// Cases still open after a restart go to the arbiters again: one
 	// published just before a crash may not have reached the stream.
 	for _, id := range s.core.Engine().Parked() {
@@ -535,15 +538,85 @@ func (s *Service) publish(evs []*intents.Event) []jetstream.PubAckFuture {
 				s.log.Warn("publish notice", "err", err)
 			}
 		}
-		if ev.Type == intents.EventChange {
-			for _, w := range ev.Change.Writes {
-				s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
-			}
-			continue
-		}
-		s.publishAsync(&nats.Msg{Subject: s.subj.Events(ev.Type), Data: data})
+		s.publishFeedData(ev, data)
 	}
 	return stored
+}
+
+// catchUpFeed publishes again the events a previous process made durable
+// but was killed before publishing, so that the public feed has every
+// event and a watcher resuming from a revision sees no gap. It starts
+// after the feed's last message: the rest of that event's change paths,
+// then every later event of the log.
+func (s *Service) catchUpFeed(ctx context.Context) error {
+	lg := s.core.Log()
+	if lg.LastSeq() == 0 {
+		return nil
+	}
+	st, err := s.js.Stream(ctx, s.subj.Stream(intents.StreamEvents))
+	if err != nil {
+		return err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, s.subj.AllEvents())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// An empty feed is a new one (or one whose events all aged out):
+		// nobody watching it can have seen anything to continue from.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var last intents.Event
+	if err := json.Unmarshal(m.Data, &last); err != nil {
+		return fmt.Errorf("feed's last message %s: %w", m.Subject, err)
+	}
+	if last.Seq >= lg.LastSeq() && last.Type != intents.EventChange {
+		return nil
+	}
+	from := last.Seq + 1
+	if last.Type == intents.EventChange && last.Change != nil {
+		writes := last.Change.Writes
+		for i, w := range writes {
+			if s.subj.EventsChange(w.Path) == m.Subject {
+				for _, rest := range writes[i+1:] {
+					s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(rest.Path), Data: m.Data})
+				}
+				break
+			}
+		}
+	}
+	if from > lg.LastSeq() {
+		return nil
+	}
+	n := 0
+	err = lg.Scan(max(from, lg.FirstSeq()), lg.LastSeq(), func(ev *intents.Event) error {
+		s.publishFeed(ev)
+		n++
+		return nil
+	})
+	s.log.Info("event feed caught up with the log", "from", from, "events", n)
+	return err
+}
+
+// publishFeed publishes ev on the public feed: a change once per path
+// written, anything else once under its type.
+func (s *Service) publishFeed(ev *intents.Event) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error("encode event", "seq", ev.Seq, "err", err)
+		return
+	}
+	s.publishFeedData(ev, data)
+}
+
+func (s *Service) publishFeedData(ev *intents.Event, data []byte) {
+	if ev.Type == intents.EventChange {
+		for _, w := range ev.Change.Writes {
+			s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
+		}
+		return
+	}
+	s.publishAsync(&nats.Msg{Subject: s.subj.Events(ev.Type), Data: data})
 }
 
 // pendingAck is a batch of intents to acknowledge once JetStream has stored

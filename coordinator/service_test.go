@@ -3,13 +3,18 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 )
 
 // runServer starts an embedded NATS server with JetStream on a random
@@ -91,5 +96,89 @@ func TestServiceSmoke(t *testing.T) {
 	}
 	if err := json.Unmarshal(resp.Data, &d); err != nil || d.Outcome != intents.OutcomeApplied || d.Agent != "w2" {
 		t.Fatalf("submit: %s, %v", resp.Data, err)
+	}
+}
+
+// TestFeedCatchesUpAfterRestart: events made durable but never published
+// (the process died between the two) are published by the next process,
+// so the public feed has every change, each once, in order.
+func TestFeedCatchesUpAfterRestart(t *testing.T) {
+	ns := runServer(t)
+	dir := t.TempDir()
+	svc := startService(t, ns, dir, Options{})
+	nc := connect(t, ns)
+	subj := intents.Subjects{}
+	submit := func(i int) {
+		t.Helper()
+		in := fmt.Sprintf(`{"id":"%s","agent":"w1","kind":"apply","writes":[{"path":"doc.a%d","op":"set","value":%d},{"path":"doc.b%d","op":"set","value":%d}]}`,
+			ulid.Make(), i, i, i, i)
+		if _, err := nc.Request(subj.API("submit"), []byte(in), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		submit(i)
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, subj.Stream(intents.StreamEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lose the feed's tail as a kill would: the last event's second change
+	// message and everything after the last change's first one.
+	info, _ := stream.Info(ctx)
+	var changes []uint64
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(ctx, seq)
+		if err == nil && strings.HasPrefix(m.Subject, subj.EventsChange("")) {
+			changes = append(changes, seq)
+		}
+	}
+	cut := changes[len(changes)-3] // the first path of the second-to-last change
+	for seq := cut + 1; seq <= info.State.LastSeq; seq++ {
+		if err := stream.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startService(t, ns, dir, Options{})
+	submit(6)
+	// Every change is on the feed once, paths in order, revisions rising.
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsChange(">")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var last uint64
+	for len(got) < 14 {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("after %d change messages %v: %v", len(got), got, err)
+		}
+		var ev intents.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Seq < last {
+			t.Fatalf("rev %d after %d", ev.Seq, last)
+		}
+		last = ev.Seq
+		got = append(got, strings.TrimPrefix(m.Subject(), subj.EventsChange("")))
+	}
+	var want []string
+	for i := range 7 {
+		want = append(want, fmt.Sprintf("doc.a%d", i), fmt.Sprintf("doc.b%d", i))
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("feed changes %v, want %v", got, want)
+	}
+	if m, err := cons.Next(jetstream.FetchMaxWait(200 * time.Millisecond)); err == nil {
+		t.Fatalf("an extra change on the feed: %s", m.Subject())
 	}
 }

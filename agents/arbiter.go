@@ -26,52 +26,6 @@ import (
 // or the arbiter stops, and Decide should return then.
 type Decide func(ctx context.Context, c *intents.Escalation) (*intents.Resolution, error)
 
-// ArbiterOption configures RunArbiter.
-type ArbiterOption func(*arbiterConfig)
-
-type arbiterConfig struct {
-	prefix         string
-	ackWait        time.Duration
-	retryDelay     time.Duration
-	resolveTimeout time.Duration
-	logger         *slog.Logger
-}
-
-// WithPrefix sets the coordinator's subject prefix. The default is
-// "coagent".
-func WithPrefix(prefix string) ArbiterOption {
-	return func(c *arbiterConfig) { c.prefix = prefix }
-}
-
-// WithAckWait sets how long a case may go without word from the arbiter
-// holding it before it is delivered to another one. While Decide runs the
-// arbiter tells the server it is still working, three times per AckWait,
-// so this bounds how long a dead or cut-off arbiter keeps a case, not how
-// long Decide may take. It is a setting of the consumer all arbiters share:
-// the last arbiter to start sets it for all. The default is 30s.
-func WithAckWait(d time.Duration) ArbiterOption {
-	return func(c *arbiterConfig) { c.ackWait = d }
-}
-
-// WithRetryDelay sets how long a case waits before it is delivered again
-// after Decide failed or the coordinator could not be reached. The default
-// is 1s.
-func WithRetryDelay(d time.Duration) ArbiterOption {
-	return func(c *arbiterConfig) { c.retryDelay = d }
-}
-
-// WithResolveTimeout bounds the wait for the coordinator's answer to a
-// resolution. The default is 10s.
-func WithResolveTimeout(d time.Duration) ArbiterOption {
-	return func(c *arbiterConfig) { c.resolveTimeout = d }
-}
-
-// WithLogger sets where RunArbiter reports each case it settles, hands
-// back or drops, and why. The default discards the messages.
-func WithLogger(l *slog.Logger) ArbiterOption {
-	return func(c *arbiterConfig) { c.logger = l }
-}
-
 // arbitersDurable is the durable consumer on the arbiter stream that every
 // arbiter shares, so that each case goes to one of them.
 const arbitersDurable = "arbiters"
@@ -102,23 +56,17 @@ const arbiterFetchWait = 5 * time.Second
 //
 // The stream must exist: the coordinator creates it at start. RunArbiter
 // returns an error if it cannot set up the consumer or if nc is closed.
-func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...ArbiterOption) error {
+func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...Option) error {
 	if !intents.ValidSegment(name) {
 		return fmt.Errorf("agents: arbiter name %q is not an agent name", name)
 	}
 	if nc == nil || decide == nil {
 		return errors.New("agents: RunArbiter needs a connection and a Decide")
 	}
-	cfg := arbiterConfig{ackWait: 30 * time.Second, retryDelay: time.Second, resolveTimeout: 10 * time.Second}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	if cfg.ackWait <= 0 || cfg.retryDelay < 0 || cfg.resolveTimeout <= 0 {
 		return fmt.Errorf("agents: arbiter options: ack wait %s and resolve timeout %s must be positive, retry delay %s not negative",
 			cfg.ackWait, cfg.resolveTimeout, cfg.retryDelay)
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.New(slog.DiscardHandler)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -172,7 +120,7 @@ type arbiterRun struct {
 	js     jetstream.JetStream
 	name   string
 	decide Decide
-	cfg    arbiterConfig
+	cfg    config
 	subj   intents.Subjects
 	log    *slog.Logger
 }

@@ -1,0 +1,82 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+)
+
+// Update is a read-modify-write of one path: it reads the value and its
+// version, calls fn with the value (nil when the path does not exist), and
+// applies fn's result as a set that reads the path at that version. When
+// another writer got there first (a stale read or a conflict with a
+// transaction in flight) it reads again and calls fn again, up to the
+// client's retries, pausing with exponential backoff and full jitter
+// between attempts so that agents that collided spread out instead of
+// colliding again in step. Nothing is lost: a write lands only on the
+// version fn saw. fn may be called several times and must not have side
+// effects; an error from fn ends Update with that error.
+func (c *Client) Update(ctx context.Context, path string, fn func(old any) (any, error)) (*intents.Decision, error) {
+	if err := intents.CheckPath(path); err != nil {
+		return nil, fmt.Errorf("agents: update %q: %w", path, err)
+	}
+	for attempt := 0; ; attempt++ {
+		st, err := c.Read(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		cur := st.Values[path]
+		var old any
+		if err := cur.Decode(&old); err != nil {
+			return nil, fmt.Errorf("agents: update %q: value %s: %w", path, clipText(string(cur.Value), 200), err)
+		}
+		v, err := fn(old)
+		if err != nil {
+			return nil, err
+		}
+		d, err := c.Apply(ctx, intents.Apply("update").ReadAt(path, cur.Version).Set(path, v))
+		if err == nil {
+			return d, nil
+		}
+		if !errors.Is(err, ErrStaleRead) && !errors.Is(err, ErrConflict) || attempt >= c.cfg.retries {
+			return d, err
+		}
+		if !sleep(ctx, c.backoff(attempt)) {
+			return d, fmt.Errorf("agents: update %q: %w (after %w)", path, context.Cause(ctx), err)
+		}
+	}
+}
+
+// backoff is the pause before attempt+1: a random duration below
+// base·2^attempt, capped at the maximum.
+func (c *Client) backoff(attempt int) time.Duration {
+	bound := c.cfg.backoffMax
+	if attempt < 30 {
+		bound = min(bound, c.cfg.backoffBase<<attempt)
+	}
+	return rand.N(bound) + 1
+}
+
+// UpdateJSON is Update for a typed value: fn gets the current value
+// decoded into a T (its zero value when the path does not exist, with
+// exists false) and returns the new one.
+func UpdateJSON[T any](ctx context.Context, c *Client, path string, fn func(old T, exists bool) (T, error)) (*intents.Decision, error) {
+	return c.Update(ctx, path, func(old any) (any, error) {
+		var t T
+		if old != nil {
+			raw, err := json.Marshal(old)
+			if err != nil {
+				return nil, err
+			}
+			if err := json.Unmarshal(raw, &t); err != nil {
+				return nil, fmt.Errorf("agents: update %q: %w", path, err)
+			}
+		}
+		return fn(t, old != nil)
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
@@ -627,5 +628,36 @@ func TestWatchAcrossRestart(t *testing.T) {
 	rev := apply(16)
 	if ch := next(wb); ch.Rev != rev {
 		t.Fatalf("live change rev %d, want %d", ch.Rev, rev)
+	}
+}
+
+// TestPreemptedTxnIsLost: an arbiter that lets an escalated intent win
+// preempts the transaction in its way; the holder's Txn learns it.
+func TestPreemptedTxnIsLost(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 30*time.Second)
+	holder, rival := w.client("holder"), w.client("rival")
+	arb, stop := context.WithCancel(ctx)
+	defer stop()
+	go agents.RunArbiter(arb, w.connect(), "judge", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+		return arbiter.Priority("judge", c), nil
+	})
+	tx, err := holder.Propose(ctx, intents.Propose("hold").Write("doc.intro", intents.OpSet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rival.Apply(ctx, intents.Apply("rewrite").Set("doc.intro", "mine").Priority(5).Escalate()); err != nil {
+		t.Fatalf("the higher-priority rewrite: %v", err)
+	}
+	select {
+	case <-tx.Lost():
+	case <-ctx.Done():
+		t.Fatal("the holder's txn never learned it was preempted")
+	}
+	if !errors.Is(tx.Err(), agents.ErrPreempted) {
+		t.Fatalf("Err = %v, want preempted", tx.Err())
+	}
+	if _, err := tx.Commit(ctx, intents.Apply("hold").Set("doc.intro", "late")); !errors.Is(err, agents.ErrPreempted) {
+		t.Fatalf("Commit after preemption: %v", err)
 	}
 }

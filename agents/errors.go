@@ -78,6 +78,10 @@ func (e *RejectedError) Unwrap() error { return ReasonError(e.Decision.Reason) }
 // (with fresh versions, after the conflict ends).
 func (e *RejectedError) Retryable() bool { return e.Decision.Retryable }
 
+// ErrPreempted is what a transaction's methods return after an arbiter
+// preempted it: the coordinator aborted it for another intent.
+var ErrPreempted = errors.New("preempted")
+
 // ErrTxnEnded is returned by a transaction's methods once it has ended:
 // committed, aborted, or lost with its lease.
 var ErrTxnEnded = errors.New("agents: transaction has ended")

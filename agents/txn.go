@@ -50,12 +50,13 @@ func (t *Txn) LeaseExpires() time.Time {
 
 // Lost is closed when the client learns that the transaction ended without
 // a commit or abort of its own: the coordinator's notice that the lease ran
-// out, or a renewal or commit refused as expired or fenced.
+// out, an arbiter's preemption (an aborted decision for the propose), or a
+// renewal or commit refused as expired or fenced.
 func (t *Txn) Lost() <-chan struct{} { return t.lost }
 
 // Err is nil while the transaction is open, and then says how it ended:
-// ErrTxnEnded after a commit or abort, a *RejectedError (ErrLeaseExpired,
-// ErrFenced) when it was lost.
+// ErrTxnEnded after a commit or abort; when it was lost, an error matching
+// ErrLeaseExpired, ErrFenced or ErrPreempted.
 func (t *Txn) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -106,6 +107,7 @@ func (c *Client) track(t *Txn) bool {
 		return false
 	}
 	c.txns[t.ID()] = t
+	c.proposes[t.grant.Intent] = t
 	c.renewers.Add(1)
 	return true
 }
@@ -191,6 +193,7 @@ func (t *Txn) StopRenewing() {
 func (t *Txn) end(why error, lost bool) {
 	t.c.mu.Lock()
 	delete(t.c.txns, t.ID())
+	delete(t.c.proposes, t.grant.Intent)
 	t.c.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -49,6 +49,7 @@ func commands() map[string]command {
 		"check":     &checkCommand{},
 		"compact":   &compactCommand{},
 		"conflicts": &conflictsCommand{},
+		"demo":      &demoCommand{},
 		"dlq":       &dlqCommand{},
 		"log":       &logCommand{},
 		"replay":    &replayCommand{},
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "bench"} {
+	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "bench", "demo"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// demoParts splits the demo's output at its headings.
+type demoParts struct {
+	live, report, stats, replay string
+}
+
+func splitDemo(t *testing.T, out string) demoParts {
+	t.Helper()
+	var p demoParts
+	i, j, k := strings.Index(out, "\nfinal report"), strings.Index(out, "\nstatistics"), strings.Index(out, "\nreplay")
+	if i < 0 || j < i || k < j {
+		t.Fatalf("the output lacks its sections:\n%s", out)
+	}
+	p.live, p.report, p.stats, p.replay = out[:i], out[i:j], out[j:k], out[k:]
+	// The report's heading names the rev it was read at; what follows is
+	// the report.
+	p.report = p.report[strings.Index(p.report[1:], "\n")+1:]
+	return p
+}
+
+// outcomeLines are the statistics that the seed decides: all but the
+// timings.
+func outcomeLines(stats string) string {
+	var keep []string
+	for _, l := range strings.Split(stats, "\n") {
+		if strings.HasPrefix(l, "  ") && !strings.Contains(l, "latency") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+var demoHashes = regexp.MustCompile(`(?m)^  live +seq (\d+) +rev (\d+) +sha256 ([0-9a-f]{64})\n  replayed +seq (\d+) +rev (\d+) +sha256 ([0-9a-f]{64})\n  equal`)
+
+func TestDemo(t *testing.T) {
+	out, errOut, err := runCmd(t, "", "demo", "--writers", "2", "--seed", "3")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
+	}
+	p := splitDemo(t, out)
+	for what, re := range map[string]string{
+		"a claim lost":                   `writer-\d +lost the claim on s1 .*precondition_failed`,
+		"the loser claiming another":     `writer-\d +claimed s2 "Approach" instead`,
+		"a merge":                        `disjoint edits? .*merged with writer-\d's txn on s\d`,
+		"the editor queued":              `editor +queued: read-write conflict on materials\.m\d\.status with writer-\d's txn`,
+		"the writer told of the wait":    `writer-\d +told: editor waits on my txn`,
+		"the editor applied after":       `editor +demotion of m\d applied`,
+		"the rewrite escalated":          `writer-2 +escalated to the arbiters: .*report\.intro with writer-1's txn on the intro`,
+		"the arbiter settling it":        `arbiter-1 +settled case .*: writer-\d's (rewrite|transaction) wins`,
+		"the escalating writer told":     `writer-2 +told: my rewrite of the intro was (applied|rejected)`,
+		"the holding writer told":        `writer-1 +told: (my txn on the intro was aborted|the arbiter kept my txn; committed)`,
+		"a wait counted":                 `(?m)^  waits +1 `,
+		"an escalation counted":          `(?m)^  escalations +1 +resolved by the arbiter: 1`,
+		"the claim counted as rejection": `precondition_failed 1`,
+		"merges counted":                 `(?m)^  merges \(disjoint edits\) +3 `,
+		"the latency":                    `decision latency +p50 \S+ +p99 \S+`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no %s (/%s/) in the output:\n%s", what, re, out)
+		}
+	}
+	m := demoHashes.FindStringSubmatch(p.replay)
+	if m == nil || m[1] != m[4] || m[2] != m[5] || m[3] != m[6] {
+		t.Fatalf("replay:\n%s", p.replay)
+	}
+
+	// The same seed again, keeping the data: the same report and the same
+	// outcomes; and `coagent replay` of the kept log finds the same hash.
+	keep := filepath.Join(t.TempDir(), "kept")
+	again, errOut, err := runCmd(t, "", "demo", "--writers", "2", "--seed", "3", "--keep", keep)
+	if err != nil {
+		t.Fatalf("demo again: %v\n%s", err, errOut)
+	}
+	q := splitDemo(t, again)
+	if q.report != p.report {
+		t.Errorf("the same seed wrote two reports:\n%s\n---\n%s", p.report, q.report)
+	}
+	if a, b := outcomeLines(p.stats), outcomeLines(q.stats); a != b {
+		t.Errorf("the same seed decided differently:\n%s\n---\n%s", a, b)
+	}
+	m2 := demoHashes.FindStringSubmatch(q.replay)
+	if m2 == nil {
+		t.Fatalf("replay:\n%s", q.replay)
+	}
+	replay, _, err := runCmd(t, "", "replay", "--data", keep)
+	if err != nil || !strings.Contains(replay, "sha256 "+m2[3]) {
+		t.Errorf("coagent replay of the kept data: %v\n%.300s…", err, replay)
+	}
+
+	// A kept directory must start empty.
+	if _, _, err := runCmd(t, "", "demo", "--writers", "2", "--keep", keep); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("demo into a used directory: %v", err)
+	}
+	if _, _, err := runCmd(t, "", "demo", "--writers", "1"); !errors.Is(err, errUsage) {
+		t.Errorf("demo with one writer: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(keep, "eventlog")); err != nil {
+		t.Errorf("the kept data has no event log: %v", err)
+	}
+}

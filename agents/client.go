@@ -45,7 +45,7 @@ type Client struct {
 	// proposes maps the propose intent of each open transaction to it: a
 	// preempted transaction is told by a final aborted decision for it.
 	proposes map[string]*Txn
-	closed  bool
+	closed   bool
 
 	// done ends the transactions' renewers when the client closes.
 	done     chan struct{}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go/micro"
@@ -40,6 +41,8 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"log_query", "log.query", s.handleLogQuery},
 		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
 		{"conflicts_top", "conflicts.top", s.handleConflictsTop},
+		{"rules_get", "rules.get", s.handleRulesGet},
+		{"rules_set", "rules.set", s.handleRulesSet},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
@@ -185,6 +188,44 @@ func (s *Service) handleResolve(req micro.Request) {
 	default:
 		_ = req.RespondJSON(map[string]bool{"ok": true})
 	}
+}
+
+// handleRulesSet puts the request body, a rules file, in force. The reply
+// is the rules event's record (hash, source) without the file.
+func (s *Service) handleRulesSet(req micro.Request) {
+	source := req.Headers().Get(HeaderRulesSource)
+	if source == "" {
+		source = "api"
+	}
+	rec, err := s.SetRules(context.Background(), req.Data(), source)
+	var bad *rules.Error
+	switch {
+	case errors.As(err, &bad):
+		replyError(req, intents.ReasonInvalid, "rules.set: %v", err)
+	case err != nil:
+		replyError(req, codeUnavailable, "%v", err)
+	default:
+		_ = req.RespondJSON(map[string]string{"hash": rec.Hash, "source": rec.Source})
+	}
+}
+
+// HeaderRulesSource names where a rules file given to rules.set comes from
+// (a path); the default is "api".
+const HeaderRulesSource = "Coagent-Rules-Source"
+
+// handleRulesGet answers the rules in force: {"hash", "source", "file"},
+// or {} when none were ever set.
+func (s *Service) handleRulesGet(req micro.Request) {
+	rec, err := s.Rules(context.Background())
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	if rec == nil {
+		_ = req.RespondJSON(map[string]any{})
+		return
+	}
+	_ = req.RespondJSON(rec)
 }
 
 func (s *Service) handleConflictsTop(req micro.Request) {

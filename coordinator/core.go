@@ -114,6 +114,15 @@ func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event
 	return c.out[n:], err
 }
 
+// SetRules puts a rules file in force (engine.SetRules); it is durable
+// once Commit's Pending is.
+func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.Event, error) {
+	n := len(c.out)
+	var err error
+	c.out, err = c.eng.SetRules(now, file, source, c.out)
+	return c.out[n:], err
+}
+
 // Commit enqueues everything decided since the last Commit as one batch —
 // one synced write for many decisions — and returns its Pending (nil if
 // there was nothing). If it fails the engine has moved past the log, so the

@@ -685,6 +685,47 @@ func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error
 	return rerr
 }
 
+// SetRules puts a rules file in force (see package rules) and returns once
+// the change is durable; source says where it came from (a path, "api").
+// A file that does not compile is an error (a *rules.Error naming the
+// field) and changes nothing. It returns the rules event's record.
+func (s *Service) SetRules(ctx context.Context, file []byte, source string) (*intents.Rules, error) {
+	var rerr error
+	var rec *intents.Rules
+	done := make(chan struct{})
+	var failed bool
+	ok := s.call(ctx, func() {
+		evs, err := s.core.SetRules(s.opts.Now(), file, source)
+		rerr = err
+		for _, ev := range evs {
+			if ev.Rules != nil {
+				rec = ev.Rules
+			}
+		}
+		failed = !s.commitWith(committed{evs: evs, done: done})
+	})
+	if !ok || failed {
+		return nil, errUnavailable
+	}
+	select {
+	case <-done:
+	case <-s.stopped:
+		return nil, errUnavailable
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return rec, rerr
+}
+
+// Rules returns the rules in force (nil when none were ever set).
+func (s *Service) Rules(ctx context.Context) (*intents.Rules, error) {
+	var rec *intents.Rules
+	if !s.call(ctx, func() { rec, _ = s.core.Engine().Rules() }) {
+		return nil, errUnavailable
+	}
+	return rec, nil
+}
+
 // waitStored waits for JetStream to acknowledge every future.
 func waitStored(fs []jetstream.PubAckFuture) error {
 	timeout := time.NewTimer(10 * time.Second)

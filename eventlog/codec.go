@@ -16,22 +16,29 @@ import (
 // half the size of its JSON and 5–10× faster to encode and to decode
 // (BenchmarkEncode, BenchmarkJSONEncode and the like in codec_test.go).
 //
-// A record is the version byte SchemaVersion, then:
+// A record is its version byte, SchemaVersion (1) or SchemaVersion2 (2), then:
 //
 //	envelope  seq uvarint · id 16 bytes · time · type 1 byte · agent, intent, txn strings
-//	payloads  a mask byte, bit i set when payload i is present, in the order
-//	          Received, Decision, Change, Grant, Release, Wait, Notice,
-//	          Resolution; then each present payload, fields in struct order
+//	payloads  the mask: one byte in version 1; two in version 2, the second
+//	          right after the first. Bit i of the first byte is set when
+//	          payload i is present, in the order Received, Decision, Change,
+//	          Grant, Release, Wait, Notice, Resolution; bit 0 of the second
+//	          is Rules, and its other bits are unused (ErrCorrupt). Then each
+//	          present payload in that order, fields in struct order
 //
-// and nothing after. A type normally has one payload (intent→Received,
-// decision→Decision, change→Change, grant and renew→Grant, expire and
-// release→Release, wait and escalate→Wait, notice→Notice,
-// resolve→Resolution), but the mask lets any combination round-trip. The
-// fields are built from:
+// and nothing after. The versions differ in nothing else. An event takes the
+// lowest version that holds it: version 1 when no payload of the second mask
+// byte is present (every event without Rules, byte for byte as before
+// version 2 existed), version 2 otherwise. A type normally has one payload
+// (intent→Received, decision→Decision, change→Change, grant and
+// renew→Grant, expire and release→Release, wait and escalate→Wait,
+// notice→Notice, resolve→Resolution, rules→Rules), but the mask lets any
+// combination round-trip. The fields are built from:
 //
 //	string      uvarint length, bytes
 //	raw bytes   uvarint length+1, bytes; 0 is nil, so nil and empty stay apart
-//	            (Write.Value, Applied.Value, Intent.Meta: an absent value is not "null")
+//	            (Write.Value, Applied.Value, Intent.Meta, Rules.File: an absent
+//	            value is not "null")
 //	slice, map  uvarint count+1, elements; 0 is nil. Map entries in increasing key order.
 //	enum        uvarint tag: 1 + the index in the value's frozen table below, or
 //	            0 and a string for a value the table lacks
@@ -42,6 +49,10 @@ import (
 //	bool        Decision's Retryable and Duplicate share a flags byte
 //	integers    uvarint (uint64), varint (int64)
 //
+// An idempotency record (AppendDecision) is the version byte and a Decision
+// payload. It has no mask, so it reads the same under both versions;
+// AppendDecision writes version 1.
+//
 // Decoding gives back an equal event except for times, which come back in
 // UTC without a monotonic reading: DecodeEvent(AppendEvent(nil, ev)) is
 // reflect.DeepEqual to ev once every time in ev is replaced by its UTC().
@@ -51,7 +62,7 @@ import (
 // Compatibility: the tables and the layout are part of the on-disk format.
 // Never reorder or remove table entries. A change that makes bytes already
 // written read differently (a new field in a payload, a new encoding of a
-// field, a renumbered code or tag) comes with a new SchemaVersion, so that an
+// field, a renumbered code or tag) comes with a new version, so that an
 // older binary reports ErrVersion, and the decoder then keeps reading the
 // older versions too.
 //
@@ -63,28 +74,48 @@ import (
 // ErrCorrupt ("unknown event type code", "unknown tag", "payload mask:
 // unknown bits"), not ErrVersion; it never misreads it. The resolve type
 // (code 11) and the Resolution payload (bit 7) were added this way, under
-// version 1. The mask byte is now full: a ninth payload needs a layout change
-// (a second mask byte) and so a new version (a ninth mask constant, 1<<8,
-// would not compile as a byte).
+// version 1, and so was the rules type (code 12).
+//
+// The Rules payload was not: the one mask byte of version 1 was full, so it
+// took a second mask byte, and version 2. Writing the lowest version that
+// holds an event keeps every record without Rules in version 1, so a log
+// mixes the two versions, and a binary from before version 2 reads all of it
+// but the records that carry Rules, which it rejects as ErrVersion. (It
+// rejects a rules event without a Rules payload, a version 1 record, as
+// ErrCorrupt: "unknown event type code 12".) This build reads both
+// versions. It also reads a version 2 record whose second mask byte is 0,
+// which it never writes but a later build might, and re-encodes it as
+// version 1. The next payloads take bits 1–7 of the second byte under
+// version 2, by the rule above.
 //
 // The fuzz seeds in testdata/fuzz/FuzzDecodeEvent are golden files:
 // TestCodecSeedCorpus fails if the encoding of their fixtures changes.
 
-// SchemaVersion is the version byte every encoded event starts with.
-const SchemaVersion = 1
+// The record versions: the byte every encoded event or decision starts
+// with. DecodeEvent and DecodeDecision read both; any other is ErrVersion.
+const (
+	// SchemaVersion is the version of every idempotency record and of every
+	// event record without a payload of the second mask byte (Rules): one
+	// mask byte.
+	SchemaVersion = 1
+	// SchemaVersion2 is the newest version, of event records that carry a
+	// payload of the second mask byte: two mask bytes.
+	SchemaVersion2 = 2
+)
 
 var (
 	// ErrCorrupt is wrapped by every decoding error about the bytes
 	// themselves: a truncated or malformed record, trailing bytes, a length
-	// or count past the end, an unknown event type or tag.
+	// or count past the end, an unknown event type, tag or payload mask bit.
 	ErrCorrupt = errors.New("eventlog: corrupt record")
 	// ErrVersion is wrapped when a record starts with a schema version this
 	// build cannot read.
 	ErrVersion = errors.New("eventlog: unknown schema version")
 )
 
-// Payload mask bits, in encoding order. All eight are taken, so every mask
-// byte is a valid one (see Compatibility above).
+// Payload mask bits, in encoding order. All eight of the first mask byte
+// are taken, so every first mask byte is a valid one (see Compatibility
+// above).
 const (
 	hasReceived byte = 1 << iota
 	hasDecision
@@ -94,6 +125,14 @@ const (
 	hasWait
 	hasNotice
 	hasResolution // added with the resolve type; still SchemaVersion 1
+)
+
+// Bits of the second payload mask byte, in encoding order after those of
+// the first; present in SchemaVersion2 only.
+const (
+	hasRules byte = 1 << iota // SchemaVersion2
+
+	mask2All = 1<<iota - 1
 )
 
 // Decision flags.
@@ -120,7 +159,9 @@ var (
 	eventTypeCodes = [...]intents.EventType{intents.EventIntent, intents.EventDecision,
 		intents.EventChange, intents.EventGrant, intents.EventRenew, intents.EventExpire,
 		intents.EventRelease, intents.EventWait, intents.EventEscalate, intents.EventNotice,
-		intents.EventResolve} // 11, added under SchemaVersion 1
+		intents.EventResolve, // 11, added under SchemaVersion 1
+		intents.EventRules,   // 12, added under SchemaVersion 1; its payload needs SchemaVersion2
+	}
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
 	opTags         = []string{"", "set", "delete", "merge", "append", "incr"}
@@ -155,7 +196,15 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	if code == 0 {
 		panic(fmt.Sprintf("eventlog: AppendEvent: event %d has unknown type %q", ev.Seq, ev.Type))
 	}
-	dst = append(dst, SchemaVersion)
+	var mask2 byte
+	if ev.Rules != nil {
+		mask2 |= hasRules
+	}
+	if mask2 == 0 {
+		dst = append(dst, SchemaVersion) // the lowest version that holds ev
+	} else {
+		dst = append(dst, SchemaVersion2)
+	}
 	dst = binary.AppendUvarint(dst, ev.Seq)
 	dst = append(dst, ev.ID[:]...)
 	dst = appendTime(dst, ev.Time)
@@ -190,6 +239,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		mask |= hasResolution
 	}
 	dst = append(dst, mask)
+	if mask2 != 0 {
+		dst = append(dst, mask2)
+	}
 	if p := ev.Received; p != nil {
 		dst = appendIntentPtr(dst, p.Intent)
 		dst = appendRaw(dst, p.Raw)
@@ -244,12 +296,17 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendIntentPtr(dst, p.Replacement)
 		dst = appendString(dst, p.Rationale)
 	}
+	if p := ev.Rules; p != nil {
+		dst = appendRaw(dst, p.File)
+		dst = appendString(dst, p.Hash)
+		dst = appendString(dst, p.Source)
+	}
 	return dst
 }
 
 // AppendDecision appends the encoding of a lone decision (the idempotency
-// record) to dst and returns it: the version byte, then the decision as
-// AppendEvent encodes a Decision payload.
+// record) to dst and returns it: the version byte (always SchemaVersion),
+// then the decision as AppendEvent encodes a Decision payload.
 func AppendDecision(dst []byte, d *intents.Decision) []byte {
 	dst = append(dst, SchemaVersion)
 	return appendDecisionBody(dst, d)
@@ -403,9 +460,10 @@ func appendTime(dst []byte, t time.Time) []byte {
 	return binary.AppendUvarint(dst, uint64(t.Nanosecond()))
 }
 
-// DecodeEvent decodes one record written by AppendEvent. Errors wrap
-// ErrCorrupt (a truncated or malformed record, trailing bytes, a length or
-// count past the end, an unknown event type or tag) or ErrVersion (a schema
+// DecodeEvent decodes one record written by AppendEvent, of version
+// SchemaVersion or SchemaVersion2. Errors wrap ErrCorrupt (a truncated or
+// malformed record, trailing bytes, a length or count past the end, an
+// unknown event type, tag or payload mask bit) or ErrVersion (a schema
 // version this build cannot read), and name the field and the byte offset at
 // fault. DecodeEvent never panics, whatever data holds, and checks every
 // length and count against the bytes left before allocating, so it never
@@ -413,7 +471,8 @@ func appendTime(dst []byte, t time.Time) []byte {
 // checks). The event does not alias data. Times come back in UTC.
 func DecodeEvent(data []byte) (*intents.Event, error) {
 	r := recordReader{data: data}
-	if err := r.version(); err != nil {
+	version, err := r.version()
+	if err != nil {
 		return nil, err
 	}
 	ev := &intents.Event{}
@@ -429,6 +488,14 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 	r.shared = [...]string{ev.Agent, ev.Intent, ev.Txn}
 
 	mask := r.byte("payload mask") // every bit is a known payload
+	var mask2 byte
+	if version == SchemaVersion2 {
+		at := r.off
+		mask2 = r.byte("payload mask")
+		if mask2&^mask2All != 0 {
+			r.failAt(at, "payload mask", "unknown bits %#02x", mask2&^mask2All)
+		}
+	}
 	if mask&hasReceived != 0 {
 		r.scope = "received"
 		p := &intents.Received{}
@@ -507,6 +574,14 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 		p.Rationale = r.string("rationale")
 		ev.Resolution = p
 	}
+	if mask2&hasRules != 0 {
+		r.scope = "rules"
+		p := &intents.Rules{}
+		p.File = r.raw("file")
+		p.Hash = r.string("hash")
+		p.Source = r.string("source")
+		ev.Rules = p
+	}
 	if err := r.end(); err != nil {
 		return nil, err
 	}
@@ -514,10 +589,12 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 }
 
 // DecodeDecision decodes a record written by AppendDecision, with the same
-// errors and guarantees as DecodeEvent.
+// errors and guarantees as DecodeEvent. It reads SchemaVersion2 records as
+// well, which lay a decision out the same way (only an event's payload mask
+// differs), though AppendDecision never writes one.
 func DecodeDecision(data []byte) (*intents.Decision, error) {
 	r := recordReader{data: data}
-	if err := r.version(); err != nil {
+	if _, err := r.version(); err != nil {
 		return nil, err
 	}
 	d := r.decision()
@@ -564,15 +641,17 @@ func (r *recordReader) need(field string, n int) bool {
 	return true
 }
 
-func (r *recordReader) version() error {
+// version reads the version byte, SchemaVersion or SchemaVersion2.
+func (r *recordReader) version() (byte, error) {
 	if len(r.data) == 0 {
-		return fmt.Errorf("%w: byte 0: empty record, no schema version", ErrCorrupt)
+		return 0, fmt.Errorf("%w: byte 0: empty record, no schema version", ErrCorrupt)
 	}
-	if v := r.data[0]; v != SchemaVersion {
-		return fmt.Errorf("%w %d at byte 0 (this build reads %d)", ErrVersion, v, SchemaVersion)
+	v := r.data[0]
+	if v != SchemaVersion && v != SchemaVersion2 {
+		return 0, fmt.Errorf("%w %d at byte 0 (this build reads %d and %d)", ErrVersion, v, SchemaVersion, SchemaVersion2)
 	}
 	r.off = 1
-	return nil
+	return v, nil
 }
 
 func (r *recordReader) end() error {

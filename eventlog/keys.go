@@ -95,8 +95,10 @@ func prefixEnd(p []byte) []byte {
 
 // pathsOf returns the state paths an event concerns, for the path index:
 // what a change wrote, what a grant may write, what an intent (received,
-// parked or escalated) reads and writes. The others (decisions, notices,
-// renewals, releases) concern none: follow their intent or transaction.
+// parked or escalated) reads and writes, what a resolution's replacement
+// reads and writes. The others (decisions, notices, renewals, releases)
+// concern none: follow their intent or transaction. Nor does a change of
+// the rules, though its patterns name paths: it is found by its type.
 func pathsOf(ev *intents.Event) []string {
 	var out []string
 	add := func(p string) {

@@ -51,7 +51,7 @@ func (g *gen) event() *intents.Event {
 	in := &intents.Intent{ID: ulid.Make().String(), Agent: ev.Agent, Kind: intents.KindApply,
 		Writes: []intents.Write{{Path: p, Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
 	ev.Intent = in.ID
-	switch g.rng.IntN(6) {
+	switch g.rng.IntN(7) {
 	case 0:
 		ev.Type, ev.Received = intents.EventIntent, &intents.Received{Intent: in}
 	case 1:
@@ -62,8 +62,12 @@ func (g *gen) event() *intents.Event {
 		ev.Type, ev.Grant = intents.EventGrant, &intents.Grant{Txn: "T1", Agent: ev.Agent, Fence: 1, Expires: t0, Propose: in}
 	case 4:
 		ev.Type, ev.Wait = intents.EventWait, &intents.Wait{Intent: in, Deadline: t0, Conflicts: []intents.Conflict{{Path: p, Kind: intents.ConflictWriteWrite}}}
-	default:
+	case 5:
 		ev.Type, ev.Notice = intents.EventNotice, &intents.Notice{Kind: intents.NoticeWaiting, Detail: "x"}
+	default: // a rules change names paths in its file, but concerns none (pathsOf)
+		file := json.RawMessage(`{"rules":[{"pattern":"` + p + `","writers":["` + ev.Agent + `"]}]}`)
+		ev.Type, ev.Intent, ev.Txn = intents.EventRules, "", ""
+		ev.Rules = &intents.Rules{File: file, Hash: fmt.Sprintf("%064x", g.seq), Source: "api"}
 	}
 	return ev
 }
@@ -197,7 +201,8 @@ func TestQueryMatchesScan(t *testing.T) {
 	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant}}
+	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant},
+		{Type: intents.EventRules}, {Agent: "c", Type: intents.EventRules}, {Path: "r", Type: intents.EventRules}}
 	for _, p := range append(slices.Clone(genPaths), "r.s.t.u", "zz") {
 		queries = append(queries, Query{Path: p}, Query{Path: p, Agent: "c"}, Query{Path: p, Type: intents.EventWait, Txn: "T1"})
 	}
@@ -230,6 +235,21 @@ func TestQueryMatchesScan(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("query %+v: got %v, want %v", q, got, want)
 			}
+		}
+	}
+	// Rules events come back by type, with their payload, and by no path.
+	evs, _, err := l.Query(Query{Type: intents.EventRules, Limit: 1000})
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("rules events: %d, %v", len(evs), err)
+	}
+	for _, ev := range evs {
+		if ev.Rules == nil || len(ev.Rules.File) == 0 || len(ev.Rules.Hash) != 64 {
+			t.Fatalf("rules event %d: payload %+v", ev.Seq, ev.Rules)
+		}
+	}
+	for _, p := range genPaths {
+		if evs, _, err := l.Query(Query{Path: p, Type: intents.EventRules}); err != nil || len(evs) != 0 {
+			t.Errorf("rules events by path %s: %d, %v", p, len(evs), err)
 		}
 	}
 }

@@ -17,6 +17,7 @@ type Query struct {
 	// Path matches events that concern a path overlapping it: the path
 	// itself, anything under it, or an ancestor of it (a write to report
 	// concerns report.intro). Decisions carry no paths; follow their intent.
+	// Rules events carry none either; select them by Type.
 	Path  string
 	From  uint64 // the first seq to consider; the default is the first kept
 	Limit int    // at most this many events; the default is 100

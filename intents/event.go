@@ -24,11 +24,12 @@ const (
 	EventEscalate EventType = "escalate" // an intent was sent to the arbiters (Wait)
 	EventNotice   EventType = "notice"   // an advisory to an agent (Notice)
 	EventResolve  EventType = "resolve"  // an arbiter's resolution was accepted (Resolution)
+	EventRules    EventType = "rules"    // the board rules in force changed (Rules)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -51,6 +52,20 @@ type Event struct {
 	Notice   *Notice   `json:"notice,omitempty"`
 	// Resolution is the arbiter's resolution as accepted (EventResolve).
 	Resolution *Resolution `json:"resolution,omitempty"`
+	// Rules are the board rules in force from this event on (EventRules).
+	Rules *Rules `json:"rules,omitempty"`
+}
+
+// Rules records a change of the board rules: the whole rules file in force
+// from then on, so that a replay decides with the rules that were in force.
+type Rules struct {
+	// File is the rules file (JSON, schemas/rules.json); empty means no
+	// rules.
+	File json.RawMessage `json:"file,omitempty"`
+	// Hash is the sha256 of File, hex encoded, to tell versions apart.
+	Hash string `json:"hash"`
+	// Source says where the rules came from: a file path, or "api".
+	Source string `json:"source,omitempty"`
 }
 
 // Received records an intent as it arrived: decoded when it was valid, the

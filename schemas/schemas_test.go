@@ -572,6 +572,7 @@ func TestFields(t *testing.T) {
 		{"event.json", "/$defs/release", reflect.TypeFor[intents.Release]()},
 		{"event.json", "/$defs/wait", reflect.TypeFor[intents.Wait]()},
 		{"event.json", "/$defs/notice", reflect.TypeFor[intents.Notice]()},
+		{"event.json", "/$defs/rules", reflect.TypeFor[intents.Rules]()},
 		{"escalation.json", "", reflect.TypeFor[intents.Escalation]()},
 		{"escalation.json", "/$defs/holder", reflect.TypeFor[intents.Holder]()},
 		{"escalation.json", "/$defs/pathState", reflect.TypeFor[intents.PathState]()},

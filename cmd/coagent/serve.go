@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/coagent/coagent/arbiter"
@@ -39,6 +41,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	verbose := fs.Bool("v", false, "log operational messages to stderr")
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
+	rulesFile := fs.String("rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -87,9 +90,30 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if err != nil {
 		return err
 	}
+	if *rulesFile != "" {
+		if err := loadRules(ctx, svc, *rulesFile, stdout); err != nil {
+			svc.Shutdown(context.Background())
+			return err
+		}
+	}
 	abs, _ := filepath.Abs(*data)
 	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
-	<-ctx.Done()
+	hup := make(chan os.Signal, 1)
+	if *rulesFile != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+	for ctx.Err() == nil {
+		select {
+		case <-hup:
+			// A file that does not compile is reported and changes nothing:
+			// the rules in force stay.
+			if err := loadRules(ctx, svc, *rulesFile, stdout); err != nil {
+				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
+			}
+		case <-ctx.Done():
+		}
+	}
 	stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := svc.Shutdown(stop); err != nil {
@@ -99,6 +123,25 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		return fmt.Errorf("drain: %w", err)
 	}
 	fmt.Fprintln(stdout, "coagent: stopped")
+	return nil
+}
+
+// loadRules puts the rules file at path in force, unless the same file is
+// in force already (a restart records no new rules event).
+func loadRules(ctx context.Context, svc *coordinator.Service, path string, stdout io.Writer) error {
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+	if cur, err := svc.Rules(ctx); err == nil && cur != nil && cur.Hash == engine.RulesHash(file) {
+		fmt.Fprintf(stdout, "coagent: rules %s (%.12s) already in force\n", path, cur.Hash)
+		return nil
+	}
+	rec, err := svc.SetRules(ctx, file, path)
+	if err != nil {
+		return fmt.Errorf("rules %s: %w", path, err)
+	}
+	fmt.Fprintf(stdout, "coagent: rules %s (%.12s) in force\n", path, rec.Hash)
 	return nil
 }
 

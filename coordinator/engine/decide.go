@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -43,7 +44,14 @@ func sniffID(raw []byte) string {
 }
 
 func (e *Engine) submit(agent string, in *intents.Intent) {
-	e.emit(intents.Event{Type: intents.EventIntent, Agent: in.Agent, Intent: in.ID, Txn: in.Txn,
+	// The intent's event names who sent it: the subject's agent. A forged
+	// body must not spend its victim's quota.
+	sender := in.Agent
+	if agent != "" {
+		sender = agent
+	}
+	admitted, retry := e.admit(sender, e.now)
+	e.emit(intents.Event{Type: intents.EventIntent, Agent: sender, Intent: in.ID, Txn: in.Txn,
 		Received: &intents.Received{Intent: in}})
 	if agent != "" && in.Agent != agent {
 		// Answered to the agent that sent it; the fold does not record it as
@@ -60,6 +68,11 @@ func (e *Engine) submit(agent string, in *intents.Intent) {
 			return
 		}
 		e.duplicate(d)
+		return
+	}
+	if !admitted {
+		q, _ := e.rules.QuotaOf(in.Agent)
+		e.reject(in, intents.ReasonRateLimited, rateDetail(in.Agent, q, retry), nil)
 		return
 	}
 	switch in.Kind {
@@ -172,6 +185,15 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		e.reject(in, intents.ReasonInvalid, err.Error(), nil)
 		return
 	}
+	writes := writePaths(in.Writes)
+	if !e.authorize(in, reads, writes) {
+		return
+	}
+	// The invariants this write set must keep are read: a transaction in
+	// flight that writes their paths conflicts, so two commits can never
+	// break one together.
+	invs := e.rules.Invariants(writes)
+	reads = append(reads, invariantReads(invs)...)
 	if in.Kind == intents.KindPropose {
 		// Compared in milliseconds: a huge lease_ms would overflow a Duration.
 		if in.LeaseMS > e.cfg.MaxLease.Milliseconds() {
@@ -180,9 +202,9 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		}
 		// Checked again when a parked propose is decided anew: the agent may
 		// have taken more grants while it waited.
-		if e.loadOf(in.Agent).txns >= e.cfg.MaxTxnsPerAgent {
+		if limit := e.maxTxns(in.Agent); e.loadOf(in.Agent).txns >= limit {
 			e.reject(in, intents.ReasonRateLimited,
-				fmt.Sprintf("agent %s already holds %d transactions in flight, the limit", in.Agent, e.cfg.MaxTxnsPerAgent), nil)
+				fmt.Sprintf("agent %s already holds %d transactions in flight, the limit", in.Agent, limit), nil)
 			return
 		}
 	}
@@ -211,7 +233,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		e.grant(in, reads, merges)
 		return
 	}
-	plan, detail, reason := e.plan(in, in.Writes, post)
+	plan, detail, reason := e.plan(in, in.Writes, post, invs)
 	if reason != "" {
 		e.reject(in, reason, detail, nil)
 		return
@@ -223,17 +245,27 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		Rev: e.seq, MergedWith: merged})
 }
 
-// plan checks writes against the state and the postconditions against the
-// state after them. It returns the planned change, or why it is refused.
-func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition) ([]intents.Applied, string, intents.Reason) {
+// plan checks writes against the state, the values they leave against the
+// rules' state machines and schemas, and the postconditions and invariants
+// against the state after them. It returns the planned change, or why it
+// is refused.
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check) ([]intents.Applied, string, intents.Reason) {
 	plan, err := e.tree.Plan(writes)
 	if err != nil {
 		return nil, err.Error(), intents.ReasonInvalid
 	}
-	if len(post) > 0 {
+	if len(post) > 0 || len(invs) > 0 || e.rules != nil {
 		after := e.tree.After(plan)
+		if v := e.rules.CheckChange(appliedPaths(plan), e.tree, after); v != nil {
+			return nil, v.Detail, v.Reason
+		}
 		for i, c := range post {
 			if detail, ok := e.holds(c, "post", i, in, after); !ok {
+				return nil, detail, intents.ReasonPostconditionFailed
+			}
+		}
+		for _, c := range invs {
+			if detail, ok := e.holds(c.Cond, "invariant "+c.Name, -1, in, after); !ok {
 				return nil, detail, intents.ReasonPostconditionFailed
 			}
 		}
@@ -254,7 +286,11 @@ func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Int
 		return "", true
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s[%d] `%s` ", kind, i, c.Source)
+	if i >= 0 {
+		fmt.Fprintf(&b, "%s[%d] `%s` ", kind, i, c.Source)
+	} else {
+		fmt.Fprintf(&b, "%s `%s` ", kind, c.Source)
+	}
 	if err != nil {
 		fmt.Fprintf(&b, "failed: %v", err)
 	} else {
@@ -318,7 +354,7 @@ func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.C
 	if len(conflicts) > 1 {
 		what += fmt.Sprintf(" (and %d more)", len(conflicts)-1)
 	}
-	switch in.Policy() {
+	switch e.policy(in) {
 	case intents.OnConflictWait:
 		e.wait(in, p, conflicts, what)
 	case intents.OnConflictEscalate:
@@ -474,6 +510,10 @@ func (e *Engine) commit(in *intents.Intent) {
 			return
 		}
 	}
+	paths := writePaths(writes)
+	if !e.authorize(in, nil, paths) {
+		return
+	}
 	pre, post, _, err := e.conditions(in)
 	if err == nil {
 		var more []*intents.Condition
@@ -490,7 +530,7 @@ func (e *Engine) commit(in *intents.Intent) {
 			return
 		}
 	}
-	plan, detail, reason := e.plan(in, writes, post)
+	plan, detail, reason := e.plan(in, writes, post, e.rules.Invariants(paths))
 	if reason != "" {
 		e.reject(in, reason, detail, nil)
 		return

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
 )
@@ -40,6 +41,11 @@ type Engine struct {
 	parked  map[string]*parked
 	load    map[string]*load
 	timers  timers
+	// The board rules in force (nil: none), the event that set them, and
+	// the agents' token buckets under their rate quotas.
+	rules      *rules.Set
+	rulesEvent *intents.Rules
+	buckets    map[string]*bucket
 
 	// The call in progress.
 	now      time.Time
@@ -85,16 +91,17 @@ func New(cfg Config) (*Engine, error) {
 	}
 	comp := intents.NewCompiler(cfg.Conditions)
 	e := &Engine{
-		cfg:    cfg,
-		comp:   comp,
-		eval:   comp.NewEvaluator(),
-		tree:   state.New(),
-		index:  conflict.New(),
-		waits:  conflict.NewWaits(),
-		txns:   map[string]*txn{},
-		ended:  newRecent[intents.ReleaseCause](cfg.DedupWindow, nil),
-		parked: map[string]*parked{},
-		load:   map[string]*load{},
+		cfg:     cfg,
+		comp:    comp,
+		eval:    comp.NewEvaluator(),
+		tree:    state.New(),
+		index:   conflict.New(),
+		waits:   conflict.NewWaits(),
+		txns:    map[string]*txn{},
+		ended:   newRecent[intents.ReleaseCause](cfg.DedupWindow, nil),
+		parked:  map[string]*parked{},
+		load:    map[string]*load{},
+		buckets: map[string]*bucket{},
 	}
 	// A parked intent's interim decision stays until its final one.
 	e.decided = newRecent[*intents.Decision](cfg.DedupWindow, func(yield func(string)) {

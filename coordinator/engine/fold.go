@@ -42,6 +42,14 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		return err
 	}
 	switch ev.Type {
+	case intents.EventIntent:
+		if ev.Received.Intent != nil && ev.Agent != "" {
+			e.take(ev.Agent, ev.Time)
+		}
+	case intents.EventRules:
+		if err := e.foldRules(ev.Rules); err != nil {
+			return err
+		}
 	case intents.EventDecision:
 		d := ev.Decision
 		// The rule of intents.Records: an id belongs to the first agent
@@ -172,6 +180,10 @@ func (e *Engine) check(ev *intents.Event) error {
 	case intents.EventResolve:
 		if ev.Resolution == nil {
 			return missing("resolution")
+		}
+	case intents.EventRules:
+		if ev.Rules == nil {
+			return missing("rules")
 		}
 	default:
 		return fmt.Errorf("unknown event type %q", ev.Type)

@@ -41,6 +41,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	parked              print the parked intents
 //	resolve             give the engine the input, an arbiter's resolution
 //	case <name>         print the arbiter's case of an escalated intent
+//	rules               put the input, a rules file, in force
 //
 // In inputs, $name stands for a ULID derived from name (an intent id) and
 // $Tn for the n-th transaction id the engine handed out; outputs use the
@@ -236,6 +237,14 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 			lines = append(lines, "error: "+r.redact(err.Error()))
 		}
 		return lines
+	case "rules":
+		evs, err := r.e.SetRules(r.now, []byte(input), "script", nil)
+		r.log = append(r.log, evs...)
+		if err != nil {
+			return []string{"error: " + err.Error()}
+		}
+		ev, _ := r.e.Rules()
+		return []string{fmt.Sprintf("rules %s in force", ev.Hash[:8])}
 	case "case":
 		c, ok := r.e.Case(r.ids[f[1]])
 		if !ok {

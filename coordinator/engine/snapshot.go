@@ -61,6 +61,16 @@ type Snapshot struct {
 	// it live again.
 	Timers     []SnapshotTimer `json:"timers"`
 	TimerCount uint64          `json:"timer_count"`
+	// Rules is the rules event in force, if any, and Buckets the agents'
+	// token buckets under their rate quotas.
+	Rules   *intents.Rules            `json:"rules,omitempty"`
+	Buckets map[string]SnapshotBucket `json:"buckets,omitempty"`
+}
+
+// SnapshotBucket is one agent's token bucket: its tokens as of At.
+type SnapshotBucket struct {
+	Tokens float64   `json:"tokens"`
+	At     time.Time `json:"at"`
 }
 
 // SnapshotTxn is a transaction in flight.
@@ -123,6 +133,13 @@ func (e *Engine) Snapshot() *Snapshot {
 		Ended:      Window[intents.ReleaseCause]{Cur: maps.Clone(e.ended.cur), Prev: maps.Clone(e.ended.prev)},
 		Timers:     []SnapshotTimer{},
 		TimerCount: e.timers.n,
+		Rules:      e.rulesEvent,
+	}
+	for agent, b := range e.buckets {
+		if s.Buckets == nil {
+			s.Buckets = map[string]SnapshotBucket{}
+		}
+		s.Buckets[agent] = SnapshotBucket{Tokens: b.tokens, At: b.at}
 	}
 	for _, t := range e.txns {
 		s.Txns = append(s.Txns, SnapshotTxn{ID: t.ID, Agent: t.Agent, Fence: t.fence, LeaseMS: t.leaseMS,
@@ -179,6 +196,17 @@ func (e *Engine) restore(s *Snapshot) error {
 		return fmt.Errorf("the state is at rev %d, after the last event", s.Rev)
 	}
 	e.tree, e.seq, e.fence, e.now = tree, s.Seq, s.Fence, s.Now
+	if s.Rules != nil {
+		if err := e.foldRules(s.Rules); err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+	}
+	for agent, b := range s.Buckets {
+		if !intents.ValidSegment(agent) || b.Tokens < 0 || b.Tokens != b.Tokens {
+			return fmt.Errorf("bucket of %q: %v tokens", agent, b.Tokens)
+		}
+		e.buckets[agent] = &bucket{tokens: b.Tokens, at: b.At}
+	}
 
 	for _, st := range s.Txns {
 		switch {

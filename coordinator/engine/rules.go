@@ -1,0 +1,183 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/rules"
+	"github.com/coagent/coagent/intents"
+)
+
+// SetRules puts a rules file in force from now on (package rules): it is
+// compiled first, and a file that does not compile is an error that changes
+// nothing. Otherwise a rules event records the whole file, so that a replay
+// decides every intent with the rules that were in force. An empty file
+// removes every rule. Timers due by now fire first.
+func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*intents.Event) ([]*intents.Event, error) {
+	if _, err := rules.Compile(file, e.comp); err != nil {
+		return out, err
+	}
+	// The file is recorded as encoding/json writes it (compact, HTML
+	// characters escaped), so that the hash a client computes over the
+	// published event's file is the recorded one; no rules is no file.
+	var norm []byte
+	if t := bytes.TrimSpace(file); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		var err error
+		if norm, err = json.Marshal(json.RawMessage(t)); err != nil {
+			return out, &rules.Error{Field: "(document)", Reason: err.Error()}
+		}
+	}
+	e.begin(now, out)
+	e.advance()
+	sum := sha256.Sum256(norm)
+	e.emit(intents.Event{Type: intents.EventRules,
+		Rules: &intents.Rules{File: norm, Hash: hex.EncodeToString(sum[:]), Source: source}})
+	return e.end(), nil
+}
+
+// RulesHash is the hash SetRules records for file: the sha256 of its
+// normalized form.
+func RulesHash(file []byte) string {
+	var norm []byte
+	if t := bytes.TrimSpace(file); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		norm, _ = json.Marshal(json.RawMessage(t))
+	}
+	sum := sha256.Sum256(norm)
+	return hex.EncodeToString(sum[:])
+}
+
+// Rules returns the rules in force and the event that set them: its hash
+// and source. A nil Rules is no rules.
+func (e *Engine) Rules() (*intents.Rules, *rules.Set) { return e.rulesEvent, e.rules }
+
+// foldRules applies a rules event.
+func (e *Engine) foldRules(r *intents.Rules) error {
+	set, err := rules.Compile(r.File, e.comp)
+	if err != nil {
+		return err
+	}
+	e.rulesEvent = r
+	e.rules = set
+	if set.Empty() {
+		e.rules = nil
+	}
+	return nil
+}
+
+// bucket is one agent's token bucket for its rate quota. It changes only in
+// the fold of the intents the agent sends, at their event times, so a replay
+// rebuilds it exactly.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// refill brings b up to now under quota q and returns it (a fresh bucket
+// starts full).
+func (e *Engine) refill(agent string, q rules.Quota, now time.Time) *bucket {
+	b := e.buckets[agent]
+	if b == nil {
+		b = &bucket{tokens: float64(q.Burst), at: now}
+	}
+	if d := now.Sub(b.at).Seconds(); d > 0 {
+		b.tokens = math.Min(float64(q.Burst), b.tokens+d*q.IntentsPerSecond)
+		b.at = now
+	}
+	b.tokens = math.Min(b.tokens, float64(q.Burst)) // the burst may have shrunk
+	return b
+}
+
+// admit reports whether agent may send one more intent now under its rate
+// quota, and if not, how long until it may. It changes nothing.
+func (e *Engine) admit(agent string, now time.Time) (bool, time.Duration) {
+	q, ok := e.rules.QuotaOf(agent)
+	if !ok || q.IntentsPerSecond <= 0 {
+		return true, 0
+	}
+	b := *e.refill(agent, q, now)
+	if b.tokens >= 1 {
+		return true, 0
+	}
+	wait := time.Duration((1 - b.tokens) / q.IntentsPerSecond * float64(time.Second))
+	return false, max(wait, time.Millisecond)
+}
+
+// take spends a token of agent's bucket, when it has one, as the fold of an
+// intent it sent.
+func (e *Engine) take(agent string, now time.Time) {
+	q, ok := e.rules.QuotaOf(agent)
+	if !ok || q.IntentsPerSecond <= 0 {
+		delete(e.buckets, agent)
+		return
+	}
+	b := e.refill(agent, q, now)
+	if b.tokens >= 1 {
+		b.tokens--
+	}
+	e.buckets[agent] = b
+}
+
+// maxTxns is how many transactions agent may hold in flight.
+func (e *Engine) maxTxns(agent string) int {
+	if q, ok := e.rules.QuotaOf(agent); ok && q.MaxTxns > 0 {
+		return q.MaxTxns
+	}
+	return e.cfg.MaxTxnsPerAgent
+}
+
+// policy is the intent's conflict policy: its own, else the rules' for
+// what it writes, else reject.
+func (e *Engine) policy(in *intents.Intent) intents.OnConflict {
+	if in.OnConflict == "" {
+		if p := e.rules.OnConflict(writePaths(in.Writes)); p != "" {
+			return p
+		}
+	}
+	return in.Policy()
+}
+
+func writePaths(ws []intents.Write) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Path
+	}
+	return out
+}
+
+func appliedPaths(ws []intents.Applied) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Path
+	}
+	return out
+}
+
+// authorize checks the rules' writers and readers for an intent that reads
+// reads and writes writes, rejecting it when it may not.
+func (e *Engine) authorize(in *intents.Intent, reads []string, writes []string) bool {
+	if detail, ok := e.rules.Authorize(in.Agent, reads, writes); !ok {
+		e.reject(in, intents.ReasonUnauthorized, detail, nil)
+		return false
+	}
+	return true
+}
+
+// invariantReads are the paths of the invariants a write set must keep:
+// they join the intent's read set.
+func invariantReads(checks []rules.Check) []string {
+	var out []string
+	for _, c := range checks {
+		out = append(out, c.Cond.Paths...)
+	}
+	return out
+}
+
+func rateDetail(agent string, q rules.Quota, wait time.Duration) string {
+	return fmt.Sprintf("agent %s is over its quota of %g intents/s (burst %d); retry in %s",
+		agent, q.IntentsPerSecond, q.Burst, wait.Round(time.Millisecond))
+}

@@ -1,0 +1,484 @@
+// Package rules is the governance of the shared state in one place: a rules
+// file says, per path pattern, which agents or roles may write or read
+// there, which transitions a value may make (a state machine), which JSON
+// Schema a written value must satisfy, and which conflict policy applies
+// when an intent names none; invariants are expressions over the state
+// that every commit touching their paths must leave true; quotas bound what
+// one agent or role may send. The decision engine asks a compiled Set at
+// each decision. Like the engine it is pure: a Set is a function of the
+// file's bytes, so a replay that meets the same rules event decides the
+// same.
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// File is the rules file as written (JSON; schemas/rules.json).
+type File struct {
+	// Agents gives agents their roles.
+	Agents map[string]Agent `json:"agents,omitempty"`
+	// Rules apply per path pattern, in order.
+	Rules []Rule `json:"rules,omitempty"`
+	// Invariants must hold after every commit that touches their paths.
+	Invariants []Invariant `json:"invariants,omitempty"`
+	// Quotas per agent name, or per role as "role:NAME".
+	Quotas map[string]Quota `json:"quotas,omitempty"`
+}
+
+// Agent is what the rules know of one agent.
+type Agent struct {
+	Roles []string `json:"roles,omitempty"`
+}
+
+// Rule governs the paths its pattern matches: `*` is one segment, a final
+// `**` any number of segments (none included).
+type Rule struct {
+	Pattern string `json:"pattern"`
+	// Writers and Readers are agent names and "role:NAME"s; when set,
+	// nobody else may write (read) a path the pattern covers, or above one.
+	Writers []string `json:"writers,omitempty"`
+	Readers []string `json:"readers,omitempty"`
+	// Transitions is a state machine over string values: from a state, the
+	// states it may go to. Initial lists the states a new value may take;
+	// when empty, any state of the machine.
+	Transitions map[string][]string `json:"transitions,omitempty"`
+	Initial     []string            `json:"initial,omitempty"`
+	// Schema is a JSON Schema (2020-12) every written value must satisfy.
+	Schema json.RawMessage `json:"schema,omitempty"`
+	// OnConflict is the policy of an intent that names none and writes
+	// here.
+	OnConflict intents.OnConflict `json:"on_conflict,omitempty"`
+}
+
+// Invariant is a boolean expression over the state, in the language of
+// intents' conditions.
+type Invariant struct {
+	Name string `json:"name"`
+	Expr string `json:"expr"`
+}
+
+// Quota bounds one agent, or each agent of a role.
+type Quota struct {
+	// IntentsPerSecond and Burst make a token bucket over the intents
+	// received; 0 means no rate limit.
+	IntentsPerSecond float64 `json:"intents_per_second,omitempty"`
+	Burst            int     `json:"burst,omitempty"`
+	// MaxTxns caps the transactions in flight; 0 means the engine's limit.
+	MaxTxns int `json:"max_txns,omitempty"`
+}
+
+// Set is a compiled rules file. It is immutable.
+type Set struct {
+	raw        []byte
+	file       File
+	rules      []compiled
+	invariants []invariant
+}
+
+type compiled struct {
+	Rule
+	index   int
+	pat     Pattern
+	writers []string
+	readers []string
+	states  map[string]bool
+	schema  *jsonschema.Schema
+}
+
+type invariant struct {
+	Invariant
+	cond *intents.Condition
+}
+
+// Error is a rules file that does not compile: the field and what is
+// wrong with it.
+type Error struct {
+	Field, Reason string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("rules field %s: %s", e.Field, e.Reason) }
+
+func bad(field, format string, args ...any) error {
+	return &Error{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Compile checks and compiles a rules file. Conditions compile with comp,
+// the engine's compiler, so invariants see the state exactly as intents'
+// conditions do. An empty document (or "{}") is the empty Set: no rules.
+func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
+	s := &Set{raw: bytes.Clone(raw)}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return s, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s.file); err != nil {
+		return nil, bad("(document)", "%v", err)
+	}
+	if dec.More() {
+		return nil, bad("(document)", "more than one JSON value")
+	}
+	for name, a := range s.file.Agents {
+		if !intents.ValidSegment(name) {
+			return nil, bad("agents", "%q is not an agent name", name)
+		}
+		for i, r := range a.Roles {
+			if !intents.ValidSegment(r) {
+				return nil, bad(fmt.Sprintf("agents.%s.roles[%d]", name, i), "%q is not a role name", r)
+			}
+		}
+	}
+	for i, r := range s.file.Rules {
+		c, err := compileRule(i, r)
+		if err != nil {
+			return nil, err
+		}
+		s.rules = append(s.rules, c)
+	}
+	seen := map[string]bool{}
+	for i, inv := range s.file.Invariants {
+		field := fmt.Sprintf("invariants[%d]", i)
+		if !intents.ValidSegment(inv.Name) || seen[inv.Name] {
+			return nil, bad(field+".name", "%q: want a unique name of letters, digits, '_' or '-'", inv.Name)
+		}
+		seen[inv.Name] = true
+		cond, err := comp.Compile("invariant "+inv.Name, inv.Expr, false)
+		if err != nil {
+			return nil, bad(field+".expr", "%v", err)
+		}
+		if len(cond.Paths) == 0 {
+			return nil, bad(field+".expr", "%q reads no path of the state, so no commit would ever check it", inv.Expr)
+		}
+		s.invariants = append(s.invariants, invariant{Invariant: inv, cond: cond})
+	}
+	for who, q := range s.file.Quotas {
+		field := "quotas." + who
+		name, isRole := strings.CutPrefix(who, "role:")
+		if !intents.ValidSegment(name) {
+			return nil, bad(field, "want an agent name or role:NAME")
+		}
+		_ = isRole
+		if q.IntentsPerSecond < 0 || q.Burst < 0 || q.MaxTxns < 0 {
+			return nil, bad(field, "negative")
+		}
+		if q.IntentsPerSecond > 0 && q.Burst == 0 {
+			return nil, bad(field+".burst", "a rate needs a burst of at least 1")
+		}
+	}
+	return s, nil
+}
+
+func compileRule(i int, r Rule) (compiled, error) {
+	field := fmt.Sprintf("rules[%d]", i)
+	c := compiled{Rule: r, index: i}
+	var err error
+	if c.pat, err = ParsePattern(r.Pattern); err != nil {
+		return c, bad(field+".pattern", "%v", err)
+	}
+	for j, w := range r.Writers {
+		if !validPrincipal(w) {
+			return c, bad(fmt.Sprintf("%s.writers[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
+	for j, w := range r.Readers {
+		if !validPrincipal(w) {
+			return c, bad(fmt.Sprintf("%s.readers[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
+	c.writers, c.readers = r.Writers, r.Readers
+	if len(r.Transitions) > 0 {
+		c.states = map[string]bool{}
+		for from, tos := range r.Transitions {
+			c.states[from] = true
+			for _, to := range tos {
+				c.states[to] = true
+			}
+		}
+		for j, s := range r.Initial {
+			if !c.states[s] {
+				return c, bad(fmt.Sprintf("%s.initial[%d]", field, j), "%q is not a state of the machine", s)
+			}
+		}
+	} else if len(r.Initial) > 0 {
+		return c, bad(field+".initial", "initial states without transitions")
+	}
+	if len(r.Schema) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(r.Schema))
+		if err != nil {
+			return c, bad(field+".schema", "%v", err)
+		}
+		comp := jsonschema.NewCompiler()
+		// No loader: a rules file must not make the engine read files or
+		// the network through a $ref.
+		comp.UseLoader(jsonschema.SchemeURLLoader{})
+		comp.DefaultDraft(jsonschema.Draft2020)
+		url := fmt.Sprintf("urn:coagent:rules:%d", i)
+		if err := comp.AddResource(url, doc); err != nil {
+			return c, bad(field+".schema", "%v", err)
+		}
+		if c.schema, err = comp.Compile(url); err != nil {
+			return c, bad(field+".schema", "%v", err)
+		}
+	}
+	switch r.OnConflict {
+	case "", intents.OnConflictReject, intents.OnConflictWait, intents.OnConflictEscalate:
+	default:
+		return c, bad(field+".on_conflict", "%q: want reject, wait or escalate", r.OnConflict)
+	}
+	return c, nil
+}
+
+func validPrincipal(p string) bool {
+	if name, ok := strings.CutPrefix(p, "role:"); ok {
+		return intents.ValidSegment(name)
+	}
+	return intents.ValidSegment(p)
+}
+
+// Raw is the file the Set was compiled from.
+func (s *Set) Raw() []byte { return s.raw }
+
+// Empty reports whether the set has no rules at all.
+func (s *Set) Empty() bool {
+	return s == nil || len(s.rules) == 0 && len(s.invariants) == 0 && len(s.file.Quotas) == 0
+}
+
+// Roles returns the roles of agent.
+func (s *Set) Roles(agent string) []string {
+	if s == nil {
+		return nil
+	}
+	return s.file.Agents[agent].Roles
+}
+
+// allowed reports whether agent is one of principals.
+func (s *Set) allowed(agent string, principals []string) bool {
+	for _, p := range principals {
+		if role, ok := strings.CutPrefix(p, "role:"); ok {
+			if slices.Contains(s.Roles(agent), role) {
+				return true
+			}
+		} else if p == agent {
+			return true
+		}
+	}
+	return false
+}
+
+// Authorize checks that agent may read reads and write writes. The detail
+// names the path, the pattern and who may.
+func (s *Set) Authorize(agent string, reads, writes []string) (string, bool) {
+	if s == nil {
+		return "", true
+	}
+	for _, r := range s.rules {
+		if len(r.writers) > 0 {
+			for _, w := range writes {
+				if r.pat.Overlaps(w) && !s.allowed(agent, r.writers) {
+					return fmt.Sprintf("agent %s may not write %s: rules[%d] (%s) lets only %s write there",
+						agent, w, r.index, r.Pattern, strings.Join(r.writers, ", ")), false
+				}
+			}
+		}
+		if len(r.readers) > 0 {
+			for _, p := range reads {
+				if r.pat.Overlaps(p) && !s.allowed(agent, r.readers) {
+					return fmt.Sprintf("agent %s may not read %s: rules[%d] (%s) lets only %s read there",
+						agent, p, r.index, r.Pattern, strings.Join(r.readers, ", ")), false
+				}
+			}
+		}
+	}
+	return "", true
+}
+
+// OnConflict is the policy for an intent that names none and writes
+// writes: that of the first rule covering one of them, or "" for the
+// default.
+func (s *Set) OnConflict(writes []string) intents.OnConflict {
+	if s == nil {
+		return ""
+	}
+	for _, r := range s.rules {
+		if r.OnConflict == "" {
+			continue
+		}
+		for _, w := range writes {
+			if r.pat.Covers(w) {
+				return r.OnConflict
+			}
+		}
+	}
+	return ""
+}
+
+// Invariants returns the invariants whose paths overlap one of writes:
+// those a commit of writes must leave true. Their paths join the intent's
+// read set, so that two transactions that could break an invariant
+// together conflict instead.
+func (s *Set) Invariants(writes []string) []Check {
+	if s == nil {
+		return nil
+	}
+	var out []Check
+	for _, inv := range s.invariants {
+		if slices.ContainsFunc(inv.cond.Paths, func(p string) bool {
+			return slices.ContainsFunc(writes, func(w string) bool { return intents.Overlaps(p, w) })
+		}) {
+			out = append(out, Check{Name: inv.Name, Cond: inv.cond})
+		}
+	}
+	return out
+}
+
+// Check is a compiled invariant.
+type Check struct {
+	Name string
+	Cond *intents.Condition
+}
+
+// QuotaOf returns the quota of agent: its own, or else that of the first of
+// its roles (in name order) that has one.
+func (s *Set) QuotaOf(agent string) (Quota, bool) {
+	if s == nil {
+		return Quota{}, false
+	}
+	if q, ok := s.file.Quotas[agent]; ok {
+		return q, true
+	}
+	roles := slices.Clone(s.Roles(agent))
+	sort.Strings(roles)
+	for _, r := range roles {
+		if q, ok := s.file.Quotas["role:"+r]; ok {
+			return q, true
+		}
+	}
+	return Quota{}, false
+}
+
+// Violation is a change the rules refuse.
+type Violation struct {
+	Reason intents.Reason
+	Detail string
+}
+
+// CheckChange checks the values a change leaves at the paths its writes
+// touch against the state machines and the value schemas: before reads
+// the state before the change, after the state after it.
+func (s *Set) CheckChange(writes []string, before, after intents.Reader) *Violation {
+	if s == nil {
+		return nil
+	}
+	for _, r := range s.rules {
+		if r.states == nil && r.schema == nil {
+			continue
+		}
+		for _, w := range writes {
+			if !r.pat.Overlaps(w) {
+				continue
+			}
+			for _, p := range r.pat.concrete(w, before, after) {
+				if v := r.check(p, before, after); v != nil {
+					return v
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *compiled) check(p string, before, after intents.Reader) *Violation {
+	nv, nok := after.Get(p)
+	ov, ook := before.Get(p)
+	if !nok {
+		return nil // removing a record is not a transition
+	}
+	if ook && equalJSON(ov, nv) {
+		return nil
+	}
+	if r.states != nil {
+		to, isStr := nv.(string)
+		if !isStr || !r.states[to] {
+			return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+				"%s = %s is not a state of rules[%d] (%s): want one of %s",
+				p, format(nv), r.index, r.Pattern, strings.Join(sortedKeys(r.states), ", "))}
+		}
+		if !ook {
+			if len(r.Initial) > 0 && !slices.Contains(r.Initial, to) {
+				return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+					"%s: a new value must start in %s, not %s (rules[%d], %s)",
+					p, strings.Join(r.Initial, " or "), to, r.index, r.Pattern)}
+			}
+		} else {
+			from, _ := ov.(string)
+			if !slices.Contains(r.Transitions[from], to) {
+				next := r.Transitions[from]
+				allowed := "none: it is a final state"
+				if len(next) > 0 {
+					allowed = strings.Join(next, ", ")
+				}
+				return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+					"%s: %s → %s is not a legal transition of rules[%d] (%s); from %s: %s",
+					p, format(ov), to, r.index, r.Pattern, format(ov), allowed)}
+			}
+		}
+	}
+	if r.schema != nil {
+		if err := r.schema.Validate(nv); err != nil {
+			return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+				"%s = %s does not satisfy the schema of rules[%d] (%s): %s",
+				p, clip(format(nv), 200), r.index, r.Pattern, schemaMessage(err))}
+		}
+	}
+	return nil
+}
+
+func format(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func equalJSON(a, b any) bool { return format(a) == format(b) }
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// schemaMessage is a validation error without the library's preamble
+// ("jsonschema validation failed with 'urn:…#' - "), which names our
+// internal resource and not the rule.
+func schemaMessage(err error) string {
+	msg := oneLine(err.Error())
+	if _, rest, ok := strings.Cut(msg, "' - "); ok {
+		return rest
+	}
+	return msg
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

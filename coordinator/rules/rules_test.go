@@ -1,0 +1,196 @@
+package rules
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/coagent/coagent/intents"
+)
+
+func TestPattern(t *testing.T) {
+	cases := []struct {
+		pattern, path            string
+		matches, covers, overlap bool
+	}{
+		{"tasks.*.status", "tasks.t1.status", true, true, true},
+		{"tasks.*.status", "tasks.t1.status.x", false, true, true},
+		{"tasks.*.status", "tasks.t1", false, false, true},
+		{"tasks.*.status", "tasks", false, false, true},
+		{"tasks.*.status", "tasks.t1.owner", false, false, false},
+		{"tasks.*.status", "other.t1.status", false, false, false},
+		{"facts.**", "facts", true, true, true},
+		{"facts.**", "facts.a.b.c", true, true, true},
+		{"facts.**", "factsx", false, false, false},
+		{"a.b", "a.bc", false, false, false},
+	}
+	for _, c := range cases {
+		p, err := ParsePattern(c.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Matches(c.path); got != c.matches {
+			t.Errorf("%s matches %s = %v", c.pattern, c.path, got)
+		}
+		if got := p.Covers(c.path); got != c.covers {
+			t.Errorf("%s covers %s = %v", c.pattern, c.path, got)
+		}
+		if got := p.Overlaps(c.path); got != c.overlap {
+			t.Errorf("%s overlaps %s = %v", c.pattern, c.path, got)
+		}
+	}
+	for _, bad := range []string{"", "a..b", "a.**.b", "a.b c", "**x"} {
+		if _, err := ParsePattern(bad); err == nil {
+			t.Errorf("pattern %q accepted", bad)
+		}
+	}
+}
+
+func compile(t *testing.T, src string) *Set {
+	t.Helper()
+	s, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCompileErrorsNameTheField(t *testing.T) {
+	cases := map[string]string{
+		`{"rules":[{"pattern":"a..b"}]}`:                                               "rules[0].pattern",
+		`{"rules":[{"pattern":"a","writers":["role:"]}]}`:                              "rules[0].writers[0]",
+		`{"rules":[{"pattern":"a","transitions":{"A":["B"]},"initial":["C"]}]}`:        "rules[0].initial[0]",
+		`{"rules":[{"pattern":"a","schema":{"type":"nope"}}]}`:                         "rules[0].schema",
+		`{"rules":[{"pattern":"a","schema":{"$ref":"file:///etc/passwd"}}]}`:           "rules[0].schema",
+		`{"rules":[{"pattern":"a","on_conflict":"later"}]}`:                            "rules[0].on_conflict",
+		`{"invariants":[{"name":"x","expr":"state.a +"}]}`:                             "invariants[0].expr",
+		`{"invariants":[{"name":"x","expr":"1 < 2"}]}`:                                 "invariants[0].expr",
+		`{"invariants":[{"name":"x","expr":"state.a"},{"name":"x","expr":"state.b"}]}`: "invariants[1].name",
+		`{"quotas":{"role:w":{"intents_per_second":5}}}`:                               "quotas.role:w.burst",
+		`{"rule":[]}`:           "(document)",
+		`{"agents":{"a b":{}}}`: "agents",
+	}
+	for src, field := range cases {
+		_, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+		var e *Error
+		if !errors.As(err, &e) || e.Field != field {
+			t.Errorf("%s: err = %v, want field %s", src, err, field)
+		}
+	}
+}
+
+// reader is a state as a map from path to value.
+type reader map[string]any
+
+func (r reader) Get(p string) (any, bool) { v, ok := r[p]; return v, ok }
+func (r reader) Version(string) uint64    { return 0 }
+
+const board = `{
+  "agents": {"alice": {"roles": ["coder"]}, "bob": {"roles": ["reviewer"]}},
+  "rules": [
+    {"pattern": "tasks.*.status",
+     "transitions": {"PENDING": ["CLAIMED", "CANCELLED"], "CLAIMED": ["RUNNING"], "RUNNING": ["DONE", "FAILED"]},
+     "initial": ["PENDING"], "writers": ["role:coder", "lead"]},
+    {"pattern": "tasks.*.spec", "schema": {"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}}}},
+    {"pattern": "secrets.**", "readers": ["lead"], "writers": ["lead"]},
+    {"pattern": "queue.**", "on_conflict": "wait"}
+  ],
+  "invariants": [{"name": "wip", "expr": "count(values(state.tasks), .status == \"RUNNING\") <= 2"}],
+  "quotas": {"role:coder": {"intents_per_second": 10, "burst": 5, "max_txns": 2}, "bob": {"max_txns": 1}}
+}`
+
+func TestAuthorize(t *testing.T) {
+	s := compile(t, board)
+	cases := []struct {
+		agent         string
+		reads, writes []string
+		ok            bool
+		detail        string
+	}{
+		{"alice", nil, []string{"tasks.t1.status"}, true, ""},
+		{"lead", nil, []string{"tasks.t1.status"}, true, ""},
+		{"bob", nil, []string{"tasks.t1.status"}, false, "agent bob may not write tasks.t1.status: rules[0] (tasks.*.status) lets only role:coder, lead write there"},
+		{"bob", nil, []string{"tasks"}, false, "may not write tasks:"}, // replacing the whole board
+		{"bob", nil, []string{"tasks.t1.owner"}, true, ""},
+		{"alice", []string{"secrets.k"}, nil, false, "may not read secrets.k"},
+		{"lead", []string{"secrets"}, []string{"secrets.k"}, true, ""},
+	}
+	for _, c := range cases {
+		detail, ok := s.Authorize(c.agent, c.reads, c.writes)
+		if ok != c.ok || !strings.Contains(detail, c.detail) {
+			t.Errorf("%s reads %v writes %v: %v %q, want %v %q", c.agent, c.reads, c.writes, ok, detail, c.ok, c.detail)
+		}
+	}
+}
+
+func TestCheckChange(t *testing.T) {
+	s := compile(t, board)
+	cases := []struct {
+		name          string
+		writes        []string
+		before, after reader
+		reason        intents.Reason
+		detail        string
+	}{
+		{"legal", []string{"tasks.t1.status"}, reader{"tasks.t1.status": "PENDING"}, reader{"tasks.t1.status": "CLAIMED"}, "", ""},
+		{"illegal", []string{"tasks.t1.status"}, reader{"tasks.t1.status": "RUNNING"}, reader{"tasks.t1.status": "PENDING"},
+			intents.ReasonIllegalTransition, `tasks.t1.status: "RUNNING" → PENDING is not a legal transition of rules[0] (tasks.*.status); from "RUNNING": DONE, FAILED`},
+		{"final", []string{"tasks.t1.status"}, reader{"tasks.t1.status": "DONE"}, reader{"tasks.t1.status": "RUNNING"},
+			intents.ReasonIllegalTransition, "none: it is a final state"},
+		{"initial", []string{"tasks.t1.status"}, reader{}, reader{"tasks.t1.status": "RUNNING"},
+			intents.ReasonIllegalTransition, "a new value must start in PENDING, not RUNNING"},
+		{"not a state", []string{"tasks.t1.status"}, reader{}, reader{"tasks.t1.status": 3.0},
+			intents.ReasonIllegalTransition, "tasks.t1.status = 3 is not a state"},
+		{"unchanged", []string{"tasks.t1.status"}, reader{"tasks.t1.status": "DONE"}, reader{"tasks.t1.status": "DONE"}, "", ""},
+		{"deleted", []string{"tasks.t1"}, reader{"tasks.t1": map[string]any{"status": "RUNNING"}, "tasks.t1.status": "RUNNING"}, reader{}, "", ""},
+		{"whole record", []string{"tasks.t1"},
+			reader{"tasks.t1": map[string]any{"status": "RUNNING"}, "tasks.t1.status": "RUNNING"},
+			reader{"tasks.t1": map[string]any{"status": "CLAIMED"}, "tasks.t1.status": "CLAIMED"},
+			intents.ReasonIllegalTransition, "RUNNING\" → CLAIMED"},
+		{"whole board", []string{"tasks"},
+			reader{"tasks": map[string]any{}},
+			reader{"tasks": map[string]any{"t9": map[string]any{"status": "DONE"}}, "tasks.t9.status": "DONE"},
+			intents.ReasonIllegalTransition, "tasks.t9.status: a new value must start in PENDING"},
+		{"schema ok", []string{"tasks.t1.spec.title"}, reader{}, reader{"tasks.t1.spec": map[string]any{"title": "x"}}, "", ""},
+		{"schema", []string{"tasks.t1.spec"}, reader{}, reader{"tasks.t1.spec": map[string]any{"title": 1.0}},
+			intents.ReasonInvalid, `tasks.t1.spec = {"title":1} does not satisfy the schema of rules[1] (tasks.*.spec)`},
+	}
+	for _, c := range cases {
+		v := s.CheckChange(c.writes, c.before, c.after)
+		switch {
+		case c.reason == "" && v != nil:
+			t.Errorf("%s: refused: %+v", c.name, v)
+		case c.reason != "" && (v == nil || v.Reason != c.reason || !strings.Contains(v.Detail, c.detail)):
+			t.Errorf("%s: %+v, want %s %q", c.name, v, c.reason, c.detail)
+		}
+	}
+}
+
+func TestPolicyInvariantsQuotas(t *testing.T) {
+	s := compile(t, board)
+	if p := s.OnConflict([]string{"queue.q1.items"}); p != intents.OnConflictWait {
+		t.Errorf("policy under queue: %q", p)
+	}
+	if p := s.OnConflict([]string{"tasks.t1"}); p != "" {
+		t.Errorf("policy under tasks: %q", p)
+	}
+	if invs := s.Invariants([]string{"tasks.t3.status"}); len(invs) != 1 || invs[0].Name != "wip" || invs[0].Cond.Paths[0] != "tasks" {
+		t.Errorf("invariants for a task write: %v", invs)
+	}
+	if invs := s.Invariants([]string{"report.x"}); len(invs) != 0 {
+		t.Errorf("invariants for an unrelated write: %v", invs)
+	}
+	if q, ok := s.QuotaOf("alice"); !ok || q.MaxTxns != 2 || q.Burst != 5 {
+		t.Errorf("alice's quota (by role) %+v %v", q, ok)
+	}
+	if q, ok := s.QuotaOf("bob"); !ok || q.MaxTxns != 1 {
+		t.Errorf("bob's own quota %+v %v", q, ok)
+	}
+	if _, ok := s.QuotaOf("carol"); ok {
+		t.Error("carol has no quota")
+	}
+	var none *Set
+	if _, ok := none.Authorize("x", nil, []string{"a"}); !ok || none.CheckChange([]string{"a"}, reader{}, reader{}) != nil || !none.Empty() {
+		t.Error("the nil set must allow everything")
+	}
+}

@@ -101,6 +101,17 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 	return nc.FlushTimeout(10 * time.Second)
 }
 
+// AuthOptions are the connection options of agent name when the server
+// enforces identities (coagent serve --auth): its nkey seed file, which
+// `coagent agents add` writes, and the inbox prefix its permissions allow.
+func AuthOptions(name, seedFile string) ([]nats.Option, error) {
+	key, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		return nil, fmt.Errorf("agents: nkey of %s: %w", name, err)
+	}
+	return []nats.Option{key, nats.CustomInboxPrefix(intents.InboxPrefix(name)), nats.Name(name)}, nil
+}
+
 // Name is the agent's name.
 func (c *Client) Name() string { return c.name }
 
@@ -340,7 +351,9 @@ func (c *Client) publish(ctx context.Context, id string, raw []byte) error {
 func (c *Client) ask(ctx context.Context, raw []byte) (*intents.Decision, error) {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.resend)
 	defer cancel()
-	m := nats.NewMsg(c.subj.API("submit"))
+	// The agent's own submit subject: under auth the server lets it publish
+	// only there, and the coordinator checks the body's agent against it.
+	m := nats.NewMsg(c.subj.API("submit." + c.name))
 	m.Data = raw
 	m.Header.Set(intents.HeaderWait, strconv.FormatInt((c.cfg.resend/2).Milliseconds(), 10))
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)

@@ -36,6 +36,10 @@ func (s *Service) startAPI() (micro.Service, error) {
 		handler       micro.HandlerFunc
 	}{
 		{"submit", "submit", s.handleSubmit},
+		// The same, as the agent the last token names: under auth the
+		// server lets an agent publish only on its own, so the identity is
+		// checked as on coagent.intents.<agent>.
+		{"submit_agent", "submit.*", s.handleSubmit},
 		{"state_get", "state.get", s.handleStateGet},
 		{"txn_list", "txn.list", s.handleTxnList},
 		{"log_query", "log.query", s.handleLogQuery},
@@ -73,7 +77,11 @@ func (s *Service) handleSubmit(req micro.Request) {
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	d, err := s.apiSubmit(context.Background(), req.Data(), wait)
+	agent := ""
+	if sub := req.Subject(); sub != s.subj.API("submit") {
+		agent = strings.TrimPrefix(sub, s.subj.API("submit."))
+	}
+	d, err := s.apiSubmit(context.Background(), agent, req.Data(), wait)
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return

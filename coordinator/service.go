@@ -805,16 +805,16 @@ func (s *Service) call(ctx context.Context, fn func()) bool {
 	}
 }
 
-// apiSubmit decides an intent given to the API directly (the body's agent
-// is the agent), and waits for its final decision up to wait; past it, the
+// apiSubmit decides an intent given to the API directly, as sent by agent
+// ("": the body's agent is the agent), and waits for its final decision up to wait; past it, the
 // latest interim one is the answer. Nothing is answered before it is
 // durable: the acker delivers.
-func (s *Service) apiSubmit(ctx context.Context, raw []byte, wait time.Duration) (*intents.Decision, error) {
+func (s *Service) apiSubmit(ctx context.Context, agent string, raw []byte, wait time.Duration) (*intents.Decision, error) {
 	ch := make(chan *intents.Decision, 4)
 	var id string
 	var failed bool
 	ok := s.call(ctx, func() {
-		evs := s.core.Decide(s.opts.Now(), "", raw)
+		evs := s.core.Decide(s.opts.Now(), agent, raw)
 		var direct chan *intents.Decision
 		for _, ev := range evs {
 			if ev.Decision != nil {

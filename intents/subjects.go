@@ -40,6 +40,11 @@ func (s Subjects) IntentAgent(subject string) (string, bool) {
 	return rest, true
 }
 
+// InboxPrefix is the inbox prefix of agent's connection when the server
+// enforces identities (coagent serve --auth): replies to its requests come
+// under it, and only it may subscribe there.
+func InboxPrefix(agent string) string { return "_INBOX_" + agent }
+
 // Decisions is where agent's decisions are published.
 func (s Subjects) Decisions(agent string) string { return s.p() + ".decisions." + agent }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/schemas"
 )
@@ -25,12 +26,16 @@ import (
 //
 //	valid            the schema and the Go side both accept it
 //	invalid          the schema and the Go side both reject it
-//	invalid-go-only  (intent) a rule JSON Schema cannot express: the schema
-//	                 accepts it, intents.Decode rejects it
-//	valid-go-only    (intent) a non-canonical form intents.Decode tolerates
-//	                 (explicit null or zero values, keys in another case) that
-//	                 the schema rejects; re-encoding the decoded intent must
-//	                 give a schema-valid document
+//	invalid-go-only  (intent, rules) a rule JSON Schema cannot express: the
+//	                 schema accepts it, intents.Decode (rules.Compile) rejects it
+//	valid-go-only    (intent, rules) a non-canonical form intents.Decode
+//	                 (rules.Compile) tolerates (explicit null or zero values,
+//	                 keys in another case) that the schema rejects; for an
+//	                 intent, re-encoding the decoded intent must give a
+//	                 schema-valid document
+//
+// For rules files the Go side is rules.Compile, as `coagent serve --rules`
+// and rules.set run it.
 //
 // For decisions, events, escalations and resolutions the Go side is a strict
 // decode (unknown fields and trailing data are errors) into intents.Decision,
@@ -42,6 +47,12 @@ import (
 // accepts today although SPEC §1 rules them out. Each is logged, not failed;
 // once Decode rejects one, the test asks for its entry to be removed.
 var knownDecodeGaps = map[string]string{}
+
+// knownRulesGaps lists invalid rules files (testdata/rules/invalid) that
+// rules.Compile accepts today although the schema rightly refuses them. Each
+// is logged, not failed; once Compile rejects one, the test asks for its
+// entry to be removed.
+var knownRulesGaps = map[string]string{}
 
 // refuseLoader makes every $ref outside the embedded files an error, so the
 // schemas are known to be self-contained as a set.
@@ -134,7 +145,7 @@ func oneLine(err error) string {
 }
 
 func TestSchemaFiles(t *testing.T) {
-	want := []string{"decision.json", "escalation.json", "event.json", "intent.json", "resolution.json"}
+	want := []string{"decision.json", "escalation.json", "event.json", "intent.json", "resolution.json", "rules.json"}
 	if got := schemas.Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %q, want %q", got, want)
 	}
@@ -144,6 +155,7 @@ func TestSchemaFiles(t *testing.T) {
 		"event.json":      reflect.TypeFor[intents.Event](),
 		"escalation.json": reflect.TypeFor[intents.Escalation](),
 		"resolution.json": reflect.TypeFor[intents.Resolution](),
+		"rules.json":      reflect.TypeFor[rules.File](),
 	}
 	for _, name := range want {
 		data, err := schemas.Get(name)
@@ -243,6 +255,98 @@ func TestIntentExamples(t *testing.T) {
 		}
 		roundTrip(t, sch, in)
 	})
+}
+
+func TestRulesExamples(t *testing.T) {
+	sch := compile(t, newCompiler(t), "rules.json")
+	comp := intents.NewCompiler(intents.CompilerOptions{})
+	// compileRules runs rules.Compile and checks that an error is a
+	// *rules.Error, which rules.set answers as invalid.
+	compileRules := func(t *testing.T, data []byte) error {
+		t.Helper()
+		_, err := rules.Compile(data, comp)
+		var rerr *rules.Error
+		if err != nil && !errors.As(err, &rerr) {
+			t.Errorf("rules.Compile returned %T, want *rules.Error: %v", err, err)
+		}
+		return err
+	}
+
+	n := examples(t, "rules/valid", func(t *testing.T, _ string, data []byte) {
+		if err := validate(sch, data); err != nil {
+			t.Errorf("schema rejects it: %s", oneLine(err))
+		}
+		if err := compileRules(t, data); err != nil {
+			t.Fatalf("rules.Compile rejects it: %v", err)
+		}
+		// A file built in Go from rules.File encodes to a valid one.
+		var f rules.File
+		if err := strictDecode(data, &f); err != nil {
+			t.Fatal(err)
+		}
+		out, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validate(sch, out); err != nil {
+			t.Errorf("schema rejects the re-encoded file %s: %s", out, oneLine(err))
+		}
+		if err := compileRules(t, out); err != nil {
+			t.Errorf("rules.Compile rejects the re-encoded file %s: %v", out, err)
+		}
+	})
+	if n < 3 {
+		t.Errorf("only %d valid rules examples", n)
+	}
+
+	n = examples(t, "rules/invalid", func(t *testing.T, name string, data []byte) {
+		if err := validate(sch, data); err == nil {
+			t.Error("schema wrongly accepts it")
+		}
+		err := compileRules(t, data)
+		gap, known := knownRulesGaps[name]
+		switch {
+		case err == nil && known:
+			t.Logf("known gap, rules.Compile accepts it: %s", gap)
+		case err == nil:
+			t.Error("rules.Compile wrongly accepts it")
+		case known:
+			t.Errorf("rules.Compile now rejects it (%v): remove it from knownRulesGaps", err)
+		}
+	})
+	if n < 25 {
+		t.Errorf("only %d invalid rules examples", n)
+	}
+
+	n = examples(t, "rules/invalid-go-only", func(t *testing.T, _ string, data []byte) {
+		if err := validate(sch, data); err != nil {
+			t.Errorf("schema rejects it (%s): move it to testdata/rules/invalid", oneLine(err))
+		}
+		if err := compileRules(t, data); err == nil {
+			t.Error("rules.Compile wrongly accepts it")
+		}
+	})
+	if n == 0 {
+		t.Error("no invalid-go-only rules examples")
+	}
+
+	// Unlike an intent, a rules.File does not always re-encode to a
+	// schema-valid document: a final state given a nil list in Go
+	// (final-state-null.json) marshals as null.
+	examples(t, "rules/valid-go-only", func(t *testing.T, _ string, data []byte) {
+		if err := validate(sch, data); err == nil {
+			t.Error("schema accepts it: move it to testdata/rules/valid")
+		}
+		if err := compileRules(t, data); err != nil {
+			t.Errorf("rules.Compile rejects it (%v): move it to testdata/rules/invalid", err)
+		}
+	})
+
+	for name := range knownRulesGaps {
+		if _, err := os.Stat(filepath.Join("testdata", "rules", "invalid", name)); err != nil {
+			t.Errorf("knownRulesGaps: %v", err)
+		}
+	}
 }
 
 // roundTrip checks that an intent Decode accepted encodes to a document the
@@ -520,6 +624,8 @@ func TestEnums(t *testing.T) {
 			intents.CauseExpired, intents.CausePreempted)},
 		{"event.json", "/$defs/notice/properties/kind", names(intents.NoticeWaiting, intents.NoticeLeaseExpiring,
 			intents.NoticeLeaseExpired)},
+		{"rules.json", "/$defs/rule/properties/on_conflict", names(intents.OnConflictReject, intents.OnConflictWait,
+			intents.OnConflictEscalate)},
 	} {
 		got := strs(t, at(t, schemaDoc(t, c.file), c.ptr)["enum"], c.file+"#"+c.ptr+"/enum")
 		if !slices.Equal(got, c.want) {
@@ -577,6 +683,11 @@ func TestFields(t *testing.T) {
 		{"escalation.json", "/$defs/holder", reflect.TypeFor[intents.Holder]()},
 		{"escalation.json", "/$defs/pathState", reflect.TypeFor[intents.PathState]()},
 		{"resolution.json", "", reflect.TypeFor[intents.Resolution]()},
+		{"rules.json", "", reflect.TypeFor[rules.File]()},
+		{"rules.json", "/$defs/agent", reflect.TypeFor[rules.Agent]()},
+		{"rules.json", "/$defs/rule", reflect.TypeFor[rules.Rule]()},
+		{"rules.json", "/$defs/invariant", reflect.TypeFor[rules.Invariant]()},
+		{"rules.json", "/$defs/quota", reflect.TypeFor[rules.Quota]()},
 	} {
 		where := c.file + "#" + c.ptr
 		obj := at(t, schemaDoc(t, c.file), c.ptr)
@@ -605,17 +716,23 @@ func TestFields(t *testing.T) {
 }
 
 // stringRules compares the schema's segment, path and expression rules with
-// intents.ValidSegment, intents.CheckPath and Decode's blank check on s.
+// intents.ValidSegment, intents.CheckPath and Decode's blank check on s, and
+// the rules file's pattern and principal rules with rules.ParsePattern and
+// what rules.Compile accepts as a writer and as a quota key.
 type stringRules struct {
-	segment, path, expr *jsonschema.Schema
+	segment, path, expr, pattern, principal *jsonschema.Schema
+	comp                                    *intents.Compiler
 }
 
 func newStringRules(t testing.TB) stringRules {
 	c := newCompiler(t)
 	return stringRules{
-		segment: compile(t, c, "intent.json#/$defs/segment"),
-		path:    compile(t, c, "intent.json#/$defs/path"),
-		expr:    compile(t, c, "intent.json#/$defs/conditions/items"),
+		segment:   compile(t, c, "intent.json#/$defs/segment"),
+		path:      compile(t, c, "intent.json#/$defs/path"),
+		expr:      compile(t, c, "intent.json#/$defs/conditions/items"),
+		pattern:   compile(t, c, "rules.json#/$defs/pattern"),
+		principal: compile(t, c, "rules.json#/$defs/principal"),
+		comp:      intents.NewCompiler(intents.CompilerOptions{}),
 	}
 }
 
@@ -635,6 +752,22 @@ func (r stringRules) check(t testing.TB, s string) {
 			t.Errorf("expression %q: Go non-blank %v, schema %v", s, goOK, schemaOK)
 		}
 	}
+	if _, err := rules.ParsePattern(s); (err == nil) != (r.pattern.Validate(s) == nil) {
+		t.Errorf("pattern %q: ParsePattern %v, schema %v", s, err, r.pattern.Validate(s) == nil)
+	}
+	schemaOK := r.principal.Validate(s) == nil
+	for _, file := range []any{
+		map[string]any{"rules": []any{map[string]any{"pattern": "a", "writers": []string{s}}}},
+		map[string]any{"quotas": map[string]any{s: map[string]any{}}},
+	} {
+		data, err := json.Marshal(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rules.Compile(data, r.comp); (err == nil) != schemaOK {
+			t.Errorf("principal %q in %s: rules.Compile %v, schema %v", s, data, err, schemaOK)
+		}
+	}
 }
 
 var stringSeeds = []string{
@@ -644,6 +777,11 @@ var stringSeeds = []string{
 	strings.Repeat("a", 128), strings.Repeat("a", 129), strings.Repeat("é", 128), strings.Repeat("é", 129),
 	strings.Repeat("s.", 31) + "s", strings.Repeat("s.", 32) + "s",
 	strings.Repeat(strings.Repeat("x", 128)+".", 31) + strings.Repeat("y", 128),
+	"*", "**", "***", "a.*", "a.**", "*.**", "**.a", "a.**.b", "a.**.**", "a.*b", "a.*.c", "*.*", ".**", "a.**.",
+	strings.Repeat("s.", 32) + "**", strings.Repeat("s.", 33) + "**", strings.Repeat("*.", 31) + "*",
+	strings.Repeat("*.", 32) + "*", strings.Repeat("*.", 32) + "**",
+	"role:x", "role:", "role", "role:role:x", "Role:x", "role:a.b", "role:*", "role: x", "role:rédacteur",
+	"role:" + strings.Repeat("r", 128), "role:" + strings.Repeat("r", 129), ":x",
 }
 
 func TestStringRulesAgree(t *testing.T) {

@@ -45,6 +45,7 @@ type command interface {
 func commands() map[string]command {
 	return map[string]command{
 		"arbiter":   &arbiterCommand{},
+		"agents":    &agentsCommand{},
 		"bench":     &benchCommand{},
 		"check":     &checkCommand{},
 		"compact":   &compactCommand{},
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "bench", "demo"} {
+	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "agents", "bench", "demo"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+
 	"context"
 	"flag"
 	"fmt"
+	"github.com/coagent/coagent/coordinator/auth"
+	"github.com/nats-io/nkeys"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +18,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +50,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	rulesFile := fs.String("rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
+	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects; SIGHUP reloads it")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -55,16 +64,41 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	}
 	var nc *nats.Conn
 	var where string
+	var ns *server.Server
+	var self *identity
+	if *authOn && conn.url != "" {
+		return errors.New("--auth applies to the embedded server; give an external server the permissions the README lists")
+	}
 	if conn.url == "" {
-		ns, err := embedded(*listen, filepath.Join(*data, "jetstream"))
+		var users []*server.NkeyUser
+		if *authOn {
+			var err error
+			if self, err = newIdentity(); err != nil {
+				return err
+			}
+			reg, err := auth.Load(auth.RegistryPath(*data))
+			if err != nil {
+				return err
+			}
+			users = reg.Users(*prefix, self.pub)
+		}
+		var err error
+		ns, err = embedded(*listen, filepath.Join(*data, "jetstream"), users...)
 		if err != nil {
 			return err
 		}
 		defer ns.Shutdown()
-		if nc, err = nats.Connect(ns.ClientURL(), nats.InProcessServer(ns), nats.Name("coagent serve")); err != nil {
+		opts := []nats.Option{nats.InProcessServer(ns), nats.Name("coagent serve")}
+		if self != nil {
+			opts = append(opts, nats.Nkey(self.pub, self.kp.Sign))
+		}
+		if nc, err = nats.Connect(ns.ClientURL(), opts...); err != nil {
 			return fmt.Errorf("connect to the embedded server: %w", err)
 		}
 		where = ns.ClientURL() + " (embedded NATS with JetStream)"
+		if self != nil {
+			where += ", agents authenticated"
+		}
 	} else {
 		var err error
 		if nc, err = conn.connect("coagent serve"); err != nil {
@@ -90,25 +124,34 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if err != nil {
 		return err
 	}
-	if *rulesFile != "" {
-		if err := loadRules(ctx, svc, *rulesFile, stdout); err != nil {
+	// The rules are in force before anyone is told where to connect; their
+	// line follows the start-up line.
+	var rulesLine bytes.Buffer
+	if *rulesFile != "" || self != nil {
+		if err := loadRules(ctx, svc, *rulesFile, *data, &rulesLine); err != nil {
 			svc.Shutdown(context.Background())
 			return err
 		}
 	}
-	abs, _ := filepath.Abs(*data)
-	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
 	hup := make(chan os.Signal, 1)
-	if *rulesFile != "" {
+	if *rulesFile != "" || self != nil {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	abs, _ := filepath.Abs(*data)
+	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
+	io.Copy(stdout, &rulesLine)
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
 			// A file that does not compile is reported and changes nothing:
 			// the rules in force stay.
-			if err := loadRules(ctx, svc, *rulesFile, stdout); err != nil {
+			if self != nil {
+				if err := reloadAgents(ns, *listen, *data, *prefix, self); err != nil {
+					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
+				}
+			}
+			if err := loadRules(ctx, svc, *rulesFile, *data, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
 			}
 		case <-ctx.Done():
@@ -126,12 +169,26 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	return nil
 }
 
-// loadRules puts the rules file at path in force, unless the same file is
-// in force already (a restart records no new rules event).
-func loadRules(ctx context.Context, svc *coordinator.Service, path string, stdout io.Writer) error {
-	file, err := os.ReadFile(path)
+// loadRules puts the rules file at path in force, with the roles of the
+// agent registry merged into its agents, unless the same rules are in force
+// already (a restart records no new rules event).
+func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, stdout io.Writer) error {
+	var file []byte
+	if path != "" {
+		var err error
+		if file, err = os.ReadFile(path); err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+	}
+	reg, err := auth.Load(auth.RegistryPath(data))
 	if err != nil {
-		return fmt.Errorf("rules: %w", err)
+		return err
+	}
+	if file, err = withRoles(file, reg.Roles()); err != nil {
+		return fmt.Errorf("rules %s: %w", path, err)
+	}
+	if path == "" {
+		path = auth.RegistryPath(data)
 	}
 	if cur, err := svc.Rules(ctx); err == nil && cur != nil && cur.Hash == engine.RulesHash(file) {
 		fmt.Fprintf(stdout, "coagent: rules %s (%.12s) already in force\n", path, cur.Hash)
@@ -145,8 +202,83 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path string, stdou
 	return nil
 }
 
+// serverOptions are the embedded server's options; users, when given, are
+// the only ones it lets in.
+func serverOptions(host string, port int, store string, users []*server.NkeyUser) *server.Options {
+	return &server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
+		MaxPayload: coordinator.MaxWireMessage, NoLog: true, NoSigs: true, Nkeys: users}
+}
+
+// withRoles merges roles into the agents of a rules file: the registry
+// gives agents their roles as well as the file does.
+func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
+	if len(roles) == 0 {
+		return file, nil
+	}
+	doc := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(file)) > 0 {
+		if err := json.Unmarshal(file, &doc); err != nil {
+			return nil, err
+		}
+	}
+	agents := map[string]struct {
+		Roles []string `json:"roles,omitempty"`
+	}{}
+	if raw, ok := doc["agents"]; ok {
+		if err := json.Unmarshal(raw, &agents); err != nil {
+			return nil, fmt.Errorf("agents: %w", err)
+		}
+	}
+	for name, rs := range roles {
+		a := agents[name]
+		for _, r := range rs {
+			if !slices.Contains(a.Roles, r) {
+				a.Roles = append(a.Roles, r)
+			}
+		}
+		slices.Sort(a.Roles)
+		agents[name] = a
+	}
+	raw, err := json.Marshal(agents)
+	if err != nil {
+		return nil, err
+	}
+	doc["agents"] = raw
+	return json.Marshal(doc)
+}
+
+// identity is the coordinator's own key on a server with --auth, made anew
+// at every start: only this process holds it.
+type identity struct {
+	kp  nkeys.KeyPair
+	pub string
+}
+
+func newIdentity() (*identity, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("coordinator key: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	return &identity{kp: kp, pub: pub}, nil
+}
+
+// reloadAgents gives the running embedded server the registry as it is now.
+func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity) error {
+	reg, err := auth.Load(auth.RegistryPath(data))
+	if err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(listen)
+	port := ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
+	return ns.ReloadOptions(serverOptions(host, port, filepath.Join(data, "jetstream"), reg.Users(prefix, self.pub)))
+}
+
 // embedded starts an in-process NATS server with JetStream on addr.
-func embedded(addr, store string) (*server.Server, error) {
+func embedded(addr, store string, users ...*server.NkeyUser) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %q: %w", addr, err)
@@ -155,8 +287,7 @@ func embedded(addr, store string) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--listen %q: port: %w", addr, err)
 	}
-	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-		MaxPayload: coordinator.MaxWireMessage, NoLog: true, NoSigs: true})
+	ns, err := server.NewServer(serverOptions(host, port, store, users))
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
@@ -170,7 +301,7 @@ func embedded(addr, store string) (*server.Server, error) {
 
 // natsFlags are the options of a connection to an existing NATS server.
 type natsFlags struct {
-	url, creds, ca, cert, key string
+	url, creds, ca, cert, key, nkey string
 }
 
 func (f *natsFlags) register(fs *flag.FlagSet, def string) {
@@ -179,12 +310,22 @@ func (f *natsFlags) register(fs *flag.FlagSet, def string) {
 	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")
 	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")
 	fs.StringVar(&f.key, "tls-key", "", "client key for TLS")
+	fs.StringVar(&f.nkey, "nkey", "", "an agent's nkey seed file (coagent agents add writes DATA/agents/NAME.nk), for a server with --auth")
 }
 
 func (f *natsFlags) connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name)}
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
+	}
+	if f.nkey != "" {
+		// The agent is named by its seed file; its permissions allow
+		// replies only under its own inbox prefix.
+		key, err := nats.NkeyOptionFromSeed(f.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey: %w", err)
+		}
+		opts = append(opts, key, nats.CustomInboxPrefix(intents.InboxPrefix(f.agent())))
 	}
 	if f.ca != "" {
 		opts = append(opts, nats.RootCAs(f.ca))
@@ -201,6 +342,14 @@ func (f *natsFlags) connect(name string) (*nats.Conn, error) {
 
 // request sends one API request and returns the reply's body, or the
 // micro error it carries as an error naming its code.
+// agent is the agent an --nkey seed file names (NAME.nk), or "".
+func (f *natsFlags) agent() string {
+	if f.nkey == "" {
+		return ""
+	}
+	return strings.TrimSuffix(filepath.Base(f.nkey), ".nk")
+}
+
 func (f *natsFlags) request(ctx context.Context, name, subject string, body []byte) ([]byte, error) {
 	nc, err := f.connect(name)
 	if err != nil {

@@ -6,11 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 )
 
 // serve runs `coagent serve` in-process on a random port and returns the
@@ -83,5 +88,76 @@ func TestServeSubmitState(t *testing.T) {
 	out, _, err = runCmd(t, "", "state", "--nats", url, "--json", "report.title")
 	if err != nil || !strings.Contains(out, `"Q3"`) {
 		t.Fatalf("state after restart: %q, %v", out, err)
+	}
+}
+
+// TestServeAuthAndRules: agents registered with `coagent agents add` are the
+// only ones the server admits, each under its roles in the rules; SIGHUP
+// reloads the rules file.
+func TestServeAuthAndRules(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, a := range [][]string{{"alice", "--role", "coder"}, {"bob"}} {
+		if out, _, err := runCmd(t, "", append([]string{"agents", "add", a[0], "--data", data}, a[1:]...)...); err != nil {
+			t.Fatalf("agents add %v: %q %v", a, out, err)
+		}
+	}
+	if _, _, err := runCmd(t, "", "agents", "add", "alice", "--data", data); err == nil {
+		t.Fatal("alice registered twice")
+	}
+	out, _, err := runCmd(t, "", "agents", "list", "--data", data)
+	if err != nil || !strings.Contains(out, "alice") || !strings.Contains(out, "coder") || !strings.Contains(out, "bob") {
+		t.Fatalf("agents list: %q %v", out, err)
+	}
+	rulesFile := filepath.Join(dir, "rules.json")
+	os.WriteFile(rulesFile, []byte(`{"rules":[{"pattern":"tasks.**","writers":["role:coder"]}]}`), 0o644)
+	url, stop := serve(t, data, "--auth", "--rules", rulesFile)
+	defer stop()
+
+	submit := func(agent, id, path string) (string, error) {
+		in := `{"id":"` + id + `","agent":"` + agent + `","kind":"apply","writes":[{"path":"` + path + `","op":"set","value":1}]}`
+		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", filepath.Join(data, "agents", agent+".nk"), "-")
+		return out, err
+	}
+	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.Contains(out, `"applied"`) {
+		t.Fatalf("alice, a coder, on tasks: %q %v", out, err)
+	}
+	if out, _ := submit("bob", "01JD0000000000000000000B02", "tasks.t2"); !strings.Contains(out, `"unauthorized"`) {
+		t.Fatalf("bob, no coder, on tasks: %q", out)
+	}
+	if _, _, err := runCmd(t, "", "state", "--nats", url, "tasks.t1"); err == nil || !strings.Contains(err.Error(), "uthorization") {
+		t.Fatalf("a client without a key: %v", err)
+	}
+
+	// SIGHUP: the new file lets anyone write tasks.
+	os.WriteFile(rulesFile, []byte(`{"rules":[]}`), 0o644)
+	nc, err := nats.Connect(url, func() nats.Option { o, _ := nats.NkeyOptionFromSeed(filepath.Join(data, "agents", "bob.nk")); return o }(),
+		nats.CustomInboxPrefix(intents.InboxPrefix("bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rulesHash := func() string {
+		t.Helper()
+		resp, err := nc.Request(intents.Subjects{}.API("rules.get"), nil, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cur intents.Rules
+		json.Unmarshal(resp.Data, &cur)
+		return cur.Hash
+	}
+	before := rulesHash()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); rulesHash() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("SIGHUP did not reload the rules in 10s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the API: bob may not watch the rules events
+	}
+	if out, err := submit("bob", "01JD0000000000000000000B03", "tasks.t3"); err != nil || !strings.Contains(out, `"applied"`) {
+		t.Fatalf("bob after the reload: %q %v", out, err)
 	}
 }

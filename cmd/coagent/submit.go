@@ -52,7 +52,12 @@ func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader,
 		return err
 	}
 	defer nc.Close()
-	msg := nats.NewMsg(intents.Subjects{Prefix: *prefix}.API("submit"))
+	subject := intents.Subjects{Prefix: *prefix}.API("submit")
+	if agent := conn.agent(); agent != "" {
+		// An authenticated agent submits on its own subject.
+		subject += "." + agent
+	}
+	msg := nats.NewMsg(subject)
 	msg.Data = data
 	// The coordinator answers with the interim decision a little before we
 	// give up, rather than not at all.

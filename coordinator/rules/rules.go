@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -124,8 +125,8 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 	if err := dec.Decode(&s.file); err != nil {
 		return nil, bad("(document)", "%v", err)
 	}
-	if dec.More() {
-		return nil, bad("(document)", "more than one JSON value")
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, bad("(document)", "something after the JSON object")
 	}
 	for name, a := range s.file.Agents {
 		if !intents.ValidSegment(name) {
@@ -147,8 +148,14 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 	seen := map[string]bool{}
 	for i, inv := range s.file.Invariants {
 		field := fmt.Sprintf("invariants[%d]", i)
-		if !intents.ValidSegment(inv.Name) || seen[inv.Name] {
-			return nil, bad(field+".name", "%q: want a unique name of letters, digits, '_' or '-'", inv.Name)
+		if !intents.ValidSegment(inv.Name) {
+			return nil, bad(field+".name", "%q: want a name of letters, digits, '_' or '-'", inv.Name)
+		}
+		if seen[inv.Name] {
+			return nil, bad(field+".name", "%q names another invariant too", inv.Name)
+		}
+		if len(inv.Expr) > intents.MaxExprLen {
+			return nil, bad(field+".expr", "longer than %d bytes", intents.MaxExprLen)
 		}
 		seen[inv.Name] = true
 		cond, err := comp.Compile("invariant "+inv.Name, inv.Expr, false)

@@ -68,6 +68,7 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		`{"invariants":[{"name":"x","expr":"state.a"},{"name":"x","expr":"state.b"}]}`: "invariants[1].name",
 		`{"quotas":{"role:w":{"intents_per_second":5}}}`:                               "quotas.role:w.burst",
 		`{"rule":[]}`:           "(document)",
+		`{}}`:                   "(document)",
 		`{"agents":{"a b":{}}}`: "agents",
 	}
 	for src, field := range cases {

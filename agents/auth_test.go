@@ -1,0 +1,193 @@
+package agents_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/arbiter"
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/auth"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// authWorld is an embedded server that admits only registered agents, each
+// with the permissions of package auth, and a coordinator with its own key.
+type authWorld struct {
+	t     *testing.T
+	ns    *server.Server
+	seeds map[string]string // agent → seed file
+}
+
+func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
+	t.Helper()
+	dir := t.TempDir()
+	reg := &auth.Registry{Agents: map[string]auth.Agent{}}
+	w := &authWorld{t: t, seeds: map[string]string{}}
+	for name, roles := range agentRoles {
+		seed, err := reg.Add(name, roles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(path, seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w.seeds[name] = path
+	}
+	self, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := self.PublicKey()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "jetstream"), NoLog: true, NoSigs: true, Nkeys: reg.Users("", pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(ns.Shutdown)
+	w.ns = ns
+	nc, err := nats.Connect(ns.ClientURL(), nats.Nkey(pub, self.Sign))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return w
+}
+
+// connect connects as agent; refusals by the server arrive on the channel.
+func (w *authWorld) connect(agent string) (*nats.Conn, <-chan error) {
+	w.t.Helper()
+	opts, err := agents.AuthOptions(agent, w.seeds[agent])
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	refused := make(chan error, 16)
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		refused <- err
+	}))
+	nc, err := nats.Connect(w.ns.ClientURL(), opts...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(nc.Close)
+	return nc, refused
+}
+
+func awaitRefusal(t *testing.T, refused <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-refused:
+		if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Fatalf("%s: %v, want a permissions violation", what, err)
+		}
+		if !strings.Contains(err.Error(), what) {
+			t.Fatalf("refusal %q does not name %s", err, what)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the server did not refuse %s", what)
+	}
+}
+
+// TestAuthenticatedAgents: alice works through the SDK on her own
+// subjects; the server refuses her publishing as bob or reading bob's
+// decisions; an arbiter works the arbiter queue.
+func TestAuthenticatedAgents(t *testing.T) {
+	w := newAuthWorld(t, map[string][]string{"alice": {"writer"}, "bob": {"writer"}, "judge": {auth.RoleArbiter}})
+	ctx := ctxFor(t, 60*time.Second)
+
+	anc, refused := w.connect("alice")
+	alice, err := agents.Connect(ctx, anc, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	watch, err := alice.Watch(ctx, "doc", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	d, err := alice.Apply(ctx, intents.Apply("w").Set("doc.title", "mine"))
+	if err != nil {
+		t.Fatalf("alice's own apply: %v", err)
+	}
+	if st, err := alice.Read(ctx, "doc.title"); err != nil || string(st.Values["doc.title"].Value) != `"mine"` {
+		t.Fatalf("alice's read: %v %v", st, err)
+	}
+	select {
+	case ch := <-watch.Changes():
+		if ch.Rev != d.Rev {
+			t.Fatalf("watched rev %d, want %d", ch.Rev, d.Rev)
+		}
+	case <-ctx.Done():
+		t.Fatalf("alice's watch saw nothing: %v", watch.Err())
+	}
+
+	// Publishing as bob: on bob's intents subject, or bob's submit.
+	in := []byte(`{"id":"01JD0000000000000000000042","agent":"bob","kind":"apply","writes":[{"path":"doc.title","op":"set","value":"forged"}]}`)
+	if err := anc.Publish(intents.Subjects{}.Intents("bob"), in); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefusal(t, refused, `"coagent.intents.bob"`)
+	if err := anc.Publish(intents.Subjects{}.API("submit.bob"), in); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefusal(t, refused, `"coagent.api.submit.bob"`)
+	// A body naming bob on alice's own subject is decided unauthorized.
+	forged, err := alice.Submit(ctx, &intents.Intent{Agent: "bob", Kind: intents.KindApply,
+		Writes: []intents.Write{{Path: "doc.title", Op: intents.OpSet, Value: []byte(`"forged"`)}}})
+	if err != nil || forged.Reason != intents.ReasonUnauthorized {
+		t.Fatalf("a body naming bob: %+v, %v", forged, err)
+	}
+	// Reading bob's decisions, or the whole feed.
+	if _, err := anc.SubscribeSync(intents.Subjects{}.Decisions("bob")); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefusal(t, refused, `"coagent.decisions.bob"`)
+	if _, err := anc.SubscribeSync(intents.Subjects{}.AllEvents()); err != nil {
+		t.Fatal(err)
+	}
+	awaitRefusal(t, refused, `"coagent.events.>"`)
+
+	// The arbiter settles a case under its own identity.
+	jnc, _ := w.connect("judge")
+	arb, stop := context.WithCancel(ctx)
+	defer stop()
+	go agents.RunArbiter(arb, jnc, "judge", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+		return arbiter.Priority("judge", c), nil
+	})
+	bnc, _ := w.connect("bob")
+	bob, err := agents.Connect(ctx, bnc, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	tx, err := alice.Propose(ctx, intents.Propose("hold").Write("doc.intro", intents.OpSet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Apply(ctx, intents.Apply("rewrite").Set("doc.intro", "bob's").Priority(3).Escalate()); err != nil {
+		t.Fatalf("bob's escalated rewrite: %v", err)
+	}
+	<-tx.Lost()
+	if !errors.Is(tx.Err(), agents.ErrPreempted) {
+		t.Fatalf("alice's txn: %v", tx.Err())
+	}
+}

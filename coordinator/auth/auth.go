@@ -1,0 +1,202 @@
+// Package auth gives agents identities that the NATS server itself enforces.
+// An agent registry (a JSON file beside the data) lists each agent's roles
+// and the public half of its nkey; the agent keeps the seed. From the
+// registry, the embedded server gets one user per agent whose permissions
+// let it publish intents only on coagent.intents.<itself>, read only its
+// own decisions and notices, follow the change feed, call the read-only
+// API and the identity-checked submit, and, for arbiters, work the arbiter
+// queue. The coordinator itself connects with a key of its own, made fresh
+// at every start. With an external NATS server, the same permissions are
+// the operator's to set (the README gives them).
+package auth
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// RoleArbiter is the role that may work the arbiter queue and resolve
+// cases; RoleObserver may read the whole event feed, not only changes.
+const (
+	RoleArbiter  = "arbiter"
+	RoleObserver = "observer"
+)
+
+// Registry is the agents known to the server.
+type Registry struct {
+	Agents map[string]Agent `json:"agents"`
+}
+
+// Agent is one registered agent.
+type Agent struct {
+	Roles []string `json:"roles,omitempty"`
+	// Nkey is the public key the agent authenticates with.
+	Nkey string `json:"nkey"`
+}
+
+// ErrExists is returned by Add for a name already registered.
+var ErrExists = errors.New("auth: agent already registered")
+
+// Load reads a registry; a missing file is an empty registry.
+func Load(path string) (*Registry, error) {
+	r := &Registry{Agents: map[string]Agent{}}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: read registry %s: %w", path, err)
+	}
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("auth: registry %s: %w", path, err)
+	}
+	if r.Agents == nil {
+		r.Agents = map[string]Agent{}
+	}
+	for name, a := range r.Agents {
+		if !intents.ValidSegment(name) {
+			return nil, fmt.Errorf("auth: registry %s: %q is not an agent name", path, name)
+		}
+		if !nkeys.IsValidPublicUserKey(a.Nkey) {
+			return nil, fmt.Errorf("auth: registry %s: agent %s: %q is not a public user nkey", path, name, a.Nkey)
+		}
+	}
+	return r, nil
+}
+
+// Save writes the registry atomically: a crash leaves the old file or the
+// new one, never half of one.
+func (r *Registry) Save(path string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("auth: write registry: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("auth: write registry: %w", err)
+	}
+	return nil
+}
+
+// Add registers name with roles and a new user nkey, and returns the seed
+// the agent authenticates with. It changes only r; Save persists it.
+func (r *Registry) Add(name string, roles []string) ([]byte, error) {
+	if !intents.ValidSegment(name) {
+		return nil, fmt.Errorf("auth: %q is not an agent name", name)
+	}
+	for _, role := range roles {
+		if !intents.ValidSegment(role) {
+			return nil, fmt.Errorf("auth: %q is not a role name", role)
+		}
+	}
+	if _, ok := r.Agents[name]; ok {
+		return nil, fmt.Errorf("%w: %s", ErrExists, name)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("auth: create a key for %s: %w", name, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, err
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	roles = slices.Clone(roles)
+	sort.Strings(roles)
+	r.Agents[name] = Agent{Roles: slices.Compact(roles), Nkey: pub}
+	return seed, nil
+}
+
+// Roles returns every agent's roles, for the board rules.
+func (r *Registry) Roles() map[string][]string {
+	out := map[string][]string{}
+	for name, a := range r.Agents {
+		if len(a.Roles) > 0 {
+			out[name] = a.Roles
+		}
+	}
+	return out
+}
+
+// Permissions are what agent may publish and subscribe to under prefix.
+func Permissions(prefix, agent string, roles []string) *server.Permissions {
+	s := intents.Subjects{Prefix: prefix}
+	events := s.Stream(intents.StreamEvents)
+	pub := []string{
+		s.Intents(agent),
+		s.API("submit." + agent),
+		s.API("state.get"), s.API("txn.list"), s.API("log.query"), s.API("conflicts.top"), s.API("rules.get"),
+		// The change feed through an ordered consumer (Watch).
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + events,
+		"$JS.API.CONSUMER.CREATE." + events + ".>",
+		"$JS.API.CONSUMER.DELETE." + events + ".>",
+		"$JS.API.CONSUMER.INFO." + events + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + events + ".>",
+	}
+	sub := []string{
+		s.Decisions(agent),
+		s.Notices(agent),
+		s.EventsChange(">"),
+		intents.InboxPrefix(agent) + ".>",
+	}
+	if slices.Contains(roles, RoleObserver) {
+		sub = append(sub, s.AllEvents())
+	}
+	if slices.Contains(roles, RoleArbiter) {
+		arb := s.Stream(intents.StreamArbiter)
+		pub = append(pub,
+			s.API("arbiter.resolve"),
+			"$JS.API.STREAM.INFO."+arb,
+			"$JS.API.CONSUMER.CREATE."+arb+".>",
+			"$JS.API.CONSUMER.DURABLE.CREATE."+arb+".>",
+			"$JS.API.CONSUMER.INFO."+arb+".>",
+			"$JS.API.CONSUMER.MSG.NEXT."+arb+".>",
+			"$JS.ACK."+arb+".>",
+		)
+	}
+	return &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: pub},
+		Subscribe: &server.SubjectPermission{Allow: sub},
+	}
+}
+
+// Users are the server users of the registry's agents, and the
+// coordinator's own (coordinator, a public user nkey), which may do
+// anything.
+func (r *Registry) Users(prefix, coordinator string) []*server.NkeyUser {
+	users := []*server.NkeyUser{{Nkey: coordinator}}
+	names := make([]string, 0, len(r.Agents))
+	for name := range r.Agents {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		a := r.Agents[name]
+		users = append(users, &server.NkeyUser{Nkey: a.Nkey, Permissions: Permissions(prefix, name, a.Roles)})
+	}
+	return users
+}
+
+// SeedPath is where `coagent agents add` writes an agent's seed, under
+// the data directory.
+func SeedPath(data, agent string) string { return filepath.Join(data, "agents", agent+".nk") }
+
+// RegistryPath is the registry's file under the data directory.
+func RegistryPath(data string) string { return filepath.Join(data, "agents.json") }

@@ -1,0 +1,74 @@
+package auth
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nkeys"
+)
+
+func TestRegistryRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agents.json")
+	reg, err := Load(path)
+	if err != nil || len(reg.Agents) != 0 {
+		t.Fatalf("a missing registry: %v %v", reg, err)
+	}
+	seed, err := reg.Add("alice", []string{"writer", "arbiter", "writer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	if a := reg.Agents["alice"]; a.Nkey != pub || !slices.Equal(a.Roles, []string{"arbiter", "writer"}) {
+		t.Fatalf("alice = %+v, want her seed's public key and sorted unique roles", a)
+	}
+	if _, err := reg.Add("alice", nil); !errors.Is(err, ErrExists) {
+		t.Fatalf("alice twice: %v", err)
+	}
+	if _, err := reg.Add("a b", nil); err == nil {
+		t.Fatal("a bad name was registered")
+	}
+	if err := reg.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Load(path)
+	if err != nil || again.Agents["alice"].Nkey != pub {
+		t.Fatalf("reloaded: %+v %v", again, err)
+	}
+	os.WriteFile(path, []byte(`{"agents":{"bob":{"nkey":"not a key"}}}`), 0o600)
+	if _, err := Load(path); err == nil {
+		t.Fatal("a registry with a bad key loaded")
+	}
+}
+
+func TestPermissions(t *testing.T) {
+	p := Permissions("", "alice", nil)
+	for _, s := range []string{"coagent.intents.alice", "coagent.api.submit.alice", "coagent.api.state.get"} {
+		if !slices.Contains(p.Publish.Allow, s) {
+			t.Errorf("alice may not publish %s", s)
+		}
+	}
+	for _, s := range []string{"coagent.decisions.alice", "coagent.notices.alice", "coagent.events.change.>", "_INBOX_alice.>"} {
+		if !slices.Contains(p.Subscribe.Allow, s) {
+			t.Errorf("alice may not subscribe to %s", s)
+		}
+	}
+	for _, s := range []string{"coagent.api.arbiter.resolve", "coagent.api.submit", "coagent.intents.>"} {
+		if slices.Contains(p.Publish.Allow, s) {
+			t.Errorf("alice may publish %s", s)
+		}
+	}
+	if slices.Contains(p.Subscribe.Allow, "coagent.events.>") {
+		t.Error("an agent reads the whole feed")
+	}
+	arb := Permissions("team", "judge", []string{RoleArbiter, RoleObserver})
+	if !slices.Contains(arb.Publish.Allow, "team.api.arbiter.resolve") || !slices.Contains(arb.Subscribe.Allow, "team.events.>") {
+		t.Errorf("an arbiter and observer under prefix team: %+v", arb)
+	}
+}

@@ -331,3 +331,25 @@ func TestRulesReloadAndReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsOverTheWire: the rules' limits refuse an intent that carries
+// too much, naming the field, its value and the limit.
+func TestLimitsOverTheWire(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 30*time.Second)
+	setRules(t, w, `{"limits":{"writes":2,"path_depth":3}}`)
+	c := w.client("a")
+	if _, err := c.Apply(ctx, intents.Apply("ok").Set("a.b", 1).Set("a.c", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Apply(ctx, intents.Apply("many").Set("a.b", 1).Set("a.c", 1).Set("a.d", 1))
+	var rej *agents.RejectedError
+	if !errors.As(err, &rej) || !errors.Is(err, agents.ErrInvalid) ||
+		rej.Decision.Detail != "intent field writes = 3 writes: above the rules' limit of 2" {
+		t.Fatalf("three writes: %v", err)
+	}
+	_, err = c.Apply(ctx, intents.Apply("deep").Set("a.b.c.d", 1))
+	if !errors.As(err, &rej) || rej.Decision.Detail != "intent field writes[0].path = 4 segments: above the rules' limit of 3" {
+		t.Fatalf("a deep path: %v", err)
+	}
+}

@@ -29,6 +29,8 @@ type Condition struct {
 	// Paths are the state paths the expression touches, sorted: the members
 	// it reads (`state.a.b` → a.b, `old.a.b` → a.b) and the arguments of
 	// has() and version(). They join the intent's read set.
+	// Nodes is the size of its syntax tree, which board rules may bound.
+	Nodes int
 	Paths []string
 	// State and Old split Paths by how the expression reads them: from the
 	// state it is evaluated on, or (postconditions) from before the writes.
@@ -176,7 +178,7 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	if t := prog.Node().Type(); t != nil && t.Kind() != reflect.Bool && t.Kind() != reflect.Interface {
 		return nil, invalid("", quote(src), "is %s, not boolean", t)
 	}
-	cond = &Condition{Source: src, usesIntent: p.usesIntent, prog: prog}
+	cond = &Condition{Source: src, Nodes: p.nodes, usesIntent: p.usesIntent, prog: prog}
 	for ref := range p.paths {
 		if ref.old {
 			cond.Old = append(cond.Old, ref.path)
@@ -216,6 +218,7 @@ const (
 // paths it sees. has("p") and version("p") become calls on env with their
 // constant path collected the same way.
 type patcher struct {
+	nodes      int // syntax nodes visited
 	post       bool
 	paths      map[pathRef]int // how many accesses read each path
 	usesIntent bool
@@ -245,6 +248,7 @@ func (p *patcher) fail(format string, args ...any) {
 }
 
 func (p *patcher) Visit(node *ast.Node) {
+	p.nodes++
 	switch n := (*node).(type) {
 	case *ast.IdentifierNode:
 		switch n.Value {

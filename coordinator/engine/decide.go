@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,7 +44,7 @@ func sniffID(raw []byte) string {
 	return id
 }
 
-func (e *Engine) submit(agent string, in *intents.Intent) {
+func (e *Engine) submit(agent string, in *intents.Intent, size int) {
 	// The intent's event names who sent it: the subject's agent. A forged
 	// body must not spend its victim's quota.
 	sender := in.Agent
@@ -73,6 +74,10 @@ func (e *Engine) submit(agent string, in *intents.Intent) {
 	if !admitted {
 		q, _ := e.rules.QuotaOf(in.Agent)
 		e.reject(in, intents.ReasonRateLimited, rateDetail(in.Agent, q, retry), nil)
+		return
+	}
+	if v := e.rules.CheckIntent(in, size); v != nil {
+		e.reject(in, v.Reason, v.Detail, nil)
 		return
 	}
 	switch in.Kind {
@@ -156,12 +161,18 @@ func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition,
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		if v := e.rules.CheckCondition(fmt.Sprintf("pre[%d]", i), c); v != nil {
+			return nil, nil, nil, errors.New(v.Detail)
+		}
 		pre = append(pre, c)
 	}
 	for i, src := range in.Post {
 		c, err := e.comp.Compile(fmt.Sprintf("post[%d]", i), src, true)
 		if err != nil {
 			return nil, nil, nil, err
+		}
+		if v := e.rules.CheckCondition(fmt.Sprintf("post[%d]", i), c); v != nil {
+			return nil, nil, nil, errors.New(v.Detail)
 		}
 		post = append(post, c)
 	}

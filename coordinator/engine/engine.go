@@ -128,7 +128,7 @@ func (e *Engine) Submit(now time.Time, agent string, raw []byte, out []*intents.
 	if err != nil {
 		e.rejectRaw(agent, raw, err)
 	} else {
-		e.submit(agent, in)
+		e.submit(agent, in, len(raw))
 	}
 	return e.end()
 }
@@ -141,9 +141,16 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 	if err := in.Validate(); err != nil {
 		raw, _ := json.Marshal(in)
 		e.rejectRaw(agent, raw, err)
-	} else {
-		e.submit(agent, in)
+		return e.end()
 	}
+	size := 0
+	if e.rules.LimitsSize() {
+		// Only a size limit needs the encoding, which costs more than the
+		// decision.
+		raw, _ := json.Marshal(in)
+		size = len(raw)
+	}
+	e.submit(agent, in, size)
 	return e.end()
 }
 

@@ -33,6 +33,19 @@ type File struct {
 	Invariants []Invariant `json:"invariants,omitempty"`
 	// Quotas per agent name, or per role as "role:NAME".
 	Quotas map[string]Quota `json:"quotas,omitempty"`
+	// Limits tighten the built-in bounds on what one intent may carry.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits bound what one intent may carry, below the built-in maxima; 0
+// keeps the built-in bound.
+type Limits struct {
+	IntentBytes int `json:"intent_bytes,omitempty"` // the intent's JSON (built in: 1 MiB)
+	Writes      int `json:"writes,omitempty"`       // writes per intent (built in: 1024)
+	Reads       int `json:"reads,omitempty"`        // declared reads per intent (built in: 1024)
+	ExprLen     int `json:"expr_len,omitempty"`     // bytes of one condition (built in: 4096)
+	ExprNodes   int `json:"expr_nodes,omitempty"`   // syntax nodes of one condition (built in: 1000)
+	PathDepth   int `json:"path_depth,omitempty"`   // segments of a path the intent names (built in: 32)
 }
 
 // Agent is what the rules know of one agent.
@@ -167,6 +180,18 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 		}
 		s.invariants = append(s.invariants, invariant{Invariant: inv, cond: cond})
 	}
+	if l := s.file.Limits; l != nil {
+		for _, f := range []struct {
+			name     string
+			v, limit int
+		}{{"intent_bytes", l.IntentBytes, intents.MaxIntentSize}, {"writes", l.Writes, intents.MaxWrites},
+			{"reads", l.Reads, intents.MaxReads}, {"expr_len", l.ExprLen, intents.MaxExprLen},
+			{"expr_nodes", l.ExprNodes, 1000}, {"path_depth", l.PathDepth, intents.MaxDepth}} {
+			if f.v < 0 || f.v > f.limit {
+				return nil, bad("limits."+f.name, "%d: want 0 (the built-in bound) to %d", f.v, f.limit)
+			}
+		}
+	}
 	for who, q := range s.file.Quotas {
 		field := "quotas." + who
 		name, isRole := strings.CutPrefix(who, "role:")
@@ -256,7 +281,7 @@ func (s *Set) Raw() []byte { return s.raw }
 
 // Empty reports whether the set has no rules at all.
 func (s *Set) Empty() bool {
-	return s == nil || len(s.rules) == 0 && len(s.invariants) == 0 && len(s.file.Quotas) == 0
+	return s == nil || len(s.rules) == 0 && len(s.invariants) == 0 && len(s.file.Quotas) == 0 && s.file.Limits == nil
 }
 
 // Roles returns the roles of agent.
@@ -370,6 +395,66 @@ func (s *Set) QuotaOf(agent string) (Quota, bool) {
 		}
 	}
 	return Quota{}, false
+}
+
+// CheckIntent checks an intent of size bytes against the limits: an
+// invalid decision naming the field, its value and the limit.
+func (s *Set) CheckIntent(in *intents.Intent, size int) *Violation {
+	if s == nil || s.file.Limits == nil {
+		return nil
+	}
+	l := s.file.Limits
+	over := func(field string, v, limit int, what string) *Violation {
+		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+			"intent field %s = %d %s: above the rules' limit of %d", field, v, what, limit)}
+	}
+	switch {
+	case l.IntentBytes > 0 && size > l.IntentBytes:
+		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+			"the intent is %d bytes: above the rules' limit of %d", size, l.IntentBytes)}
+	case l.Writes > 0 && len(in.Writes) > l.Writes:
+		return over("writes", len(in.Writes), l.Writes, "writes")
+	case l.Reads > 0 && len(in.Reads) > l.Reads:
+		return over("reads", len(in.Reads), l.Reads, "reads")
+	}
+	for _, c := range []struct {
+		field string
+		exprs []string
+	}{{"pre", in.Pre}, {"post", in.Post}} {
+		for i, x := range c.exprs {
+			if l.ExprLen > 0 && len(x) > l.ExprLen {
+				return over(fmt.Sprintf("%s[%d]", c.field, i), len(x), l.ExprLen, "bytes")
+			}
+		}
+	}
+	if l.PathDepth > 0 {
+		for i, r := range in.Reads {
+			if d := strings.Count(r.Path, ".") + 1; d > l.PathDepth {
+				return over(fmt.Sprintf("reads[%d].path", i), d, l.PathDepth, "segments")
+			}
+		}
+		for i, w := range in.Writes {
+			if d := strings.Count(w.Path, ".") + 1; d > l.PathDepth {
+				return over(fmt.Sprintf("writes[%d].path", i), d, l.PathDepth, "segments")
+			}
+		}
+	}
+	return nil
+}
+
+// LimitsSize reports whether the rules bound an intent's size in bytes.
+func (s *Set) LimitsSize() bool {
+	return s != nil && s.file.Limits != nil && s.file.Limits.IntentBytes > 0
+}
+
+// CheckCondition checks a compiled condition against the limit on its
+// size; field names it (pre[0]).
+func (s *Set) CheckCondition(field string, c *intents.Condition) *Violation {
+	if s == nil || s.file.Limits == nil || s.file.Limits.ExprNodes == 0 || c.Nodes <= s.file.Limits.ExprNodes {
+		return nil
+	}
+	return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+		"intent field %s = %q has %d syntax nodes: above the rules' limit of %d", field, c.Source, c.Nodes, s.file.Limits.ExprNodes)}
 }
 
 // Violation is a change the rules refuse.

@@ -20,6 +20,17 @@ var (
 	fuzzConds  = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
 		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`}
 	fuzzPolicy = []intents.OnConflict{"", intents.OnConflictWait, intents.OnConflictEscalate}
+	// fuzzRules are board rules over the same paths, put in force at random
+	// moments: every kind of rule, and none.
+	fuzzRules = []string{``,
+		`{"agents":{"a":{"roles":["w"]}},"rules":[{"pattern":"e.**","writers":["role:w","b"]},` +
+			`{"pattern":"d.x","transitions":{"A":["B"],"B":["A","C"]},"initial":["A"]},` +
+			`{"pattern":"d.z","schema":{"type":"number"}},{"pattern":"d.*","on_conflict":"wait"}],` +
+			`"invariants":[{"name":"cap","expr":"state.e.n == nil || state.e.n < 5"}]}`,
+		`{"quotas":{"c":{"intents_per_second":1,"burst":2,"max_txns":1},"role:w":{"max_txns":2}},"agents":{"b":{"roles":["w"]}},` +
+			`"limits":{"writes":1,"expr_nodes":6}}`,
+		`{"rules":[{"pattern":"**","readers":["a"]}]}`,
+	}
 )
 
 // FuzzEngine feeds the engine intents built from random bytes — valid and
@@ -57,7 +68,14 @@ func FuzzEngine(f *testing.F) {
 				}
 				evs = e.Submit(now, agent, data[:k], nil)
 				data = data[k:]
-			case 1: // time passes, or an arbiter resolves an open case
+			case 1: // time passes, an arbiter resolves an open case, or the rules change
+				if pick(4) == 0 {
+					var err error
+					if evs, err = e.SetRules(now, []byte(fuzzRules[pick(len(fuzzRules))]), "fuzz", nil); err != nil {
+						t.Fatalf("a fuzz rules file does not compile: %v", err)
+					}
+					break
+				}
 				if parked := e.Parked(); len(parked) > 0 && pick(2) == 0 {
 					id := parked[pick(len(parked))]
 					res := &intents.Resolution{Escalation: id, Arbiter: "judge", Rationale: "fuzz"}

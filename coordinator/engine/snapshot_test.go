@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -652,5 +653,53 @@ func TestSnapshotTimersAfterRenewal(t *testing.T) {
 	}
 	if len(order) != 2 || order[0] != xg.Txn || order[1] != tg.Txn {
 		t.Fatalf("expired %v, want x (%s) then t (%s): t's timer is the renewal's, set after x's", order, xg.Txn, tg.Txn)
+	}
+}
+
+// TestSnapshotCarriesRules: the rules in force and the quota buckets come
+// back with a snapshot, so the restored engine refuses and admits exactly
+// as the original does.
+func TestSnapshotCarriesRules(t *testing.T) {
+	ids := &counterIDs{}
+	e, err := New(snapConfig(0, ids))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SetRules(base, []byte(`{"quotas":{"a":{"intents_per_second":2,"burst":3}},`+
+		`"rules":[{"pattern":"s","transitions":{"A":["B"]},"initial":["A"]}]}`), "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	submit := func(e *Engine, at time.Duration, n int, value string) []*intents.Event {
+		raw := fmt.Sprintf(`{"id":"%s","agent":"a","kind":"apply","writes":[{"path":"s","op":"set","value":%q}]}`, fuzzID(n), value)
+		return e.Submit(base.Add(at), "a", []byte(raw), nil)
+	}
+	submit(e, 0, 1, "A")
+	submit(e, 100*time.Millisecond, 2, "B")
+	snap, _ := encode(t, e.Snapshot())
+	if snap.Rules == nil || len(snap.Buckets) != 1 {
+		t.Fatalf("snapshot rules %v buckets %v", snap.Rules, snap.Buckets)
+	}
+	rids := *ids // the restored engine's ids go on from the same count
+	r, err := Restore(snapConfig(0, &rids), snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEngine(t, "restored", e, r)
+	// One token left, then none; half a second later one more. The second
+	// write breaks the state machine (B is final).
+	for i, at := range []time.Duration{200 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond} {
+		want := submit(e, at, 10+i, "A")
+		got := submit(r, at, 10+i, "A")
+		sameEvents(t, fmt.Sprintf("intent %d", i), want, got)
+	}
+	sameEngine(t, "after", e, r)
+	var reasons []intents.Reason
+	for _, ev := range submit(e, time.Second, 20, "A") {
+		if ev.Decision != nil {
+			reasons = append(reasons, ev.Decision.Reason)
+		}
+	}
+	if !slices.Equal(reasons, []intents.Reason{intents.ReasonIllegalTransition}) {
+		t.Fatalf("B → A decided %v, want illegal_transition", reasons)
 	}
 }

@@ -70,6 +70,37 @@ func BenchmarkDecideApply(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
+// BenchmarkDecideApplyRules is BenchmarkDecideApply with board rules in
+// force over the written paths: a writers rule, a state machine and a
+// schema on every write, and a quota bucket per intent.
+func BenchmarkDecideApplyRules(b *testing.B) {
+	e := withInFlight(b, 10000)
+	if _, err := e.SetRules(base, []byte(`{"agents":{"w":{"roles":["writer"]}},`+
+		`"rules":[{"pattern":"free.*.f","writers":["role:writer"],"transitions":{"1":["1"]}},`+
+		`{"pattern":"free.**","schema":{"type":["object","string"]}}],`+
+		`"quotas":{"w":{"intents_per_second":1e9,"burst":1000000000}}}`), "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	ins := make([]*intents.Intent, 1<<16)
+	for i := range ins {
+		ins[i] = &intents.Intent{Agent: "w", Kind: intents.KindApply,
+			Writes: []intents.Write{{Path: "free.d" + strconv.Itoa(i%1000) + ".f", Op: intents.OpSet, Value: json.RawMessage(`"1"`)}}}
+	}
+	out := make([]*intents.Event, 0, 8)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		in := ins[i%len(ins)]
+		in.ID = benchID(i)
+		out = e.SubmitIntent(base, "w", in, out[:0])
+		if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeApplied {
+			b.Fatalf("%s %s", d.Outcome, d.Detail)
+		}
+		i++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
 // BenchmarkDecodeAndDecide is BenchmarkDecideApply with the JSON decoding
 // of each intent included, as the coordinator pays it.
 func BenchmarkDecodeAndDecide(b *testing.B) {

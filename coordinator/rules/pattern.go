@@ -56,32 +56,47 @@ func (p Pattern) prefixMatches(segs []string) bool {
 	return true
 }
 
+// compare walks path against the pattern's segments without allocating:
+// it reports whether the segments both have agree, and how path's depth
+// compares with the pattern's (-1 shorter, 0 equal, 1 deeper).
+func (p Pattern) compare(path string) (agree bool, depth int) {
+	rest := path
+	for i, s := range p.segs {
+		if rest == "" && i > 0 {
+			return true, -1
+		}
+		seg, tail, _ := strings.Cut(rest, ".")
+		if s != "*" && s != seg {
+			return false, 0
+		}
+		if tail == "" && !strings.Contains(rest, ".") {
+			if i < len(p.segs)-1 {
+				return true, -1
+			}
+			return true, 0
+		}
+		rest = tail
+	}
+	return true, 1
+}
+
 // Matches reports whether path is one of the paths the pattern names.
 func (p Pattern) Matches(path string) bool {
-	segs := strings.Split(path, ".")
-	if len(segs) < len(p.segs) || len(segs) > len(p.segs) && !p.deep {
-		return false
-	}
-	return p.prefixMatches(segs)
+	agree, depth := p.compare(path)
+	return agree && (depth == 0 || depth > 0 && p.deep)
 }
 
 // Covers reports whether path is matched or lies under a matched path.
 func (p Pattern) Covers(path string) bool {
-	segs := strings.Split(path, ".")
-	return len(segs) >= len(p.segs) && p.prefixMatches(segs)
+	agree, depth := p.compare(path)
+	return agree && depth >= 0
 }
 
 // Overlaps reports whether writing path can change a matched path: path is
 // matched, under a matched path, or above one.
 func (p Pattern) Overlaps(path string) bool {
-	segs := strings.Split(path, ".")
-	n := min(len(segs), len(p.segs))
-	for i := range n {
-		if p.segs[i] != "*" && p.segs[i] != segs[i] {
-			return false
-		}
-	}
-	return true
+	agree, _ := p.compare(path)
+	return agree
 }
 
 // concrete returns the matched paths a write to path can change, as they

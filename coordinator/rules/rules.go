@@ -542,7 +542,22 @@ func format(v any) string {
 	return string(b)
 }
 
-func equalJSON(a, b any) bool { return format(a) == format(b) }
+func equalJSON(a, b any) bool {
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case float64:
+		y, ok := b.(float64)
+		return ok && x == y
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	case nil:
+		return b == nil
+	}
+	return format(a) == format(b)
+}
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))

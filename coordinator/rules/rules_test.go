@@ -195,3 +195,53 @@ func TestPolicyInvariantsQuotas(t *testing.T) {
 		t.Error("the nil set must allow everything")
 	}
 }
+
+// TestPatternAgainstSplit checks the allocation-free matching against a
+// plain segment-by-segment reading, on every pattern and path over a small
+// alphabet.
+func TestPatternAgainstSplit(t *testing.T) {
+	segs := []string{"a", "b", "*"}
+	var patterns, paths []string
+	var grow func(prefix string, depth int, wild bool)
+	grow = func(prefix string, depth int, wild bool) {
+		if depth == 0 {
+			return
+		}
+		for _, s := range segs {
+			if s == "*" && !wild {
+				continue
+			}
+			p := s
+			if prefix != "" {
+				p = prefix + "." + s
+			}
+			if wild {
+				patterns = append(patterns, p, p+".**")
+			} else {
+				paths = append(paths, p)
+			}
+			grow(p, depth-1, wild)
+		}
+	}
+	grow("", 4, true)
+	grow("", 5, false)
+	for _, src := range patterns {
+		p, err := ParsePattern(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range paths {
+			ps := strings.Split(path, ".")
+			agree := true
+			for i := range min(len(ps), len(p.segs)) {
+				agree = agree && (p.segs[i] == "*" || p.segs[i] == ps[i])
+			}
+			matches := agree && (len(ps) == len(p.segs) || len(ps) > len(p.segs) && p.deep)
+			covers := agree && len(ps) >= len(p.segs)
+			if p.Matches(path) != matches || p.Covers(path) != covers || p.Overlaps(path) != agree {
+				t.Fatalf("%s vs %s: matches %v covers %v overlaps %v, want %v %v %v",
+					src, path, p.Matches(path), p.Covers(path), p.Overlaps(path), matches, covers, agree)
+			}
+		}
+	}
+}

@@ -353,3 +353,67 @@ func TestLimitsOverTheWire(t *testing.T) {
 		t.Fatalf("a deep path: %v", err)
 	}
 }
+
+// TestRecordKindsOverTheWire: two agents stating contradicting facts on one
+// subject do not overwrite each other: the second goes to the arbiter,
+// which settles it; tasks are claimed by their owners, decisions never
+// overwritten.
+func TestRecordKindsOverTheWire(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 60*time.Second)
+	setRules(t, w, `{"rules":[{"pattern":"facts.*","kind":"fact"},{"pattern":"tasks.*","kind":"task"},{"pattern":"decisions.*","kind":"decision"}]}`)
+	r1, r2 := w.client("r1"), w.client("r2")
+	arb, stop := context.WithCancel(ctx)
+	defer stop()
+	// The arbiter keeps the fact in force: the newcomer loses.
+	go agents.RunArbiter(arb, w.connect(), "judge", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+		if len(c.Conflicts) != 1 || c.Conflicts[0].Kind != intents.ConflictContradiction || !c.State["facts.capital"].Exists {
+			return nil, fmt.Errorf("not a contradiction case: %+v", c)
+		}
+		return &intents.Resolution{Losers: []string{c.ID}, Rationale: "the fact in force has better evidence"}, nil
+	})
+
+	if _, err := r1.Apply(ctx, intents.Apply("state").Set("facts.capital", map[string]any{"claim": "Paris"})); !errors.Is(err, agents.ErrInvalid) {
+		t.Fatalf("a fact without evidence: %v", err)
+	}
+	if _, err := r1.Apply(ctx, intents.Apply("state").Set("facts.capital", map[string]any{"claim": "Paris", "evidence": []string{"atlas"}})); err != nil {
+		t.Fatal(err)
+	}
+	escalated := make(chan *intents.Decision, 1)
+	r2 = w.client("r2", agents.WithDecisionHook(func(d *intents.Decision) {
+		if d.Outcome == intents.OutcomeEscalated {
+			escalated <- d
+		}
+	}))
+	_, err := r2.Apply(ctx, intents.Apply("state").Set("facts.capital", map[string]any{"claim": "Lyon", "evidence": []string{"blog"}}))
+	var rej *agents.RejectedError
+	if !errors.Is(err, agents.ErrArbiterRejected) || !errors.As(err, &rej) || !strings.Contains(rej.Decision.Detail, "better evidence") {
+		t.Fatalf("a contradicting fact: %v", err)
+	}
+	if d := <-escalated; len(d.Conflicts) != 1 || d.Conflicts[0].Kind != intents.ConflictContradiction {
+		t.Fatalf("interim decision %+v", d)
+	}
+	st, _ := r2.Read(ctx, "facts.capital")
+	v := st.Values["facts.capital"]
+	if !strings.Contains(string(v.Value), "Paris") {
+		t.Fatalf("the fact in force %s", v.Value)
+	}
+	// Superseding it, naming its version, is no contradiction.
+	if _, err := r2.Apply(ctx, intents.Apply("state").Set("facts.capital",
+		map[string]any{"claim": "Lyon", "evidence": []string{"decree"}, "supersedes": v.Version})); err != nil {
+		t.Fatalf("an explicit supersession: %v", err)
+	}
+
+	if _, err := r1.Apply(ctx, intents.Apply("claim").Set("tasks.t1", map[string]any{"owner": "r1", "status": "open"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Apply(ctx, intents.Apply("steal").Set("tasks.t1.owner", "r2")); !errors.Is(err, agents.ErrUnauthorized) {
+		t.Fatalf("changing another's task: %v", err)
+	}
+	if _, err := r1.Apply(ctx, intents.Apply("decide").Set("decisions.d1", map[string]any{"decision": "ship"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r1.Apply(ctx, intents.Apply("decide").Set("decisions.d1", map[string]any{"decision": "hold"})); !errors.Is(err, agents.ErrIllegalTransition) {
+		t.Fatalf("overwriting a decision: %v", err)
+	}
+}

@@ -80,6 +80,10 @@ const (
 	ConflictReadWrite  ConflictKind = "read-write"
 	ConflictWriteRead  ConflictKind = "write-read"
 	ConflictStale      ConflictKind = "stale"
+	// ConflictContradiction: the intent states a fact that contradicts the
+	// fact in force on the same subject (board rules' record kinds); it
+	// goes to the arbiter. WithTxn and WithAgent are empty.
+	ConflictContradiction ConflictKind = "contradiction"
 )
 
 // Conflict names one path an intent collided on and with whom. WithTxn and

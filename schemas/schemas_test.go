@@ -617,7 +617,7 @@ func TestEnums(t *testing.T) {
 		{"decision.json", "/properties/outcome", names(intents.Outcomes...)},
 		{"decision.json", "/properties/reason", names(intents.Reasons...)},
 		{"decision.json", "/$defs/conflict/properties/kind", names(intents.ConflictWriteWrite, intents.ConflictReadWrite,
-			intents.ConflictWriteRead, intents.ConflictStale)},
+			intents.ConflictWriteRead, intents.ConflictStale, intents.ConflictContradiction)},
 		{"event.json", "/properties/type", names(intents.EventTypes...)},
 		{"event.json", "/$defs/applied/properties/op", names(appliedOps...)},
 		{"event.json", "/$defs/release/properties/cause", names(intents.CauseCommitted, intents.CauseAborted,
@@ -626,6 +626,8 @@ func TestEnums(t *testing.T) {
 			intents.NoticeLeaseExpired)},
 		{"rules.json", "/$defs/rule/properties/on_conflict", names(intents.OnConflictReject, intents.OnConflictWait,
 			intents.OnConflictEscalate)},
+		{"rules.json", "/$defs/rule/properties/kind", []string{rules.KindFact, rules.KindHypothesis, rules.KindTask,
+			rules.KindArtifact, rules.KindDecision}},
 	} {
 		got := strs(t, at(t, schemaDoc(t, c.file), c.ptr)["enum"], c.file+"#"+c.ptr+"/enum")
 		if !slices.Equal(got, c.want) {

@@ -244,9 +244,15 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		e.grant(in, reads, merges)
 		return
 	}
-	plan, detail, reason := e.plan(in, in.Writes, post, invs)
-	if reason != "" {
-		e.reject(in, reason, detail, nil)
+	plan, v := e.plan(in, in.Writes, post, invs)
+	if v != nil && v.Contradiction {
+		// Two facts on one subject are not last-writer-wins: the arbiter
+		// settles them, whatever the intent's own policy.
+		e.escalate(in, []intents.Conflict{{Path: v.Path, Kind: intents.ConflictContradiction}}, v.Detail)
+		return
+	}
+	if v != nil {
+		e.reject(in, v.Reason, v.Detail, nil)
 		return
 	}
 	merged := e.mergedWith("", conflictWrites(in), merges)
@@ -260,28 +266,28 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 // rules' state machines and schemas, and the postconditions and invariants
 // against the state after them. It returns the planned change, or why it
 // is refused.
-func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check) ([]intents.Applied, string, intents.Reason) {
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check) ([]intents.Applied, *rules.Violation) {
 	plan, err := e.tree.Plan(writes)
 	if err != nil {
-		return nil, err.Error(), intents.ReasonInvalid
+		return nil, &rules.Violation{Reason: intents.ReasonInvalid, Detail: err.Error()}
 	}
 	if len(post) > 0 || len(invs) > 0 || e.rules != nil {
 		after := e.tree.After(plan)
-		if v := e.rules.CheckChange(appliedPaths(plan), e.tree, after); v != nil {
-			return nil, v.Detail, v.Reason
+		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, in.ID == e.overrule); v != nil {
+			return nil, v
 		}
 		for i, c := range post {
 			if detail, ok := e.holds(c, "post", i, in, after); !ok {
-				return nil, detail, intents.ReasonPostconditionFailed
+				return nil, &rules.Violation{Reason: intents.ReasonPostconditionFailed, Detail: detail}
 			}
 		}
 		for _, c := range invs {
 			if detail, ok := e.holds(c.Cond, "invariant "+c.Name, -1, in, after); !ok {
-				return nil, detail, intents.ReasonPostconditionFailed
+				return nil, &rules.Violation{Reason: intents.ReasonPostconditionFailed, Detail: detail}
 			}
 		}
 	}
-	return plan, "", ""
+	return plan, nil
 }
 
 // holds evaluates one condition; when it does not hold it returns a sentence
@@ -369,19 +375,24 @@ func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.C
 	case intents.OnConflictWait:
 		e.wait(in, p, conflicts, what)
 	case intents.OnConflictEscalate:
-		if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
-			e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
-			return
-		}
-		deadline := e.now.Add(e.cfg.ArbiterTimeout)
-		e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
-			Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
-		d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
-			Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts)}
-		e.decide(d)
+		e.escalate(in, conflicts, what)
 	default:
 		e.reject(in, intents.ReasonConflict, what, conflicts)
 	}
+}
+
+// escalate sends in to the arbiters with its conflicts.
+func (e *Engine) escalate(in *intents.Intent, conflicts []intents.Conflict, what string) {
+	if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
+		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
+		return
+	}
+	deadline := e.now.Add(e.cfg.ArbiterTimeout)
+	e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
+		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
+	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
+		Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts)}
+	e.decide(d)
 }
 
 // wait parks in behind the transactions it conflicts with, unless that
@@ -541,9 +552,16 @@ func (e *Engine) commit(in *intents.Intent) {
 			return
 		}
 	}
-	plan, detail, reason := e.plan(in, writes, post, e.rules.Invariants(paths))
-	if reason != "" {
-		e.reject(in, reason, detail, nil)
+	plan, v := e.plan(in, writes, post, e.rules.Invariants(paths))
+	if v != nil && v.Contradiction {
+		// A commit cannot wait for an arbiter: its transaction stays open
+		// to commit a fact that supersedes the one in force, or to end.
+		e.reject(in, intents.ReasonConflict, v.Detail+"; txn "+t.ID+" stays open",
+			[]intents.Conflict{{Path: v.Path, Kind: intents.ConflictContradiction}})
+		return
+	}
+	if v != nil {
+		e.reject(in, v.Reason, v.Detail, nil)
 		return
 	}
 	merged := e.mergedWith(t.ID, writes, t.merged)

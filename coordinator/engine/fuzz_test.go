@@ -16,7 +16,8 @@ var (
 	fuzzAgents = []string{"a", "b", "c"}
 	fuzzPaths  = []string{"d", "d.x", "d.x.y", "d.z", "e.n", "e.list", "e"}
 	fuzzOps    = []intents.Op{intents.OpSet, intents.OpDelete, intents.OpMerge, intents.OpAppend, intents.OpIncr}
-	fuzzValues = []string{`1`, `"s"`, `{"y":2}`, `[1]`, `null`, `{"q":null}`, `2.5`, ``}
+	fuzzValues = []string{`1`, `"s"`, `{"y":2}`, `[1]`, `null`, `{"q":null}`, `2.5`, ``,
+		`{"claim":1,"evidence":["e"]}`, `{"claim":2,"evidence":["e"],"supersedes":1}`, `{"owner":"a","n":1}`}
 	fuzzConds  = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
 		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`}
 	fuzzPolicy = []intents.OnConflict{"", intents.OnConflictWait, intents.OnConflictEscalate}
@@ -30,6 +31,7 @@ var (
 		`{"quotas":{"c":{"intents_per_second":1,"burst":2,"max_txns":1},"role:w":{"max_txns":2}},"agents":{"b":{"roles":["w"]}},` +
 			`"limits":{"writes":1,"expr_nodes":6}}`,
 		`{"rules":[{"pattern":"**","readers":["a"]}]}`,
+		`{"rules":[{"pattern":"d.*","kind":"fact"},{"pattern":"e","kind":"task"},{"pattern":"d","kind":"decision"}]}`,
 	}
 )
 

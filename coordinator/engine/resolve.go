@@ -157,7 +157,10 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	case escWins:
 		in := *p.in
 		in.OnConflict = intents.OnConflictReject // settled: no second escalation
+		// A fact the arbiter lets win supersedes the one it contradicted.
+		e.overrule = in.ID
 		e.decideNew(&in, p)
+		e.overrule = ""
 	default:
 		e.reject(p.in, intents.ReasonArbiterRejected, why, nil)
 	}

@@ -71,6 +71,10 @@ type Rule struct {
 	// OnConflict is the policy of an intent that names none and writes
 	// here.
 	OnConflict intents.OnConflict `json:"on_conflict,omitempty"`
+	// Kind makes every matched path a record of that kind (fact,
+	// hypothesis, task, artifact, decision; see records.go) with its shape
+	// and update rules. For a task, Transitions govern its status.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Invariant is a boolean expression over the state, in the language of
@@ -266,6 +270,12 @@ func compileRule(i int, r Rule) (compiled, error) {
 	default:
 		return c, bad(field+".on_conflict", "%q: want reject, wait or escalate", r.OnConflict)
 	}
+	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
+		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
+	}
+	if r.Kind != "" && r.Kind != KindTask && len(r.Transitions) > 0 {
+		return c, bad(field+".transitions", "a %s has no state machine; only a task's status has one", r.Kind)
+	}
 	return c, nil
 }
 
@@ -457,21 +467,28 @@ func (s *Set) CheckCondition(field string, c *intents.Condition) *Violation {
 		"intent field %s = %q has %d syntax nodes: above the rules' limit of %d", field, c.Source, c.Nodes, s.file.Limits.ExprNodes)}
 }
 
-// Violation is a change the rules refuse.
+// Violation is a change the rules refuse. A Contradiction (two facts on
+// one subject) is not refused but sent to the arbiter.
 type Violation struct {
-	Reason intents.Reason
-	Detail string
+	Reason        intents.Reason
+	Detail        string
+	Contradiction bool
+	Path          string // the record contradicted
 }
 
-// CheckChange checks the values a change leaves at the paths its writes
-// touch against the state machines and the value schemas: before reads
-// the state before the change, after the state after it.
-func (s *Set) CheckChange(writes []string, before, after intents.Reader) *Violation {
+// CheckChange checks the values a change by agent leaves at the paths its
+// writes touch against the state machines, the value schemas and the
+// record kinds: before reads the state before the change, after the state
+// after it.
+//
+// A contradiction is returned as such unless overrule (an arbiter let the
+// intent win), when it is passed over and the other checks go on.
+func (s *Set) CheckChange(agent string, writes []string, before, after intents.Reader, overrule bool) *Violation {
 	if s == nil {
 		return nil
 	}
 	for _, r := range s.rules {
-		if r.states == nil && r.schema == nil {
+		if r.states == nil && r.schema == nil && r.Kind == "" {
 			continue
 		}
 		for _, w := range writes {
@@ -479,7 +496,7 @@ func (s *Set) CheckChange(writes []string, before, after intents.Reader) *Violat
 				continue
 			}
 			for _, p := range r.pat.concrete(w, before, after) {
-				if v := r.check(p, before, after); v != nil {
+				if v := r.check(p, agent, before, after); v != nil && !(v.Contradiction && overrule) {
 					return v
 				}
 			}
@@ -488,41 +505,23 @@ func (s *Set) CheckChange(writes []string, before, after intents.Reader) *Violat
 	return nil
 }
 
-func (r *compiled) check(p string, before, after intents.Reader) *Violation {
+func (r *compiled) check(p, agent string, before, after intents.Reader) *Violation {
 	nv, nok := after.Get(p)
 	ov, ook := before.Get(p)
+	if nok == ook && (!nok || equalJSON(ov, nv)) {
+		return nil // unchanged
+	}
+	if r.Kind != "" {
+		if v := r.checkRecord(p, ov, ook, nv, nok, agent, before); v != nil {
+			return v
+		}
+	} else if r.states != nil {
+		if v := r.transition(p, ov, ook, nv, nok); v != nil {
+			return v
+		}
+	}
 	if !nok {
-		return nil // removing a record is not a transition
-	}
-	if ook && equalJSON(ov, nv) {
 		return nil
-	}
-	if r.states != nil {
-		to, isStr := nv.(string)
-		if !isStr || !r.states[to] {
-			return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
-				"%s = %s is not a state of rules[%d] (%s): want one of %s",
-				p, format(nv), r.index, r.Pattern, strings.Join(sortedKeys(r.states), ", "))}
-		}
-		if !ook {
-			if len(r.Initial) > 0 && !slices.Contains(r.Initial, to) {
-				return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
-					"%s: a new value must start in %s, not %s (rules[%d], %s)",
-					p, strings.Join(r.Initial, " or "), to, r.index, r.Pattern)}
-			}
-		} else {
-			from, _ := ov.(string)
-			if !slices.Contains(r.Transitions[from], to) {
-				next := r.Transitions[from]
-				allowed := "none: it is a final state"
-				if len(next) > 0 {
-					allowed = strings.Join(next, ", ")
-				}
-				return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
-					"%s: %s → %s is not a legal transition of rules[%d] (%s); from %s: %s",
-					p, format(ov), to, r.index, r.Pattern, format(ov), allowed)}
-			}
-		}
 	}
 	if r.schema != nil {
 		if err := r.schema.Validate(nv); err != nil {
@@ -530,6 +529,41 @@ func (r *compiled) check(p string, before, after intents.Reader) *Violation {
 				"%s = %s does not satisfy the schema of rules[%d] (%s): %s",
 				p, clip(format(nv), 200), r.index, r.Pattern, schemaMessage(err))}
 		}
+	}
+	return nil
+}
+
+// transition checks a value of the state machine going from ov (ook: it
+// existed) to nv (nok: it exists after). Removing a value is not a
+// transition.
+func (r *compiled) transition(p string, ov any, ook bool, nv any, nok bool) *Violation {
+	if !nok || ook && equalJSON(ov, nv) {
+		return nil
+	}
+	to, isStr := nv.(string)
+	if !isStr || !r.states[to] {
+		return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+			"%s = %s is not a state of rules[%d] (%s): want one of %s",
+			p, format(nv), r.index, r.Pattern, strings.Join(sortedKeys(r.states), ", "))}
+	}
+	if !ook {
+		if len(r.Initial) > 0 && !slices.Contains(r.Initial, to) {
+			return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+				"%s: a new value must start in %s, not %s (rules[%d], %s)",
+				p, strings.Join(r.Initial, " or "), to, r.index, r.Pattern)}
+		}
+		return nil
+	}
+	from, _ := ov.(string)
+	if !slices.Contains(r.Transitions[from], to) {
+		next := r.Transitions[from]
+		allowed := "none: it is a final state"
+		if len(next) > 0 {
+			allowed = strings.Join(next, ", ")
+		}
+		return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+			"%s: %s → %s is not a legal transition of rules[%d] (%s); from %s: %s",
+			p, format(ov), to, r.index, r.Pattern, format(ov), allowed)}
 	}
 	return nil
 }

@@ -67,7 +67,9 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		`{"invariants":[{"name":"x","expr":"1 < 2"}]}`:                                 "invariants[0].expr",
 		`{"invariants":[{"name":"x","expr":"state.a"},{"name":"x","expr":"state.b"}]}`: "invariants[1].name",
 		`{"quotas":{"role:w":{"intents_per_second":5}}}`:                               "quotas.role:w.burst",
-		`{"rule":[]}`:           "(document)",
+		`{"rule":[]}`: "(document)",
+		`{"rules":[{"pattern":"f","kind":"rumour"}]}`:                         "rules[0].kind",
+		`{"rules":[{"pattern":"f","kind":"fact","transitions":{"A":["B"]}}]}`: "rules[0].transitions",
 		`{}}`:                   "(document)",
 		`{"agents":{"a b":{}}}`: "agents",
 	}
@@ -157,7 +159,7 @@ func TestCheckChange(t *testing.T) {
 			intents.ReasonInvalid, `tasks.t1.spec = {"title":1} does not satisfy the schema of rules[1] (tasks.*.spec)`},
 	}
 	for _, c := range cases {
-		v := s.CheckChange(c.writes, c.before, c.after)
+		v := s.CheckChange("alice", c.writes, c.before, c.after, false)
 		switch {
 		case c.reason == "" && v != nil:
 			t.Errorf("%s: refused: %+v", c.name, v)
@@ -191,7 +193,7 @@ func TestPolicyInvariantsQuotas(t *testing.T) {
 		t.Error("carol has no quota")
 	}
 	var none *Set
-	if _, ok := none.Authorize("x", nil, []string{"a"}); !ok || none.CheckChange([]string{"a"}, reader{}, reader{}) != nil || !none.Empty() {
+	if _, ok := none.Authorize("x", nil, []string{"a"}); !ok || none.CheckChange("x", []string{"a"}, reader{}, reader{}, false) != nil || !none.Empty() {
 		t.Error("the nil set must allow everything")
 	}
 }

@@ -417,3 +417,26 @@ func TestRecordKindsOverTheWire(t *testing.T) {
 		t.Fatalf("overwriting a decision: %v", err)
 	}
 }
+
+// TestPreemptOverTheWire: a lead's intent preempts the transaction in its
+// way, whose holder learns it; another agent's is refused.
+func TestPreemptOverTheWire(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 30*time.Second)
+	setRules(t, w, `{"agents":{"boss":{"roles":["lead"]}},"rules":[{"pattern":"board.**","preempt":["role:lead"]}]}`)
+	w1, w3, boss := w.client("w1"), w.client("w3"), w.client("boss")
+	tx, err := w1.Propose(ctx, intents.Propose("plan").Write("board.plan", intents.OpSet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w3.Apply(ctx, intents.Apply("plan").Set("board.plan", "w3's")); !errors.Is(err, agents.ErrConflict) {
+		t.Fatalf("an agent without the role: %v", err)
+	}
+	if _, err := boss.Apply(ctx, intents.Apply("plan").Set("board.plan", "the lead's")); err != nil {
+		t.Fatalf("the lead: %v", err)
+	}
+	<-tx.Lost()
+	if !errors.Is(tx.Err(), agents.ErrPreempted) || !strings.Contains(tx.Err().Error(), "lets role:lead preempt") {
+		t.Fatalf("the holder: %v", tx.Err())
+	}
+}

@@ -230,6 +230,9 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		return
 	}
 	conflicts, merges := e.index.Check("", reads, conflictWrites(in), nil)
+	if len(conflicts) > 0 && e.preempt(in, conflicts) {
+		conflicts, merges = e.index.Check("", reads, conflictWrites(in), nil)
+	}
 	if len(conflicts) > 0 {
 		e.onConflict(in, p, conflicts)
 		return
@@ -379,6 +382,37 @@ func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.C
 	default:
 		e.reject(in, intents.ReasonConflict, what, conflicts)
 	}
+}
+
+// preempt ends the transactions in's conflicts are with, when the rules
+// let in's agent preempt on every path it conflicts on: each is released
+// as preempted and its agent told (aborted), as an arbiter's preemption
+// is. It reports whether it did.
+func (e *Engine) preempt(in *intents.Intent, conflicts []intents.Conflict) bool {
+	if e.rules == nil {
+		return false
+	}
+	var why string
+	for _, c := range conflicts {
+		rule, ok := e.rules.MayPreempt(in.Agent, c.Path)
+		if !ok || c.WithTxn == "" || e.txns[c.WithTxn] == nil {
+			return false
+		}
+		why = rule
+	}
+	done := map[string]bool{}
+	for _, c := range conflicts {
+		t := e.txns[c.WithTxn]
+		if t == nil || done[t.ID] {
+			continue
+		}
+		done[t.ID] = true
+		e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: t.propose.ID, Txn: t.ID,
+			Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
+		e.decide(&intents.Decision{Intent: t.propose.ID, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,
+			Fence: t.fence, Detail: fmt.Sprintf("preempted by intent %s of agent %s on %s: %s", in.ID, in.Agent, c.Path, why)})
+	}
+	return true
 }
 
 // escalate sends in to the arbiters with its conflicts.

@@ -18,7 +18,7 @@ var (
 	fuzzOps    = []intents.Op{intents.OpSet, intents.OpDelete, intents.OpMerge, intents.OpAppend, intents.OpIncr}
 	fuzzValues = []string{`1`, `"s"`, `{"y":2}`, `[1]`, `null`, `{"q":null}`, `2.5`, ``,
 		`{"claim":1,"evidence":["e"]}`, `{"claim":2,"evidence":["e"],"supersedes":1}`, `{"owner":"a","n":1}`}
-	fuzzConds  = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
+	fuzzConds = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
 		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`}
 	fuzzPolicy = []intents.OnConflict{"", intents.OnConflictWait, intents.OnConflictEscalate}
 	// fuzzRules are board rules over the same paths, put in force at random

@@ -71,6 +71,10 @@ type Rule struct {
 	// OnConflict is the policy of an intent that names none and writes
 	// here.
 	OnConflict intents.OnConflict `json:"on_conflict,omitempty"`
+	// Preempt are agents and "role:NAME"s whose intents, on conflict with
+	// transactions in flight on a path the pattern covers, preempt those
+	// transactions (aborted, their fences dead) instead of being refused.
+	Preempt []string `json:"preempt,omitempty"`
 	// Kind makes every matched path a record of that kind (fact,
 	// hypothesis, task, artifact, decision; see records.go) with its shape
 	// and update rules. For a task, Transitions govern its status.
@@ -230,6 +234,11 @@ func compileRule(i int, r Rule) (compiled, error) {
 			return c, bad(fmt.Sprintf("%s.readers[%d]", field, j), "%q: want an agent name or role:NAME", w)
 		}
 	}
+	for j, w := range r.Preempt {
+		if !validPrincipal(w) {
+			return c, bad(fmt.Sprintf("%s.preempt[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
 	c.writers, c.readers = r.Writers, r.Readers
 	if len(r.Transitions) > 0 {
 		c.states = map[string]bool{}
@@ -341,6 +350,20 @@ func (s *Set) Authorize(agent string, reads, writes []string) (string, bool) {
 		}
 	}
 	return "", true
+}
+
+// MayPreempt reports whether agent may preempt a transaction in flight
+// that it conflicts with on path, and names the rule that lets it.
+func (s *Set) MayPreempt(agent, path string) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	for _, r := range s.rules {
+		if len(r.Preempt) > 0 && r.pat.Overlaps(path) && s.allowed(agent, r.Preempt) {
+			return fmt.Sprintf("rules[%d] (%s) lets %s preempt", r.index, r.Pattern, strings.Join(r.Preempt, ", ")), true
+		}
+	}
+	return "", false
 }
 
 // OnConflict is the policy for an intent that names none and writes

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -32,8 +30,7 @@ import (
 // agents that conflict: w1 holds a transaction on report.intro, w2 escalates
 // an apply to the same path.
 type arbiterWorld struct {
-	t         *testing.T
-	ns        *server.Server
+	*world
 	nc        *nats.Conn
 	subj      intents.Subjects
 	decisions map[string]*nats.Subscription
@@ -41,26 +38,11 @@ type arbiterWorld struct {
 
 func newArbiterWorld(t *testing.T, opts ...coordinator.Options) *arbiterWorld {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	w := &arbiterWorld{t: t, ns: ns, decisions: map[string]*nats.Subscription{}}
 	var o coordinator.Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	svc, err := coordinator.Start(context.Background(), w.connect(), filepath.Join(t.TempDir(), "log"), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	w := &arbiterWorld{world: newWorld(t, o), decisions: map[string]*nats.Subscription{}}
 	w.nc = w.connect()
 	for _, a := range []string{"w1", "w2"} {
 		sub, err := w.nc.SubscribeSync(w.subj.Decisions(a))
@@ -70,16 +52,6 @@ func newArbiterWorld(t *testing.T, opts ...coordinator.Options) *arbiterWorld {
 		w.decisions[a] = sub
 	}
 	return w
-}
-
-func (w *arbiterWorld) connect() *nats.Conn {
-	w.t.Helper()
-	nc, err := nats.Connect(w.ns.ClientURL())
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(nc.Close)
-	return nc
 }
 
 // next returns agent's next decision.

@@ -237,10 +237,21 @@ func (l *Log) kick() {
 	}
 }
 
-// commitLoop is the committer: it takes everything queued, writes it as one
-// synced batch and wakes every waiter, until Close.
+// commitLoop is the committer: it takes everything queued and writes it as
+// one batch, until Close. With synced writes it does not wait for the sync
+// before it writes the next group: Pebble writes the groups to its WAL in
+// the order they come and syncs whatever has reached it, so the memtable
+// work of one group overlaps the fsync of the one before. syncLoop waits for
+// each group's sync, in order, and wakes its waiters.
 func (l *Log) commitLoop() {
 	defer close(l.done)
+	groups := make(chan *group, 16)
+	synced := make(chan struct{})
+	go l.syncLoop(groups, synced)
+	defer func() {
+		close(groups)
+		<-synced
+	}()
 	for {
 		l.mu.Lock()
 		queue, closed := l.mu.queue, l.mu.closed
@@ -253,17 +264,10 @@ func (l *Log) commitLoop() {
 			<-l.mu.wake
 			continue
 		}
-		err := l.commit(queue)
-		if err == nil {
-			l.last.Store(queue[len(queue)-1].last)
-		}
-		for _, p := range queue {
-			p.err = err
-			p.b.Close()
-			close(p.done)
-		}
-		if err != nil {
-			// Whatever followed a failed commit cannot continue the log:
+		g := l.write(queue)
+		groups <- g
+		if g.err != nil {
+			// Whatever followed a failed write cannot continue the log:
 			// fail every later batch rather than leave a hole.
 			l.mu.Lock()
 			l.mu.closed = true
@@ -272,18 +276,66 @@ func (l *Log) commitLoop() {
 	}
 }
 
-func (l *Log) commit(queue []*Pending) error {
-	if len(queue) == 1 {
-		return queue[0].b.Commit(l.sync)
-	}
-	group := l.db.NewBatch()
-	defer group.Close()
-	for _, p := range queue {
-		if err := group.Apply(p.b, nil); err != nil {
-			return fmt.Errorf("eventlog: group batch: %w", err)
+// group is batches written to Pebble together, waiting for their sync.
+type group struct {
+	queue []*Pending
+	batch *pebble.Batch // what was written: a batch of the queue's, or one merging them
+	own   bool          // batch is the group's own, to close after the sync
+	err   error
+}
+
+// write writes queue as one batch; with synced writes it returns once the
+// batch is in the WAL and the memtable, before the sync.
+func (l *Log) write(queue []*Pending) *group {
+	g := &group{queue: queue, batch: queue[0].b}
+	if len(queue) > 1 {
+		g.batch, g.own = l.db.NewBatch(), true
+		for _, p := range queue {
+			if err := g.batch.Apply(p.b, nil); err != nil {
+				g.err = fmt.Errorf("eventlog: group batch: %w", err)
+				return g
+			}
 		}
 	}
-	return group.Commit(l.sync)
+	if l.sync.Sync {
+		g.err = l.db.ApplyNoSyncWait(g.batch, l.sync)
+	} else {
+		g.err = g.batch.Commit(l.sync)
+	}
+	return g
+}
+
+// syncLoop waits for each group's sync in the order they were written and
+// then wakes their waiters. After a failure every later group fails too.
+func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
+	defer close(done)
+	var failed error
+	for g := range groups {
+		err := g.err
+		if err == nil && l.sync.Sync {
+			err = g.batch.SyncWait()
+		}
+		if err == nil && failed != nil {
+			err = failed
+		}
+		if err != nil && failed == nil {
+			failed = err
+			l.mu.Lock()
+			l.mu.closed = true
+			l.mu.Unlock()
+		}
+		if err == nil {
+			l.last.Store(g.queue[len(g.queue)-1].last)
+		}
+		if g.own {
+			g.batch.Close()
+		}
+		for _, p := range g.queue {
+			p.err = err
+			p.b.Close()
+			close(p.done)
+		}
+	}
 }
 
 // encode writes a batch's events, state, idempotency records and index

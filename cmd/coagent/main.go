@@ -54,6 +54,7 @@ func commands() map[string]command {
 		"dlq":       &dlqCommand{},
 		"log":       &logCommand{},
 		"replay":    &replayCommand{},
+		"rules":     &rulesCommand{},
 		"schema":    &schemaCommand{},
 		"serve":     &serveCommand{},
 		"state":     &stateCommand{},
@@ -82,7 +83,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func usage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "agents", "bench", "demo"} {
+	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "rules", "agents", "bench", "demo"} {
 		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
 	}
 }

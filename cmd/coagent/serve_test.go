@@ -161,3 +161,35 @@ func TestServeAuthAndRules(t *testing.T) {
 		t.Fatalf("bob after the reload: %q %v", out, err)
 	}
 }
+
+func TestRulesCommand(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
+	os.WriteFile(good, []byte(`{"rules":[{"pattern":"tasks.*.status","transitions":{"A":["B"]}}]}`), 0o644)
+	os.WriteFile(bad, []byte(`{"rules":[{"pattern":"tasks..status"}]}`), 0o644)
+	if out, _, err := runCmd(t, "", "rules", "check", good); err != nil || !strings.Contains(out, "ok") {
+		t.Fatalf("check good: %q %v", out, err)
+	}
+	if _, _, err := runCmd(t, "", "rules", "check", bad); err == nil || !strings.Contains(err.Error(), "rules[0].pattern") {
+		t.Fatalf("check bad: %v", err)
+	}
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	if out, _, err := runCmd(t, "", "rules", "--nats", url, "get"); err != nil || !strings.Contains(out, "no rules") {
+		t.Fatalf("get before: %q %v", out, err)
+	}
+	if _, _, err := runCmd(t, "", "rules", "--nats", url, "set", bad); err == nil || !strings.Contains(err.Error(), "rules[0].pattern") {
+		t.Fatalf("set bad: %v", err)
+	}
+	if out, _, err := runCmd(t, "", "rules", "--nats", url, "set", good); err != nil || !strings.Contains(out, "in force") {
+		t.Fatalf("set good: %q %v", out, err)
+	}
+	out, _, err := runCmd(t, "", "rules", "--nats", url, "get")
+	if err != nil || !strings.Contains(out, "from "+good) || !strings.Contains(out, `"tasks.*.status"`) {
+		t.Fatalf("get after: %q %v", out, err)
+	}
+	in := `{"id":"01JD0000000000000000000C01","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1.status","op":"set","value":"C"}]}`
+	if out, _, _ := runCmd(t, in, "submit", "--nats", url, "-"); !strings.Contains(out, "illegal_transition") {
+		t.Fatalf("a write the rules refuse: %q", out)
+	}
+}

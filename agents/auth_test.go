@@ -14,6 +14,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -48,22 +49,8 @@ func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 		t.Fatal(err)
 	}
 	pub, _ := self.PublicKey()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(dir, "jetstream"), NoLog: true, NoSigs: true, Nkeys: reg.Users("", pub)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	w.ns = ns
-	nc, err := nats.Connect(ns.ClientURL(), nats.Nkey(pub, self.Sign))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	w.ns = natstest.Run(t, func(o *server.Options) { o.Nkeys = reg.Users("", pub) })
+	nc := natstest.Connect(t, w.ns, nats.Nkey(pub, self.Sign))
 	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +70,7 @@ func (w *authWorld) connect(agent string) (*nats.Conn, <-chan error) {
 	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		refused <- err
 	}))
-	nc, err := nats.Connect(w.ns.ClientURL(), opts...)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(nc.Close)
-	return nc, refused
+	return natstest.Connect(w.t, w.ns, opts...), refused
 }
 
 func awaitRefusal(t *testing.T, refused <-chan error, what string) {

@@ -15,6 +15,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
@@ -32,17 +33,7 @@ type world struct {
 
 func newWorld(t *testing.T, opts coordinator.Options) *world {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	w := &world{t: t, ns: ns, dir: filepath.Join(t.TempDir(), "log"), opts: opts}
+	w := &world{t: t, ns: natstest.Run(t), dir: filepath.Join(t.TempDir(), "log"), opts: opts}
 	w.start()
 	t.Cleanup(func() {
 		if w.svc != nil {
@@ -73,12 +64,7 @@ func (w *world) restart() {
 
 func (w *world) connect() *nats.Conn {
 	w.t.Helper()
-	nc, err := nats.Connect(w.ns.ClientURL())
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.t.Cleanup(nc.Close)
-	return nc
+	return natstest.Connect(w.t, w.ns)
 }
 
 func (w *world) client(name string, opts ...agents.Option) *agents.Client {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -19,9 +20,9 @@ import (
 // it; the newcomer is applied, the holder preempted, both told; a second
 // resolution is refused.
 func TestArbiterOverTheWire(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	startService(t, ns, t.TempDir(), Options{})
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	decisions := map[string]*nats.Subscription{}
 	for _, a := range []string{"w1", "w2"} {
@@ -107,10 +108,10 @@ func TestArbiterOverTheWire(t *testing.T) {
 // A restart keeps open cases and their deadlines: the case is still there
 // for the arbiters (once, thanks to its message id) and can be resolved.
 func TestArbiterCaseSurvivesRestart(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	dir := t.TempDir()
 	svc := startService(t, ns, dir, Options{})
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
 	if err != nil {
@@ -169,9 +170,9 @@ func TestArbiterCaseSurvivesRestart(t *testing.T) {
 // is applied, and the escalated intent is told; the log keeps the case's
 // resolution with its rationale.
 func TestArbiterReplacementRejected(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	svc := startService(t, ns, t.TempDir(), Options{})
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
 	if err != nil {

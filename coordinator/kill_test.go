@@ -20,6 +20,7 @@ import (
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -351,7 +352,7 @@ func TestServiceKill(t *testing.T) {
 		t.Skip("kills a child process 3 times")
 	}
 	began := time.Now()
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	url := ns.ClientURL()
 	dir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
@@ -374,7 +375,7 @@ func TestServiceKill(t *testing.T) {
 	clientErrs := make(chan error, killClients)
 	var wg sync.WaitGroup
 	for i := range killClients {
-		nc := connect(t, ns)
+		nc := natstest.Connect(t, ns)
 		wg.Go(func() {
 			if err := killClient(ctx, nc, i, tokens, tr); err != nil {
 				clientErrs <- err
@@ -411,7 +412,7 @@ func TestServiceKill(t *testing.T) {
 		cut += 150 + rng.IntN(100)
 	}
 	stream := intents.Subjects{}.Stream(intents.StreamIntents)
-	js, err := jetstream.New(connect(t, ns))
+	js, err := jetstream.New(natstest.Connect(t, ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestServiceKill(t *testing.T) {
 		total, tr.republished.Load(), tr.duplicates.Load())
 
 	// The live child's counter.
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	resp, err := nc.Request(intents.Subjects{}.API("state.get"), []byte(`{"paths":["ctr.n"]}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -559,14 +560,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 // the clock moving on — and a commit on the old transaction with its fence
 // is then fenced (SPEC §4), the detail saying the lease expired.
 func TestLeaseExpiresWhileDown(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	dir := t.TempDir()
 	clk := &fakeClock{now: t0}
 	subj := intents.Subjects{}
 	// The requests go on the service's own connection: Start does not flush
 	// it, so it may return before the server has the API's subscriptions,
 	// and a request on another connection can then find no responders.
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	submit := func(in string) *intents.Decision {
 		t.Helper()
 		resp, err := nc.Request(subj.API("submit"), []byte(in), 10*time.Second)

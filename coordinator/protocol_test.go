@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,7 +78,7 @@ type protoWire struct {
 
 func newProtoWire(t *testing.T, opts Options) *protoWire {
 	t.Helper()
-	return newProtoWireOn(t, runServer(t), opts)
+	return newProtoWireOn(t, natstest.Run(t), opts)
 }
 
 func newProtoWireOn(t *testing.T, ns *server.Server, opts Options) *protoWire {
@@ -93,25 +93,8 @@ func newProtoWireOn(t *testing.T, ns *server.Server, opts Options) *protoWire {
 	if err := svc.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return &protoWire{t: t, nc: connect(t, ns), clock: clock,
+	return &protoWire{t: t, nc: natstest.Connect(t, ns), clock: clock,
 		dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}}
-}
-
-// runServerPayload is runServer with a larger max_payload, so that messages
-// above 1 MiB can reach the server at all.
-func runServerPayload(t *testing.T, maxPayload int32) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, MaxPayload: maxPayload,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
 }
 
 func (w *protoWire) subscribe(subject string) *nats.Subscription {
@@ -840,7 +823,7 @@ func padIntent(t *testing.T, size int) (id, body string) {
 // TestProtocolOversize sends intents around the 1 MiB limit of SPEC §2 on a
 // server whose max_payload lets them reach JetStream.
 func TestProtocolOversize(t *testing.T) {
-	w := newProtoWireOn(t, runServerPayload(t, 4<<20), Options{})
+	w := newProtoWireOn(t, natstest.Run(t, func(o *server.Options) { o.MaxPayload = 4 << 20 }), Options{})
 	js, err := jetstream.New(w.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -889,7 +872,7 @@ func TestProtocolOversize(t *testing.T) {
 // TestProtocolOversizeMsgID: an intent of exactly 1 MiB is within SPEC §2
 // also when it carries the Nats-Msg-Id header SPEC §6 dedups on.
 func TestProtocolOversizeMsgID(t *testing.T) {
-	w := newProtoWireOn(t, runServerPayload(t, 4<<20), Options{})
+	w := newProtoWireOn(t, natstest.Run(t, func(o *server.Options) { o.MaxPayload = 4 << 20 }), Options{})
 	js, err := jetstream.New(w.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -1185,8 +1168,8 @@ func TestProtocolStreams(t *testing.T) {
 	})
 	t.Run("mismatch", func(t *testing.T) {
 		t.Parallel()
-		ns := runServer(t)
-		nc := connect(t, ns)
+		ns := natstest.Run(t)
+		nc := natstest.Connect(t, ns)
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)

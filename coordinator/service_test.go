@@ -4,50 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 )
 
-// runServer starts an embedded NATS server with JetStream on a random
-// loopback port, storing under t.TempDir(), as nats-server's own tests do.
-func runServer(t testing.TB) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
-func connect(t testing.TB, ns *server.Server) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // startService runs a coordinator on ns with its data in dir.
 func startService(t testing.TB, ns *server.Server, dir string, opts Options) *Service {
 	t.Helper()
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	svc, err := Start(context.Background(), nc, dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -57,9 +29,9 @@ func startService(t testing.TB, ns *server.Server, dir string, opts Options) *Se
 }
 
 func TestServiceSmoke(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	startService(t, ns, t.TempDir(), Options{})
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	sub, err := nc.SubscribeSync(subj.Decisions("w1"))
 	if err != nil {
@@ -103,10 +75,10 @@ func TestServiceSmoke(t *testing.T) {
 // (the process died between the two) are published by the next process,
 // so the public feed has every change, each once, in order.
 func TestFeedCatchesUpAfterRestart(t *testing.T) {
-	ns := runServer(t)
+	ns := natstest.Run(t)
 	dir := t.TempDir()
 	svc := startService(t, ns, dir, Options{})
-	nc := connect(t, ns)
+	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	submit := func(i int) {
 		t.Helper()

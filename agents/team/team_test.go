@@ -12,8 +12,7 @@ import (
 	"github.com/coagent/coagent/agents/team"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
+	"github.com/coagent/coagent/internal/natstest"
 )
 
 // coordinatorURL starts NATS with JetStream and a coordinator, in-process,
@@ -21,22 +20,8 @@ import (
 // wire contract.
 func coordinatorURL(t *testing.T) string {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(t.TempDir(), "log"), coordinator.Options{})
+	ns := natstest.Run(t)
+	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

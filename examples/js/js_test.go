@@ -17,7 +17,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -51,31 +51,13 @@ func requireNode(t *testing.T) string {
 // test's own.
 func startCoordinator(t *testing.T) (string, *nats.Conn) {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: filepath.Join(t.TempDir(), "jetstream"), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(ns.Shutdown)
-	connect := func() *nats.Conn {
-		t.Helper()
-		nc, err := nats.Connect(ns.ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	svc, err := coordinator.Start(context.Background(), connect(), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
+	ns := natstest.Run(t)
+	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	return ns.ClientURL(), connect()
+	return ns.ClientURL(), natstest.Connect(t, ns)
 }
 
 // step is one line agent.mjs prints: a step name and the decision's fields

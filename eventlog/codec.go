@@ -676,15 +676,9 @@ func (r *recordReader) uvarint(field string) uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(r.data[r.off:])
-	switch {
-	case n == 0:
-		r.failAt(r.off, field, "truncated varint")
-		return 0
-	case n < 0:
-		r.failAt(r.off, field, "varint overflows 64 bits")
+	if !r.advance(field, n) {
 		return 0
 	}
-	r.off += n
 	return v
 }
 
@@ -693,16 +687,25 @@ func (r *recordReader) varint(field string) int64 {
 		return 0
 	}
 	v, n := binary.Varint(r.data[r.off:])
+	if !r.advance(field, n) {
+		return 0
+	}
+	return v
+}
+
+// advance moves past a varint of n bytes, as encoding/binary reports it:
+// 0 when the bytes ran out, negative when the value overflows 64 bits.
+func (r *recordReader) advance(field string, n int) bool {
 	switch {
 	case n == 0:
 		r.failAt(r.off, field, "truncated varint")
-		return 0
+		return false
 	case n < 0:
 		r.failAt(r.off, field, "varint overflows 64 bits")
-		return 0
+		return false
 	}
 	r.off += n
-	return v
+	return true
 }
 
 func (r *recordReader) string(field string) string {

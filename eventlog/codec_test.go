@@ -253,14 +253,7 @@ func codecFixtures() []codecCase {
 
 	// Every payload, Resolution included: all eight mask bits.
 	ev = env(math.MaxUint64-1, intents.EventResolve)
-	ev.Received = &intents.Received{Intent: codecFullIntent(), Raw: []byte{0, 1, 0xff}, Error: "e"}
-	ev.Decision = codecFullDecision()
-	ev.Change = codecFullChange()
-	ev.Grant = codecFullGrant()
-	ev.Release = &intents.Release{Txn: "t-7", Agent: "writer-1", Cause: intents.CauseAborted}
-	ev.Wait = codecFullWait()
-	ev.Notice = codecFullNotice()
-	ev.Resolution = codecFullResolution()
+	withEightPayloads(ev)
 	add("all-payloads", ev)
 
 	// The rules type, whose payload takes the second mask byte: SchemaVersion2.
@@ -280,14 +273,7 @@ func codecFixtures() []codecCase {
 
 	// Every payload, Rules included: both mask bytes.
 	ev = env(math.MaxUint64-2, intents.EventRules)
-	ev.Received = &intents.Received{Intent: codecFullIntent(), Raw: []byte{0, 1, 0xff}, Error: "e"}
-	ev.Decision = codecFullDecision()
-	ev.Change = codecFullChange()
-	ev.Grant = codecFullGrant()
-	ev.Release = &intents.Release{Txn: "t-7", Agent: "writer-1", Cause: intents.CauseAborted}
-	ev.Wait = codecFullWait()
-	ev.Notice = codecFullNotice()
-	ev.Resolution = codecFullResolution()
+	withEightPayloads(ev)
 	ev.Rules = codecRules(json.RawMessage(codecRulesFile), "api")
 	add("nine-payloads", ev)
 
@@ -1379,4 +1365,16 @@ func BenchmarkJSONDecode(b *testing.B) {
 			b.ReportMetric(float64(len(enc)), "bytes")
 		})
 	}
+}
+
+// withEightPayloads fills every payload of the first mask byte.
+func withEightPayloads(ev *intents.Event) {
+	ev.Received = &intents.Received{Intent: codecFullIntent(), Raw: []byte{0, 1, 0xff}, Error: "e"}
+	ev.Decision = codecFullDecision()
+	ev.Change = codecFullChange()
+	ev.Grant = codecFullGrant()
+	ev.Release = &intents.Release{Txn: "t-7", Agent: "writer-1", Cause: intents.CauseAborted}
+	ev.Wait = codecFullWait()
+	ev.Notice = codecFullNotice()
+	ev.Resolution = codecFullResolution()
 }

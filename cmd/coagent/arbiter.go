@@ -30,7 +30,6 @@ func (c *arbiterCommand) Run(ctx context.Context, args []string, _ io.Reader, st
 	name := fs.String("name", "", "the arbiter's name in resolutions and the log (default the policy's name)")
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "how long a case held by a silent arbiter waits before it goes to another")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent arbiter --policy "+strings.Join(arbiter.Policies, "|")+" [--name N] [--nats URL] [--prefix P]\n"+
@@ -65,7 +64,7 @@ func (c *arbiterCommand) Run(ctx context.Context, args []string, _ io.Reader, st
 		return policy(*name, cs), nil
 	}
 	fmt.Fprintf(stdout, "coagent: arbiter %s (policy %s) on %s\n", *name, *policyName, nc.ConnectedUrlRedacted())
-	err = agents.RunArbiter(ctx, nc, *name, decide, agents.WithPrefix(*prefix), agents.WithAckWait(*ackWait),
+	err = agents.RunArbiter(ctx, nc, *name, decide, agents.WithPrefix(conn.prefix), agents.WithAckWait(*ackWait),
 		agents.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
 	if err != nil {
 		return err

@@ -70,7 +70,7 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			return err
 		}
 		defer nc.Close()
-		svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{})
+		svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Prefix: conn.prefix})
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			"raw msgs/s", "raw p50", "raw p99", "ratio", "p99 x", "updates", "confl", "retries", "merged", "lost")
 	}
 	for _, n := range counts {
-		res, err := loadgen.Run(ctx, loadgen.Config{URL: url, Agents: n, Keys: *keys, Skew: *skew, ProposeRatio: *propose, Duration: *duration})
+		res, err := loadgen.Run(ctx, loadgen.Config{URL: url, Prefix: conn.prefix, Agents: n, Keys: *keys, Skew: *skew, ProposeRatio: *propose, Duration: *duration})
 		if err != nil {
 			return err
 		}

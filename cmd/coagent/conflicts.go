@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/coagent/coagent/conflict"
-	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
 
@@ -26,7 +25,6 @@ func (c *conflictsCommand) Run(ctx context.Context, args []string, _ io.Reader, 
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	limit := fs.Int("limit", 20, "how many places")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
 	fs.Usage = func() {
@@ -38,7 +36,7 @@ func (c *conflictsCommand) Run(ctx context.Context, args []string, _ io.Reader, 
 		return errUsage
 	}
 	body, _ := json.Marshal(map[string]int{"limit": *limit})
-	data, err := conn.request(ctx, "coagent conflicts", intents.Subjects{Prefix: *prefix}.API("conflicts.top"), body)
+	data, err := conn.request(ctx, "coagent conflicts", conn.subjects().API("conflicts.top"), body)
 	if err != nil {
 		return fmt.Errorf("conflicts top: %w", err)
 	}

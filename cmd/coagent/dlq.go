@@ -28,7 +28,6 @@ func (c *dlqCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent dlq [--nats URL] [--json] list | show ID | retry ID\n"+
@@ -50,7 +49,7 @@ func (c *dlqCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout
 		return err
 	}
 	defer nc.Close()
-	subj := intents.Subjects{Prefix: *prefix}
+	subj := conn.subjects()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -28,7 +28,6 @@ func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent rules [--nats URL] get | set FILE | check FILE")
 		fs.PrintDefaults()
@@ -37,7 +36,7 @@ func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		fs.Usage()
 		return errUsage
 	}
-	subj := intents.Subjects{Prefix: *prefix}
+	subj := conn.subjects()
 	switch verb := fs.Arg(0); {
 	case verb == "get" && fs.NArg() == 1:
 		data, err := conn.request(ctx, "coagent rules", subj.API("rules.get"), nil)

@@ -9,8 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/coagent/coagent/coordinator/auth"
-	"github.com/nats-io/nkeys"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coagent/coagent/coordinator/auth"
+	"github.com/nats-io/nkeys"
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
@@ -45,7 +46,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	listen := fs.String("listen", "127.0.0.1:4222", "address of the embedded NATS server")
 	var conn natsFlags
 	conn.register(fs, "")
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	verbose := fs.Bool("v", false, "log operational messages to stderr")
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
@@ -80,7 +80,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			if err != nil {
 				return err
 			}
-			users = reg.Users(*prefix, self.pub)
+			users = reg.Users(conn.prefix, self.pub)
 		}
 		var err error
 		ns, err = embedded(*listen, filepath.Join(*data, "jetstream"), users...)
@@ -111,7 +111,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(stderr, nil))
 	}
-	opts := coordinator.Options{Prefix: *prefix, Logger: logger}
+	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger}
 	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
 	if *fallback != "reject" {
 		policy, err := arbiter.ByName(*fallback)
@@ -147,7 +147,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			// A file that does not compile is reported and changes nothing:
 			// the rules in force stay.
 			if self != nil {
-				if err := reloadAgents(ns, *listen, *data, *prefix, self); err != nil {
+				if err := reloadAgents(ns, *listen, *data, conn.prefix, self); err != nil {
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
 				}
 			}
@@ -302,10 +302,15 @@ func embedded(addr, store string, users ...*server.NkeyUser) (*server.Server, er
 // natsFlags are the options of a connection to an existing NATS server.
 type natsFlags struct {
 	url, creds, ca, cert, key, nkey string
+	prefix                          string
 }
+
+// subjects are the coordinator's subjects under --prefix.
+func (f *natsFlags) subjects() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
 
 func (f *natsFlags) register(fs *flag.FlagSet, def string) {
 	fs.StringVar(&f.url, "nats", def, "NATS server URL(s), comma separated")
+	fs.StringVar(&f.prefix, "prefix", "", "subject prefix (default coagent)")
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")
 	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")

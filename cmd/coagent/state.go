@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
 
@@ -23,7 +22,6 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent state [--nats URL] [--json] PATH...")
@@ -34,7 +32,7 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		return errUsage
 	}
 	body, _ := json.Marshal(map[string][]string{"paths": fs.Args()})
-	data, err := conn.request(ctx, "coagent state", intents.Subjects{Prefix: *prefix}.API("state.get"), body)
+	data, err := conn.request(ctx, "coagent state", conn.subjects().API("state.get"), body)
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}

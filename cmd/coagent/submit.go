@@ -27,7 +27,6 @@ func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader,
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, nats.DefaultURL)
-	prefix := fs.String("prefix", "", "subject prefix (default coagent)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a final decision")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent submit [--nats URL] [--timeout D] FILE|-\nexits 0 only for applied, granted or committed")
@@ -52,7 +51,7 @@ func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader,
 		return err
 	}
 	defer nc.Close()
-	subject := intents.Subjects{Prefix: *prefix}.API("submit")
+	subject := conn.subjects().API("submit")
 	if agent := conn.agent(); agent != "" {
 		// An authenticated agent submits on its own subject.
 		subject += "." + agent

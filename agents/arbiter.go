@@ -143,14 +143,7 @@ func (a *arbiterRun) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // pause waits the retry delay (at least 100ms, so that a persistent failure
 // does not spin); false if ctx ended first.
 func (a *arbiterRun) pause(ctx context.Context) bool {
-	t := time.NewTimer(max(a.cfg.retryDelay, 100*time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sleep(ctx, max(a.cfg.retryDelay, 100*time.Millisecond))
 }
 
 // handle settles one case, or hands it back, or drops it; see RunArbiter.

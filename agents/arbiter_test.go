@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -340,6 +339,7 @@ func TestRunArbiterDropsASettledCase(t *testing.T) {
 	w := newArbiterWorld(t)
 	_, esc, _ := w.conflict(1, 5)
 	var logs arbiterLogs
+	dropped := w.terminated()
 	w.runArbiter(w.connect(), "slow", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
 		r, err := w.nc.Request(w.subj.API("arbiter.resolve"),
 			[]byte(`{"escalation":"`+c.ID+`","arbiter":"rival","losers":["`+c.ID+`"],"rationale":"the rival was faster"}`), 10*time.Second)
@@ -351,28 +351,9 @@ func TestRunArbiterDropsASettledCase(t *testing.T) {
 	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "arbiter rival:") {
 		t.Fatalf("newcomer: %+v", d)
 	}
-	js, err := jetstream.New(w.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	arbiterWaitFor(t, 10*time.Second, func() error {
-		if !strings.Contains(logs.String(), "resolution refused; case dropped") {
-			return errors.New("no refusal logged yet")
-		}
-		cons, err := js.Consumer(context.Background(), w.subj.Stream(intents.StreamArbiter), "arbiters")
-		if err != nil {
-			return err
-		}
-		info, err := cons.Info(context.Background())
-		if err != nil {
-			return err
-		}
-		if info.NumAckPending != 0 || info.NumPending != 0 {
-			return errors.New("the case is still queued")
-		}
-		return nil
-	})
-	if out := logs.String(); !strings.Contains(out, "(invalid)") || strings.Count(out, "resolution refused") != 1 {
+	dropped()
+	if out := logs.String(); !strings.Contains(out, "resolution refused; case dropped") || !strings.Contains(out, "(invalid)") ||
+		strings.Count(out, "resolution refused") != 1 {
 		t.Fatalf("logs:\n%s", out)
 	}
 }
@@ -385,6 +366,7 @@ func TestRunArbiterPastTheDeadline(t *testing.T) {
 	_, esc, _ := w.conflict(1, 5)
 	var logs arbiterLogs
 	var cause error
+	dropped := w.terminated()
 	stop, done := w.runArbiter(w.connect(), "slow", func(ctx context.Context, c *intents.Escalation) (*intents.Resolution, error) {
 		<-ctx.Done()
 		cause = context.Cause(ctx)
@@ -393,20 +375,7 @@ func TestRunArbiterPastTheDeadline(t *testing.T) {
 	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected {
 		t.Fatalf("newcomer: %+v", d)
 	}
-	js, err := jetstream.New(w.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	arbiterWaitFor(t, 10*time.Second, func() error {
-		cons, err := js.Consumer(context.Background(), w.subj.Stream(intents.StreamArbiter), "arbiters")
-		if err != nil {
-			return err
-		}
-		if info, err := cons.Info(context.Background()); err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
-			return fmt.Errorf("the case is still queued (%v)", err)
-		}
-		return nil
-	})
+	dropped()
 	stop()
 	if err := arbiterStopped(t, done); err != nil {
 		t.Fatalf("RunArbiter: %v", err)
@@ -437,20 +406,36 @@ func TestRunArbiterRefusesToStartWrong(t *testing.T) {
 	}
 }
 
-// arbiterWaitFor polls cond until it holds or the time is up, as nats-server's
-// tests do.
-func arbiterWaitFor(t *testing.T, total time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := cond()
-		if err == nil {
-			return
+// terminated watches for the arbiters' consumer to drop (Term) a case; the
+// function it returns waits for that and then checks that no case is left
+// queued or in hand.
+func (w *arbiterWorld) terminated() func() {
+	w.t.Helper()
+	stream := w.subj.Stream(intents.StreamArbiter)
+	// The server's advisory for a terminated message (server.JSAdvisoryConsumerMsgTerminatedPre).
+	sub, err := w.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED." + stream + ".arbiters")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.nc.Flush(); err != nil {
+		w.t.Fatal(err)
+	}
+	return func() {
+		w.t.Helper()
+		if _, err := sub.NextMsg(10 * time.Second); err != nil {
+			w.t.Fatalf("the case was not dropped: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
+		js, err := jetstream.New(w.nc)
+		if err != nil {
+			w.t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		cons, err := js.Consumer(context.Background(), stream, "arbiters")
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if info, err := cons.Info(context.Background()); err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
+			w.t.Fatalf("a case is still queued or in hand: %+v %v", info, err)
+		}
 	}
 }
 

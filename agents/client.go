@@ -244,7 +244,13 @@ func (c *Client) forget(id string, ch chan *intents.Decision) {
 // ctx ended. Calling Submit again with the same intent id is safe: it
 // returns the recorded decision.
 func (c *Client) Submit(ctx context.Context, in *intents.Intent) (*intents.Decision, error) {
-	in, raw, err := c.prepare(in)
+	return c.submit(ctx, in, false)
+}
+
+// submit is Submit; built says in comes from Builder.Build, which validated
+// everything but the id and agent that prepare fills in.
+func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*intents.Decision, error) {
+	in, raw, err := c.prepare(in, built)
 	if err != nil {
 		return nil, err
 	}
@@ -296,8 +302,10 @@ func (c *Client) interimPatience(in *intents.Intent) time.Duration {
 }
 
 // prepare fills in's id and agent and validates it, as the coordinator
-// would, so a malformed intent fails here with the field it names.
-func (c *Client) prepare(in *intents.Intent) (*intents.Intent, []byte, error) {
+// would, so a malformed intent fails here with the field it names. An
+// intent the builder made is valid already: a fresh ULID and the client's
+// own name (checked by Connect) keep it so.
+func (c *Client) prepare(in *intents.Intent, built bool) (*intents.Intent, []byte, error) {
 	if in == nil {
 		return nil, nil, errors.New("agents: nil intent")
 	}
@@ -308,8 +316,10 @@ func (c *Client) prepare(in *intents.Intent) (*intents.Intent, []byte, error) {
 	if cp.Agent == "" {
 		cp.Agent = c.name
 	}
-	if err := cp.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("agents: %w: %w", ErrInvalid, err)
+	if !built {
+		if err := cp.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("agents: %w: %w", ErrInvalid, err)
+		}
 	}
 	raw, err := json.Marshal(&cp)
 	if err != nil {
@@ -434,7 +444,7 @@ func (c *Client) Apply(ctx context.Context, b *intents.Builder) (*intents.Decisi
 	if in.Kind != intents.KindApply {
 		return nil, fmt.Errorf("agents: Apply of a %s intent; build it with intents.Apply", in.Kind)
 	}
-	d, err := c.Submit(ctx, in)
+	d, err := c.submit(ctx, in, true)
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func TestWIPInvariantUnderContention(t *testing.T) {
 	var mu sync.Mutex
 	started := 0
 	for i := range coders {
-		c := w.client(fmt.Sprintf("c%d", i), agents.WithRetries(50), agents.WithBackoff(time.Millisecond, 20*time.Millisecond))
+		c := w.client(fmt.Sprintf("c%d", i))
 		path := fmt.Sprintf("tasks.t%d.status", i)
 		wg.Go(func() {
 			var err error
@@ -179,20 +179,15 @@ func TestWIPInvariantUnderContention(t *testing.T) {
 				_, err = c.Apply(ctx, intents.Apply("start").Set(path, "RUNNING"))
 			} else {
 				// A transaction that may start a task reads the board (the
-				// invariant's paths), so it conflicts with any other
-				// writer there while in flight; retry those.
-				for attempt := 0; attempt < 200; attempt++ {
-					var tx *agents.Txn
-					tx, err = c.Propose(ctx, intents.Propose("start").Write(path, intents.OpSet))
-					if errors.Is(err, agents.ErrConflict) {
-						time.Sleep(time.Millisecond)
-						continue
+				// invariant's paths), so it conflicts with any other writer
+				// there while in flight: it waits its turn, and one that
+				// cannot start its task ends at once.
+				var tx *agents.Txn
+				tx, err = c.Propose(ctx, intents.Propose("start").Write(path, intents.OpSet).Wait(time.Minute))
+				if err == nil {
+					if _, err = tx.Commit(ctx, intents.Apply("start").Set(path, "RUNNING")); err != nil {
+						tx.Abort(ctx)
 					}
-					if err != nil {
-						break
-					}
-					_, err = tx.Commit(ctx, intents.Apply("start").Set(path, "RUNNING"))
-					break
 				}
 			}
 			switch {

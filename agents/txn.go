@@ -75,7 +75,7 @@ func (c *Client) Propose(ctx context.Context, b *intents.Builder) (*Txn, error) 
 	if in.Kind != intents.KindPropose {
 		return nil, fmt.Errorf("agents: Propose of a %s intent; build it with intents.Propose", in.Kind)
 	}
-	d, err := c.Submit(ctx, in)
+	d, err := c.submit(ctx, in, true)
 	if err != nil {
 		return nil, err
 	}

@@ -117,13 +117,9 @@ func (c *Client) changeSubjects(subtree string) []string {
 		return []string{c.subj.EventsChange(">")}
 	}
 	subjects := []string{c.subj.EventsChange(subtree), c.subj.EventsChange(subtree + ".>")}
-	for i := strings.IndexByte(subtree, '.'); i > 0; {
-		subjects = append(subjects, c.subj.EventsChange(subtree[:i]))
-		j := strings.IndexByte(subtree[i+1:], '.')
-		if j < 0 {
-			break
-		}
-		i += 1 + j
+	segs := strings.Split(subtree, ".")
+	for n := 1; n < len(segs); n++ {
+		subjects = append(subjects, c.subj.EventsChange(strings.Join(segs[:n], ".")))
 	}
 	return subjects
 }

@@ -22,33 +22,42 @@ func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*inte
 	if _, err := rules.Compile(file, e.comp); err != nil {
 		return out, err
 	}
-	// The file is recorded as encoding/json writes it (compact, HTML
-	// characters escaped), so that the hash a client computes over the
-	// published event's file is the recorded one; no rules is no file.
-	var norm []byte
-	if t := bytes.TrimSpace(file); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
-		var err error
-		if norm, err = json.Marshal(json.RawMessage(t)); err != nil {
-			return out, &rules.Error{Field: "(document)", Reason: err.Error()}
-		}
+	norm, err := normalize(file)
+	if err != nil {
+		return out, err
 	}
 	e.begin(now, out)
 	e.advance()
-	sum := sha256.Sum256(norm)
 	e.emit(intents.Event{Type: intents.EventRules,
-		Rules: &intents.Rules{File: norm, Hash: hex.EncodeToString(sum[:]), Source: source}})
+		Rules: &intents.Rules{File: norm, Hash: hashOf(norm), Source: source}})
 	return e.end(), nil
 }
 
-// RulesHash is the hash SetRules records for file: the sha256 of its
-// normalized form.
-func RulesHash(file []byte) string {
-	var norm []byte
-	if t := bytes.TrimSpace(file); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
-		norm, _ = json.Marshal(json.RawMessage(t))
+// normalize is the file as a rules event records it: as encoding/json
+// writes it (compact, HTML characters escaped), so that the hash a client
+// computes over the published event's file is the recorded one; no rules
+// is no file.
+func normalize(file []byte) ([]byte, error) {
+	t := bytes.TrimSpace(file)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil, nil
 	}
+	norm, err := json.Marshal(json.RawMessage(t))
+	if err != nil {
+		return nil, &rules.Error{Field: "(document)", Reason: err.Error()}
+	}
+	return norm, nil
+}
+
+func hashOf(norm []byte) string {
 	sum := sha256.Sum256(norm)
 	return hex.EncodeToString(sum[:])
+}
+
+// RulesHash is the hash SetRules records for file.
+func RulesHash(file []byte) string {
+	norm, _ := normalize(file)
+	return hashOf(norm)
 }
 
 // Rules returns the rules in force and the event that set them: its hash

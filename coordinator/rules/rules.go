@@ -202,11 +202,9 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 	}
 	for who, q := range s.file.Quotas {
 		field := "quotas." + who
-		name, isRole := strings.CutPrefix(who, "role:")
-		if !intents.ValidSegment(name) {
+		if !validPrincipal(who) {
 			return nil, bad(field, "want an agent name or role:NAME")
 		}
-		_ = isRole
 		if q.IntentsPerSecond < 0 || q.Burst < 0 || q.MaxTxns < 0 {
 			return nil, bad(field, "negative")
 		}

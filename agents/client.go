@@ -41,11 +41,8 @@ type Client struct {
 
 	mu      sync.Mutex
 	waiting map[string][]chan *intents.Decision
-	txns    map[string]*Txn // open, by transaction id, for their notices
-	// proposes maps the propose intent of each open transaction to it: a
-	// preempted transaction is told by a final aborted decision for it.
-	proposes map[string]*Txn
-	closed   bool
+	txns    map[string]*Txn // open, by transaction id, for their notices and preemption
+	closed  bool
 
 	// done ends the transactions' renewers when the client closes.
 	done     chan struct{}
@@ -79,7 +76,7 @@ func Connect(ctx context.Context, nc *nats.Conn, name string, opts ...Option) (*
 	}
 	c := &Client{nc: nc, js: js, name: name, subj: intents.Subjects{Prefix: cfg.prefix}, cfg: cfg,
 		log: cfg.logger.With("agent", name), notices: make(chan *intents.Notice, noticeBuffer),
-		waiting: map[string][]chan *intents.Decision{}, txns: map[string]*Txn{}, proposes: map[string]*Txn{}, done: make(chan struct{})}
+		waiting: map[string][]chan *intents.Decision{}, txns: map[string]*Txn{}, done: make(chan struct{})}
 	if c.decisions, err = nc.Subscribe(c.subj.Decisions(name), c.onDecision); err != nil {
 		return nil, fmt.Errorf("agents: subscribe to %s: %w", c.subj.Decisions(name), err)
 	}
@@ -189,10 +186,11 @@ func (c *Client) deliver(d *intents.Decision) {
 		c.cfg.onDecision(d)
 	}
 	if d.Outcome == intents.OutcomeAborted {
+		// A preemption: the final decision of the transaction's propose.
 		c.mu.Lock()
-		t := c.proposes[d.Intent]
+		t := c.txns[d.Txn]
 		c.mu.Unlock()
-		if t != nil && d.Txn == t.ID() {
+		if t != nil && d.Intent == t.grant.Intent {
 			t.end(fmt.Errorf("agents: transaction %s: %w: %s", d.Txn, ErrPreempted, d.Detail), true)
 		}
 	}

@@ -107,7 +107,6 @@ func (c *Client) track(t *Txn) bool {
 		return false
 	}
 	c.txns[t.ID()] = t
-	c.proposes[t.grant.Intent] = t
 	c.renewers.Add(1)
 	return true
 }
@@ -193,7 +192,6 @@ func (t *Txn) StopRenewing() {
 func (t *Txn) end(why error, lost bool) {
 	t.c.mu.Lock()
 	delete(t.c.txns, t.ID())
-	delete(t.c.proposes, t.grant.Intent)
 	t.c.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -37,8 +38,9 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	propose := fs.Float64("propose", 0, "share of updates made as propose+commit transactions (0..1)")
 	duration := fs.Duration("duration", 5*time.Second, "length of each measurement")
 	asJSON := fs.Bool("json", false, "print one JSON result per run")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent bench [--nats URL] [--agents 1,16,64] [--keys N] [--skew S] [--propose R] [--duration D] [--json]")
+		fmt.Fprintln(stderr, "usage: coagent bench [--nats URL] [--agents 1,16,64] [--keys N] [--skew S] [--propose R] [--duration D] [--json] [--cpuprofile FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
@@ -52,6 +54,17 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			return fmt.Errorf("--agents %q: want positive numbers", *agentList)
 		}
 		counts = append(counts, n)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	url := conn.url
 	if url == "" {

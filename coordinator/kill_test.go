@@ -416,6 +416,7 @@ func TestServiceKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	measured := 0 // kills that left an intent for the restarted child to decide
 	for k, cut := range cuts {
 		issue(cut + killSlack)
 		for count < cut {
@@ -461,8 +462,13 @@ func TestServiceKill(t *testing.T) {
 			all = p.at.Sub(readyAt)
 		}
 		if !firstSeen {
-			t.Fatalf("kill %d after %d decisions: nothing was left undecided to measure recovery with", k+1, cut)
+			// Every intent in flight at the kill had been decided and its
+			// decision was on its way: nothing to time recovery by this
+			// time. Exactly-once is checked below all the same.
+			t.Logf("kill %d after %d decisions (%d outstanding, all decided in transit): nothing left to time recovery with", k+1, cut, nOutstanding)
+			continue
 		}
+		measured++
 		t.Logf("kill %d after %d decisions (%d outstanding, %d decided in transit; consumer: %s): restarted in %s; "+
 			"first earlier intent decided %s after ready, the last %s after",
 			k+1, cut, nOutstanding, inTransit, info, readyAt.Sub(killAt).Round(time.Millisecond),
@@ -473,6 +479,9 @@ func TestServiceKill(t *testing.T) {
 		if all > 10*time.Second {
 			t.Errorf("kill %d: the last intent undecided at the kill was decided %s after the restart, want under 10s", k+1, all)
 		}
+	}
+	if measured == 0 {
+		t.Fatal("no kill left an intent undecided: recovery was never timed")
 	}
 	issue(total)
 	for count < total {

@@ -27,8 +27,8 @@ type Options struct {
 	// everything but the disk. The default syncs every commit.
 	NoSync bool
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
-	// quiet one unless set). The default is Pebble's defaults with a 64 MB
-	// memtable.
+	// quiet one unless set, and a zero MemTableSize by the log's default).
+	// The default is Pebble's defaults with a 64 MB memtable.
 	Pebble *pebble.Options
 }
 
@@ -94,9 +94,12 @@ func Open(dir string, opts *Options) (*Log, error) {
 	// A larger memtable than Pebble's 4 MB default: every decision writes
 	// several keys, and with small memtables flushes and compactions take
 	// most of the CPU (twice the append throughput at 64 writers, measured).
-	po := &pebble.Options{MemTableSize: 64 << 20}
+	po := &pebble.Options{}
 	if opts.Pebble != nil {
 		po = opts.Pebble.Clone()
+	}
+	if po.MemTableSize == 0 {
+		po.MemTableSize = 64 << 20
 	}
 	if po.Logger == nil && po.LoggerAndTracer == nil {
 		po.Logger = quiet{}

@@ -195,10 +195,10 @@ func (s *setupLog) flush(b *testing.B) {
 }
 
 // BenchmarkReplay1M measures a full replay of a 1,000,000-event log: fold
-// is engine.New and log.Scan(1, 0, eng.Apply), which decodes every event
-// and folds it; decode is the Scan alone; raw is ScanRaw, Pebble's
-// iteration over the same records, the floor. One op is one pass over
-// the whole log.
+// is engine.New and log.Fold(1, 0, eng.Apply), which decodes every event
+// as replay does and folds it; decode is a Scan, which decodes every event
+// whole, alone; raw is ScanRaw, Pebble's iteration over the same records
+// in one goroutine, the floor. One op is one pass over the whole log.
 func BenchmarkReplay1M(b *testing.B) {
 	dir := b.TempDir()
 	g, built := buildReplayLog(b, dir)
@@ -243,7 +243,7 @@ func BenchmarkReplay1M(b *testing.B) {
 			if eng, err = engine.New(engine.Config{}); err != nil {
 				b.Fatal(err)
 			}
-			if err := l.Scan(1, 0, eng.Apply); err != nil {
+			if err := l.Fold(1, 0, eng.Apply); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -246,7 +246,7 @@ func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine
 		return nil, 0, fmt.Errorf("rebuild at %d: %w (the log starts at %d and no snapshot covers the gap)", until, eventlog.ErrCompacted, log.FirstSeq())
 	}
 	if from <= until {
-		err = log.Scan(from, until, eng.Apply)
+		err = log.Fold(from, until, eng.Apply)
 		if err != nil {
 			return nil, 0, fmt.Errorf("rebuild: %w", err)
 		}
@@ -338,7 +338,7 @@ func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
 	} else {
 		eng, err = engine.New(cfg)
 		if err == nil {
-			err = log.Scan(1, 0, eng.Apply)
+			err = log.Fold(1, 0, eng.Apply)
 		}
 	}
 	if err != nil {

@@ -1,11 +1,13 @@
 package eventlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
+	"unsafe"
 
 	"github.com/coagent/coagent/intents"
 )
@@ -58,6 +60,9 @@ import (
 // reflect.DeepEqual to ev once every time in ev is replaced by its UTC().
 // Decoded strings and byte slices are copies: they never alias the input, so
 // a caller may decode straight from a buffer it reuses (a Pebble value).
+// They share one copy of the record, made at the first of them, which
+// keeping any of them keeps; each byte slice is capped at its own end, so
+// that appending to it or writing through it cannot reach another.
 //
 // Compatibility: the tables and the layout are part of the on-disk format.
 // Never reorder or remove table entries. A change that makes bytes already
@@ -460,6 +465,31 @@ func appendTime(dst []byte, t time.Time) []byte {
 	return binary.AppendUvarint(dst, uint64(t.Nanosecond()))
 }
 
+// The shapes most events take, each allocated as one object rather than
+// one per struct: an event with its one payload (and the intent received,
+// or the one write applied). A receivedEvent is also the shell Log.Fold
+// decodes every event into.
+type (
+	changePayload struct {
+		p intents.Change
+		w [1]intents.Applied
+	}
+	receivedEvent struct {
+		ev intents.Event
+		p  intents.Received
+		in intents.Intent
+	}
+	decisionEvent struct {
+		ev intents.Event
+		p  intents.Decision
+	}
+	changeEvent struct {
+		ev intents.Event
+		p  intents.Change
+		w  [1]intents.Applied
+	}
+)
+
 // DecodeEvent decodes one record written by AppendEvent, of version
 // SchemaVersion or SchemaVersion2. Errors wrap ErrCorrupt (a truncated or
 // malformed record, trailing bytes, a length or count past the end, an
@@ -470,22 +500,32 @@ func appendTime(dst []byte, t time.Time) []byte {
 // allocates more than a small multiple of len(data) (under 32×, which a test
 // checks). The event does not alias data. Times come back in UTC.
 func DecodeEvent(data []byte) (*intents.Event, error) {
-	r := recordReader{data: data}
+	return decodeEvent(data, nil, nil)
+}
+
+// decodeEvent is DecodeEvent, or with a shell, Log.Fold's thin decoding: the
+// event is decoded into the shell, and so is the Received payload of an
+// intent event, whose intent keeps its ID, Agent, Kind and Txn only (the
+// rest of it is checked as DecodeEvent checks it, but not kept). The other
+// payloads are allocated as DecodeEvent allocates them.
+// With an interner, the envelope's strings come from it.
+func decodeEvent(data []byte, shell *receivedEvent, intern interner) (*intents.Event, error) {
+	r := recordReader{data: data, thin: shell != nil, intern: intern}
 	version, err := r.version()
 	if err != nil {
 		return nil, err
 	}
-	ev := &intents.Event{}
-	ev.Seq = r.uvarint("seq")
-	if r.need("id", len(ev.ID)) {
-		r.off += copy(ev.ID[:], r.data[r.off:])
+	var env intents.Event
+	env.Seq = r.uvarint("seq")
+	if r.need("id", len(env.ID)) {
+		r.off += copy(env.ID[:], r.data[r.off:])
 	}
-	ev.Time = r.time("time")
-	ev.Type = r.eventType()
-	ev.Agent = r.string("agent")
-	ev.Intent = r.string("intent")
-	ev.Txn = r.string("txn")
-	r.shared = [...]string{ev.Agent, ev.Intent, ev.Txn}
+	env.Time = r.time("time")
+	env.Type = r.eventType()
+	env.Agent = r.envelopeString("agent")
+	env.Intent = r.envelopeString("intent")
+	env.Txn = r.envelopeString("txn")
+	r.shared = [...]string{env.Agent, env.Intent, env.Txn}
 
 	mask := r.byte("payload mask") // every bit is a known payload
 	var mask2 byte
@@ -496,23 +536,68 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 			r.failAt(at, "payload mask", "unknown bits %#02x", mask2&^mask2All)
 		}
 	}
+	var (
+		ev       *intents.Event
+		received *intents.Received
+		in       *intents.Intent
+		decision *intents.Decision
+		change   *intents.Change
+		applied  []intents.Applied
+	)
+	switch {
+	case r.err != nil:
+		return nil, r.err
+	case shell != nil:
+		*shell = receivedEvent{}
+		ev, received, in = &shell.ev, &shell.p, &shell.in
+		if mask == hasChange {
+			x := &changePayload{}
+			change, applied = &x.p, x.w[:]
+		}
+	case mask2 != 0:
+		ev = &intents.Event{}
+	case mask == hasReceived:
+		x := &receivedEvent{}
+		ev, received, in = &x.ev, &x.p, &x.in
+	case mask == hasDecision:
+		x := &decisionEvent{}
+		ev, decision = &x.ev, &x.p
+	case mask == hasChange:
+		x := &changeEvent{}
+		ev, change, applied = &x.ev, &x.p, x.w[:]
+	default:
+		ev = &intents.Event{}
+	}
+	*ev = env
 	if mask&hasReceived != 0 {
 		r.scope = "received"
-		p := &intents.Received{}
-		p.Intent = r.intentPtr("intent", "received.intent")
+		p := received
+		if p == nil {
+			p = &intents.Received{}
+		}
+		r.skip = r.thin
+		p.Intent = r.intentPtr("intent", "received.intent", in)
+		r.skip = false
 		p.Raw = r.raw("raw")
 		p.Error = r.string("error")
 		ev.Received = p
 	}
 	if mask&hasDecision != 0 {
-		ev.Decision = r.decision()
+		ev.Decision = r.decision(decision)
 	}
 	if mask&hasChange != 0 {
 		r.scope = "change"
-		p := &intents.Change{}
+		p := change
+		if p == nil {
+			p = &intents.Change{}
+		}
 		// path, op, value, old and new version: at least a byte each.
 		if n, ok := r.count("writes", 5); ok {
-			p.Writes = make([]intents.Applied, n)
+			if n == 1 && applied != nil {
+				p.Writes = applied[:n:n]
+			} else {
+				p.Writes = make([]intents.Applied, n)
+			}
 			for i := range p.Writes {
 				w := &p.Writes[i]
 				w.Path = r.string("writes.path")
@@ -534,7 +619,7 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 		p.LeaseMS = r.varint("lease_ms")
 		p.Expires = r.time("expires")
 		p.Reads = r.reads()
-		p.Propose = r.intentPtr("propose", "grant.propose")
+		p.Propose = r.intentPtr("propose", "grant.propose", nil)
 		ev.Grant = p
 	}
 	if mask&hasRelease != 0 {
@@ -548,7 +633,7 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 	if mask&hasWait != 0 {
 		r.scope = "wait"
 		p := &intents.Wait{}
-		p.Intent = r.intentPtr("intent", "wait.intent")
+		p.Intent = r.intentPtr("intent", "wait.intent", nil)
 		p.Deadline = r.time("deadline")
 		p.Conflicts = r.conflicts()
 		ev.Wait = p
@@ -570,7 +655,7 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 		p.Arbiter = r.string("arbiter")
 		p.Winners = r.strings("winners")
 		p.Losers = r.strings("losers")
-		p.Replacement = r.intentPtr("replacement", "resolution.replacement")
+		p.Replacement = r.intentPtr("replacement", "resolution.replacement", nil)
 		p.Rationale = r.string("rationale")
 		ev.Resolution = p
 	}
@@ -597,7 +682,7 @@ func DecodeDecision(data []byte) (*intents.Decision, error) {
 	if _, err := r.version(); err != nil {
 		return nil, err
 	}
-	d := r.decision()
+	d := r.decision(nil)
 	if err := r.end(); err != nil {
 		return nil, err
 	}
@@ -614,6 +699,10 @@ type recordReader struct {
 	off    int
 	scope  string    // the payload or intent being read: "grant", "grant.propose"
 	shared [3]string // the envelope's agent, intent and txn, which payloads repeat
+	arena  []byte    // a copy of data, made at the first string or bytes read (see copied)
+	thin   bool      // a received intent keeps only its envelope (decodeEvent)
+	intern interner
+	skip   bool // fields are checked and passed over, not kept
 	err    error
 }
 
@@ -675,6 +764,10 @@ func (r *recordReader) uvarint(field string) uint64 {
 	if r.err != nil {
 		return 0
 	}
+	if r.off < len(r.data) && r.data[r.off] < 0x80 { // one byte: most lengths, counts and tags
+		r.off++
+		return uint64(r.data[r.off-1])
+	}
 	v, n := binary.Uvarint(r.data[r.off:])
 	if !r.advance(field, n) {
 		return 0
@@ -718,14 +811,65 @@ func (r *recordReader) string(field string) string {
 		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
 		return ""
 	}
-	b := r.data[r.off : r.off+int(n)]
+	start := r.off
 	r.off += int(n)
+	if r.skip {
+		return ""
+	}
+	b := r.data[start:r.off]
 	for _, s := range r.shared {
 		if s == string(b) { // no allocation: the compiler compares in place
 			return s
 		}
 	}
-	return string(b)
+	return unsafe.String(&r.copied(start, r.off)[0], r.off-start)
+}
+
+// An interner hands the envelope strings of recent events out again rather
+// than allocate them anew: agents repeat, and an intent's id and
+// transaction are in each of its events. It is emptied when it reaches
+// internMax strings.
+type interner map[string]string
+
+const internMax = 4096
+
+// envelopeString reads a string of the envelope through r.intern, if set.
+func (r *recordReader) envelopeString(field string) string {
+	if r.intern == nil {
+		return r.string(field)
+	}
+	at := r.off
+	n := r.uvarint(field)
+	switch {
+	case r.err != nil || n == 0:
+		return ""
+	case n > uint64(r.left()):
+		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
+		return ""
+	}
+	b := r.data[r.off : r.off+int(n)]
+	r.off += int(n)
+	if s, ok := r.intern[string(b)]; ok { // no allocation to look up
+		return s
+	}
+	if len(r.intern) >= internMax {
+		clear(r.intern)
+	}
+	s := string(b)
+	r.intern[s] = s
+	return s
+}
+
+// copied returns data[from:to] from a copy of the record made once, when
+// first asked, so that a record's strings and bytes take one allocation
+// between them. Its strings are safe from its byte slices: every slice it
+// hands out is capped at its own end, and no two overlap, so no write
+// through one can reach the bytes of another or of a string.
+func (r *recordReader) copied(from, to int) []byte {
+	if r.arena == nil {
+		r.arena = bytes.Clone(r.data)
+	}
+	return r.arena[from:to:to]
 }
 
 // raw reads bytes written by appendRaw: nil, or a copy, possibly empty.
@@ -740,9 +884,12 @@ func (r *recordReader) raw(field string) []byte {
 		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
 		return nil
 	}
-	b := make([]byte, n)
-	r.off += copy(b, r.data[r.off:])
-	return b
+	start := r.off
+	r.off += int(n)
+	if r.skip {
+		return nil
+	}
+	return r.copied(start, r.off)
 }
 
 // count reads a slice or map length written by appendCount; ok is false
@@ -846,6 +993,12 @@ func (r *recordReader) strings(field string) []string {
 	if !ok {
 		return nil
 	}
+	if r.skip {
+		for range n {
+			r.string(field)
+		}
+		return nil
+	}
 	ss := make([]string, n)
 	for i := range ss {
 		ss[i] = r.string(field)
@@ -856,6 +1009,15 @@ func (r *recordReader) strings(field string) []string {
 func (r *recordReader) reads() []intents.Read {
 	n, ok := r.count("reads", 2) // path, version presence
 	if !ok {
+		return nil
+	}
+	if r.skip {
+		for range n {
+			r.string("reads.path")
+			if r.presence("reads.version") {
+				r.uvarint("reads.version")
+			}
+		}
 		return nil
 	}
 	rs := make([]intents.Read, n)
@@ -886,22 +1048,34 @@ func (r *recordReader) conflicts() []intents.Conflict {
 }
 
 // intentPtr reads an *intents.Intent: field names its presence byte in the
-// current scope, scope names the intent's fields.
-func (r *recordReader) intentPtr(field, scope string) *intents.Intent {
+// current scope, scope names the intent's fields. The intent is read into
+// in if it is not nil.
+func (r *recordReader) intentPtr(field, scope string, in *intents.Intent) *intents.Intent {
 	if !r.presence(field) {
 		return nil
 	}
 	outer := r.scope
 	r.scope = scope
-	in := &intents.Intent{}
+	if in == nil {
+		in = &intents.Intent{}
+	}
+	skip := r.skip
+	r.skip = false // the envelope is always kept
 	in.ID = r.string("id")
 	in.Agent = r.string("agent")
 	in.Kind = intents.Kind(r.enum("kind", kindTags))
 	in.Txn = r.string("txn")
+	r.skip = skip
 	in.Fence = r.uvarint("fence")
 	in.Action = r.string("action")
 	in.Reads = r.reads()
-	if n, ok := r.count("writes", 3); ok { // path, op, value
+	if n, ok := r.count("writes", 3); ok && r.skip { // path, op, value
+		for range n {
+			r.string("writes.path")
+			r.enum("writes.op", opTags)
+			r.raw("writes.value")
+		}
+	} else if ok {
 		in.Writes = make([]intents.Write, n)
 		for i := range in.Writes {
 			w := &in.Writes[i]
@@ -917,13 +1091,19 @@ func (r *recordReader) intentPtr(field, scope string) *intents.Intent {
 	in.OnConflict = intents.OnConflict(r.enum("on_conflict", onConflictTags))
 	in.WaitMS = r.varint("wait_ms")
 	in.Meta = r.raw("meta")
+	if r.skip { // the numbers were read on the way; keep the envelope only
+		*in = intents.Intent{ID: in.ID, Agent: in.Agent, Kind: in.Kind, Txn: in.Txn}
+	}
 	r.scope = outer
 	return in
 }
 
-func (r *recordReader) decision() *intents.Decision {
+// decision reads a Decision payload, into d if it is not nil.
+func (r *recordReader) decision(d *intents.Decision) *intents.Decision {
 	r.scope = "decision"
-	d := &intents.Decision{}
+	if d == nil {
+		d = &intents.Decision{}
+	}
 	d.Intent = r.string("intent")
 	d.Agent = r.string("agent")
 	d.Outcome = intents.Outcome(r.enum("outcome", outcomeTags))

@@ -1129,6 +1129,16 @@ func codecCheckDecode(t testing.TB, data []byte) {
 			t.Fatalf("encoding is not canonical:\n% x\n% x", re, enc)
 		}
 	}
+	// Fold's decoding refuses what DecodeEvent refuses, and otherwise gives
+	// the same event but for the body of a received intent.
+	var shell receivedEvent
+	thin, thinErr := decodeEvent(data, &shell, make(interner))
+	switch {
+	case (thinErr == nil) != (err == nil):
+		t.Fatalf("DecodeEvent: %v; Fold's decoding: %v", err, thinErr)
+	case err == nil && !reflect.DeepEqual(thin, thinned(ev)):
+		t.Fatalf("Fold's decoding differs: %s", codecDiff(thin, thinned(ev)))
+	}
 	d, err := DecodeDecision(data)
 	if err != nil {
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
@@ -1140,6 +1150,40 @@ func codecCheckDecode(t testing.TB, data []byte) {
 	again, err := DecodeDecision(enc)
 	if err != nil || !reflect.DeepEqual(again, d) {
 		t.Fatalf("decision decode is not idempotent: %v %s", err, codecDiff(again, d))
+	}
+}
+
+// thinned returns what Fold hands over for ev: a copy whose received intent
+// keeps only its ID, Agent, Kind and Txn.
+func thinned(ev *intents.Event) *intents.Event {
+	out := *ev
+	if p := ev.Received; p != nil && p.Intent != nil {
+		q := *p
+		q.Intent = &intents.Intent{ID: p.Intent.ID, Agent: p.Intent.Agent, Kind: p.Intent.Kind, Txn: p.Intent.Txn}
+		out.Received = &q
+	}
+	return &out
+}
+
+// A decoded event's strings and byte slices share one copy of the record:
+// writing through a byte slice, or appending to it, changes nothing else.
+func TestDecodedBytesStayApart(t *testing.T) {
+	ev := &intents.Event{Seq: 7, Type: intents.EventChange, Agent: "w", Intent: "I",
+		Change: &intents.Change{Writes: []intents.Applied{
+			{Path: "a.b", Op: intents.OpSet, Value: json.RawMessage(`"one"`), NewVersion: 1},
+			{Path: "a.c", Op: intents.OpSet, Value: json.RawMessage(`"two"`), NewVersion: 1},
+		}}}
+	enc := AppendEvent(nil, ev)
+	got, err := DecodeEvent(enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := got.Change.Writes
+	_ = append(w[0].Value, `XXXXXXXXXXXXXXXX`...)
+	w[0].Value[1] = 'X'
+	clear(enc)
+	if w[0].Path != "a.b" || w[1].Path != "a.c" || string(w[1].Value) != `"two"` || string(w[0].Value) != `"Xne"` {
+		t.Fatalf("writes after writing through the first value and clearing the input: %+v", w)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -335,15 +336,74 @@ func TestCorruptRecord(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Seq != 3 {
 			t.Errorf("%s: %v, want a CorruptError at 3", name, err)
 		}
-		err = l.Scan(1, 0, func(*intents.Event) error { return nil })
-		if !errors.As(err, &ce) || ce.Seq != 3 || !strings.Contains(err.Error(), "event 3") {
-			t.Errorf("%s: scan: %v", name, err)
+		for scan, f := range map[string]func(uint64, uint64, func(*intents.Event) error) error{"scan": l.Scan, "fold": l.Fold} {
+			var seen []uint64
+			err = f(1, 0, func(ev *intents.Event) error { seen = append(seen, ev.Seq); return nil })
+			if !errors.As(err, &ce) || ce.Seq != 3 || !strings.Contains(err.Error(), "event 3") || !slices.Equal(seen, []uint64{1, 2}) {
+				t.Errorf("%s: %s: %v after %v", name, scan, err, seen)
+			}
 		}
 		if _, err := l.Event(4); err != nil {
 			t.Errorf("%s: event 4 unreadable: %v", name, err)
 		}
 		if err := l.Scan(4, 0, func(*intents.Event) error { return nil }); err != nil {
 			t.Errorf("%s: scan from 4: %v", name, err)
+		}
+	}
+}
+
+// Fold hands over what Scan does, in order, but for the bodies of received
+// intents, across many chunks of the reading goroutines; an error from fn
+// ends either at once with that error.
+func TestFoldMatchesScan(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(9, 9))}
+	const total = 5*scanChunkLen + 17
+	for range total / 100 {
+		if err := l.Append(context.Background(), g.batch(100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Append(context.Background(), g.batch(total%100)); err != nil {
+		t.Fatal(err)
+	}
+	var scanned []*intents.Event
+	if err := l.Scan(1, 0, func(ev *intents.Event) error { scanned = append(scanned, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(scanned) != total {
+		t.Fatalf("scanned %d events, want %d", len(scanned), total)
+	}
+	var folded int
+	received := 0
+	err := l.Fold(1, 0, func(ev *intents.Event) error {
+		if want := thinned(scanned[folded]); !reflect.DeepEqual(ev, want) {
+			t.Fatalf("event %d: fold gave %+v, want %+v", folded+1, ev, want)
+		}
+		if ev.Received != nil && ev.Received.Intent != nil {
+			received++
+		}
+		folded++
+		return nil
+	})
+	if err != nil || folded != total || received == 0 {
+		t.Fatalf("folded %d events (%d intents): %v", folded, received, err)
+	}
+
+	stop := errors.New("enough")
+	for _, at := range []int{1, scanChunkLen, scanChunkLen + 1, total} {
+		for name, f := range map[string]func(uint64, uint64, func(*intents.Event) error) error{"scan": l.Scan, "fold": l.Fold} {
+			n := 0
+			err := f(1, 0, func(*intents.Event) error {
+				if n++; n == at {
+					return stop
+				}
+				return nil
+			})
+			if err != stop || n != at {
+				t.Errorf("%s stopped at %d: called %d times, returned %v", name, at, n, err)
+			}
 		}
 	}
 }

@@ -58,7 +58,7 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("event %d named by an index: %w", seq, err)
 		}
-		ev, err := decodeAt(seq, v)
+		ev, err := decodeAt(seq, v, nil, nil)
 		closer.Close()
 		if err != nil {
 			return nil, 0, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/cockroachdb/pebble/v2"
@@ -31,7 +32,7 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 	}
 	b := l.db.NewBatch()
 	defer b.Close()
-	var key []byte
+	terms := map[indexTerm]bool{}
 	var enc *json.Encoder
 	if archive != nil {
 		enc = json.NewEncoder(archive)
@@ -42,10 +43,12 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 				return fmt.Errorf("archive event %d: %w", ev.Seq, err)
 			}
 		}
-		var err error
-		key = indexKeys(key[:0], ev, func(k []byte) { err = errors.Join(err, b.Delete(k, nil)) })
-		return err
+		indexTerms(ev, func(t indexTerm) { terms[t] = true })
+		return nil
 	})
+	if err == nil {
+		err = l.compactIndex(b, terms, before)
+	}
 	if err != nil {
 		return fmt.Errorf("compact before %d: %w", before, err)
 	}
@@ -67,6 +70,37 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 		return fmt.Errorf("compact before %d: %w", before, err)
 	}
 	l.first.Store(before)
+	return nil
+}
+
+// compactIndex drops from the posting lists of terms the events before
+// seq before, in b: a list that ends before it goes; one that straddles it
+// (its group had events on both sides) is written again from its first
+// event kept.
+func (l *Log) compactIndex(b *pebble.Batch, terms map[indexTerm]bool, before uint64) error {
+	var seqs []uint64
+	var gaps []byte
+	for t := range terms {
+		prefix := indexPrefix(t.kind, t.term)
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: indexKey(nil, t.kind, t.term, before)})
+		if err != nil {
+			return err
+		}
+		for valid := it.First(); valid && err == nil; valid = it.Next() {
+			if seqs, err = readPostings(seqs[:0], it.Key(), it.Value()); err != nil {
+				break
+			}
+			err = b.Delete(it.Key(), nil)
+			if i, _ := slices.BinarySearch(seqs, before); err == nil && i < len(seqs) {
+				kept := seqs[i:]
+				err = b.Set(indexKey(nil, t.kind, t.term, kept[0]), appendGaps(gaps[:0], kept), nil)
+			}
+		}
+		err = errors.Join(err, it.Error(), it.Close())
+		if err != nil {
+			return fmt.Errorf("index of %q: %w", t.term, err)
+		}
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 
 	"github.com/coagent/coagent/intents"
@@ -15,12 +16,19 @@ import (
 //	s<path>                  the materialized entry of a path (kind, version, mod_rev, leaf value)
 //	d<intent id>             the idempotency record: the id's decision
 //	n<seq:8>                 a snapshot taken after event seq
-//	m<name>                  metadata: "first" (the first event kept), "last"
+//	m<name>                  metadata: "first" (the first event kept)
 //	xa<agent>\0<seq:8>       index by agent
 //	xt<type>\0<seq:8>        index by event type
 //	xx<txn>\0<seq:8>         index by transaction
 //	xp<prefix>\0<seq:8>      index by path: every prefix of every path an event concerns
 //	xq<path>\0<seq:8>        index by exact path, for the ancestors of a queried path
+//
+// An index key holds a posting list: the events of its term in one commit
+// group, seq (the key's) first. Its value is the gaps to the others, each
+// a uvarint from the one before; an event alone has an empty value. One key
+// per term and group, rather than per event, is what lets group commit
+// scale: the 64 concurrent writers of BenchmarkAppendSynced write half the
+// keys per event they did with a key per event.
 const (
 	famEvent    = 'e'
 	famState    = 's'
@@ -36,10 +44,7 @@ const (
 	idxExact   = 'q'
 )
 
-var (
-	metaFirst = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
-	metaLast  = []byte{famMeta, 'l', 'a', 's', 't'}
-)
+var metaFirst = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
 
 func eventKey(seq uint64) []byte {
 	var k [9]byte
@@ -145,13 +150,18 @@ func prefixes(path string, fn func(string)) {
 	fn(path)
 }
 
-// indexKeys calls fn with every index key of ev, built in buf (which it
-// returns for reuse; a key is valid only during its call).
-func indexKeys(buf []byte, ev *intents.Event, fn func(key []byte)) []byte {
+// indexTerm names one index term: its kind (idxAgent...) and the term.
+type indexTerm struct {
+	kind byte
+	term string
+}
+
+// indexTerms calls fn with every index term of ev: a prefix two of its
+// paths share comes twice.
+func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	idx := func(kind byte, term string) {
 		if term != "" {
-			buf = indexKey(buf[:0], kind, term, ev.Seq)
-			fn(buf)
+			fn(indexTerm{kind, term})
 		}
 	}
 	idx(idxAgent, ev.Agent)
@@ -161,5 +171,42 @@ func indexKeys(buf []byte, ev *intents.Event, fn func(key []byte)) []byte {
 		prefixes(p, func(pre string) { idx(idxSubtree, pre) })
 		idx(idxExact, p)
 	}
-	return buf
+}
+
+// postings maps index terms to the seqs of their events, ascending.
+type postings map[indexTerm][]uint64
+
+// add records ev's terms; ev follows every event added before.
+func (ps postings) add(ev *intents.Event) {
+	indexTerms(ev, func(t indexTerm) {
+		if seqs := ps[t]; len(seqs) == 0 || seqs[len(seqs)-1] != ev.Seq {
+			ps[t] = append(seqs, ev.Seq)
+		}
+	})
+}
+
+// appendGaps appends the value of an index key whose posting list is seqs
+// (ascending; the key holds seqs[0]).
+func appendGaps(dst []byte, seqs []uint64) []byte {
+	for i := 1; i < len(seqs); i++ {
+		dst = binary.AppendUvarint(dst, seqs[i]-seqs[i-1])
+	}
+	return dst
+}
+
+// readPostings appends the posting list of an index key and its value to
+// dst.
+func readPostings(dst []uint64, key, value []byte) ([]uint64, error) {
+	seq := seqOf(key)
+	dst = append(dst, seq)
+	for len(value) > 0 {
+		gap, n := binary.Uvarint(value)
+		if n <= 0 || gap == 0 {
+			return dst, fmt.Errorf("%w: index key %q: bad posting list", ErrCorrupt, key)
+		}
+		seq += gap
+		dst = append(dst, seq)
+		value = value[n:]
+	}
+	return dst, nil
 }

@@ -66,6 +66,7 @@ type Batch struct {
 // Pending is an enqueued batch; Wait returns once it is durable.
 type Pending struct {
 	b     *pebble.Batch
+	index postings // written by the committer, merged with its group's
 	last  uint64
 	done  chan struct{}
 	err   error
@@ -209,11 +210,11 @@ func (l *Log) Enqueue(b *Batch) (*Pending, error) {
 			return nil, fmt.Errorf("%w: event %d follows %d inside the batch", ErrSequence, b.Events[i].Seq, b.Events[i-1].Seq)
 		}
 	}
-	pb, err := l.encode(b)
+	pb, index, err := l.encode(b)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{b: pb, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
+	p := &Pending{b: pb, index: index, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
 	l.mu.Lock()
 	switch {
 	case l.mu.closed:
@@ -287,17 +288,32 @@ type group struct {
 	err   error
 }
 
-// write writes queue as one batch; with synced writes it returns once the
-// batch is in the WAL and the memtable, before the sync.
+// write writes queue as one batch, with one index key per term for the
+// whole group; with synced writes it returns once the batch is in the WAL
+// and the memtable, before the sync.
 func (l *Log) write(queue []*Pending) *group {
 	g := &group{queue: queue, batch: queue[0].b}
+	index := queue[0].index
 	if len(queue) > 1 {
 		g.batch, g.own = l.db.NewBatch(), true
+		index = postings{}
 		for _, p := range queue {
 			if err := g.batch.Apply(p.b, nil); err != nil {
 				g.err = fmt.Errorf("eventlog: group batch: %w", err)
 				return g
 			}
+			for t, seqs := range p.index {
+				index[t] = append(index[t], seqs...)
+			}
+		}
+	}
+	var key, gaps []byte
+	for t, seqs := range index {
+		key = indexKey(key[:0], t.kind, t.term, seqs[0])
+		gaps = appendGaps(gaps[:0], seqs)
+		if err := g.batch.Set(key, gaps, nil); err != nil {
+			g.err = fmt.Errorf("eventlog: group batch: %w", err)
+			return g
 		}
 	}
 	if l.sync.Sync {
@@ -341,24 +357,20 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 	}
 }
 
-// encode writes a batch's events, state, idempotency records and index
-// entries into one Pebble batch.
-func (l *Log) encode(b *Batch) (*pebble.Batch, error) {
+// encode writes a batch's events, state and idempotency records into one
+// Pebble batch, and returns its index terms for the committer to write.
+func (l *Log) encode(b *Batch) (*pebble.Batch, postings, error) {
 	pb := l.db.NewBatch()
-	var buf, key []byte
+	var buf []byte
+	index := postings{}
 	records := map[string]*intents.Decision{} // this batch's, latest wins
 	for _, ev := range b.Events {
 		buf = AppendEvent(buf[:0], ev)
 		if err := pb.Set(eventKey(ev.Seq), buf, nil); err != nil {
 			pb.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		var err error
-		key = indexKeys(key[:0], ev, func(k []byte) { err = errors.Join(err, pb.Set(k, nil, nil)) })
-		if err != nil {
-			pb.Close()
-			return nil, err
-		}
+		index.add(ev)
 		if d := ev.Decision; d != nil && intents.Records(nil, d) {
 			// Only an invalid decision can be about an id another agent
 			// owns (the engine refuses such reuse as invalid), so only then
@@ -368,7 +380,7 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, error) {
 				var err error
 				if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
 					pb.Close()
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			if intents.Records(prev, d) {
@@ -380,23 +392,17 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, error) {
 		buf = AppendDecision(buf[:0], d)
 		if err := pb.Set(decisionKey(id), buf, nil); err != nil {
 			pb.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for _, e := range b.State {
 		buf = appendEntry(buf[:0], e)
 		if err := pb.Set(stateKey(e.Path), buf, nil); err != nil {
 			pb.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	var last [8]byte
-	binary.BigEndian.PutUint64(last[:], b.Events[len(b.Events)-1].Seq)
-	if err := pb.Set(metaLast, last[:], nil); err != nil {
-		pb.Close()
-		return nil, err
-	}
-	return pb, nil
+	return pb, index, nil
 }
 
 // CorruptError names the record that could not be read and why. The rest of

@@ -189,12 +189,27 @@ func TestGroupCommitConcurrent(t *testing.T) {
 
 // Index queries return exactly what a full scan filtered the same way
 // returns, in order, with paging.
+//
+// The batches are enqueued without waiting, so the committer writes many
+// in one group, with posting lists that span batches; then the log is
+// compacted in the middle of such a list, and the queries are asked again.
 func TestQueryMatchesScan(t *testing.T) {
 	l := openTest(t, t.TempDir())
 	defer l.Close()
 	g := &gen{rng: rand.New(rand.NewPCG(3, 3))}
+	var pending []*Pending
+	firsts := map[uint64]bool{} // the first seq of each batch
 	for range 200 {
-		if err := l.Append(context.Background(), g.batch(1+g.rng.IntN(4))); err != nil {
+		b := g.batch(1 + g.rng.IntN(4))
+		firsts[b.Events[0].Seq] = true
+		p, err := l.Enqueue(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, p)
+	}
+	for _, p := range pending {
+		if err := p.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,6 +217,57 @@ func TestQueryMatchesScan(t *testing.T) {
 	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
 		t.Fatal(err)
 	}
+	checkQueries(t, l, all, 0)
+
+	// A list that spans batches, and where to cut it.
+	cut := uint64(0)
+	for _, seqs := range indexPostings(t, l) {
+		for _, seq := range seqs[1:] {
+			if firsts[seq] && cut == 0 {
+				cut = seq
+			}
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no posting list spans two batches: the batches were not grouped")
+	}
+	if err := l.SaveSnapshot(cut-1, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(cut, nil); err != nil {
+		t.Fatal(err)
+	}
+	for key, seqs := range indexPostings(t, l) {
+		if seqs[0] < cut {
+			t.Fatalf("after compacting before %d, index key %q holds %v", cut, key, seqs)
+		}
+	}
+	checkQueries(t, l, all, cut)
+}
+
+// indexPostings reads every index key of l and its posting list.
+func indexPostings(t *testing.T, l *Log) map[string][]uint64 {
+	t.Helper()
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famIndex}, UpperBound: []byte{famIndex + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	out := map[string][]uint64{}
+	for valid := it.First(); valid; valid = it.Next() {
+		seqs, err := readPostings(nil, it.Key(), it.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[string(it.Key())] = seqs
+	}
+	return out
+}
+
+// checkQueries asks l many queries and compares the answers with all, the
+// log's events from 1, filtered; events before first were compacted.
+func checkQueries(t *testing.T, l *Log, all []*intents.Event, first uint64) {
+	t.Helper()
 	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant},
 		{Type: intents.EventRules}, {Agent: "c", Type: intents.EventRules}, {Path: "r", Type: intents.EventRules}}
 	for _, p := range append(slices.Clone(genPaths), "r.s.t.u", "zz") {
@@ -213,7 +279,7 @@ func TestQueryMatchesScan(t *testing.T) {
 			q.From = from
 			var want []uint64
 			for _, ev := range all {
-				if ev.Seq >= from && q.matches(ev) {
+				if ev.Seq >= from && ev.Seq >= first && q.matches(ev) {
 					want = append(want, ev.Seq)
 				}
 			}

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -128,19 +129,11 @@ type seqStream interface {
 	close()
 }
 
-// iterStream yields the seq at the end of each key of an iterator.
+// iterStream yields the seq at the end of each key of an iterator: the
+// log's events.
 type iterStream struct {
 	it      *pebble.Iterator
 	started bool
-}
-
-func newIndexStream(r pebble.Reader, prefix []byte, from uint64) (*iterStream, error) {
-	lower := append(bytes.Clone(prefix), eventKey(from)[1:]...)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return nil, err
-	}
-	return &iterStream{it: it}, nil
 }
 
 func (s *iterStream) next() (uint64, bool) {
@@ -158,6 +151,56 @@ func (s *iterStream) next() (uint64, bool) {
 
 func (s *iterStream) err() error { return s.it.Error() }
 func (s *iterStream) close()     { s.it.Close() }
+
+// postingStream yields the seqs from from on in the posting lists of one
+// index term.
+type postingStream struct {
+	it     *pebble.Iterator
+	seek   []byte // the key to start at, nil once started
+	from   uint64
+	seqs   []uint64 // of the current key, not yet yielded
+	buf    []uint64
+	failed error
+}
+
+func newIndexStream(r pebble.Reader, prefix []byte, from uint64) (*postingStream, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, err
+	}
+	// The list that holds from starts at or before it.
+	seek := append(bytes.Clone(prefix), eventKey(from + 1)[1:]...)
+	return &postingStream{it: it, seek: seek, from: from}, nil
+}
+
+func (s *postingStream) next() (uint64, bool) {
+	for len(s.seqs) == 0 {
+		var ok bool
+		switch {
+		case s.failed != nil:
+			return 0, false
+		case s.seek != nil:
+			if ok = s.it.SeekLT(s.seek); !ok {
+				ok = s.it.First()
+			}
+			s.seek = nil
+		default:
+			ok = s.it.Next()
+		}
+		if !ok {
+			return 0, false
+		}
+		s.buf, s.failed = readPostings(s.buf[:0], s.it.Key(), s.it.Value())
+		i, _ := slices.BinarySearch(s.buf, s.from)
+		s.seqs = s.buf[i:]
+	}
+	seq := s.seqs[0]
+	s.seqs = s.seqs[1:]
+	return seq, true
+}
+
+func (s *postingStream) err() error { return errors.Join(s.failed, s.it.Error()) }
+func (s *postingStream) close()     { s.it.Close() }
 
 // merged yields the union of several streams in order, each seq once.
 type merged struct {

@@ -418,6 +418,39 @@ func TestCorruptRecord(t *testing.T) {
 	}
 }
 
+// A damaged posting list is an error that names its key, for the queries
+// it drives; the other indexes keep working.
+func TestCorruptPostings(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(6, 6))}
+	if err := l.Append(context.Background(), g.batch(40)); err != nil {
+		t.Fatal(err)
+	}
+	key := indexKey(nil, idxAgent, "a", 0)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: key[:len(key)-8], UpperBound: prefixEnd(key[:len(key)-8])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !it.First() {
+		t.Fatal("no events of agent a")
+	}
+	key = bytes.Clone(it.Key())
+	it.Close()
+	for name, value := range map[string][]byte{"truncated gap": {0x80}, "zero gap": {0x00}} {
+		if err := l.db.Set(key, value, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := l.Query(Query{Agent: "a"})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "index key") {
+			t.Errorf("%s: query by the agent: %v, want a corrupt index key", name, err)
+		}
+		if evs, _, err := l.Query(Query{Agent: "b"}); err != nil || len(evs) == 0 {
+			t.Errorf("%s: query by another agent: %d events, %v", name, len(evs), err)
+		}
+	}
+}
+
 // Fold hands over what Scan does, in order, but for the bodies of received
 // intents, across many chunks of the reading goroutines; an error from fn
 // ends either at once with that error.

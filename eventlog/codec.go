@@ -500,7 +500,7 @@ type (
 // allocates more than a small multiple of len(data) (under 32×, which a test
 // checks). The event does not alias data. Times come back in UTC.
 func DecodeEvent(data []byte) (*intents.Event, error) {
-	return decodeEvent(data, nil, nil)
+	return decodeEvent(data, nil)
 }
 
 // decodeEvent is DecodeEvent, or with a shell, Log.Fold's thin decoding: the
@@ -508,9 +508,8 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 // intent event, whose intent keeps its ID, Agent, Kind and Txn only (the
 // rest of it is checked as DecodeEvent checks it, but not kept). The other
 // payloads are allocated as DecodeEvent allocates them.
-// With an interner, the envelope's strings come from it.
-func decodeEvent(data []byte, shell *receivedEvent, intern interner) (*intents.Event, error) {
-	r := recordReader{data: data, thin: shell != nil, intern: intern}
+func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
+	r := recordReader{data: data, thin: shell != nil}
 	version, err := r.version()
 	if err != nil {
 		return nil, err
@@ -701,8 +700,7 @@ type recordReader struct {
 	shared [3]string // the envelope's agent, intent and txn, which payloads repeat
 	arena  []byte    // a copy of data, made at the first string or bytes read (see copied)
 	thin   bool      // a received intent keeps only its envelope (decodeEvent)
-	intern interner
-	skip   bool // fields are checked and passed over, not kept
+	skip   bool      // fields are checked and passed over, not kept
 	err    error
 }
 
@@ -825,19 +823,11 @@ func (r *recordReader) string(field string) string {
 	return unsafe.String(&r.copied(start, r.off)[0], r.off-start)
 }
 
-// An interner hands the envelope strings of recent events out again rather
-// than allocate them anew: agents repeat, and an intent's id and
-// transaction are in each of its events. It is emptied when it reaches
-// internMax strings.
-type interner map[string]string
-
-const internMax = 4096
-
-// envelopeString reads a string of the envelope through r.intern, if set.
+// envelopeString reads a string of the envelope. It takes an allocation of
+// its own rather than the record's copy: an intent event folded thin needs
+// no other string, and the envelope's are the ones the engine keeps (agents
+// and ids in its maps) long after the rest of the event is gone.
 func (r *recordReader) envelopeString(field string) string {
-	if r.intern == nil {
-		return r.string(field)
-	}
 	at := r.off
 	n := r.uvarint(field)
 	switch {
@@ -847,17 +837,8 @@ func (r *recordReader) envelopeString(field string) string {
 		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
 		return ""
 	}
-	b := r.data[r.off : r.off+int(n)]
 	r.off += int(n)
-	if s, ok := r.intern[string(b)]; ok { // no allocation to look up
-		return s
-	}
-	if len(r.intern) >= internMax {
-		clear(r.intern)
-	}
-	s := string(b)
-	r.intern[s] = s
-	return s
+	return string(r.data[r.off-int(n) : r.off])
 }
 
 // copied returns data[from:to] from a copy of the record made once, when

@@ -1132,7 +1132,7 @@ func codecCheckDecode(t testing.TB, data []byte) {
 	// Fold's decoding refuses what DecodeEvent refuses, and otherwise gives
 	// the same event but for the body of a received intent.
 	var shell receivedEvent
-	thin, thinErr := decodeEvent(data, &shell, make(interner))
+	thin, thinErr := decodeEvent(data, &shell)
 	switch {
 	case (thinErr == nil) != (err == nil):
 		t.Fatalf("DecodeEvent: %v; Fold's decoding: %v", err, thinErr)

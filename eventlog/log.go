@@ -428,11 +428,11 @@ func (l *Log) Event(seq uint64) (*intents.Event, error) {
 		return nil, err
 	}
 	defer closer.Close()
-	return decodeAt(seq, v, nil, nil)
+	return decodeAt(seq, v, nil)
 }
 
-func decodeAt(seq uint64, v []byte, shell *receivedEvent, intern interner) (*intents.Event, error) {
-	ev, err := decodeEvent(v, shell, intern)
+func decodeAt(seq uint64, v []byte, shell *receivedEvent) (*intents.Event, error) {
+	ev, err := decodeEvent(v, shell)
 	if err != nil {
 		return nil, &CorruptError{Seq: seq, Err: err}
 	}
@@ -467,36 +467,42 @@ func (l *Log) Fold(from, until uint64, fn func(*intents.Event) error) error {
 	return l.scan(from, until, true, fn)
 }
 
-// scan runs in three goroutines joined by channels of chunks, each chunk
-// recycled once read: the caller's runs fn; one decodes; one iterates
-// Pebble and copies the records out. On two cores or more the three
-// overlap, and a replay costs about its dearest stage rather than the sum
-// of the three (BenchmarkReplay1M in the coordinator).
+// scan runs in goroutines joined by channels of chunks, each chunk recycled
+// once read: one iterates Pebble and copies the records out, chunk n going
+// to decoder n % scanDecoders; the decoders decode; the caller's goroutine
+// takes the chunks back in order and runs fn. On two cores the stages
+// overlap, and a replay costs about its CPU time spread over both rather
+// than the sum of its stages (BenchmarkReplay1M in the coordinator).
 //
-// Stopping: the first stage to fail, or fn's error, closes stop. The
-// iterator then returns and closes raw; the decoder drains raw before it
-// closes full; the caller drains full. So when scan returns, no goroutine
-// of it is left and its iterator is closed.
+// Stopping: a decoder that cannot read a record sends the events before it
+// with the error, as its last chunk; fn's error, or that chunk's, closes
+// stop. The iterator then returns and closes the decoders' raw channels,
+// each decoder drains its own before it closes its full channel, and the
+// caller drains every full channel. So when scan returns, no goroutine of
+// it is left and its iterator is closed.
 
-// A rawChunk is records on their way from the iterator to the decoder.
+// A rawChunk is records on their way from the iterator to a decoder.
 type rawChunk struct {
 	seqs []uint64
 	ends []int // record i is buf[ends[i-1]:ends[i]]
 	buf  []byte
 }
 
-// An eventChunk is events on their way from the decoder to fn.
+// An eventChunk is events on their way from a decoder to fn.
 type eventChunk struct {
 	evs    []*intents.Event
 	shells []receivedEvent // Fold's: what evs point into, reused
+	err    error           // the record after evs could not be read; the chunk is the last
 }
 
 // The read-ahead of scan: records go in chunks, which keeps the channels'
-// cost per event small, and each stage runs at most scanDepth chunks ahead
-// of the next.
+// cost per event small; each decoder runs at most scanDepth chunks ahead of
+// the caller, and the iterator as far ahead of each decoder. Two decoders
+// balance the stages on two cores: decoding is the dearest.
 const (
 	scanChunkLen = 256
 	scanDepth    = 4
+	scanDecoders = 2
 )
 
 func (l *Log) scan(from, until uint64, thin bool, fn func(*intents.Event) error) error {
@@ -514,29 +520,51 @@ func (l *Log) scan(from, until uint64, thin bool, fn func(*intents.Event) error)
 	if err != nil {
 		return err
 	}
+	type decoder struct {
+		raw  chan *rawChunk
+		full chan *eventChunk
+		free chan *eventChunk // Fold's, back from fn
+	}
 	var (
-		raw      = make(chan *rawChunk, scanDepth)
-		rawFree  = make(chan *rawChunk, scanDepth+2)
-		full     = make(chan *eventChunk, scanDepth)
-		free     = make(chan *eventChunk, scanDepth+2) // Fold's, back from fn
+		decoders [scanDecoders]decoder
+		rawFree  = make(chan *rawChunk, scanDecoders*(scanDepth+2))
 		stop     = make(chan struct{})
 		stopOnce sync.Once
 		halt     = func() { stopOnce.Do(func() { close(stop) }) }
-		iterErr  error // set before raw is closed
-		readErr  error // set before full is closed
+		iterErr  error // set before the raw channels are closed
 	)
-	for range scanDepth + 2 {
-		rawFree <- &rawChunk{}
-		if thin {
-			free <- &eventChunk{evs: make([]*intents.Event, 0, scanChunkLen), shells: make([]receivedEvent, scanChunkLen)}
+	for i := range decoders {
+		d := &decoders[i]
+		d.raw = make(chan *rawChunk, scanDepth)
+		d.full = make(chan *eventChunk, scanDepth)
+		d.free = make(chan *eventChunk, scanDepth+2)
+		for range scanDepth + 2 {
+			rawFree <- &rawChunk{}
+			if thin {
+				d.free <- &eventChunk{evs: make([]*intents.Event, 0, scanChunkLen), shells: make([]receivedEvent, scanChunkLen)}
+			}
 		}
 	}
 
-	// The iterator.
+	// The iterator: chunk n goes to decoder n % scanDecoders.
 	go func() {
-		defer close(raw)
+		defer func() {
+			for i := range decoders {
+				close(decoders[i].raw)
+			}
+		}()
 		defer it.Close()
 		var c *rawChunk
+		n := 0
+		send := func() bool {
+			select {
+			case decoders[n%scanDecoders].raw <- c:
+				c, n = nil, n+1
+				return true
+			case <-stop:
+				return false
+			}
+		}
 		for valid := it.First(); valid; valid = it.Next() {
 			if c == nil {
 				select {
@@ -549,95 +577,96 @@ func (l *Log) scan(from, until uint64, thin bool, fn func(*intents.Event) error)
 			c.seqs = append(c.seqs, seqOf(it.Key()))
 			c.buf = append(c.buf, it.Value()...)
 			c.ends = append(c.ends, len(c.buf))
-			if len(c.seqs) == scanChunkLen {
-				select {
-				case raw <- c:
-					c = nil
-				case <-stop:
-					return
-				}
+			if len(c.seqs) == scanChunkLen && !send() {
+				return
 			}
 		}
 		iterErr = it.Error()
 		if c != nil {
-			select {
-			case raw <- c:
-			case <-stop:
-			}
+			send()
 		}
 	}()
 
-	// The decoder.
-	go func() {
-		defer close(full)
-		defer func() {
-			for range raw { // until the iterator has returned
+	for i := range decoders {
+		d := &decoders[i]
+		go func() {
+			defer close(d.full)
+			defer func() {
+				for range d.raw { // until the iterator has returned
+				}
+			}()
+			send := func(c *eventChunk) bool {
+				select {
+				case d.full <- c:
+					return true
+				case <-stop:
+					return false
+				}
+			}
+			for rc := range d.raw {
+				var c *eventChunk
+				if thin {
+					select {
+					case c = <-d.free:
+						c.evs, c.err = c.evs[:0], nil
+					case <-stop:
+						return
+					}
+				} else {
+					c = &eventChunk{evs: make([]*intents.Event, 0, len(rc.seqs))}
+				}
+				start := 0
+				for i, seq := range rc.seqs {
+					var shell *receivedEvent
+					if thin {
+						shell = &c.shells[i]
+					}
+					ev, err := decodeAt(seq, rc.buf[start:rc.ends[i]], shell)
+					if err != nil {
+						c.err = err
+						send(c)
+						return
+					}
+					c.evs = append(c.evs, ev)
+					start = rc.ends[i]
+				}
+				rawFree <- rc
+				if !send(c) {
+					return
+				}
 			}
 		}()
-		var intern interner
-		if thin {
-			intern = make(interner, internMax)
-		}
-		send := func(c *eventChunk) bool {
-			select {
-			case full <- c:
-				return true
-			case <-stop:
-				return false
-			}
-		}
-		for rc := range raw {
-			var c *eventChunk
-			if thin {
-				select {
-				case c = <-free:
-					c.evs = c.evs[:0]
-				case <-stop:
-					return
-				}
-			} else {
-				c = &eventChunk{evs: make([]*intents.Event, 0, len(rc.seqs))}
-			}
-			start := 0
-			for i, seq := range rc.seqs {
-				var shell *receivedEvent
-				if thin {
-					shell = &c.shells[i]
-				}
-				ev, err := decodeAt(seq, rc.buf[start:rc.ends[i]], shell, intern)
-				if err != nil {
-					readErr = err
-					if len(c.evs) > 0 {
-						send(c)
-					}
-					halt()
-					return
-				}
-				c.evs = append(c.evs, ev)
-				start = rc.ends[i]
-			}
-			rawFree <- rc
-			if !send(c) {
-				return
-			}
-		}
-		readErr = iterErr
-	}()
+	}
 
-	for c := range full {
+	drain := func() {
+		for i := range decoders {
+			for range decoders[i].full { // until every decoder has returned
+			}
+		}
+	}
+	for n := 0; ; n++ {
+		d := &decoders[n%scanDecoders]
+		c, ok := <-d.full
+		if !ok { // the iterator has closed every raw channel
+			drain()
+			return iterErr
+		}
 		for _, ev := range c.evs {
 			if err := fn(ev); err != nil {
 				halt()
-				for range full { // until the decoder has returned
-				}
+				drain()
 				return err
 			}
 		}
+		if c.err != nil {
+			halt()
+			drain()
+			return c.err
+		}
 		if thin {
-			free <- c
+			d.free <- c
 		}
 	}
-	return readErr
 }
 
 // ScanRaw is Scan without decoding: fn gets each record's bytes, valid only

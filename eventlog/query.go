@@ -59,7 +59,7 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 		if err != nil {
 			return nil, 0, fmt.Errorf("event %d named by an index: %w", seq, err)
 		}
-		ev, err := decodeAt(seq, v, nil, nil)
+		ev, err := decodeAt(seq, v, nil)
 		closer.Close()
 		if err != nil {
 			return nil, 0, err

@@ -45,6 +45,7 @@ type Tree struct {
 	rev      uint64
 	tracking bool
 	touched  []string // paths bumped since Touched was last called
+	walked   []*node  // the nodes check went through, for apply to reuse
 }
 
 // New returns an empty tree at rev 0.
@@ -229,8 +230,12 @@ func dropNulls(v json.RawMessage) json.RawMessage {
 // check returns the node at path (nil if none) after verifying that op can
 // be applied there: every existing ancestor is an object, and the value at
 // path has the type the op needs.
+//
+// The nodes it goes through below the root, as far as they exist, are left
+// in t.walked.
 func (t *Tree) check(path string, op intents.Op) (*node, error) {
 	n := &t.root
+	t.walked = t.walked[:0]
 	for rest := path; rest != ""; {
 		seg, tail, _ := strings.Cut(rest, ".")
 		if n.kind == leaf {
@@ -243,6 +248,7 @@ func (t *Tree) check(path string, op intents.Op) (*node, error) {
 		if n = n.kids[seg]; n == nil {
 			return nil, nil
 		}
+		t.walked = append(t.walked, n)
 		rest = tail
 	}
 	if n.kind != leaf && n.kind != object {
@@ -323,10 +329,16 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 		}
 	}
 	t.rev = rev
+	// With one write, the nodes check went through are still the path's:
+	// nothing has changed since.
+	var walked []*node
+	if verify && len(writes) == 1 {
+		walked = t.walked
+	}
 	for i, w := range writes {
 		n := &t.root
 		n.bump(rev)
-		for end := 0; end < len(w.Path); {
+		for k, end := 0, 0; end < len(w.Path); k++ {
 			next := strings.IndexByte(w.Path[end:], '.')
 			if next < 0 {
 				next = len(w.Path)
@@ -337,7 +349,12 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 			if n.kind != object {
 				n.kind, n.val = object, nil
 			}
-			kid := n.kids[seg]
+			var kid *node
+			if k < len(walked) {
+				kid = walked[k]
+			} else {
+				kid = n.kids[seg]
+			}
 			if kid == nil {
 				if n.kids == nil {
 					n.kids = make(map[string]*node, 1)

@@ -505,6 +505,32 @@ func TestFoldMatchesScan(t *testing.T) {
 			}
 		}
 	}
+
+	// Ranges, and a damaged record in a chunk of the second decoder: the
+	// events before it come, then its error, and nothing after it.
+	for _, r := range [][2]uint64{{1, 1}, {300, 0}, {200, 700}, {total, 0}} {
+		var seqs []uint64
+		err := l.Fold(r[0], r[1], func(ev *intents.Event) error { seqs = append(seqs, ev.Seq); return nil })
+		last := r[1]
+		if last == 0 {
+			last = total
+		}
+		if err != nil || len(seqs) != int(last-r[0]+1) || seqs[0] != r[0] || seqs[len(seqs)-1] != last {
+			t.Errorf("fold %d..%d: %d events from %v: %v", r[0], r[1], len(seqs), seqs[:min(len(seqs), 1)], err)
+		}
+	}
+	bad := uint64(scanChunkLen + 40)
+	if err := l.db.Set(eventKey(bad), []byte("not a record"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(uint64, uint64, func(*intents.Event) error) error{"scan": l.Scan, "fold": l.Fold} {
+		var seqs []uint64
+		err := f(1, 0, func(ev *intents.Event) error { seqs = append(seqs, ev.Seq); return nil })
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Seq != bad || len(seqs) != int(bad-1) || seqs[len(seqs)-1] != bad-1 {
+			t.Errorf("%s over a damaged %d: %d events, the last %d: %v", name, bad, len(seqs), seqs[len(seqs)-1], err)
+		}
+	}
 }
 
 // The idempotency record follows the engine's rule: the first agent's

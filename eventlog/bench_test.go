@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,6 +281,65 @@ func BenchmarkRawPebbleSynced(b *testing.B) {
 			b.ReportMetric(float64(db.Metrics().WAL.BytesIn-walBefore)/float64(b.N), "walB/op")
 			sfs.report(b, float64(b.N), "writes")
 		})
+	}
+}
+
+// envSpin makes TestSpinChild spin: BenchmarkSyncUnderLoad's load.
+const envSpin = "COAGENT_BENCH_SPIN"
+
+// TestSpinChild keeps one CPU busy until it is killed.
+func TestSpinChild(t *testing.T) {
+	if os.Getenv(envSpin) == "" {
+		t.Skip("run by BenchmarkSyncUnderLoad")
+	}
+	for {
+	}
+}
+
+// BenchmarkSyncUnderLoad measures what every synced append waits for: a
+// write of 1 KB (a lone writer's batch) or 22 KB (a group of 64 writers'
+// batches) to a preallocated file and its fdatasync, as Pebble's WAL makes
+// them, with the CPUs idle and with each CPU kept busy by another process.
+// On the 2-core CI machines a sync takes several times as long when the
+// CPUs are busy, which is what group commit runs into at 64 writers: their
+// own work keeps the CPUs busy. One op is one write and sync.
+func BenchmarkSyncUnderLoad(b *testing.B) {
+	for _, load := range []string{"idle", "busy"} {
+		for _, size := range []int{1 << 10, 22 << 10} {
+			b.Run(fmt.Sprintf("cpus=%s/size=%dKB", load, size>>10), func(b *testing.B) {
+				if load == "busy" {
+					for range runtime.NumCPU() {
+						cmd := exec.Command(os.Args[0], "-test.run=^TestSpinChild$", "-test.timeout=10m")
+						cmd.Env = append(os.Environ(), envSpin+"=1")
+						if err := cmd.Start(); err != nil {
+							b.Fatal(err)
+						}
+						defer func() {
+							_ = cmd.Process.Kill()
+							_ = cmd.Wait()
+						}()
+					}
+				}
+				f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer f.Close()
+				if err := f.Preallocate(0, 512<<20); err != nil {
+					b.Fatal(err)
+				}
+				buf := make([]byte, size)
+				for b.Loop() {
+					if _, err := f.Write(buf); err != nil {
+						b.Fatal(err)
+					}
+					if err := f.SyncData(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/sync")
+			})
+		}
 	}
 }
 

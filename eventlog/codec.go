@@ -799,19 +799,26 @@ func (r *recordReader) advance(field string, n int) bool {
 	return true
 }
 
-func (r *recordReader) string(field string) string {
+// span passes over a string and returns where its bytes start; ok is
+// false for the empty string, or on failure.
+func (r *recordReader) span(field string) (start int, ok bool) {
 	at := r.off
 	n := r.uvarint(field)
 	switch {
 	case r.err != nil || n == 0:
-		return ""
+		return 0, false
 	case n > uint64(r.left()):
 		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
-		return ""
+		return 0, false
 	}
-	start := r.off
+	start = r.off
 	r.off += int(n)
-	if r.skip {
+	return start, true
+}
+
+func (r *recordReader) string(field string) string {
+	start, ok := r.span(field)
+	if !ok || r.skip {
 		return ""
 	}
 	b := r.data[start:r.off]
@@ -828,17 +835,11 @@ func (r *recordReader) string(field string) string {
 // no other string, and the envelope's are the ones the engine keeps (agents
 // and ids in its maps) long after the rest of the event is gone.
 func (r *recordReader) envelopeString(field string) string {
-	at := r.off
-	n := r.uvarint(field)
-	switch {
-	case r.err != nil || n == 0:
-		return ""
-	case n > uint64(r.left()):
-		r.failAt(at, field, "length %d past the end (%d bytes left)", n, r.left())
+	start, ok := r.span(field)
+	if !ok {
 		return ""
 	}
-	r.off += int(n)
-	return string(r.data[r.off-int(n) : r.off])
+	return string(r.data[start:r.off])
 }
 
 // copied returns data[from:to] from a copy of the record made once, when

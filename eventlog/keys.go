@@ -176,13 +176,17 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 // postings maps index terms to the seqs of their events, ascending.
 type postings map[indexTerm][]uint64
 
-// add records ev's terms; ev follows every event added before.
-func (ps postings) add(ev *intents.Event) {
-	indexTerms(ev, func(t indexTerm) {
-		if seqs := ps[t]; len(seqs) == 0 || seqs[len(seqs)-1] != ev.Seq {
-			ps[t] = append(seqs, ev.Seq)
-		}
-	})
+// A posting is one event of an index term.
+type posting struct {
+	indexTerm
+	seq uint64
+}
+
+// addSeq records an event of t; seq is not before any added.
+func (ps postings) addSeq(t indexTerm, seq uint64) {
+	if seqs := ps[t]; len(seqs) == 0 || seqs[len(seqs)-1] != seq {
+		ps[t] = append(seqs, seq)
+	}
 }
 
 // appendGaps appends the value of an index key whose posting list is seqs

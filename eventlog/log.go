@@ -65,8 +65,9 @@ type Batch struct {
 
 // Pending is an enqueued batch; Wait returns once it is durable.
 type Pending struct {
-	b     *pebble.Batch
-	index postings // written by the committer, merged with its group's
+	b     *pebble.Batch // the events
+	rest  *pebble.Batch // the idempotency records and state entries
+	terms []posting     // index terms, written by the committer for the whole group
 	last  uint64
 	done  chan struct{}
 	err   error
@@ -210,21 +211,23 @@ func (l *Log) Enqueue(b *Batch) (*Pending, error) {
 			return nil, fmt.Errorf("%w: event %d follows %d inside the batch", ErrSequence, b.Events[i].Seq, b.Events[i-1].Seq)
 		}
 	}
-	pb, index, err := l.encode(b)
+	pb, rest, terms, err := l.encode(b)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{b: pb, index: index, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
+	p := &Pending{b: pb, rest: rest, terms: terms, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
 	l.mu.Lock()
 	switch {
 	case l.mu.closed:
 		l.mu.Unlock()
 		pb.Close()
+		rest.Close()
 		return nil, ErrClosed
 	case b.Events[0].Seq != l.mu.next:
 		next := l.mu.next
 		l.mu.Unlock()
 		pb.Close()
+		rest.Close()
 		return nil, fmt.Errorf("%w: batch starts at %d, the log continues at %d", ErrSequence, b.Events[0].Seq, next)
 	}
 	l.mu.next = p.last + 1
@@ -290,21 +293,30 @@ type group struct {
 
 // write writes queue as one batch, with one index key per term for the
 // whole group; with synced writes it returns once the batch is in the WAL
-// and the memtable, before the sync.
+// and the memtable, before the sync. The batch holds every event first,
+// then the records and state entries, then the index: Pebble inserts a
+// batch into its memtable in order, and an insert next to the one before
+// is cheap, so the events' consecutive keys cost little (5% more appends at
+// 64 writers than batches written one after the other).
 func (l *Log) write(queue []*Pending) *group {
 	g := &group{queue: queue, batch: queue[0].b}
-	index := queue[0].index
 	if len(queue) > 1 {
 		g.batch, g.own = l.db.NewBatch(), true
-		index = postings{}
 		for _, p := range queue {
 			if err := g.batch.Apply(p.b, nil); err != nil {
 				g.err = fmt.Errorf("eventlog: group batch: %w", err)
 				return g
 			}
-			for t, seqs := range p.index {
-				index[t] = append(index[t], seqs...)
-			}
+		}
+	}
+	index := postings{}
+	for _, p := range queue {
+		if err := g.batch.Apply(p.rest, nil); err != nil {
+			g.err = fmt.Errorf("eventlog: group batch: %w", err)
+			return g
+		}
+		for _, t := range p.terms {
+			index.addSeq(t.indexTerm, t.seq)
 		}
 	}
 	var key, gaps []byte
@@ -352,25 +364,28 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 		for _, p := range g.queue {
 			p.err = err
 			p.b.Close()
+			p.rest.Close()
 			close(p.done)
 		}
 	}
 }
 
-// encode writes a batch's events, state and idempotency records into one
-// Pebble batch, and returns its index terms for the committer to write.
-func (l *Log) encode(b *Batch) (*pebble.Batch, postings, error) {
-	pb := l.db.NewBatch()
+// encode writes a batch's events into one Pebble batch and its
+// idempotency records and state entries into another, and returns its
+// index terms, for the committer to write with its group's (see write).
+func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) {
+	pb, rest := l.db.NewBatch(), l.db.NewBatch()
 	var buf []byte
-	index := postings{}
+	var terms []posting
 	records := map[string]*intents.Decision{} // this batch's, latest wins
 	for _, ev := range b.Events {
 		buf = AppendEvent(buf[:0], ev)
 		if err := pb.Set(eventKey(ev.Seq), buf, nil); err != nil {
 			pb.Close()
-			return nil, nil, err
+			rest.Close()
+			return nil, nil, nil, err
 		}
-		index.add(ev)
+		indexTerms(ev, func(t indexTerm) { terms = append(terms, posting{t, ev.Seq}) })
 		if d := ev.Decision; d != nil && intents.Records(nil, d) {
 			// Only an invalid decision can be about an id another agent
 			// owns (the engine refuses such reuse as invalid), so only then
@@ -380,7 +395,8 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, postings, error) {
 				var err error
 				if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
 					pb.Close()
-					return nil, nil, err
+					rest.Close()
+					return nil, nil, nil, err
 				}
 			}
 			if intents.Records(prev, d) {
@@ -390,19 +406,21 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, postings, error) {
 	}
 	for id, d := range records {
 		buf = AppendDecision(buf[:0], d)
-		if err := pb.Set(decisionKey(id), buf, nil); err != nil {
+		if err := rest.Set(decisionKey(id), buf, nil); err != nil {
 			pb.Close()
-			return nil, nil, err
+			rest.Close()
+			return nil, nil, nil, err
 		}
 	}
 	for _, e := range b.State {
 		buf = appendEntry(buf[:0], e)
-		if err := pb.Set(stateKey(e.Path), buf, nil); err != nil {
+		if err := rest.Set(stateKey(e.Path), buf, nil); err != nil {
 			pb.Close()
-			return nil, nil, err
+			rest.Close()
+			return nil, nil, nil, err
 		}
 	}
-	return pb, index, nil
+	return pb, rest, terms, nil
 }
 
 // CorruptError names the record that could not be read and why. The rest of

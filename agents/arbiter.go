@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -480,12 +480,7 @@ func CasePrompt(c *intents.Escalation) string {
 	}
 	if len(c.State) > 0 {
 		b.WriteString("Current state of the paths involved:\n")
-		paths := make([]string, 0, len(c.State))
-		for p := range c.State {
-			paths = append(paths, p)
-		}
-		sort.Strings(paths)
-		for _, p := range paths {
+		for _, p := range slices.Sorted(maps.Keys(c.State)) {
 			st := c.State[p]
 			if !st.Exists {
 				fmt.Fprintf(&b, "- %s: absent\n", p)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -346,11 +347,7 @@ func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
 	}
 	tree := eng.State()
 	folded := tree.Paths()
-	paths := make([]string, 0, len(folded))
-	for p := range folded {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
+	paths := slices.Sorted(maps.Keys(folded))
 	describe := func(e *eventlog.Entry) string {
 		if e == nil {
 			return "nothing"

@@ -6,9 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/coagent/coagent/coordinator/auth"
@@ -56,12 +57,7 @@ func (c *agentsCommand) Run(ctx context.Context, args []string, _ io.Reader, std
 		if err != nil {
 			return err
 		}
-		names := make([]string, 0, len(reg.Agents))
-		for n := range reg.Agents {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(reg.Agents)) {
 			a := reg.Agents[n]
 			fmt.Fprintf(stdout, "%-20s %-24s %s\n", n, strings.Join(a.Roles, ","), a.Nkey)
 		}

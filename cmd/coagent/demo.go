@@ -6,9 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -200,9 +201,9 @@ func printStats(out *lockedWriter, s *team.Stats, latencies []time.Duration) {
 		row("  "+string(o), n, note)
 	}
 	total, kinds := 0, []string{}
-	for _, k := range sortedKeys(s.Conflicts) {
-		total += s.Conflicts[intents.ConflictKind(k)]
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, s.Conflicts[intents.ConflictKind(k)]))
+	for _, k := range slices.Sorted(maps.Keys(s.Conflicts)) {
+		total += s.Conflicts[k]
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, s.Conflicts[k]))
 	}
 	row("conflicts", total, strings.Join(kinds, ", "))
 	row("merges (disjoint edits)", s.Merges, "decisions naming merged_with")
@@ -211,15 +212,6 @@ func printStats(out *lockedWriter, s *team.Stats, latencies []time.Duration) {
 	row("notices", s.Notices, "advisories to transaction holders")
 	out.printf("  %-26s p50 %s  p99 %s  (%d intents, from submission to final decision)\n", "decision latency",
 		round(team.Percentile(latencies, 0.50)), round(team.Percentile(latencies, 0.99)), len(latencies))
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, string(k))
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func outcomeList(m map[intents.Outcome]int) string {

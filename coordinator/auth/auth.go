@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,12 +183,7 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 // anything.
 func (r *Registry) Users(prefix, coordinator string) []*server.NkeyUser {
 	users := []*server.NkeyUser{{Nkey: coordinator}}
-	names := make([]string, 0, len(r.Agents))
-	for name := range r.Agents {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(r.Agents)) {
 		a := r.Agents[name]
 		users = append(users, &server.NkeyUser{Nkey: a.Nkey, Permissions: Permissions(prefix, name, a.Roles)})
 	}

@@ -13,6 +13,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -249,10 +250,5 @@ func (e *Engine) Txns() []TxnInfo {
 
 // Parked returns the ids of the intents waiting or escalated, sorted.
 func (e *Engine) Parked() []string {
-	out := make([]string, 0, len(e.parked))
-	for id := range e.parked {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(e.parked))
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -127,7 +128,7 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	e.emit(intents.Event{Type: intents.EventResolve, Agent: res.Arbiter, Intent: esc, Resolution: res})
 	// Whoever loses, or stands in the way of what wins, is preempted; a
 	// holder that wins keeps its grant.
-	for _, id := range sortedKeys(holders) {
+	for _, id := range slices.Sorted(maps.Keys(holders)) {
 		t := holders[id]
 		if slices.Contains(res.Winners, id) || (!slices.Contains(res.Losers, id) && !escWins && res.Replacement == nil) {
 			continue
@@ -166,13 +167,4 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	}
 	e.settle()
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -3,7 +3,8 @@ package rules
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/coagent/coagent/intents"
@@ -121,12 +122,7 @@ func (p Pattern) concrete(path string, before, after intents.Reader) []string {
 		}
 		p.walk(path, len(segs), v, found)
 	}
-	out := make([]string, 0, len(found))
-	for k := range found {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(found))
 }
 
 // walk collects the matched paths inside v, the value at path, whose depth

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -565,7 +566,7 @@ func (r *compiled) transition(p string, ov any, ook bool, nv any, nok bool) *Vio
 	if !isStr || !r.states[to] {
 		return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
 			"%s = %s is not a state of rules[%d] (%s): want one of %s",
-			p, format(nv), r.index, r.Pattern, strings.Join(sortedKeys(r.states), ", "))}
+			p, format(nv), r.index, r.Pattern, strings.Join(slices.Sorted(maps.Keys(r.states)), ", "))}
 	}
 	if !ook {
 		if len(r.Initial) > 0 && !slices.Contains(r.Initial, to) {
@@ -612,15 +613,6 @@ func equalJSON(a, b any) bool {
 		return b == nil
 	}
 	return format(a) == format(b)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func clip(s string, n int) string {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -182,12 +183,7 @@ func (t *Tree) Plan(writes []intents.Write) ([]intents.Applied, error) {
 			if err := json.Unmarshal(w.Value, &members); err != nil {
 				return nil, fmt.Errorf("merge %s: %w", w.Path, err)
 			}
-			keys := make([]string, 0, len(members))
-			for k := range members {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(members)) {
 				p := w.Path + "." + k
 				c := Entry{}
 				if kid := n.kids[k]; kid != nil {
@@ -499,12 +495,7 @@ func (n *node) hash(h hash.Hash, path string) {
 		h.Write(b)
 	}
 	h.Write([]byte{0})
-	keys := make([]string, 0, len(n.kids))
-	for k := range n.kids {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(n.kids)) {
 		p := k
 		if path != "" {
 			p = path + "." + k

@@ -16,6 +16,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -56,15 +57,7 @@ func newArbiterWorld(t *testing.T, opts ...coordinator.Options) *arbiterWorld {
 // next returns agent's next decision.
 func (w *arbiterWorld) next(agent string) *intents.Decision {
 	w.t.Helper()
-	m, err := w.decisions[agent].NextMsg(10 * time.Second)
-	if err != nil {
-		w.t.Fatalf("no decision for %s: %v", agent, err)
-	}
-	var d intents.Decision
-	if err := json.Unmarshal(m.Data, &d); err != nil {
-		w.t.Fatal(err)
-	}
-	return &d
+	return natstest.Next[intents.Decision](w.t, w.decisions[agent])
 }
 
 // conflict opens a case: w1's propose (priority hp) is granted, then w2's

@@ -34,15 +34,7 @@ func TestArbiterOverTheWire(t *testing.T) {
 	}
 	next := func(agent string) *intents.Decision {
 		t.Helper()
-		m, err := decisions[agent].NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("no decision for %s: %v", agent, err)
-		}
-		var d intents.Decision
-		if err := json.Unmarshal(m.Data, &d); err != nil {
-			t.Fatal(err)
-		}
-		return &d
+		return natstest.Next[intents.Decision](t, decisions[agent])
 	}
 	propose := ulid.Make().String()
 	nc.Publish(subj.Intents("w1"), []byte(`{"id":"`+propose+`","agent":"w1","kind":"propose","writes":[{"path":"report.intro","op":"set"}]}`))
@@ -184,15 +176,7 @@ func TestArbiterReplacementRejected(t *testing.T) {
 	}
 	next := func(s *nats.Subscription) *intents.Decision {
 		t.Helper()
-		m, err := s.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d intents.Decision
-		if err := json.Unmarshal(m.Data, &d); err != nil {
-			t.Fatal(err)
-		}
-		return &d
+		return natstest.Next[intents.Decision](t, s)
 	}
 	if _, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
 		t.Fatal(err)

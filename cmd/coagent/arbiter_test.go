@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
@@ -54,15 +54,7 @@ func TestArbiterCommand(t *testing.T) {
 	}
 	next := func(agent string) *intents.Decision {
 		t.Helper()
-		m, err := subs[agent].NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("no decision for %s: %v", agent, err)
-		}
-		var d intents.Decision
-		if err := json.Unmarshal(m.Data, &d); err != nil {
-			t.Fatal(err)
-		}
-		return &d
+		return natstest.Next[intents.Decision](t, subs[agent])
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -36,15 +36,7 @@ func TestDeadLetters(t *testing.T) {
 	}
 	next := func() *intents.Decision {
 		t.Helper()
-		m, err := sub.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var d intents.Decision
-		if err := json.Unmarshal(m.Data, &d); err != nil {
-			t.Fatal(err)
-		}
-		return &d
+		return natstest.Next[intents.Decision](t, sub)
 	}
 	holder := `{"id":"` + ulid.Make().String() + `","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.x","op":"set"}]}`
 	if out, _, err := runCmd(t, holder, "submit", "--nats", url, "-"); err != nil {

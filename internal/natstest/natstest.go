@@ -5,6 +5,7 @@
 package natstest
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,4 +44,19 @@ func Connect(t testing.TB, ns *server.Server, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Next waits up to 10 s for the next message on sub and decodes it as JSON
+// into a new T; the test fails if none comes or it does not decode.
+func Next[T any](t testing.TB, sub *nats.Subscription) *T {
+	t.Helper()
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("no message on %s: %v", sub.Subject, err)
+	}
+	v := new(T)
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		t.Fatalf("message on %s: %s: %v", m.Subject, m.Data, err)
+	}
+	return v
 }

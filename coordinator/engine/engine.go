@@ -70,6 +70,22 @@ type txn struct {
 	warnN, endN uint64
 }
 
+// newTxn is the transaction g grants, before its timers are set.
+func newTxn(g *intents.Grant) *txn {
+	t := &txn{
+		Txn:     conflict.Txn{ID: g.Txn, Agent: g.Agent, Writes: g.Propose.Writes},
+		fence:   g.Fence,
+		leaseMS: g.LeaseMS,
+		expires: g.Expires,
+		propose: g.Propose,
+		reads:   g.Reads,
+	}
+	for _, r := range g.Reads {
+		t.Reads = append(t.Reads, r.Path)
+	}
+	return t
+}
+
 // parked is an intent waiting on transactions in flight or on an arbiter.
 type parked struct {
 	in        *intents.Intent

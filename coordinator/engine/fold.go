@@ -72,17 +72,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		e.noteMerged(ev)
 	case intents.EventGrant:
 		g := ev.Grant
-		t := &txn{
-			Txn:     conflict.Txn{ID: g.Txn, Agent: g.Agent, Writes: g.Propose.Writes},
-			fence:   g.Fence,
-			leaseMS: g.LeaseMS,
-			expires: g.Expires,
-			propose: g.Propose,
-			reads:   g.Reads,
-		}
-		for _, r := range g.Reads {
-			t.Reads = append(t.Reads, r.Path)
-		}
+		t := newTxn(g)
 		e.txns[t.ID] = t
 		e.index.Add(&t.Txn)
 		e.fence = max(e.fence, g.Fence)

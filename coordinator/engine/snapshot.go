@@ -222,20 +222,10 @@ func (e *Engine) restore(s *Snapshot) error {
 		if err := checkIntent(st.Propose); err != nil {
 			return fmt.Errorf("txn %s: propose: %w", st.ID, err)
 		}
-		// As the fold of its grant builds it.
-		t := &txn{
-			Txn:     conflict.Txn{ID: st.ID, Agent: st.Agent, Writes: st.Propose.Writes},
-			fence:   st.Fence,
-			leaseMS: st.LeaseMS,
-			expires: st.Expires,
-			propose: st.Propose,
-			reads:   st.Reads,
-			merged:  slices.Clone(st.Merged),
-			warned:  st.Warned,
-		}
-		for _, r := range st.Reads {
-			t.Reads = append(t.Reads, r.Path)
-		}
+		// As the fold of its grant builds it, with what happened since.
+		t := newTxn(&intents.Grant{Txn: st.ID, Agent: st.Agent, Fence: st.Fence, LeaseMS: st.LeaseMS,
+			Expires: st.Expires, Reads: st.Reads, Propose: st.Propose})
+		t.merged, t.warned = slices.Clone(st.Merged), st.Warned
 		e.txns[t.ID] = t
 		e.loadOf(t.Agent).txns++
 	}

@@ -47,22 +47,13 @@ var kindNames = [...]string{absent: NodeAbsent, leaf: NodeLeaf, object: NodeObje
 // copies: the caller may keep and change them.
 func (t *Tree) Export() []Node {
 	var out []Node
-	var walk func(n *node, path string)
-	walk = func(n *node, path string) {
+	t.each(func(path string, n *node) {
 		e := Node{Path: path, Kind: kindNames[n.kind], Version: n.version, ModRev: n.modRev}
 		if n.kind == leaf {
 			e.Value, e.Number = encodeLeaf(n.val)
 		}
 		out = append(out, e)
-		for k, kid := range n.kids {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			walk(kid, p)
-		}
-	}
-	walk(&t.root, "")
+	})
 	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.Path, b.Path) })
 	return out
 }

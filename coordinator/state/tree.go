@@ -508,8 +508,7 @@ func (n *node) hash(h hash.Hash, path string) {
 // entry, in sorted order: the form tests and `coagent replay --json` compare.
 func (t *Tree) Paths() map[string]Entry {
 	out := map[string]Entry{}
-	var walk func(n *node, path string)
-	walk = func(n *node, path string) {
+	t.each(func(path string, n *node) {
 		if path != "" {
 			e := Entry{Exists: n.kind != absent, Version: n.version, ModRev: n.modRev}
 			if n.kind == leaf {
@@ -517,6 +516,16 @@ func (t *Tree) Paths() map[string]Entry {
 			}
 			out[path] = e
 		}
+	})
+	return out
+}
+
+// each calls fn with every node of the tree and its path, the root ("")
+// and deleted paths included, in no particular order.
+func (t *Tree) each(fn func(path string, n *node)) {
+	var walk func(n *node, path string)
+	walk = func(n *node, path string) {
+		fn(path, n)
 		for k, kid := range n.kids {
 			p := k
 			if path != "" {
@@ -526,7 +535,6 @@ func (t *Tree) Paths() map[string]Entry {
 		}
 	}
 	walk(&t.root, "")
-	return out
 }
 
 // FormatValue renders a state value for a human sentence, shortened.

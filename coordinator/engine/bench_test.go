@@ -24,8 +24,13 @@ func benchID(n int) string {
 // withInFlight returns an engine holding n granted transactions, each
 // writing two paths and reading two in its own document.
 func withInFlight(tb testing.TB, n int) *Engine {
+	return withInFlightWindow(tb, n, 0)
+}
+
+// withInFlightWindow is withInFlight with a DedupWindow (0: the default).
+func withInFlightWindow(tb testing.TB, n, window int) *Engine {
 	tb.Helper()
-	e, err := New(Config{DefaultLease: time.Hour, MaxLease: time.Hour, MaxTxnsPerAgent: n + 1})
+	e, err := New(Config{DefaultLease: time.Hour, MaxLease: time.Hour, MaxTxnsPerAgent: n + 1, DedupWindow: window})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -50,6 +55,13 @@ func withInFlight(tb testing.TB, n int) *Engine {
 // BenchmarkDecodeAndDecide.
 func BenchmarkDecideApply(b *testing.B) {
 	benchApplies(b, withInFlight(b, 10000), `1`)
+}
+
+// BenchmarkDecideApplyWindow100k is BenchmarkDecideApply with the engine
+// remembering 100,000 recent intent ids instead of 10,000: a larger live
+// heap, so more garbage-collection work per decision.
+func BenchmarkDecideApplyWindow100k(b *testing.B) {
+	benchApplies(b, withInFlightWindow(b, 10000, 100000), `1`)
 }
 
 // benchApplies decides non-conflicting applies, each setting value, on e.

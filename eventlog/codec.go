@@ -509,7 +509,7 @@ func DecodeEvent(data []byte) (*intents.Event, error) {
 // rest of it is checked as DecodeEvent checks it, but not kept). The other
 // payloads are allocated as DecodeEvent allocates them.
 func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
-	r := recordReader{data: data, thin: shell != nil}
+	r := recordReader{data: data}
 	version, err := r.version()
 	if err != nil {
 		return nil, err
@@ -574,7 +574,7 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		if p == nil {
 			p = &intents.Received{}
 		}
-		r.skip = r.thin
+		r.skip = shell != nil
 		p.Intent = r.intentPtr("intent", "received.intent", in)
 		r.skip = false
 		p.Raw = r.raw("raw")
@@ -699,7 +699,6 @@ type recordReader struct {
 	scope  string    // the payload or intent being read: "grant", "grant.propose"
 	shared [3]string // the envelope's agent, intent and txn, which payloads repeat
 	arena  []byte    // a copy of data, made at the first string or bytes read (see copied)
-	thin   bool      // a received intent keeps only its envelope (decodeEvent)
 	skip   bool      // fields are checked and passed over, not kept
 	err    error
 }

@@ -20,8 +20,13 @@ import (
 //	xa<agent>\0<seq:8>       index by agent
 //	xt<type>\0<seq:8>        index by event type
 //	xx<txn>\0<seq:8>         index by transaction
-//	xp<prefix>\0<seq:8>      index by path: every prefix of every path an event concerns
-//	xq<path>\0<seq:8>        index by exact path, for the ancestors of a queried path
+//	xp<prefix>\0<seq:8>      index by subtree: every proper prefix of every path an event concerns
+//	xq<path>\0<seq:8>        index by exact path
+//
+// A path query for P reads xp P (events under P), xq P (events at P) and
+// xq of each ancestor of P. Logs written before xp held the path itself
+// too; the union is the same. Leaving the path itself to xq saves a key
+// per path per commit group, the two holding the same events for a leaf.
 //
 // An index key holds a posting list: the events of its term in one commit
 // group, seq (the key's) first. Its value is the gaps to the others, each
@@ -139,15 +144,13 @@ func pathsOf(ev *intents.Event) []string {
 	return out
 }
 
-// prefixes calls fn with every prefix of path, itself included, shortest
-// first.
-func prefixes(path string, fn func(string)) {
+// ancestors calls fn with every proper prefix of path, shortest first.
+func ancestors(path string, fn func(string)) {
 	for i := 0; i < len(path); i++ {
 		if path[i] == '.' {
 			fn(path[:i])
 		}
 	}
-	fn(path)
 }
 
 // indexTerm names one index term: its kind (idxAgent...) and the term.
@@ -168,7 +171,7 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	idx(idxType, string(ev.Type))
 	idx(idxTxn, ev.Txn)
 	for _, p := range pathsOf(ev) {
-		prefixes(p, func(pre string) { idx(idxSubtree, pre) })
+		ancestors(p, func(pre string) { idx(idxSubtree, pre) })
 		idx(idxExact, p)
 	}
 }

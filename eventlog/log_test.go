@@ -255,6 +255,46 @@ func TestQueryMatchesScan(t *testing.T) {
 	checkQueries(t, l, all, at)
 }
 
+// TestQueryOlderSubtreeIndex reads a log written before the subtree index
+// left a path itself to the exact index: its subtree keys hold the path
+// too, so those events come from two lists and must come once. The older
+// subtree index is written here a key per event, as before posting lists.
+func TestQueryOlderSubtreeIndex(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(8, 8))}
+	for range 20 {
+		if err := l.Append(context.Background(), g.batch(1+g.rng.IntN(8))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []*intents.Event
+	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	older := l.db.NewBatch()
+	subtree := []byte{famIndex, idxSubtree}
+	if err := older.DeleteRange(subtree, prefixEnd(subtree), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range all {
+		for _, p := range pathsOf(ev) {
+			ancestors(p+".", func(pre string) { // every prefix, the path itself too
+				if err := older.Set(indexKey(nil, idxSubtree, pre, ev.Seq), nil, nil); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+	if older.Count() == 0 {
+		t.Fatal("no event concerns a path")
+	}
+	if err := older.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	checkQueries(t, l, all, 0)
+}
+
 // indexPostings reads every index key of l and its posting list.
 func indexPostings(t *testing.T, l *Log) map[string][]uint64 {
 	t.Helper()

@@ -100,15 +100,12 @@ func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
 			}
 			return err
 		}
-		if err := add(indexPrefix(idxSubtree, q.Path)); err != nil {
-			return nil, err
-		}
-		for i := 0; i < len(q.Path); i++ {
-			if q.Path[i] == '.' {
-				if err := add(indexPrefix(idxExact, q.Path[:i])); err != nil {
-					mergeStream(streams).close()
-					return nil, err
-				}
+		prefixes := [][]byte{indexPrefix(idxSubtree, q.Path), indexPrefix(idxExact, q.Path)}
+		ancestors(q.Path, func(a string) { prefixes = append(prefixes, indexPrefix(idxExact, a)) })
+		for _, p := range prefixes {
+			if err := add(p); err != nil {
+				mergeStream(streams).close()
+				return nil, err
 			}
 		}
 		return mergeStream(streams), nil

@@ -51,11 +51,10 @@ const (
 
 var metaFirst = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
 
-func eventKey(seq uint64) []byte {
-	var k [9]byte
-	k[0] = famEvent
-	binary.BigEndian.PutUint64(k[1:], seq)
-	return k[:]
+func eventKey(seq uint64) []byte { return appendEventKey(make([]byte, 0, 9), seq) }
+
+func appendEventKey(dst []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, famEvent), seq)
 }
 
 func snapshotKey(seq uint64) []byte {
@@ -67,6 +66,11 @@ func snapshotKey(seq uint64) []byte {
 func stateKey(path string) []byte { return append([]byte{famState}, path...) }
 
 func decisionKey(id string) []byte { return append([]byte{famDecision}, id...) }
+
+// appendKey appends the key of family fam named name.
+func appendKey(dst []byte, fam byte, name string) []byte {
+	return append(append(dst, fam), name...)
+}
 
 // indexKey is x<kind><term>\0<seq>.
 func indexKey(dst []byte, kind byte, term string, seq uint64) []byte {
@@ -176,8 +180,23 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	}
 }
 
-// postings maps index terms to the seqs of their events, ascending.
-type postings map[indexTerm][]uint64
+// postings gathers the posting lists of a commit group. The committer
+// keeps one and resets it for each group, so that its map and lists are
+// allocated once rather than for every group.
+type postings struct {
+	at    map[indexTerm]int // the term's place in terms and seqs
+	terms []indexTerm
+	seqs  [][]uint64 // ascending; only the first len(terms) are in use
+}
+
+func newPostings() *postings { return &postings{at: map[indexTerm]int{}} }
+
+// reset empties ps, keeping its memory but no reference to a term.
+func (ps *postings) reset() {
+	clear(ps.at)
+	clear(ps.terms)
+	ps.terms = ps.terms[:0]
+}
 
 // A posting is one event of an index term.
 type posting struct {
@@ -186,9 +205,19 @@ type posting struct {
 }
 
 // addSeq records an event of t; seq is not before any added.
-func (ps postings) addSeq(t indexTerm, seq uint64) {
-	if seqs := ps[t]; len(seqs) == 0 || seqs[len(seqs)-1] != seq {
-		ps[t] = append(seqs, seq)
+func (ps *postings) addSeq(t indexTerm, seq uint64) {
+	i, ok := ps.at[t]
+	if !ok {
+		i = len(ps.terms)
+		ps.at[t] = i
+		ps.terms = append(ps.terms, t)
+		if i == len(ps.seqs) {
+			ps.seqs = append(ps.seqs, nil)
+		}
+		ps.seqs[i] = ps.seqs[i][:0]
+	}
+	if seqs := ps.seqs[i]; len(seqs) == 0 || seqs[len(seqs)-1] != seq {
+		ps.seqs[i] = append(seqs, seq)
 	}
 }
 

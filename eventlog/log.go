@@ -52,6 +52,34 @@ type Log struct {
 		wake   chan struct{}
 	}
 	done chan struct{}
+
+	// The committer's, reused from group to group.
+	index     *postings
+	key, gaps []byte
+
+	scratch sync.Pool // of *scratch, for encoding
+	terms   sync.Pool // of *[]posting, handed from the writers to the committer
+}
+
+// scratch is what encoding a batch writes into before Pebble copies it.
+type scratch struct{ buf, key []byte }
+
+// getTerms returns an empty slice for a batch's index terms; the
+// committer gives it back (putTerms) once it has merged them.
+func (l *Log) getTerms() []posting {
+	if p, ok := l.terms.Get().(*[]posting); ok {
+		return (*p)[:0]
+	}
+	return make([]posting, 0, 32)
+}
+
+func (l *Log) putTerms(terms []posting) {
+	if cap(terms) == 0 || cap(terms) > 4096 {
+		return // none, or a huge batch's: let it go
+	}
+	clear(terms) // keep no event's strings alive
+	terms = terms[:0]
+	l.terms.Put(&terms)
 }
 
 // Batch is what one append makes durable at once: a run of events that
@@ -110,7 +138,8 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open event log %s: %w", dir, err)
 	}
-	l := &Log{db: db, dir: dir, sync: pebble.Sync, done: make(chan struct{})}
+	l := &Log{db: db, dir: dir, sync: pebble.Sync, done: make(chan struct{}), index: newPostings()}
+	l.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 512), key: make([]byte, 0, 64)} }
 	if opts.NoSync {
 		l.sync = pebble.NoSync
 	}
@@ -309,7 +338,8 @@ func (l *Log) write(queue []*Pending) *group {
 			}
 		}
 	}
-	index := postings{}
+	index := l.index
+	index.reset()
 	for _, p := range queue {
 		if err := g.batch.Apply(p.rest, nil); err != nil {
 			g.err = fmt.Errorf("eventlog: group batch: %w", err)
@@ -318,9 +348,12 @@ func (l *Log) write(queue []*Pending) *group {
 		for _, t := range p.terms {
 			index.addSeq(t.indexTerm, t.seq)
 		}
+		l.putTerms(p.terms)
+		p.terms = nil
 	}
-	var key, gaps []byte
-	for t, seqs := range index {
+	key, gaps := l.key[:0], l.gaps[:0]
+	for i, t := range index.terms {
+		seqs := index.seqs[i]
 		key = indexKey(key[:0], t.kind, t.term, seqs[0])
 		gaps = appendGaps(gaps[:0], seqs)
 		if err := g.batch.Set(key, gaps, nil); err != nil {
@@ -328,6 +361,7 @@ func (l *Log) write(queue []*Pending) *group {
 			return g
 		}
 	}
+	l.key, l.gaps = key, gaps
 	if l.sync.Sync {
 		g.err = l.db.ApplyNoSyncWait(g.batch, l.sync)
 	} else {
@@ -375,12 +409,16 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 // index terms, for the committer to write with its group's (see write).
 func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) {
 	pb, rest := l.db.NewBatch(), l.db.NewBatch()
-	var buf []byte
-	var terms []posting
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	buf, key := sc.buf[:0], sc.key[:0]
+	defer func() { sc.buf, sc.key = buf, key }()
+	terms := l.getTerms()
 	records := map[string]*intents.Decision{} // this batch's, latest wins
 	for _, ev := range b.Events {
 		buf = AppendEvent(buf[:0], ev)
-		if err := pb.Set(eventKey(ev.Seq), buf, nil); err != nil {
+		key = appendEventKey(key[:0], ev.Seq)
+		if err := pb.Set(key, buf, nil); err != nil {
 			pb.Close()
 			rest.Close()
 			return nil, nil, nil, err
@@ -406,7 +444,8 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) 
 	}
 	for id, d := range records {
 		buf = AppendDecision(buf[:0], d)
-		if err := rest.Set(decisionKey(id), buf, nil); err != nil {
+		key = appendKey(key[:0], famDecision, id)
+		if err := rest.Set(key, buf, nil); err != nil {
 			pb.Close()
 			rest.Close()
 			return nil, nil, nil, err
@@ -414,7 +453,8 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) 
 	}
 	for _, e := range b.State {
 		buf = appendEntry(buf[:0], e)
-		if err := rest.Set(stateKey(e.Path), buf, nil); err != nil {
+		key = appendKey(key[:0], famState, e.Path)
+		if err := rest.Set(key, buf, nil); err != nil {
 			pb.Close()
 			rest.Close()
 			return nil, nil, nil, err

@@ -113,8 +113,10 @@ func prefixEnd(p []byte) []byte {
 // reads and writes. The others (decisions, notices, renewals, releases)
 // concern none: follow their intent or transaction. Nor does a change of
 // the rules, though its patterns name paths: it is found by its type.
-func pathsOf(ev *intents.Event) []string {
-	var out []string
+func pathsOf(ev *intents.Event) []string { return appendPaths(nil, ev) }
+
+// appendPaths appends pathsOf(ev) to out.
+func appendPaths(out []string, ev *intents.Event) []string {
 	add := func(p string) {
 		if p != "" && intents.CheckPath(p) == nil && !slices.Contains(out, p) {
 			out = append(out, p)
@@ -174,7 +176,8 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	idx(idxAgent, ev.Agent)
 	idx(idxType, string(ev.Type))
 	idx(idxTxn, ev.Txn)
-	for _, p := range pathsOf(ev) {
+	var buf [8]string
+	for _, p := range appendPaths(buf[:0], ev) {
 		ancestors(p, func(pre string) { idx(idxSubtree, pre) })
 		idx(idxExact, p)
 	}

@@ -58,28 +58,31 @@ type Log struct {
 	key, gaps []byte
 
 	scratch sync.Pool // of *scratch, for encoding
-	terms   sync.Pool // of *[]posting, handed from the writers to the committer
+	terms   sync.Pool // of *termList, handed from the writers to the committer
 }
+
+// termList is a batch's index terms.
+type termList struct{ terms []posting }
 
 // scratch is what encoding a batch writes into before Pebble copies it.
 type scratch struct{ buf, key []byte }
 
-// getTerms returns an empty slice for a batch's index terms; the
-// committer gives it back (putTerms) once it has merged them.
-func (l *Log) getTerms() []posting {
-	if p, ok := l.terms.Get().(*[]posting); ok {
-		return (*p)[:0]
+// getTerms returns an empty list for a batch's index terms; the committer
+// gives it back (putTerms) once it has merged them.
+func (l *Log) getTerms() *termList {
+	if t, ok := l.terms.Get().(*termList); ok {
+		return t
 	}
-	return make([]posting, 0, 32)
+	return &termList{terms: make([]posting, 0, 32)}
 }
 
-func (l *Log) putTerms(terms []posting) {
-	if cap(terms) == 0 || cap(terms) > 4096 {
-		return // none, or a huge batch's: let it go
+func (l *Log) putTerms(t *termList) {
+	if cap(t.terms) > 4096 {
+		return // a huge batch's: let it go
 	}
-	clear(terms) // keep no event's strings alive
-	terms = terms[:0]
-	l.terms.Put(&terms)
+	clear(t.terms) // keep no event's strings alive
+	t.terms = t.terms[:0]
+	l.terms.Put(t)
 }
 
 // Batch is what one append makes durable at once: a run of events that
@@ -95,7 +98,7 @@ type Batch struct {
 type Pending struct {
 	b     *pebble.Batch // the events
 	rest  *pebble.Batch // the idempotency records and state entries
-	terms []posting     // index terms, written by the committer for the whole group
+	terms *termList     // index terms, written by the committer for the whole group
 	last  uint64
 	done  chan struct{}
 	err   error
@@ -345,7 +348,7 @@ func (l *Log) write(queue []*Pending) *group {
 			g.err = fmt.Errorf("eventlog: group batch: %w", err)
 			return g
 		}
-		for _, t := range p.terms {
+		for _, t := range p.terms.terms {
 			index.addSeq(t.indexTerm, t.seq)
 		}
 		l.putTerms(p.terms)
@@ -407,7 +410,7 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 // encode writes a batch's events into one Pebble batch and its
 // idempotency records and state entries into another, and returns its
 // index terms, for the committer to write with its group's (see write).
-func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) {
+func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, *termList, error) {
 	pb, rest := l.db.NewBatch(), l.db.NewBatch()
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
@@ -423,7 +426,7 @@ func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, []posting, error) 
 			rest.Close()
 			return nil, nil, nil, err
 		}
-		indexTerms(ev, func(t indexTerm) { terms = append(terms, posting{t, ev.Seq}) })
+		indexTerms(ev, func(t indexTerm) { terms.terms = append(terms.terms, posting{t, ev.Seq}) })
 		if d := ev.Decision; d != nil && intents.Records(nil, d) {
 			// Only an invalid decision can be about an id another agent
 			// owns (the engine refuses such reuse as invalid), so only then

@@ -99,10 +99,13 @@ type Pending struct {
 	b     *pebble.Batch // the events
 	rest  *pebble.Batch // the idempotency records and state entries
 	terms *termList     // index terms, written by the committer for the whole group
-	last  uint64
-	done  chan struct{}
-	err   error
-	bytes int
+	// records are the idempotency records in rest, by intent id; cond are
+	// the invalid decisions whose record depends on the log's (see write).
+	records map[string]*intents.Decision
+	cond    []*intents.Decision
+	last    uint64
+	done    chan struct{}
+	err     error
 }
 
 // Wait blocks until the batch is durable or ctx ends. A context error does
@@ -243,23 +246,22 @@ func (l *Log) Enqueue(b *Batch) (*Pending, error) {
 			return nil, fmt.Errorf("%w: event %d follows %d inside the batch", ErrSequence, b.Events[i].Seq, b.Events[i-1].Seq)
 		}
 	}
-	pb, rest, terms, err := l.encode(b)
-	if err != nil {
+	p := &Pending{last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
+	if err := l.encode(b, p); err != nil {
 		return nil, err
 	}
-	p := &Pending{b: pb, rest: rest, terms: terms, last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
 	l.mu.Lock()
 	switch {
 	case l.mu.closed:
 		l.mu.Unlock()
-		pb.Close()
-		rest.Close()
+		p.b.Close()
+		p.rest.Close()
 		return nil, ErrClosed
 	case b.Events[0].Seq != l.mu.next:
 		next := l.mu.next
 		l.mu.Unlock()
-		pb.Close()
-		rest.Close()
+		p.b.Close()
+		p.rest.Close()
 		return nil, fmt.Errorf("%w: batch starts at %d, the log continues at %d", ErrSequence, b.Events[0].Seq, next)
 	}
 	l.mu.next = p.last + 1
@@ -343,7 +345,13 @@ func (l *Log) write(queue []*Pending) *group {
 	}
 	index := l.index
 	index.reset()
-	for _, p := range queue {
+	for i, p := range queue {
+		if len(p.cond) > 0 {
+			if err := l.recordConditional(g.batch, queue, i); err != nil {
+				g.err = fmt.Errorf("eventlog: idempotency records: %w", err)
+				return g
+			}
+		}
 		if err := g.batch.Apply(p.rest, nil); err != nil {
 			g.err = fmt.Errorf("eventlog: group batch: %w", err)
 			return g
@@ -353,6 +361,9 @@ func (l *Log) write(queue []*Pending) *group {
 		}
 		l.putTerms(p.terms)
 		p.terms = nil
+	}
+	for _, p := range queue {
+		p.records, p.cond = nil, nil // needed only while the group is built
 	}
 	key, gaps := l.key[:0], l.gaps[:0]
 	for i, t := range index.terms {
@@ -407,63 +418,106 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 	}
 }
 
-// encode writes a batch's events into one Pebble batch and its
-// idempotency records and state entries into another, and returns its
-// index terms, for the committer to write with its group's (see write).
-func (l *Log) encode(b *Batch) (*pebble.Batch, *pebble.Batch, *termList, error) {
+// encode writes a batch's events into one Pebble batch (p.b) and its
+// idempotency records and state entries into another (p.rest), and
+// gathers its index terms, for the committer to write with its group's
+// (see write).
+func (l *Log) encode(b *Batch, p *Pending) error {
 	pb, rest := l.db.NewBatch(), l.db.NewBatch()
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	buf, key := sc.buf[:0], sc.key[:0]
 	defer func() { sc.buf, sc.key = buf, key }()
+	fail := func(err error) error {
+		pb.Close()
+		rest.Close()
+		return err
+	}
 	terms := l.getTerms()
 	records := map[string]*intents.Decision{} // this batch's, latest wins
+	var cond []*intents.Decision
 	for _, ev := range b.Events {
 		buf = AppendEvent(buf[:0], ev)
 		key = appendEventKey(key[:0], ev.Seq)
 		if err := pb.Set(key, buf, nil); err != nil {
-			pb.Close()
-			rest.Close()
-			return nil, nil, nil, err
+			return fail(err)
 		}
 		indexTerms(ev, func(t indexTerm) { terms.terms = append(terms.terms, posting{t, ev.Seq}) })
-		if d := ev.Decision; d != nil && intents.Records(nil, d) {
-			// Only an invalid decision can be about an id another agent
-			// owns (the engine refuses such reuse as invalid), so only then
-			// is the stored record read to apply the rule.
-			prev, ok := records[d.Intent]
-			if !ok && d.Reason == intents.ReasonInvalid {
-				var err error
-				if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
-					pb.Close()
-					rest.Close()
-					return nil, nil, nil, err
-				}
-			}
+		d := ev.Decision
+		if d == nil || !intents.Records(nil, d) {
+			continue
+		}
+		switch prev, ok := records[d.Intent]; {
+		case ok:
 			if intents.Records(prev, d) {
 				records[d.Intent] = d
 			}
+		case d.Reason == intents.ReasonInvalid:
+			// Only an invalid decision can be about an id another agent
+			// owns (the engine refuses such reuse as invalid). Whether it
+			// is depends on the record before this batch, which a batch
+			// queued but not yet written may hold: the committer decides.
+			cond = append(cond, d)
+		default:
+			records[d.Intent] = d
 		}
 	}
 	for id, d := range records {
 		buf = AppendDecision(buf[:0], d)
 		key = appendKey(key[:0], famDecision, id)
 		if err := rest.Set(key, buf, nil); err != nil {
-			pb.Close()
-			rest.Close()
-			return nil, nil, nil, err
+			return fail(err)
 		}
 	}
 	for _, e := range b.State {
 		buf = appendEntry(buf[:0], e)
 		key = appendKey(key[:0], famState, e.Path)
 		if err := rest.Set(key, buf, nil); err != nil {
-			pb.Close()
-			rest.Close()
-			return nil, nil, nil, err
+			return fail(err)
 		}
 	}
-	return pb, rest, terms, nil
+	p.b, p.rest, p.terms, p.records, p.cond = pb, rest, terms, records, cond
+	return nil
+}
+
+// recordConditional writes the records of queue[i]'s invalid decisions
+// that take their id: those whose id had no record before, or one of the
+// same agent. The record before is the last of the id among the batches
+// queued before queue[i] in this group, else the log's: the groups before
+// are in the memtable already.
+func (l *Log) recordConditional(b *pebble.Batch, queue []*Pending, i int) error {
+	p := queue[i]
+	var taken map[string]*intents.Decision // p's own, for a second use of an id
+	for _, d := range p.cond {
+		prev, ok := taken[d.Intent]
+		for j := i - 1; !ok && j >= 0; j-- {
+			prev, ok = queue[j].records[d.Intent]
+		}
+		if !ok {
+			var err error
+			if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+		}
+		if !intents.Records(prev, d) {
+			continue
+		}
+		if err := b.Set(decisionKey(d.Intent), AppendDecision(nil, d), nil); err != nil {
+			return err
+		}
+		if taken == nil {
+			taken = map[string]*intents.Decision{}
+		}
+		taken[d.Intent] = d
+	}
+	// Later batches of the group see p's last record of each id: one in
+	// p.rest, written after these, else one taken here.
+	for id, d := range taken {
+		if _, ok := p.records[id]; !ok {
+			p.records[id] = d
+		}
+	}
+	return nil
 }
 
 // CorruptError names the record that could not be read and why. The rest of

@@ -615,3 +615,41 @@ func TestDecisionRecords(t *testing.T) {
 		t.Fatalf("an unauthorized intent took I2: %v", err)
 	}
 }
+
+// TestDecisionRecordsQueued: another agent's use of an id refused as
+// invalid must not replace the first agent's record when the two come in
+// batches enqueued one after the other, the first not yet written when the
+// second is enqueued (the coordinator commits its batches so).
+func TestDecisionRecordsQueued(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	dec := func(seq uint64, d intents.Decision) *Batch {
+		return &Batch{Events: []*intents.Event{{Seq: seq, Type: intents.EventDecision, Intent: d.Intent, Agent: d.Agent, Decision: &d}}}
+	}
+	const n = 200
+	var pending []*Pending
+	for i := range n {
+		id := fmt.Sprintf("I%d", i)
+		for j, d := range []intents.Decision{
+			{Intent: id, Agent: "a", Outcome: intents.OutcomeApplied, Rev: 9},
+			{Intent: id, Agent: "b", Outcome: intents.OutcomeRejected, Reason: intents.ReasonInvalid},
+		} {
+			p, err := l.Enqueue(dec(uint64(2*i+j+1), d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pending = append(pending, p)
+		}
+	}
+	for _, p := range pending {
+		if err := p.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		d, err := l.Decision(fmt.Sprintf("I%d", i))
+		if err != nil || d.Agent != "a" {
+			t.Fatalf("record of I%d: %+v, %v; want agent a's", i, d, err)
+		}
+	}
+}

@@ -30,6 +30,10 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 	if _, err := l.snapshotAt(before - 1); err != nil {
 		return fmt.Errorf("compact before %d: %w", before, err)
 	}
+	// The index must hold every event dropped, to drop them from it too.
+	if err := l.flushIndex(); err != nil {
+		return fmt.Errorf("compact before %d: %w", before, err)
+	}
 	b := l.db.NewBatch()
 	defer b.Close()
 	terms := map[indexTerm]bool{}

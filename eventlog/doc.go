@@ -7,7 +7,9 @@
 //
 // Appends are group-committed: batches are queued in order and one
 // committer writes everything queued since its last sync in one synced
-// write, so a crash loses only whole batches at the end.
+// write, so a crash loses only whole batches at the end. The index trails
+// the log by at most Options.IndexEvery events, and queries read the
+// events after it, so they answer for every durable event.
 //
 //	log, err := eventlog.Open(dir, nil)
 //	p, err := log.Enqueue(&eventlog.Batch{Events: evs, State: entries})

@@ -16,7 +16,7 @@ import (
 //	s<path>                  the materialized entry of a path (kind, version, mod_rev, leaf value)
 //	d<intent id>             the idempotency record: the id's decision
 //	n<seq:8>                 a snapshot taken after event seq
-//	m<name>                  metadata: "first" (the first event kept)
+//	m<name>                  metadata: "first" (the first event kept), "indexed" (the seq the index is complete to)
 //	xa<agent>\0<seq:8>       index by agent
 //	xt<type>\0<seq:8>        index by event type
 //	xx<txn>\0<seq:8>         index by transaction
@@ -26,14 +26,24 @@ import (
 // A path query for P reads xp P (events under P), xq P (events at P) and
 // xq of each ancestor of P. Logs written before xp held the path itself
 // too; the union is the same. Leaving the path itself to xq saves a key
-// per path per commit group, the two holding the same events for a leaf.
+// per path per index batch, the two holding the same events for a leaf.
 //
-// An index key holds a posting list: the events of its term in one commit
-// group, seq (the key's) first. Its value is the gaps to the others, each
-// a uvarint from the one before; an event alone has an empty value. One key
-// per term and group, rather than per event, is what lets group commit
-// scale: the 64 concurrent writers of BenchmarkAppendSynced write half the
-// keys per event they did with a key per event.
+// An index key holds a posting list: the events of its term in one index
+// batch, seq (the key's) first. Its value is the gaps to the others, each
+// a uvarint from the one before; an event alone has an empty value.
+//
+// The index trails the log. The committer gathers the terms of the groups
+// it writes and writes their posting lists, with "indexed", in the batch of
+// the group that brings them to Options.IndexEvery events (or on their own
+// when the log is idle, or at Close), so an index batch never precedes the
+// events it names and a crash loses only a suffix of the index; Open
+// indexes the events after "indexed" again. A query reads the index to
+// "indexed" and the events after it. One key per term and index batch,
+// rather than per event or per commit group, is what lets group commit
+// scale: the random-place inserts of index keys were most of the
+// committer's memtable work (see BenchmarkAppendSynced in the README).
+// Logs written before "indexed" existed were indexed with every group:
+// Open finds no mark and records that they are complete.
 const (
 	famEvent    = 'e'
 	famState    = 's'
@@ -49,7 +59,10 @@ const (
 	idxExact   = 'q'
 )
 
-var metaFirst = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
+var (
+	metaFirst   = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
+	metaIndexed = []byte{famMeta, 'i', 'n', 'd', 'e', 'x', 'e', 'd'}
+)
 
 func eventKey(seq uint64) []byte { return appendEventKey(make([]byte, 0, 9), seq) }
 
@@ -190,6 +203,7 @@ type postings struct {
 	at    map[indexTerm]int // the term's place in terms and seqs
 	terms []indexTerm
 	seqs  [][]uint64 // ascending; only the first len(terms) are in use
+	last  uint64     // the last event whose terms are in
 }
 
 func newPostings() *postings { return &postings{at: map[indexTerm]int{}} }

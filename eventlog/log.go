@@ -2,12 +2,14 @@ package eventlog
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/cockroachdb/pebble/v2"
@@ -26,6 +28,18 @@ type Options struct {
 	// NoSync leaves commits unsynced: for tests and benchmarks that measure
 	// everything but the disk. The default syncs every commit.
 	NoSync bool
+	// IndexEvery is how far the index may trail the log, in events. The
+	// committer gathers the index terms of the groups it writes and writes
+	// their posting lists with the group that brings them to IndexEvery
+	// events, or on its own once the log has been idle for a moment, or at
+	// Close. Fewer, longer posting lists are what lets many writers scale
+	// (see BenchmarkAppendSynced). Queries read the events after the index
+	// from the log itself, so they see every event either way, and Open
+	// indexes the ones a crash left behind. The default is 4096; 1 indexes
+	// every group as it is written.
+	IndexEvery int
+	// indexIdle, if set, replaces indexIdle (for tests).
+	indexIdle time.Duration
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
 	// quiet one unless set, and a zero MemTableSize by the log's default).
 	// The default is Pebble's defaults with a 64 MB memtable.
@@ -50,12 +64,19 @@ type Log struct {
 		next   uint64 // the seq the next enqueued batch must start at
 		queue  []*Pending
 		wake   chan struct{}
+		// indexWanted are callers of flushIndex waiting for the index to
+		// be complete to the last batch written.
+		indexWanted []chan error
 	}
 	done chan struct{}
 
-	// The committer's, reused from group to group.
-	index     *postings
-	key, gaps []byte
+	// The committer's: the terms of the events after the index (indexed,
+	// the seq the index is complete to), and buffers for its keys.
+	index      *postings
+	indexed    uint64
+	indexEvery uint64
+	indexIdle  time.Duration
+	key, gaps  []byte
 
 	scratch sync.Pool // of *scratch, for encoding
 	terms   sync.Pool // of *termList, handed from the writers to the committer
@@ -166,6 +187,15 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.last.Store(last)
 	l.mu.next = last + 1
 	l.mu.wake = make(chan struct{}, 1)
+	l.indexEvery = uint64(max(opts.IndexEvery, 1))
+	if opts.IndexEvery == 0 {
+		l.indexEvery = 4096
+	}
+	l.indexIdle = cmp.Or(opts.indexIdle, indexIdle)
+	if err := l.catchUpIndex(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+	}
 	go l.commitLoop()
 	return l, nil
 }
@@ -293,28 +323,153 @@ func (l *Log) commitLoop() {
 		close(groups)
 		<-synced
 	}()
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	armed := false
 	for {
 		l.mu.Lock()
-		queue, closed := l.mu.queue, l.mu.closed
-		l.mu.queue = nil
+		queue, closed, wanted := l.mu.queue, l.mu.closed, l.mu.indexWanted
+		l.mu.queue, l.mu.indexWanted = nil, nil
 		l.mu.Unlock()
 		if len(queue) == 0 {
-			if closed {
-				return
+			if len(wanted) > 0 || closed {
+				err := l.writeIndex(nil, l.sync) // at Close, durable as the last group
+				for _, w := range wanted {
+					w <- err
+				}
+				if closed {
+					return
+				}
+				continue
 			}
-			<-l.mu.wake
+			if !armed && len(l.index.terms) > 0 {
+				// Idle with terms gathered: index them soon rather than
+				// leave queries to read the events.
+				idle.Reset(l.indexIdle)
+				armed = true
+			}
+			select {
+			case <-l.mu.wake:
+			case <-idle.C:
+				armed = false
+				if err := l.writeIndex(nil, pebble.NoSync); err != nil {
+					l.fail()
+				}
+			}
 			continue
 		}
-		g := l.write(queue)
+		g := l.write(queue, len(wanted) > 0)
+		for _, w := range wanted {
+			w <- g.err
+		}
 		groups <- g
 		if g.err != nil {
-			// Whatever followed a failed write cannot continue the log:
-			// fail every later batch rather than leave a hole.
-			l.mu.Lock()
-			l.mu.closed = true
-			l.mu.Unlock()
+			l.fail()
 		}
 	}
+}
+
+// indexIdle is how long the committer waits, idle, before it indexes the
+// terms it has gathered.
+const indexIdle = 50 * time.Millisecond
+
+// fail closes the log to appends after a failed write: whatever followed it
+// cannot continue the log, so every later batch fails rather than leave a
+// hole.
+func (l *Log) fail() {
+	l.mu.Lock()
+	l.mu.closed = true
+	l.mu.Unlock()
+}
+
+// flushIndex waits until the index is complete to the last batch written.
+func (l *Log) flushIndex() error {
+	done := make(chan error, 1)
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.mu.indexWanted = append(l.mu.indexWanted, done)
+	l.mu.Unlock()
+	l.kick()
+	return <-done
+}
+
+// writeIndex writes the posting lists of the terms gathered and the seq
+// the index is now complete to: into b, the batch of the group that
+// brings them there, or, with b nil, a batch of their own committed with
+// wo (a lost index batch is made again by Open). The committer
+// writes them after the groups of their events, so that no index key
+// names an event a crash could lose.
+func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
+	if len(l.index.terms) == 0 {
+		return nil
+	}
+	own := b == nil
+	if own {
+		b = l.db.NewBatch()
+		defer b.Close()
+	}
+	key, gaps := l.key[:0], l.gaps[:0]
+	for i, t := range l.index.terms {
+		seqs := l.index.seqs[i]
+		key = indexKey(key[:0], t.kind, t.term, seqs[0])
+		gaps = appendGaps(gaps[:0], seqs)
+		if err := b.Set(key, gaps, nil); err != nil {
+			return fmt.Errorf("eventlog: index: %w", err)
+		}
+	}
+	l.key, l.gaps = key, gaps
+	last := l.index.last
+	if err := b.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
+		return fmt.Errorf("eventlog: index: %w", err)
+	}
+	if own {
+		if err := b.Commit(wo); err != nil {
+			return fmt.Errorf("eventlog: index: %w", err)
+		}
+	}
+	l.index.reset()
+	l.indexed = last
+	return nil
+}
+
+// catchUpIndex indexes the events a crash left after the index, before the
+// committer starts. A log without the mark of where its index ends was
+// written with every group indexed, so its index is complete.
+func (l *Log) catchUpIndex() error {
+	v, closer, err := l.db.Get(metaIndexed)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		l.indexed = l.LastSeq()
+		return l.db.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, l.indexed), pebble.Sync)
+	case err != nil:
+		return err
+	case len(v) != 8:
+		closer.Close()
+		return fmt.Errorf("metadata %q is %d bytes, want 8", metaIndexed, len(v))
+	}
+	l.indexed = binary.BigEndian.Uint64(v)
+	closer.Close()
+	if l.indexed >= l.LastSeq() {
+		return nil
+	}
+	from := max(l.indexed+1, l.FirstSeq())
+	err = l.Scan(from, l.LastSeq(), func(ev *intents.Event) error {
+		indexTerms(ev, func(t indexTerm) { l.index.addSeq(t, ev.Seq) })
+		l.index.last = ev.Seq
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index events from %d: %w", from, err)
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	if err := l.writeIndex(b, nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
 }
 
 // group is batches written to Pebble together, waiting for their sync.
@@ -332,7 +487,7 @@ type group struct {
 // batch into its memtable in order, and an insert next to the one before
 // is cheap, so the events' consecutive keys cost little (5% more appends at
 // 64 writers than batches written one after the other).
-func (l *Log) write(queue []*Pending) *group {
+func (l *Log) write(queue []*Pending, indexAll bool) *group {
 	g := &group{queue: queue, batch: queue[0].b}
 	if len(queue) > 1 {
 		g.batch, g.own = l.db.NewBatch(), true
@@ -344,7 +499,6 @@ func (l *Log) write(queue []*Pending) *group {
 		}
 	}
 	index := l.index
-	index.reset()
 	for i, p := range queue {
 		if len(p.cond) > 0 {
 			if err := l.recordConditional(g.batch, queue, i); err != nil {
@@ -361,21 +515,16 @@ func (l *Log) write(queue []*Pending) *group {
 		}
 		l.putTerms(p.terms)
 		p.terms = nil
+		index.last = p.last
 	}
 	for _, p := range queue {
 		p.records, p.cond = nil, nil // needed only while the group is built
 	}
-	key, gaps := l.key[:0], l.gaps[:0]
-	for i, t := range index.terms {
-		seqs := index.seqs[i]
-		key = indexKey(key[:0], t.kind, t.term, seqs[0])
-		gaps = appendGaps(gaps[:0], seqs)
-		if err := g.batch.Set(key, gaps, nil); err != nil {
-			g.err = fmt.Errorf("eventlog: group batch: %w", err)
+	if indexAll || index.last-l.indexed >= l.indexEvery {
+		if g.err = l.writeIndex(g.batch, nil); g.err != nil {
 			return g
 		}
 	}
-	l.key, l.gaps = key, gaps
 	if l.sync.Sync {
 		g.err = l.db.ApplyNoSyncWait(g.batch, l.sync)
 	} else {

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -194,45 +195,43 @@ func TestGroupCommitConcurrent(t *testing.T) {
 // in one group, with posting lists that span batches; then the log is
 // compacted in the middle of such a list, and the queries are asked again.
 func TestQueryMatchesScan(t *testing.T) {
-	l := openTest(t, t.TempDir())
-	defer l.Close()
+	// The index trails by at most 37 events (and never catches up on its
+	// own here): queries read both the index and the events after it.
+	dir := t.TempDir()
+	opts := &Options{NoSync: true, IndexEvery: 37, indexIdle: time.Hour}
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { l.Close() }()
 	g := &gen{rng: rand.New(rand.NewPCG(3, 3))}
 	firsts := map[uint64]bool{} // the first seq of each batch
-	// cut is the first batch that shares a posting list with an earlier
-	// one (0 if none does): where the log is compacted below.
-	cut := func() uint64 {
-		var at uint64
-		for _, seqs := range indexPostings(t, l) {
-			for _, seq := range seqs[1:] {
-				if firsts[seq] && (at == 0 || seq < at) {
-					at = seq
-				}
-			}
+	var pending []*Pending
+	enqueue := func(n int) {
+		b := g.batch(n)
+		firsts[b.Events[0].Seq] = true
+		p, err := l.Enqueue(b)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return at
+		pending = append(pending, p)
 	}
-	// The committer groups whatever is queued when it looks, so how the
-	// batches group is up to the scheduler: enqueue more until two of them
-	// share a group (the first 200 always have, so far).
-	for round := 0; round == 0 || cut() == 0; round++ {
-		if round == 10 {
-			t.Fatal("no posting list spans two batches: the batches were never grouped")
+	for range 200 {
+		enqueue(1 + g.rng.IntN(4))
+	}
+	for _, p := range pending {
+		if err := p.Wait(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-		var pending []*Pending
-		for range 200 {
-			b := g.batch(1 + g.rng.IntN(4))
-			firsts[b.Events[0].Seq] = true
-			p, err := l.Enqueue(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pending = append(pending, p)
+	}
+	if l.indexedForTest(t) == l.LastSeq() {
+		enqueue(1) // leave events after the index
+		if err := pending[len(pending)-1].Wait(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-		for _, p := range pending {
-			if err := p.Wait(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
+	}
+	if indexed := l.indexedForTest(t); indexed == 0 || indexed == l.LastSeq() {
+		t.Fatalf("the index ends at %d of %d events: want some events on each side", indexed, l.LastSeq())
 	}
 	var all []*intents.Event
 	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
@@ -240,7 +239,19 @@ func TestQueryMatchesScan(t *testing.T) {
 	}
 	checkQueries(t, l, all, 0)
 
-	at := cut()
+	// Compact at the first batch that shares a posting list with an
+	// earlier one.
+	var at uint64
+	for _, seqs := range indexPostings(t, l) {
+		for _, seq := range seqs[1:] {
+			if firsts[seq] && (at == 0 || seq < at) {
+				at = seq
+			}
+		}
+	}
+	if at == 0 {
+		t.Fatal("no posting list spans two batches")
+	}
 	if err := l.SaveSnapshot(at-1, []byte("state")); err != nil {
 		t.Fatal(err)
 	}
@@ -253,6 +264,97 @@ func TestQueryMatchesScan(t *testing.T) {
 		}
 	}
 	checkQueries(t, l, all, at)
+
+	// A crash that loses the index of the last events: Open indexes them.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quiet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The index is lost after a point no posting list straddles, as a
+	// crash loses whole index batches.
+	lists := indexPostings(t, &Log{db: db})
+	for key, seqs := range lists {
+		if seqs[0] < at {
+			t.Fatalf("after compacting before %d and closing, index key %q holds %v", at, key, seqs)
+		}
+	}
+	lost := uint64(len(all)) - 50
+	for straddled := true; straddled; {
+		straddled = false
+		for _, seqs := range lists {
+			if seqs[0] <= lost && seqs[len(seqs)-1] > lost {
+				lost, straddled = seqs[0]-1, true
+			}
+		}
+	}
+	if lost <= at {
+		t.Fatalf("no index batch to lose after %d", at)
+	}
+	var keys [][]byte
+	for key, seqs := range lists {
+		if seqs[0] > lost {
+			keys = append(keys, []byte(key))
+		}
+	}
+	b := db.NewBatch()
+	for _, k := range keys {
+		b.Delete(k, nil)
+	}
+	b.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, lost), nil)
+	if err := errors.Join(b.Commit(pebble.Sync), db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	if indexed := l.indexedForTest(t); indexed != l.LastSeq() {
+		t.Fatalf("after Open the index ends at %d, the log at %d", indexed, l.LastSeq())
+	}
+	checkQueries(t, l, all, at)
+
+	// Compacting events the index does not hold yet drops them from it too.
+	if err := l.Append(context.Background(), g.batch(5)); err != nil {
+		t.Fatal(err)
+	}
+	if indexed := l.indexedForTest(t); indexed >= l.LastSeq()-3 {
+		t.Fatalf("the index ends at %d of %d events: want the last 5 after it", indexed, l.LastSeq())
+	}
+	at = l.LastSeq() - 1
+	if err := l.SaveSnapshot(at-1, []byte("state")); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Compact(at, nil); err != nil {
+		t.Fatal(err)
+	}
+	all = all[:0]
+	if err := l.Scan(at, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	checkQueries(t, l, all, at)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	for key, seqs := range indexPostings(t, l) {
+		if seqs[0] < at {
+			t.Fatalf("after compacting before %d and reopening, index key %q holds %v", at, key, seqs)
+		}
+	}
+}
+
+// indexedForTest reads where the index ends.
+func (l *Log) indexedForTest(t *testing.T) uint64 {
+	t.Helper()
+	seq, err := readIndexed(l.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
 }
 
 // TestQueryOlderSubtreeIndex reads a log written before the subtree index
@@ -267,6 +369,9 @@ func TestQueryOlderSubtreeIndex(t *testing.T) {
 		if err := l.Append(context.Background(), g.batch(1+g.rng.IntN(8))); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := l.flushIndex(); err != nil {
+		t.Fatal(err)
 	}
 	var all []*intents.Event
 	if err := l.Scan(1, 0, func(ev *intents.Event) error { all = append(all, ev); return nil }); err != nil {
@@ -471,7 +576,10 @@ func TestCorruptRecord(t *testing.T) {
 // A damaged posting list is an error that names its key, for the queries
 // it drives; the other indexes keep working.
 func TestCorruptPostings(t *testing.T) {
-	l := openTest(t, t.TempDir())
+	l, err := Open(t.TempDir(), &Options{NoSync: true, IndexEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer l.Close()
 	g := &gen{rng: rand.New(rand.NewPCG(6, 6))}
 	if err := l.Append(context.Background(), g.batch(40)); err != nil {

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,8 +26,10 @@ type Query struct {
 }
 
 // Query answers q from the indexes — the most selective one drives, the
-// other criteria filter — in sequence order. It returns the events and the
-// seq to continue from, 0 when there are no more.
+// other criteria filter — in sequence order, and from the events after the
+// index, which trails the log by at most Options.IndexEvery events (read
+// one by one and filtered). It returns the events and the seq to continue
+// from, 0 when there are no more.
 func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
@@ -85,16 +88,59 @@ func (q *Query) matches(ev *intents.Event) bool {
 
 // stream picks the index that drives q: a transaction has the fewest
 // events, then an agent, a path, a type; with no criterion, the log itself.
+// The events after the index follow the index's.
 func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
+	indexed, err := readIndexed(r)
+	if err != nil {
+		return nil, err
+	}
+	if q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
+		return newEventStream(r, q.From)
+	}
+	src, err := l.indexStream(r, q, indexed)
+	if err != nil {
+		return nil, err
+	}
+	tail, err := newEventStream(r, max(q.From, indexed+1))
+	if err != nil {
+		src.close()
+		return nil, err
+	}
+	return &concat{streams: []seqStream{src, tail}}, nil
+}
+
+// readIndexed reads the seq the index is complete to.
+func readIndexed(r pebble.Reader) (uint64, error) {
+	v, closer, err := r.Get(metaIndexed)
+	if err != nil {
+		return 0, fmt.Errorf("where the index ends: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: metadata %q is %d bytes, want 8", ErrCorrupt, metaIndexed, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func newEventStream(r pebble.Reader, from uint64) (seqStream, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: []byte{famEvent + 1}})
+	if err != nil {
+		return nil, err
+	}
+	return &iterStream{it: it}, nil
+}
+
+// indexStream is the stream of the index that drives q, to seq until.
+func (l *Log) indexStream(r pebble.Reader, q Query, until uint64) (seqStream, error) {
 	switch {
 	case q.Txn != "":
-		return newIndexStream(r, indexPrefix(idxTxn, q.Txn), q.From)
+		return newIndexStream(r, indexPrefix(idxTxn, q.Txn), q.From, until)
 	case q.Agent != "":
-		return newIndexStream(r, indexPrefix(idxAgent, q.Agent), q.From)
+		return newIndexStream(r, indexPrefix(idxAgent, q.Agent), q.From, until)
 	case q.Path != "":
 		var streams []seqStream
 		add := func(prefix []byte) error {
-			s, err := newIndexStream(r, prefix, q.From)
+			s, err := newIndexStream(r, prefix, q.From, until)
 			if err == nil {
 				streams = append(streams, s)
 			}
@@ -109,14 +155,40 @@ func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
 			}
 		}
 		return mergeStream(streams), nil
-	case q.Type != "":
-		return newIndexStream(r, indexPrefix(idxType, string(q.Type)), q.From)
+	default:
+		return newIndexStream(r, indexPrefix(idxType, string(q.Type)), q.From, until)
 	}
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: eventKey(q.From), UpperBound: []byte{famEvent + 1}})
-	if err != nil {
-		return nil, err
+}
+
+// concat yields its streams one after the other.
+type concat struct {
+	streams []seqStream
+	at      int // the stream being read
+}
+
+func (c *concat) next() (uint64, bool) {
+	for ; c.at < len(c.streams); c.at++ {
+		if seq, ok := c.streams[c.at].next(); ok {
+			return seq, true
+		}
+		if c.streams[c.at].err() != nil {
+			return 0, false
+		}
 	}
-	return &iterStream{it: it}, nil
+	return 0, false
+}
+
+func (c *concat) err() error {
+	if c.at < len(c.streams) {
+		return c.streams[c.at].err()
+	}
+	return nil
+}
+
+func (c *concat) close() {
+	for _, s := range c.streams {
+		s.close()
+	}
 }
 
 // seqStream yields sequence numbers in ascending order.
@@ -149,25 +221,27 @@ func (s *iterStream) next() (uint64, bool) {
 func (s *iterStream) err() error { return s.it.Error() }
 func (s *iterStream) close()     { s.it.Close() }
 
-// postingStream yields the seqs from from on in the posting lists of one
-// index term.
+// postingStream yields the seqs from from to until in the posting lists of
+// one index term.
 type postingStream struct {
 	it     *pebble.Iterator
 	seek   []byte // the key to start at, nil once started
 	from   uint64
+	until  uint64
 	seqs   []uint64 // of the current key, not yet yielded
 	buf    []uint64
 	failed error
 }
 
-func newIndexStream(r pebble.Reader, prefix []byte, from uint64) (*postingStream, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+func newIndexStream(r pebble.Reader, prefix []byte, from, until uint64) (*postingStream, error) {
+	// No list holding a seq after until starts before it.
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: append(bytes.Clone(prefix), eventKey(until + 1)[1:]...)})
 	if err != nil {
 		return nil, err
 	}
 	// The list that holds from starts at or before it.
 	seek := append(bytes.Clone(prefix), eventKey(from + 1)[1:]...)
-	return &postingStream{it: it, seek: seek, from: from}, nil
+	return &postingStream{it: it, seek: seek, from: from, until: until}, nil
 }
 
 func (s *postingStream) next() (uint64, bool) {
@@ -192,6 +266,9 @@ func (s *postingStream) next() (uint64, bool) {
 		s.seqs = s.buf[i:]
 	}
 	seq := s.seqs[0]
+	if seq > s.until {
+		return 0, false
+	}
 	s.seqs = s.seqs[1:]
 	return seq, true
 }

@@ -326,6 +326,19 @@ func (l *Log) commitLoop() {
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	armed := false
+	// After a failed write the terms gathered may name events that are not
+	// in the log: the index is left where it is, for Open to complete.
+	var failed error
+	writeIndex := func(wo *pebble.WriteOptions) error {
+		if failed != nil {
+			return failed
+		}
+		if err := l.writeIndex(nil, wo); err != nil {
+			failed = err
+			l.fail()
+		}
+		return failed
+	}
 	for {
 		l.mu.Lock()
 		queue, closed, wanted := l.mu.queue, l.mu.closed, l.mu.indexWanted
@@ -333,7 +346,7 @@ func (l *Log) commitLoop() {
 		l.mu.Unlock()
 		if len(queue) == 0 {
 			if len(wanted) > 0 || closed {
-				err := l.writeIndex(nil, l.sync) // at Close, durable as the last group
+				err := writeIndex(l.sync) // at Close, durable as the last group
 				for _, w := range wanted {
 					w <- err
 				}
@@ -352,18 +365,22 @@ func (l *Log) commitLoop() {
 			case <-l.mu.wake:
 			case <-idle.C:
 				armed = false
-				if err := l.writeIndex(nil, pebble.NoSync); err != nil {
-					l.fail()
-				}
+				writeIndex(pebble.NoSync)
 			}
 			continue
 		}
-		g := l.write(queue, len(wanted) > 0)
+		var g *group
+		if failed != nil {
+			g = &group{queue: queue, batch: queue[0].b, err: failed} // never written
+		} else {
+			g = l.write(queue, len(wanted) > 0)
+		}
 		for _, w := range wanted {
 			w <- g.err
 		}
 		groups <- g
-		if g.err != nil {
+		if g.err != nil && failed == nil {
+			failed = g.err
 			l.fail()
 		}
 	}

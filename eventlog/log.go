@@ -60,10 +60,11 @@ type Log struct {
 
 	mu struct {
 		sync.Mutex
-		closed bool
-		next   uint64 // the seq the next enqueued batch must start at
-		queue  []*Pending
-		wake   chan struct{}
+		closed  bool   // to appends: by Close, or by a failed write
+		closing bool   // Close was called
+		next    uint64 // the seq the next enqueued batch must start at
+		queue   []*Pending
+		wake    chan struct{}
 		// indexWanted are callers of flushIndex waiting for the index to
 		// be complete to the last batch written.
 		indexWanted []chan error
@@ -231,11 +232,13 @@ func (l *Log) lastEventSeq() (uint64, error) {
 // store. Batches enqueued after Close fail with ErrClosed.
 func (l *Log) Close() error {
 	l.mu.Lock()
-	if l.mu.closed {
+	if l.mu.closing {
 		l.mu.Unlock()
 		return ErrClosed
 	}
-	l.mu.closed = true
+	// closed may be set already, by a failed write; the store is still
+	// open and must be closed.
+	l.mu.closed, l.mu.closing = true, true
 	l.mu.Unlock()
 	l.kick()
 	<-l.done

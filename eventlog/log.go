@@ -316,7 +316,10 @@ func (l *Log) kick() {
 // before it writes the next group: Pebble writes the groups to its WAL in
 // the order they come and syncs whatever has reached it, so the memtable
 // work of one group overlaps the fsync of the one before. syncLoop waits for
-// each group's sync, in order, and wakes its waiters.
+// each group's sync, in order, and wakes its waiters. The committer also
+// writes the index (writeIndex): in the group that brings the terms it has
+// gathered to IndexEvery events, on its own once idle for indexIdle, when
+// asked (flushIndex), and at Close.
 func (l *Log) commitLoop() {
 	defer close(l.done)
 	groups := make(chan *group, 16)
@@ -500,13 +503,14 @@ type group struct {
 	err   error
 }
 
-// write writes queue as one batch, with one index key per term for the
-// whole group; with synced writes it returns once the batch is in the WAL
-// and the memtable, before the sync. The batch holds every event first,
-// then the records and state entries, then the index: Pebble inserts a
-// batch into its memtable in order, and an insert next to the one before
-// is cheap, so the events' consecutive keys cost little (5% more appends at
-// 64 writers than batches written one after the other).
+// write writes queue as one batch and gathers its index terms, writing the
+// index too when they reach IndexEvery events or indexAll is set; with
+// synced writes it returns once the batch is in the WAL and the memtable,
+// before the sync. The batch holds every event first, then the records and
+// state entries, then the index: Pebble inserts a batch into its memtable
+// in order, and an insert next to the one before is cheap, so the events'
+// consecutive keys cost little (5% more appends at 64 writers than batches
+// written one after the other).
 func (l *Log) write(queue []*Pending, indexAll bool) *group {
 	g := &group{queue: queue, batch: queue[0].b}
 	if len(queue) > 1 {

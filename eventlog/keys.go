@@ -76,9 +76,9 @@ func snapshotKey(seq uint64) []byte {
 	return k
 }
 
-func stateKey(path string) []byte { return append([]byte{famState}, path...) }
+func stateKey(path string) []byte { return appendKey(nil, famState, path) }
 
-func decisionKey(id string) []byte { return append([]byte{famDecision}, id...) }
+func decisionKey(id string) []byte { return appendKey(nil, famDecision, id) }
 
 // appendKey appends the key of family fam named name.
 func appendKey(dst []byte, fam byte, name string) []byte {
@@ -196,9 +196,9 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	}
 }
 
-// postings gathers the posting lists of a commit group. The committer
-// keeps one and resets it for each group, so that its map and lists are
-// allocated once rather than for every group.
+// postings gathers the posting lists of the events after the index, from
+// group to group until the committer writes them (writeIndex). It keeps
+// its map and lists when reset, so they are allocated once.
 type postings struct {
 	at    map[indexTerm]int // the term's place in terms and seqs
 	terms []indexTerm

@@ -171,7 +171,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if opts.NoSync {
 		l.sync = pebble.NoSync
 	}
-	first, err := l.meta(metaFirst)
+	first, _, err := readMeta(db, metaFirst)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open event log %s: %w", dir, err)
@@ -188,9 +188,9 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.last.Store(last)
 	l.mu.next = last + 1
 	l.mu.wake = make(chan struct{}, 1)
-	l.indexEvery = uint64(max(opts.IndexEvery, 1))
-	if opts.IndexEvery == 0 {
-		l.indexEvery = 4096
+	l.indexEvery = 4096
+	if opts.IndexEvery != 0 {
+		l.indexEvery = uint64(max(opts.IndexEvery, 1))
 	}
 	l.indexIdle = cmp.Or(opts.indexIdle, indexIdle)
 	if err := l.catchUpIndex(); err != nil {
@@ -201,19 +201,21 @@ func Open(dir string, opts *Options) (*Log, error) {
 	return l, nil
 }
 
-func (l *Log) meta(key []byte) (uint64, error) {
-	v, closer, err := l.db.Get(key)
+// readMeta reads the seq held by metadata key; found is false if r holds
+// none.
+func readMeta(r pebble.Reader, key []byte) (seq uint64, found bool, err error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer closer.Close()
 	if len(v) != 8 {
-		return 0, fmt.Errorf("metadata %q is %d bytes, want 8", key, len(v))
+		return 0, false, fmt.Errorf("%w: metadata %q is %d bytes, want 8", ErrCorrupt, key, len(v))
 	}
-	return binary.BigEndian.Uint64(v), nil
+	return binary.BigEndian.Uint64(v), true, nil
 }
 
 func (l *Log) lastEventSeq() (uint64, error) {
@@ -462,19 +464,15 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 // committer starts. A log without the mark of where its index ends was
 // written with every group indexed, so its index is complete.
 func (l *Log) catchUpIndex() error {
-	v, closer, err := l.db.Get(metaIndexed)
+	indexed, found, err := readMeta(l.db, metaIndexed)
 	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		l.indexed = l.LastSeq()
-		return l.db.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, l.indexed), pebble.Sync)
 	case err != nil:
 		return err
-	case len(v) != 8:
-		closer.Close()
-		return fmt.Errorf("metadata %q is %d bytes, want 8", metaIndexed, len(v))
+	case !found:
+		l.indexed = l.LastSeq()
+		return l.db.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, l.indexed), pebble.Sync)
 	}
-	l.indexed = binary.BigEndian.Uint64(v)
-	closer.Close()
+	l.indexed = indexed
 	if l.indexed >= l.LastSeq() {
 		return nil
 	}

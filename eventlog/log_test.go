@@ -350,9 +350,9 @@ func TestQueryMatchesScan(t *testing.T) {
 // indexedForTest reads where the index ends.
 func (l *Log) indexedForTest(t *testing.T) uint64 {
 	t.Helper()
-	seq, err := readIndexed(l.db)
-	if err != nil {
-		t.Fatal(err)
+	seq, found, err := readMeta(l.db, metaIndexed)
+	if err != nil || !found {
+		t.Fatalf("where the index ends: %d, %v, %v", seq, found, err)
 	}
 	return seq
 }

@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -44,7 +43,7 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 	}
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
-	src, err := l.stream(snap, q)
+	src, err := stream(snap, q)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -89,15 +88,18 @@ func (q *Query) matches(ev *intents.Event) bool {
 // stream picks the index that drives q: a transaction has the fewest
 // events, then an agent, a path, a type; with no criterion, the log itself.
 // The events after the index follow the index's.
-func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
-	indexed, err := readIndexed(r)
-	if err != nil {
-		return nil, err
-	}
+func stream(r pebble.Reader, q Query) (seqStream, error) {
 	if q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
 		return newEventStream(r, q.From)
 	}
-	src, err := l.indexStream(r, q, indexed)
+	indexed, found, err := readMeta(r, metaIndexed)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: no record of where the index ends", ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	src, err := indexStream(r, q, indexed)
 	if err != nil {
 		return nil, err
 	}
@@ -109,19 +111,6 @@ func (l *Log) stream(r pebble.Reader, q Query) (seqStream, error) {
 	return &concat{streams: []seqStream{src, tail}}, nil
 }
 
-// readIndexed reads the seq the index is complete to.
-func readIndexed(r pebble.Reader) (uint64, error) {
-	v, closer, err := r.Get(metaIndexed)
-	if err != nil {
-		return 0, fmt.Errorf("where the index ends: %w", err)
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return 0, fmt.Errorf("%w: metadata %q is %d bytes, want 8", ErrCorrupt, metaIndexed, len(v))
-	}
-	return binary.BigEndian.Uint64(v), nil
-}
-
 func newEventStream(r pebble.Reader, from uint64) (seqStream, error) {
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: []byte{famEvent + 1}})
 	if err != nil {
@@ -131,7 +120,7 @@ func newEventStream(r pebble.Reader, from uint64) (seqStream, error) {
 }
 
 // indexStream is the stream of the index that drives q, to seq until.
-func (l *Log) indexStream(r pebble.Reader, q Query, until uint64) (seqStream, error) {
+func indexStream(r pebble.Reader, q Query, until uint64) (seqStream, error) {
 	switch {
 	case q.Txn != "":
 		return newIndexStream(r, indexPrefix(idxTxn, q.Txn), q.From, until)

@@ -38,8 +38,10 @@ type Options struct {
 	// indexes the ones a crash left behind. The default is 4096; 1 indexes
 	// every group as it is written.
 	IndexEvery int
-	// indexIdle, if set, replaces indexIdle (for tests).
-	indexIdle time.Duration
+	// indexIdle, if set, replaces indexIdle, and indexWritten is called
+	// after each index batch of its own the committer writes (for tests).
+	indexIdle    time.Duration
+	indexWritten func(seq uint64)
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
 	// quiet one unless set, and a zero MemTableSize by the log's default).
 	// The default is Pebble's defaults with a 64 MB memtable.
@@ -77,7 +79,9 @@ type Log struct {
 	indexed    uint64
 	indexEvery uint64
 	indexIdle  time.Duration
-	key, gaps  []byte
+	// indexWritten is Options.indexWritten.
+	indexWritten func(seq uint64)
+	key, gaps    []byte
 
 	scratch sync.Pool // of *scratch, for encoding
 	terms   sync.Pool // of *termList, handed from the writers to the committer
@@ -192,7 +196,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if opts.IndexEvery != 0 {
 		l.indexEvery = uint64(max(opts.IndexEvery, 1))
 	}
-	l.indexIdle = cmp.Or(opts.indexIdle, indexIdle)
+	l.indexIdle, l.indexWritten = cmp.Or(opts.indexIdle, indexIdle), opts.indexWritten
 	if err := l.catchUpIndex(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open event log %s: %w", dir, err)
@@ -344,6 +348,8 @@ func (l *Log) commitLoop() {
 		if err := l.writeIndex(nil, wo); err != nil {
 			failed = err
 			l.fail()
+		} else if l.indexWritten != nil {
+			l.indexWritten(l.indexed)
 		}
 		return failed
 	}

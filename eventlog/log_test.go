@@ -347,6 +347,36 @@ func TestQueryMatchesScan(t *testing.T) {
 	}
 }
 
+// TestIndexWhenIdle: events short of IndexEvery are indexed on their own
+// once the log is idle, without waiting for more appends or Close.
+func TestIndexWhenIdle(t *testing.T) {
+	written := make(chan uint64, 16)
+	l, err := Open(t.TempDir(), &Options{NoSync: true, indexIdle: time.Millisecond,
+		indexWritten: func(seq uint64) { written <- seq }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	g := &gen{rng: rand.New(rand.NewPCG(10, 10))}
+	if err := l.Append(context.Background(), g.batch(5)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case seq := <-written:
+		if seq != l.LastSeq() {
+			t.Fatalf("indexed to %d, the log ends at %d", seq, l.LastSeq())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the idle log did not index its events")
+	}
+	if indexed := l.indexedForTest(t); indexed != l.LastSeq() {
+		t.Fatalf("m indexed is %d, the log ends at %d", indexed, l.LastSeq())
+	}
+	if len(indexPostings(t, l)) == 0 {
+		t.Fatal("no index key written")
+	}
+}
+
 // indexedForTest reads where the index ends.
 func (l *Log) indexedForTest(t *testing.T) uint64 {
 	t.Helper()

@@ -3,7 +3,11 @@ package eventlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,50 +64,84 @@ func (f *failFile) Sync() error {
 
 func (f *failFile) SyncData() error { return f.Sync() }
 
-// TestWriteFailure: once the disk fails, the batch being written and every
-// later one fail, none is acknowledged, and the log reopened on a working
-// disk ends at a batch it acknowledged, its queries matching a scan.
-func TestWriteFailure(t *testing.T) {
-	dir := t.TempDir()
+// envFailDir makes TestWriteFailureChild run: the log it writes to.
+const envFailDir = "COAGENT_FAIL_DIR"
+
+// TestWriteFailureChild appends 30 batches, saying "ack <last>" for each,
+// then breaks the disk, says "broken", and appends on. The log must end
+// the process before it acknowledges anything more; if it does not, the
+// child says what happened and exits cleanly, which the parent refuses.
+func TestWriteFailureChild(t *testing.T) {
+	dir := os.Getenv(envFailDir)
+	if dir == "" {
+		t.Skip("run by TestWriteFailure")
+	}
 	fs := &failFS{FS: vfs.Default}
 	l, err := Open(dir, &Options{IndexEvery: 10, Pebble: &pebble.Options{FS: fs}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := &gen{rng: rand.New(rand.NewPCG(9, 9))}
-	var acked uint64
 	for range 30 {
 		b := g.batch(3)
 		if err := l.Append(context.Background(), b); err != nil {
 			t.Fatal(err)
 		}
-		acked = b.Events[len(b.Events)-1].Seq
+		fmt.Printf("ack %d\n", b.Events[len(b.Events)-1].Seq)
 	}
 	fs.broken.Store(true)
-	var pending []*Pending
-	for range 20 {
-		p, err := l.Enqueue(g.batch(3))
-		if err != nil {
-			break // the log has closed itself
+	fmt.Println("broken")
+	for range 1000 {
+		b := g.batch(3)
+		if err := l.Append(context.Background(), b); err != nil {
+			fmt.Printf("append failed and the process lives: %v\n", err)
+			break
 		}
-		pending = append(pending, p)
+		fmt.Printf("ack %d\n", b.Events[len(b.Events)-1].Seq)
 	}
-	if len(pending) == 0 {
-		t.Fatal("no batch enqueued after the disk failed")
+	fmt.Printf("close: %v\n", l.Close())
+}
+
+// TestWriteFailure: once the disk fails, the log ends the process without
+// acknowledging another batch, and the log reopened on a working disk
+// ends at the last batch it acknowledged, its queries matching a scan.
+// The end is a panic in the committer, naming the log and the failure:
+// Pebble cannot write after a failed write, and after a failed fsync the
+// file's contents are unknown, so only a restart can go on (walFailed).
+func TestWriteFailure(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWriteFailureChild$", "-test.v", "-test.timeout=2m")
+	cmd.Env = append(os.Environ(), envFailDir+"="+dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("child ended with %v, want a failure\nstdout:\n%s", err, out)
 	}
-	for i, p := range pending {
-		if err := p.Wait(context.Background()); err == nil {
-			t.Fatalf("batch %d after the disk failed was acknowledged", i)
+	if !strings.Contains(stderr.String(), errDisk.Error()) || !strings.Contains(stderr.String(), "eventlog "+dir) {
+		t.Fatalf("child's end does not name the log and the disk failure:\n%s", stderr.String())
+	}
+	var acked uint64
+	broken := false
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case line == "broken":
+			broken = true
+		case strings.HasPrefix(line, "ack "):
+			if broken {
+				t.Fatalf("acknowledged after the disk failed: %q", line)
+			}
+			acked, _ = strconv.ParseUint(strings.TrimPrefix(line, "ack "), 10, 64)
+		case strings.HasPrefix(line, "append failed"), strings.HasPrefix(line, "close:"):
+			t.Fatalf("the log went on after the disk failed: %q", line)
 		}
 	}
-	if _, err := l.Enqueue(g.batch(1)); err == nil {
-		t.Fatal("an append after a failed write was accepted")
-	}
-	if err := l.Close(); !errors.Is(err, errDisk) {
-		t.Fatalf("close after the disk failed: %v, want the failure", err)
+	if !broken || acked == 0 {
+		t.Fatalf("the child did not get to break the disk:\n%s", out)
 	}
 
-	l, err = Open(dir, nil)
+	l, err := Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

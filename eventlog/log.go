@@ -51,7 +51,10 @@ type Options struct {
 // Log is the event log in a Pebble directory. Appends go through one
 // committer goroutine that writes every batch queued since its last commit
 // in one synced Pebble batch (group commit). Reads are safe concurrently
-// with appends and with each other.
+// with appends and with each other. A failed write or sync of the store's
+// write-ahead log ends the process, before any batch it could not make
+// durable is acknowledged (see walFailed): a restart recovers the log to
+// its last acknowledged batch.
 type Log struct {
 	db   *pebble.DB
 	dir  string
@@ -62,7 +65,7 @@ type Log struct {
 
 	mu struct {
 		sync.Mutex
-		closed  bool   // to appends: by Close, or by a failed write
+		closed  bool   // to appends: by Close, or by a group that failed
 		closing bool   // Close was called
 		next    uint64 // the seq the next enqueued batch must start at
 		queue   []*Pending
@@ -164,7 +167,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		po.MemTableSize = 64 << 20
 	}
 	if po.Logger == nil && po.LoggerAndTracer == nil {
-		po.Logger = quiet{}
+		po.Logger = quiet{dir: dir}
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
@@ -242,7 +245,7 @@ func (l *Log) Close() error {
 		l.mu.Unlock()
 		return ErrClosed
 	}
-	// closed may be set already, by a failed write; the store is still
+	// closed may be set already, by a group that failed; the store is still
 	// open and must be closed.
 	l.mu.closed, l.mu.closing = true, true
 	l.mu.Unlock()
@@ -338,7 +341,7 @@ func (l *Log) commitLoop() {
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	armed := false
-	// After a failed write the terms gathered may name events that are not
+	// After a group failed the terms gathered may name events that are not
 	// in the log: the index is left where it is, for Open to complete.
 	var failed error
 	writeIndex := func(wo *pebble.WriteOptions) error {
@@ -404,9 +407,10 @@ func (l *Log) commitLoop() {
 // terms it has gathered.
 const indexIdle = 50 * time.Millisecond
 
-// fail closes the log to appends after a failed write: whatever followed it
-// cannot continue the log, so every later batch fails rather than leave a
-// hole.
+// fail closes the log to appends after a group could not be built or
+// written (a failure of the WAL itself ends the process: walFailed).
+// Whatever followed the group cannot continue the log, so every later
+// batch fails rather than leave a hole.
 func (l *Log) fail() {
 	l.mu.Lock()
 	l.mu.closed = true
@@ -458,7 +462,7 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 	}
 	if own {
 		if err := b.Commit(wo); err != nil {
-			return fmt.Errorf("eventlog: index: %w", err)
+			l.walFailed(err) // a synced commit's sync
 		}
 	}
 	l.index.reset()
@@ -569,7 +573,9 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 	for g := range groups {
 		err := g.err
 		if err == nil && l.sync.Sync {
-			err = g.batch.SyncWait()
+			if err := g.batch.SyncWait(); err != nil {
+				l.walFailed(err)
+			}
 		}
 		if err == nil && failed != nil {
 			err = failed
@@ -824,12 +830,24 @@ func (l *Log) Snapshot(atOrBefore uint64) (uint64, []byte, error) {
 	return seqOf(it.Key()), bytes.Clone(it.Value()), nil
 }
 
-// quiet is a Pebble logger that says nothing but fatal errors, which it
-// panics with as Pebble expects.
-type quiet struct{}
+// quiet is a Pebble logger that says nothing but fatal errors, which end
+// the process as Pebble requires: Fatalf must not return.
+type quiet struct{ dir string }
 
 func (quiet) Infof(string, ...any)  {}
 func (quiet) Errorf(string, ...any) {}
-func (quiet) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
+func (q quiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("eventlog %s: %s", q.dir, fmt.Sprintf(format, args...)))
+}
+
+// walFailed ends the process after a failed write or sync of Pebble's WAL.
+// Nothing can be written after it: Pebble's commit pipeline stops at the
+// failure and ends the process at the next commit that reaches it, and
+// after a failed fsync what the file holds is unknown (the kernel may have
+// dropped the pages it could not write, and a later fsync would report
+// success). Only a restart, which reads what is durable, can go on; it
+// finds every batch that was acknowledged. etcd and PostgreSQL treat a
+// failed WAL fsync the same way.
+func (l *Log) walFailed(err error) {
+	panic(fmt.Sprintf("eventlog %s: write-ahead log failed, restart to recover: %v", l.dir, err))
 }

@@ -361,7 +361,7 @@ func (c *Client) ask(ctx context.Context, raw []byte) (*intents.Decision, error)
 	defer cancel()
 	// The agent's own submit subject: under auth the server lets it publish
 	// only there, and the coordinator checks the body's agent against it.
-	m := nats.NewMsg(c.subj.API("submit." + c.name))
+	m := nats.NewMsg(c.subj.Submit(c.name))
 	m.Data = raw
 	m.Header.Set(intents.HeaderWait, strconv.FormatInt((c.cfg.resend/2).Milliseconds(), 10))
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)

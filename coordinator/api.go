@@ -77,10 +77,8 @@ func (s *Service) handleSubmit(req micro.Request) {
 		}
 		wait = time.Duration(ms) * time.Millisecond
 	}
-	agent := ""
-	if sub := req.Subject(); sub != s.subj.API("submit") {
-		agent = strings.TrimPrefix(sub, s.subj.API("submit."))
-	}
+	// The endpoints are submit and submit.*, so the subject is one of them.
+	agent, _ := s.subj.SubmitAgent(req.Subject())
 	d, err := s.apiSubmit(context.Background(), agent, req.Data(), wait)
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)

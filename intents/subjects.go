@@ -75,6 +75,29 @@ func (s Subjects) DeadLetters() string { return s.p() + ".arbiter.dlq" }
 // "arbiter.resolve", "log.query".
 func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoint }
 
+// Submit is the API's submit endpoint for agent: <prefix>.api.submit.<agent>,
+// the subject an authenticated agent may submit on, or the anonymous
+// <prefix>.api.submit for "".
+func (s Subjects) Submit(agent string) string {
+	if agent == "" {
+		return s.API("submit")
+	}
+	return s.API("submit." + agent)
+}
+
+// SubmitAgent returns the agent a submit subject names ("" for the
+// anonymous one), and whether subject is a submit subject at all.
+func (s Subjects) SubmitAgent(subject string) (string, bool) {
+	if subject == s.API("submit") {
+		return "", true
+	}
+	rest, ok := strings.CutPrefix(subject, s.API("submit."))
+	if !ok || rest == "" || strings.Contains(rest, ".") {
+		return "", false
+	}
+	return rest, true
+}
+
 // APIGroup is the subject prefix of the micro service's endpoints.
 func (s Subjects) APIGroup() string { return s.p() + ".api" }
 

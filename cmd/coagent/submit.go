@@ -51,12 +51,8 @@ func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader,
 		return err
 	}
 	defer nc.Close()
-	subject := conn.subjects().API("submit")
-	if agent := conn.agent(); agent != "" {
-		// An authenticated agent submits on its own subject.
-		subject += "." + agent
-	}
-	msg := nats.NewMsg(subject)
+	// An authenticated agent submits on its own subject.
+	msg := nats.NewMsg(conn.subjects().Submit(conn.agent()))
 	msg.Data = data
 	// The coordinator answers with the interim decision a little before we
 	// give up, rather than not at all.

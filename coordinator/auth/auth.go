@@ -141,7 +141,7 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 	events := s.Stream(intents.StreamEvents)
 	pub := []string{
 		s.Intents(agent),
-		s.API("submit." + agent),
+		s.Submit(agent),
 		s.API("state.get"), s.API("txn.list"), s.API("log.query"), s.API("conflicts.top"), s.API("rules.get"),
 		// The change feed through an ordered consumer (Watch).
 		"$JS.API.INFO",

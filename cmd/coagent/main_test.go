@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,11 +21,11 @@ func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.json")
 	bad := filepath.Join(dir, "bad.json")
-	os.WriteFile(good, []byte(`{"id":"01JD0000000000000000000000","agent":"w1","kind":"apply",
+	writeFile(t, good, `{"id":"01JD0000000000000000000000","agent":"w1","kind":"apply",
 		"reads":[{"path":"report.title"}],"pre":["state.report.status == \"draft\" && has(\"tasks.t1\")"],
-		"writes":[{"path":"report.sections.intro","op":"set","value":"x"}]}`), 0o644)
-	os.WriteFile(bad, []byte(`{"id":"01JD0000000000000000000000","agent":"w1","kind":"apply",
-		"writes":[{"path":"report.count","op":"incr","value":"two"}]}`), 0o644)
+		"writes":[{"path":"report.sections.intro","op":"set","value":"x"}]}`)
+	writeFile(t, bad, `{"id":"01JD0000000000000000000000","agent":"w1","kind":"apply",
+		"writes":[{"path":"report.count","op":"incr","value":"two"}]}`)
 
 	out, _, err := runCmd(t, "", "check", good)
 	if err != nil || !strings.Contains(out, "ok; reads [report.status report.title tasks.t1]") {

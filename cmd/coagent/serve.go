@@ -210,7 +210,9 @@ func serverOptions(host string, port int, store string, users []*server.NkeyUser
 }
 
 // withRoles merges roles into the agents of a rules file: the registry
-// gives agents their roles as well as the file does.
+// gives agents their roles as well as the file does. It touches only the
+// roles, so whatever else the file says, right or wrong, reaches the rules'
+// own checks as written.
 func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
 	if len(roles) == 0 {
 		return file, nil
@@ -221,9 +223,7 @@ func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	agents := map[string]struct {
-		Roles []string `json:"roles,omitempty"`
-	}{}
+	agents := map[string]map[string]json.RawMessage{}
 	if raw, ok := doc["agents"]; ok {
 		if err := json.Unmarshal(raw, &agents); err != nil {
 			return nil, fmt.Errorf("agents: %w", err)
@@ -231,12 +231,26 @@ func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
 	}
 	for name, rs := range roles {
 		a := agents[name]
-		for _, r := range rs {
-			if !slices.Contains(a.Roles, r) {
-				a.Roles = append(a.Roles, r)
+		if a == nil {
+			a = map[string]json.RawMessage{}
+		}
+		var have []string
+		if raw, ok := a["roles"]; ok {
+			if err := json.Unmarshal(raw, &have); err != nil {
+				return nil, fmt.Errorf("agents.%s.roles: %w", name, err)
 			}
 		}
-		slices.Sort(a.Roles)
+		for _, r := range rs {
+			if !slices.Contains(have, r) {
+				have = append(have, r)
+			}
+		}
+		slices.Sort(have)
+		raw, err := json.Marshal(have)
+		if err != nil {
+			return nil, err
+		}
+		a["roles"] = raw
 		agents[name] = a
 	}
 	raw, err := json.Marshal(agents)

@@ -8,12 +8,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/coordinator/auth"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
@@ -110,13 +114,13 @@ func TestServeAuthAndRules(t *testing.T) {
 		t.Fatalf("agents list: %q %v", out, err)
 	}
 	rulesFile := filepath.Join(dir, "rules.json")
-	os.WriteFile(rulesFile, []byte(`{"rules":[{"pattern":"tasks.**","writers":["role:coder"]}]}`), 0o644)
+	writeFile(t, rulesFile, `{"rules":[{"pattern":"tasks.**","writers":["role:coder"]}]}`)
 	url, stop := serve(t, data, "--auth", "--rules", rulesFile)
 	defer stop()
 
 	submit := func(agent, id, path string) (string, error) {
 		in := `{"id":"` + id + `","agent":"` + agent + `","kind":"apply","writes":[{"path":"` + path + `","op":"set","value":1}]}`
-		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", filepath.Join(data, "agents", agent+".nk"), "-")
+		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", auth.SeedPath(data, agent), "-")
 		return out, err
 	}
 	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.Contains(out, `"applied"`) {
@@ -129,14 +133,22 @@ func TestServeAuthAndRules(t *testing.T) {
 		t.Fatalf("a client without a key: %v", err)
 	}
 
-	// SIGHUP: the new file lets anyone write tasks. An observer may read
-	// the whole feed, so it sees the rules event of the reload.
-	os.WriteFile(rulesFile, []byte(`{"rules":[]}`), 0o644)
-	key, err := nats.NkeyOptionFromSeed(filepath.Join(data, "agents", "auditor.nk"))
+	// SIGHUP: the new file lets anyone write tasks, and carol, registered
+	// while the server runs, is let in. An observer may read the whole
+	// feed, so it sees the rules event of the reload, which follows the
+	// reload of the agents.
+	if out, _, err := runCmd(t, "", "agents", "add", "carol", "--data", data); err != nil {
+		t.Fatalf("agents add carol: %q %v", out, err)
+	}
+	if _, err := submit("carol", "01JD0000000000000000000B04", "notes.n1"); err == nil || !strings.Contains(err.Error(), "uthorization") {
+		t.Fatalf("carol before the reload: %v", err)
+	}
+	writeFile(t, rulesFile, `{"rules":[]}`)
+	opts, err := agents.AuthOptions("auditor", auth.SeedPath(data, "auditor"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, key, nats.CustomInboxPrefix(intents.InboxPrefix("auditor")))
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,13 +169,46 @@ func TestServeAuthAndRules(t *testing.T) {
 	if out, err := submit("bob", "01JD0000000000000000000B03", "tasks.t3"); err != nil || !strings.Contains(out, `"applied"`) {
 		t.Fatalf("bob after the reload: %q %v", out, err)
 	}
+	if out, err := submit("carol", "01JD0000000000000000000B05", "tasks.t5"); err != nil || !strings.Contains(out, `"applied"`) {
+		t.Fatalf("carol after the reload: %q %v", out, err)
+	}
+}
+
+// withRoles adds the registry's roles and leaves the rest of the file as
+// written, so a mistake in it still meets the rules' own checks.
+func TestWithRoles(t *testing.T) {
+	file := []byte(`{"agents":{"boss":{"role":["lead"]},"alice":{"roles":["b"]}},"rules":[]}`)
+	merged, err := withRoles(file, map[string][]string{"alice": {"a", "b"}, "carol": {"c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Agents map[string]map[string]any `json:"agents"`
+	}
+	if err := json.Unmarshal(merged, &doc); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]any{"boss": {"role": []any{"lead"}}, "alice": {"roles": []any{"a", "b"}}, "carol": {"roles": []any{"c"}}}
+	if !reflect.DeepEqual(doc.Agents, want) {
+		t.Fatalf("merged agents %v, want %v", doc.Agents, want)
+	}
+	if _, err := rules.Compile(merged, intents.NewCompiler(intents.CompilerOptions{})); err == nil || !strings.Contains(err.Error(), "role") {
+		t.Fatalf("the misspelt field compiled: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestRulesCommand(t *testing.T) {
 	dir := t.TempDir()
 	good, bad := filepath.Join(dir, "good.json"), filepath.Join(dir, "bad.json")
-	os.WriteFile(good, []byte(`{"rules":[{"pattern":"tasks.*.status","transitions":{"A":["B"]}}]}`), 0o644)
-	os.WriteFile(bad, []byte(`{"rules":[{"pattern":"tasks..status"}]}`), 0o644)
+	writeFile(t, good, `{"rules":[{"pattern":"tasks.*.status","transitions":{"A":["B"]}}]}`)
+	writeFile(t, bad, `{"rules":[{"pattern":"tasks..status"}]}`)
 	if out, _, err := runCmd(t, "", "rules", "check", good); err != nil || !strings.Contains(out, "ok") {
 		t.Fatalf("check good: %q %v", out, err)
 	}

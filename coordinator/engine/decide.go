@@ -82,7 +82,7 @@ func (e *Engine) submit(agent string, in *intents.Intent, size int) {
 	}
 	switch in.Kind {
 	case intents.KindApply, intents.KindPropose:
-		e.decideNew(in, nil)
+		e.decideNew(in, nil, false)
 	case intents.KindCommit:
 		e.commit(in)
 	case intents.KindAbort:
@@ -101,7 +101,7 @@ func (e *Engine) settle() {
 		id := e.redecide[0]
 		e.redecide = e.redecide[1:]
 		if p := e.parked[id]; p != nil && !p.escalated {
-			e.decideNew(p.in, p)
+			e.decideNew(p.in, p, false)
 		}
 	}
 }
@@ -189,8 +189,11 @@ func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition,
 }
 
 // decideNew decides an apply or propose: fresh (p == nil) or parked and
-// freed by the end of a transaction it waited on (p != nil).
-func (e *Engine) decideNew(in *intents.Intent, p *parked) {
+// freed by the end of a transaction it waited on (p != nil). settled says
+// an arbiter has ruled on it — the escalated intent it let win, or its
+// replacement — so a fact it states supersedes the one in force instead of
+// going back to the arbiter.
+func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	pre, post, reads, err := e.conditions(in)
 	if err != nil {
 		e.reject(in, intents.ReasonInvalid, err.Error(), nil)
@@ -247,7 +250,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 		e.grant(in, reads, merges)
 		return
 	}
-	plan, v := e.plan(in, in.Writes, post, invs)
+	plan, v := e.plan(in, in.Writes, post, invs, settled)
 	if v != nil && v.Contradiction {
 		// Two facts on one subject are not last-writer-wins: the arbiter
 		// settles them, whatever the intent's own policy.
@@ -268,15 +271,15 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked) {
 // plan checks writes against the state, the values they leave against the
 // rules' state machines and schemas, and the postconditions and invariants
 // against the state after them. It returns the planned change, or why it
-// is refused.
-func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check) ([]intents.Applied, *rules.Violation) {
+// is refused. settled is as for decideNew.
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check, settled bool) ([]intents.Applied, *rules.Violation) {
 	plan, err := e.tree.Plan(writes)
 	if err != nil {
 		return nil, &rules.Violation{Reason: intents.ReasonInvalid, Detail: err.Error()}
 	}
 	if len(post) > 0 || len(invs) > 0 || e.rules != nil {
 		after := e.tree.After(plan)
-		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, in.ID == e.overrule); v != nil {
+		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, settled); v != nil {
 			return nil, v
 		}
 		for i, c := range post {
@@ -586,7 +589,7 @@ func (e *Engine) commit(in *intents.Intent) {
 			return
 		}
 	}
-	plan, v := e.plan(in, writes, post, e.rules.Invariants(paths))
+	plan, v := e.plan(in, writes, post, e.rules.Invariants(paths), false)
 	if v != nil && v.Contradiction {
 		// A commit cannot wait for an arbiter: its transaction stays open
 		// to commit a fact that supersedes the one in force, or to end.

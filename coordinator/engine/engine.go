@@ -52,7 +52,6 @@ type Engine struct {
 	now      time.Time
 	out      []*intents.Event
 	redecide []string        // waiters freed by a release, to decide again
-	overrule string          // the intent an arbiter let win over a contradiction
 	arena    []intents.Event // where emitted events are carved from
 }
 

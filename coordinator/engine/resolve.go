@@ -144,7 +144,7 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		r.OnConflict = intents.OnConflictReject
 		e.emit(intents.Event{Type: intents.EventIntent, Agent: r.Agent, Intent: r.ID,
 			Received: &intents.Received{Intent: res.Replacement}})
-		e.decideNew(&r, nil)
+		e.decideNew(&r, nil, true)
 		d, _ := e.decided.get(r.ID)
 		outcome := "was not decided"
 		if d != nil {
@@ -158,10 +158,7 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	case escWins:
 		in := *p.in
 		in.OnConflict = intents.OnConflictReject // settled: no second escalation
-		// A fact the arbiter lets win supersedes the one it contradicted.
-		e.overrule = in.ID
-		e.decideNew(&in, p)
-		e.overrule = ""
+		e.decideNew(&in, p, true)
 	default:
 		e.reject(p.in, intents.ReasonArbiterRejected, why, nil)
 	}

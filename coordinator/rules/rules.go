@@ -503,9 +503,10 @@ type Violation struct {
 // record kinds: before reads the state before the change, after the state
 // after it.
 //
-// A contradiction is returned as such unless overrule (an arbiter let the
-// intent win), when it is passed over and the other checks go on.
-func (s *Set) CheckChange(agent string, writes []string, before, after intents.Reader, overrule bool) *Violation {
+// A contradiction is returned as such unless settled (an arbiter ruled on
+// the change: its fact supersedes the one in force), when it is passed
+// over and the other checks go on.
+func (s *Set) CheckChange(agent string, writes []string, before, after intents.Reader, settled bool) *Violation {
 	if s == nil {
 		return nil
 	}
@@ -518,7 +519,7 @@ func (s *Set) CheckChange(agent string, writes []string, before, after intents.R
 				continue
 			}
 			for _, p := range r.pat.concrete(w, before, after) {
-				if v := r.check(p, agent, before, after); v != nil && !(v.Contradiction && overrule) {
+				if v := r.check(p, agent, before, after); v != nil && !(v.Contradiction && settled) {
 					return v
 				}
 			}

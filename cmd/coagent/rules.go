@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/rules"
@@ -67,25 +66,17 @@ func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(1))
 			return nil
 		}
-		nc, err := conn.connect("coagent rules")
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
 		m := nats.NewMsg(subj.API("rules.set"))
 		m.Data = file
 		m.Header.Set(coordinator.HeaderRulesSource, fs.Arg(1))
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		resp, err := nc.RequestMsgWithContext(rctx, m)
+		body, err := conn.requestMsg(ctx, "coagent rules", m)
 		if err != nil {
 			return fmt.Errorf("rules set: %w", err)
 		}
-		if err := apiError(resp); err != nil {
-			return err
-		}
 		var rec struct{ Hash, Source string }
-		json.Unmarshal(resp.Data, &rec)
+		if err := json.Unmarshal(body, &rec); err != nil {
+			return fmt.Errorf("rules set: the coordinator answered %q: %w", body, err)
+		}
 		fmt.Fprintf(stdout, "rules %.12s from %s in force\n", rec.Hash, rec.Source)
 		return nil
 	}

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -15,20 +13,21 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/coagent/coagent/coordinator/auth"
-	"github.com/nats-io/nkeys"
-
+	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // serveCommand runs the coordinator, on an embedded NATS server with
@@ -69,15 +68,21 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if *authOn && conn.url != "" {
 		return errors.New("--auth applies to the embedded server; give an external server the permissions the README lists")
 	}
+	// The registry gives the server its users and the rules their roles;
+	// it is read once for both, here and at each SIGHUP.
+	reloadable := *rulesFile != "" || *authOn
+	var reg *auth.Registry
+	if reloadable {
+		var err error
+		if reg, err = auth.Load(auth.RegistryPath(*data)); err != nil {
+			return err
+		}
+	}
 	if conn.url == "" {
 		var users []*server.NkeyUser
 		if *authOn {
 			var err error
 			if self, err = newIdentity(); err != nil {
-				return err
-			}
-			reg, err := auth.Load(auth.RegistryPath(*data))
-			if err != nil {
 				return err
 			}
 			users = reg.Users(conn.prefix, self.pub)
@@ -127,14 +132,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	// The rules are in force before anyone is told where to connect; their
 	// line follows the start-up line.
 	var rulesLine bytes.Buffer
-	if *rulesFile != "" || self != nil {
-		if err := loadRules(ctx, svc, *rulesFile, *data, &rulesLine); err != nil {
+	if reloadable {
+		if err := loadRules(ctx, svc, *rulesFile, *data, reg, &rulesLine); err != nil {
 			svc.Shutdown(context.Background())
 			return err
 		}
 	}
 	hup := make(chan os.Signal, 1)
-	if *rulesFile != "" || self != nil {
+	if reloadable {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
@@ -144,14 +149,19 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
-			// A file that does not compile is reported and changes nothing:
-			// the rules in force stay.
+			// A file that cannot be read or does not compile is reported
+			// and changes nothing: the agents and rules in force stay.
+			reg, err := auth.Load(auth.RegistryPath(*data))
+			if err != nil {
+				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
+				continue
+			}
 			if self != nil {
-				if err := reloadAgents(ns, *listen, *data, conn.prefix, self); err != nil {
+				if err := reloadAgents(ns, *listen, *data, conn.prefix, self, reg); err != nil {
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
 				}
 			}
-			if err := loadRules(ctx, svc, *rulesFile, *data, stdout); err != nil {
+			if err := loadRules(ctx, svc, *rulesFile, *data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
 			}
 		case <-ctx.Done():
@@ -172,7 +182,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 // loadRules puts the rules file at path in force, with the roles of the
 // agent registry merged into its agents, unless the same rules are in force
 // already (a restart records no new rules event).
-func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, stdout io.Writer) error {
+func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, reg *auth.Registry, stdout io.Writer) error {
 	var file []byte
 	if path != "" {
 		var err error
@@ -180,11 +190,8 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 			return fmt.Errorf("rules: %w", err)
 		}
 	}
-	reg, err := auth.Load(auth.RegistryPath(data))
+	file, err := withRoles(file, reg.Roles())
 	if err != nil {
-		return err
-	}
-	if file, err = withRoles(file, reg.Roles()); err != nil {
 		return fmt.Errorf("rules %s: %w", path, err)
 	}
 	if path == "" {
@@ -281,11 +288,7 @@ func newIdentity() (*identity, error) {
 }
 
 // reloadAgents gives the running embedded server the registry as it is now.
-func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity) error {
-	reg, err := auth.Load(auth.RegistryPath(data))
-	if err != nil {
-		return err
-	}
+func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity, reg *auth.Registry) error {
 	host, _, _ := net.SplitHostPort(listen)
 	port := ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
 	return ns.ReloadOptions(serverOptions(host, port, filepath.Join(data, "jetstream"), reg.Users(prefix, self.pub)))
@@ -333,18 +336,18 @@ func (f *natsFlags) register(fs *flag.FlagSet, def string) {
 }
 
 func (f *natsFlags) connect(name string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name(name)}
+	var opts []nats.Option
+	if f.nkey != "" {
+		// The agent is named by its seed file.
+		ao, err := agents.AuthOptions(f.agent(), f.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("--nkey %s: %w", f.nkey, err)
+		}
+		opts = ao
+	}
+	opts = append(opts, nats.Name(name)) // after the agent's own name
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
-	}
-	if f.nkey != "" {
-		// The agent is named by its seed file; its permissions allow
-		// replies only under its own inbox prefix.
-		key, err := nats.NkeyOptionFromSeed(f.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey: %w", err)
-		}
-		opts = append(opts, key, nats.CustomInboxPrefix(intents.InboxPrefix(f.agent())))
 	}
 	if f.ca != "" {
 		opts = append(opts, nats.RootCAs(f.ca))
@@ -359,8 +362,6 @@ func (f *natsFlags) connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// request sends one API request and returns the reply's body, or the
-// micro error it carries as an error naming its code.
 // agent is the agent an --nkey seed file names (NAME.nk), or "".
 func (f *natsFlags) agent() string {
 	if f.nkey == "" {
@@ -369,7 +370,16 @@ func (f *natsFlags) agent() string {
 	return strings.TrimSuffix(filepath.Base(f.nkey), ".nk")
 }
 
+// request sends one API request and returns the reply's body, or the
+// micro error it carries as an error naming its code.
 func (f *natsFlags) request(ctx context.Context, name, subject string, body []byte) ([]byte, error) {
+	m := nats.NewMsg(subject)
+	m.Data = body
+	return f.requestMsg(ctx, name, m)
+}
+
+// requestMsg is request for a message with headers.
+func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([]byte, error) {
 	nc, err := f.connect(name)
 	if err != nil {
 		return nil, err
@@ -377,7 +387,7 @@ func (f *natsFlags) request(ctx context.Context, name, subject string, body []by
 	defer nc.Close()
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := nc.RequestWithContext(reqCtx, subject, body)
+	resp, err := nc.RequestMsgWithContext(reqCtx, m)
 	if err != nil {
 		return nil, err
 	}

@@ -21,30 +21,13 @@ import (
 // version fn saw. fn may be called several times and must not have side
 // effects; an error from fn ends Update with that error.
 func (c *Client) Update(ctx context.Context, path string, fn func(old any) (any, error)) (*intents.Decision, error) {
-	return c.update(ctx, path, func(cur Value) (any, error) {
-		var old any
-		if err := cur.Decode(&old); err != nil {
-			return nil, fmt.Errorf("agents: update %q: value %s: %w", path, clipText(string(cur.Value), 200), err)
-		}
-		return fn(old)
-	})
+	return UpdateJSON(ctx, c, path, func(old any, _ bool) (any, error) { return fn(old) })
 }
 
 // UpdateJSON is Update for a typed value: fn gets the current value
 // decoded into a T (its zero value when the path does not exist, with
 // exists false) and returns the new one.
 func UpdateJSON[T any](ctx context.Context, c *Client, path string, fn func(old T, exists bool) (T, error)) (*intents.Decision, error) {
-	return c.update(ctx, path, func(cur Value) (any, error) {
-		var old T
-		if err := cur.Decode(&old); err != nil {
-			return nil, fmt.Errorf("agents: update %q: value %s: %w", path, clipText(string(cur.Value), 200), err)
-		}
-		return fn(old, cur.Exists)
-	})
-}
-
-// update is Update with fn given the value as read.
-func (c *Client) update(ctx context.Context, path string, fn func(cur Value) (any, error)) (*intents.Decision, error) {
 	if err := intents.CheckPath(path); err != nil {
 		return nil, fmt.Errorf("agents: update %q: %w", path, err)
 	}
@@ -54,7 +37,11 @@ func (c *Client) update(ctx context.Context, path string, fn func(cur Value) (an
 			return nil, err
 		}
 		cur := st.Values[path]
-		v, err := fn(cur)
+		var old T
+		if err := cur.Decode(&old); err != nil {
+			return nil, fmt.Errorf("agents: update %q: value %s: %w", path, clipText(string(cur.Value), 200), err)
+		}
+		v, err := fn(old, cur.Exists)
 		if err != nil {
 			return nil, err
 		}

@@ -357,7 +357,7 @@ func TestRecordKindsOverTheWire(t *testing.T) {
 	w := newWorld(t, coordinator.Options{})
 	ctx := ctxFor(t, 60*time.Second)
 	setRules(t, w, `{"rules":[{"pattern":"facts.*","kind":"fact"},{"pattern":"tasks.*","kind":"task"},{"pattern":"decisions.*","kind":"decision"}]}`)
-	r1, r2 := w.client("r1"), w.client("r2")
+	r1 := w.client("r1")
 	arb, stop := context.WithCancel(ctx)
 	defer stop()
 	// The arbiter keeps the fact in force: the newcomer loses.
@@ -375,7 +375,7 @@ func TestRecordKindsOverTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	escalated := make(chan *intents.Decision, 1)
-	r2 = w.client("r2", agents.WithDecisionHook(func(d *intents.Decision) {
+	r2 := w.client("r2", agents.WithDecisionHook(func(d *intents.Decision) {
 		if d.Outcome == intents.OutcomeEscalated {
 			escalated <- d
 		}
@@ -388,7 +388,10 @@ func TestRecordKindsOverTheWire(t *testing.T) {
 	if d := <-escalated; len(d.Conflicts) != 1 || d.Conflicts[0].Kind != intents.ConflictContradiction {
 		t.Fatalf("interim decision %+v", d)
 	}
-	st, _ := r2.Read(ctx, "facts.capital")
+	st, err := r2.Read(ctx, "facts.capital")
+	if err != nil {
+		t.Fatal(err)
+	}
 	v := st.Values["facts.capital"]
 	if !strings.Contains(string(v.Value), "Paris") {
 		t.Fatalf("the fact in force %s", v.Value)

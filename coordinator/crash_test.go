@@ -218,8 +218,6 @@ func TestCrashRecovery(t *testing.T) {
 	t.Logf("%d intents over 20 kills; the log ends at %d", len(sent), log.LastSeq())
 }
 
-// appliedAndDecided counts, per intent id in the log, its changes and its
-// final decisions that are not duplicates: exactly once means one of each.
 // checkIndex asks log for the events of each agent, type and transaction
 // and compares the answers with a scan: the index a kill left behind the
 // log, and Open completed, must miss nothing and invent nothing.
@@ -259,6 +257,8 @@ func checkIndex(t *testing.T, round int, log *eventlog.Log) {
 	}
 }
 
+// appliedAndDecided counts, per intent id in the log, its changes and its
+// final decisions that are not duplicates: exactly once means one of each.
 func appliedAndDecided(t *testing.T, log *eventlog.Log) (changes, finals map[string]int) {
 	t.Helper()
 	changes, finals = map[string]int{}, map[string]int{}

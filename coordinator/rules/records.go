@@ -87,6 +87,8 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 				return invalid("promoted_from %s names no hypothesis with the same claim", clip(format(from), 80))
 			}
 		}
+		// Last of a fact's checks: a contradiction leaves nothing of the
+		// record unchecked.
 		if ook && old != nil && !equalJSON(old["claim"], rec["claim"]) {
 			if n, ok := rec["supersedes"].(float64); ok && uint64(n) == before.Version(p) {
 				return nil

@@ -503,13 +503,15 @@ type Violation struct {
 // record kinds: before reads the state before the change, after the state
 // after it.
 //
-// A contradiction is returned as such unless settled (an arbiter ruled on
-// the change: its fact supersedes the one in force), when it is passed
-// over and the other checks go on.
+// A contradiction is returned only when no check refuses the change, since
+// the arbiter can settle a contradiction but not make an invalid value
+// valid; and not at all when settled (an arbiter ruled on the change: its
+// fact supersedes the one in force).
 func (s *Set) CheckChange(agent string, writes []string, before, after intents.Reader, settled bool) *Violation {
 	if s == nil {
 		return nil
 	}
+	var contra *Violation
 	for _, r := range s.rules {
 		if r.states == nil && r.schema == nil && r.Kind == "" {
 			continue
@@ -519,41 +521,47 @@ func (s *Set) CheckChange(agent string, writes []string, before, after intents.R
 				continue
 			}
 			for _, p := range r.pat.concrete(w, before, after) {
-				if v := r.check(p, agent, before, after); v != nil && !(v.Contradiction && settled) {
+				v := r.check(p, agent, before, after)
+				switch {
+				case v == nil:
+				case !v.Contradiction:
 					return v
+				case contra == nil && !settled:
+					contra = v
 				}
 			}
 		}
 	}
-	return nil
+	return contra
 }
 
+// check checks the value at p. A contradiction does not end it: the
+// value's schema is checked too, and refuses it first.
 func (r *compiled) check(p, agent string, before, after intents.Reader) *Violation {
 	nv, nok := after.Get(p)
 	ov, ook := before.Get(p)
 	if nok == ook && (!nok || equalJSON(ov, nv)) {
 		return nil // unchanged
 	}
+	var contra *Violation
 	if r.Kind != "" {
-		if v := r.checkRecord(p, ov, ook, nv, nok, agent, before); v != nil {
-			return v
+		contra = r.checkRecord(p, ov, ook, nv, nok, agent, before)
+		if contra != nil && !contra.Contradiction {
+			return contra
 		}
 	} else if r.states != nil {
 		if v := r.transition(p, ov, ook, nv, nok); v != nil {
 			return v
 		}
 	}
-	if !nok {
-		return nil
-	}
-	if r.schema != nil {
+	if nok && r.schema != nil {
 		if err := r.schema.Validate(nv); err != nil {
 			return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
 				"%s = %s does not satisfy the schema of rules[%d] (%s): %s",
 				p, clip(format(nv), 200), r.index, r.Pattern, schemaMessage(err))}
 		}
 	}
-	return nil
+	return contra
 }
 
 // transition checks a value of the state machine going from ov (ook: it

@@ -169,6 +169,32 @@ func TestCheckChange(t *testing.T) {
 	}
 }
 
+// A contradiction goes to the arbiter only when nothing else refuses the
+// fact: a value a schema rejects is invalid, settled or not, whether the
+// schema is the fact rule's own or another rule's.
+func TestCheckChangeContradiction(t *testing.T) {
+	fact := func(claim any, evidence ...any) map[string]any {
+		return map[string]any{"claim": claim, "evidence": evidence}
+	}
+	before := reader{"facts.c": fact("Paris", "atlas")}
+	for _, src := range []string{
+		`{"rules":[{"pattern":"facts.*","kind":"fact","schema":{"properties":{"claim":{"type":"string"}}}}]}`,
+		`{"rules":[{"pattern":"facts.*","kind":"fact"},{"pattern":"facts.**","schema":{"properties":{"claim":{"type":"string"}}}}]}`,
+	} {
+		s := compile(t, src)
+		for _, settled := range []bool{false, true} {
+			v := s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact("Lyon", "blog")}, settled)
+			if settled && v != nil || !settled && (v == nil || !v.Contradiction || v.Path != "facts.c") {
+				t.Errorf("%s: a valid contradicting fact, settled %v: %+v", src, settled, v)
+			}
+			v = s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact(42.0, "blog")}, settled)
+			if v == nil || v.Contradiction || v.Reason != intents.ReasonInvalid || !strings.Contains(v.Detail, "does not satisfy the schema") {
+				t.Errorf("%s: a contradicting fact the schema refuses, settled %v: %+v", src, settled, v)
+			}
+		}
+	}
+}
+
 func TestPolicyInvariantsQuotas(t *testing.T) {
 	s := compile(t, board)
 	if p := s.OnConflict([]string{"queue.q1.items"}); p != intents.OnConflictWait {

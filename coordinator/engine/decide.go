@@ -254,7 +254,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	if v != nil && v.Contradiction {
 		// Two facts on one subject are not last-writer-wins: the arbiter
 		// settles them, whatever the intent's own policy.
-		e.escalate(in, []intents.Conflict{{Path: v.Path, Kind: intents.ConflictContradiction}}, v.Detail)
+		e.escalate(in, p, []intents.Conflict{{Path: v.Path, Kind: intents.ConflictContradiction}}, v.Detail)
 		return
 	}
 	if v != nil {
@@ -381,7 +381,7 @@ func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.C
 	case intents.OnConflictWait:
 		e.wait(in, p, conflicts, what)
 	case intents.OnConflictEscalate:
-		e.escalate(in, conflicts, what)
+		e.escalate(in, p, conflicts, what)
 	default:
 		e.reject(in, intents.ReasonConflict, what, conflicts)
 	}
@@ -418,9 +418,11 @@ func (e *Engine) preempt(in *intents.Intent, conflicts []intents.Conflict) bool 
 	return true
 }
 
-// escalate sends in to the arbiters with its conflicts.
-func (e *Engine) escalate(in *intents.Intent, conflicts []intents.Conflict, what string) {
-	if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
+// escalate sends in to the arbiters with its conflicts. An intent parked
+// already (p != nil, a waiter freed) keeps its slot: only a new one counts
+// against the agent's limit.
+func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Conflict, what string) {
+	if p == nil && e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
 		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
 		return
 	}

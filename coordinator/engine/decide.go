@@ -390,32 +390,36 @@ func (e *Engine) onConflict(in *intents.Intent, p *parked, conflicts []intents.C
 // preempt ends the transactions in's conflicts are with, when the rules
 // let in's agent preempt on every path it conflicts on: each is released
 // as preempted and its agent told (aborted), as an arbiter's preemption
-// is. It reports whether it did.
+// is, naming the path and the rule. It reports whether it did.
 func (e *Engine) preempt(in *intents.Intent, conflicts []intents.Conflict) bool {
 	if e.rules == nil {
 		return false
 	}
-	var why string
-	for _, c := range conflicts {
+	why := make([]string, len(conflicts))
+	for i, c := range conflicts {
 		rule, ok := e.rules.MayPreempt(in.Agent, c.Path)
 		if !ok || c.WithTxn == "" || e.txns[c.WithTxn] == nil {
 			return false
 		}
-		why = rule
+		why[i] = rule
 	}
-	done := map[string]bool{}
-	for _, c := range conflicts {
-		t := e.txns[c.WithTxn]
-		if t == nil || done[t.ID] {
-			continue
+	for i, c := range conflicts {
+		// The first conflict with a transaction ends it; the others with it
+		// find it gone.
+		if t := e.txns[c.WithTxn]; t != nil {
+			e.preemptTxn(t, fmt.Sprintf("preempted by intent %s of agent %s on %s: %s", in.ID, in.Agent, c.Path, why[i]))
 		}
-		done[t.ID] = true
-		e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: t.propose.ID, Txn: t.ID,
-			Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
-		e.decide(&intents.Decision{Intent: t.propose.ID, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,
-			Fence: t.fence, Detail: fmt.Sprintf("preempted by intent %s of agent %s on %s: %s", in.ID, in.Agent, c.Path, why)})
 	}
 	return true
+}
+
+// preemptTxn ends t, released as preempted, and tells its agent why: its
+// propose is aborted, its fence dead.
+func (e *Engine) preemptTxn(t *txn, detail string) {
+	e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: t.propose.ID, Txn: t.ID,
+		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
+	e.decide(&intents.Decision{Intent: t.propose.ID, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,
+		Fence: t.fence, Detail: detail})
 }
 
 // escalate sends in to the arbiters with its conflicts. An intent parked

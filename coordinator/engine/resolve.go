@@ -129,14 +129,10 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	// Whoever loses, or stands in the way of what wins, is preempted; a
 	// holder that wins keeps its grant.
 	for _, id := range slices.Sorted(maps.Keys(holders)) {
-		t := holders[id]
 		if slices.Contains(res.Winners, id) || (!slices.Contains(res.Losers, id) && !escWins && res.Replacement == nil) {
 			continue
 		}
-		e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: id, Txn: t.ID,
-			Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
-		e.decide(&intents.Decision{Intent: id, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,
-			Fence: t.fence, Detail: "preempted by " + why})
+		e.preemptTxn(holders[id], "preempted by "+why)
 	}
 	switch {
 	case res.Replacement != nil:

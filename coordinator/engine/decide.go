@@ -156,25 +156,11 @@ func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict) map[
 // with the intent's whole read set: declared reads plus every path the
 // conditions touch.
 func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition, reads []string, err error) {
-	for i, src := range in.Pre {
-		c, err := e.comp.Compile(fmt.Sprintf("pre[%d]", i), src, false)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if v := e.rules.CheckCondition(fmt.Sprintf("pre[%d]", i), c); v != nil {
-			return nil, nil, nil, errors.New(v.Detail)
-		}
-		pre = append(pre, c)
+	if pre, err = e.compile("pre", in.Pre, false); err != nil {
+		return nil, nil, nil, err
 	}
-	for i, src := range in.Post {
-		c, err := e.comp.Compile(fmt.Sprintf("post[%d]", i), src, true)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if v := e.rules.CheckCondition(fmt.Sprintf("post[%d]", i), c); v != nil {
-			return nil, nil, nil, errors.New(v.Detail)
-		}
-		post = append(post, c)
+	if post, err = e.compile("post", in.Post, true); err != nil {
+		return nil, nil, nil, err
 	}
 	for _, r := range in.Reads {
 		reads = append(reads, r.Path)
@@ -186,6 +172,24 @@ func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition,
 		reads = append(reads, c.Paths...)
 	}
 	return pre, post, reads, nil
+}
+
+// compile compiles the conditions srcs of one kind (pre, post) and checks
+// them against the rules' limit on their size.
+func (e *Engine) compile(kind string, srcs []string, post bool) ([]*intents.Condition, error) {
+	var out []*intents.Condition
+	for i, src := range srcs {
+		field := fmt.Sprintf("%s[%d]", kind, i)
+		c, err := e.comp.Compile(field, src, post)
+		if err != nil {
+			return nil, err
+		}
+		if v := e.rules.CheckCondition(field, c); v != nil {
+			return nil, errors.New(v.Detail)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // decideNew decides an apply or propose: fresh (p == nil) or parked and

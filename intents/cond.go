@@ -40,6 +40,10 @@ type Condition struct {
 	prog       *vm.Program
 }
 
+// DefaultMaxNodes is the default of CompilerOptions.MaxNodes, the size of
+// an expression's syntax tree.
+const DefaultMaxNodes = 1000
+
 // CompilerOptions bound what a condition may cost.
 type CompilerOptions struct {
 	// CacheSize is how many compiled conditions are kept, least recently used
@@ -58,7 +62,7 @@ func (o *CompilerOptions) EnsureDefaults() {
 		o.CacheSize = 4096
 	}
 	if o.MaxNodes == 0 {
-		o.MaxNodes = 1000
+		o.MaxNodes = DefaultMaxNodes
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 100000

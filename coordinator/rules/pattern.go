@@ -38,8 +38,8 @@ func ParsePattern(s string) (Pattern, error) {
 			return Pattern{}, fmt.Errorf("%q: segment %q is not a path segment, * or **", s, seg)
 		}
 	}
-	if len(p.segs) > 32 {
-		return Pattern{}, fmt.Errorf("%q: deeper than 32 segments", s)
+	if len(p.segs) > intents.MaxDepth {
+		return Pattern{}, fmt.Errorf("%q: deeper than %d segments", s, intents.MaxDepth)
 	}
 	return p, nil
 }

@@ -195,7 +195,7 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 			v, limit int
 		}{{"intent_bytes", l.IntentBytes, intents.MaxIntentSize}, {"writes", l.Writes, intents.MaxWrites},
 			{"reads", l.Reads, intents.MaxReads}, {"expr_len", l.ExprLen, intents.MaxExprLen},
-			{"expr_nodes", l.ExprNodes, 1000}, {"path_depth", l.PathDepth, intents.MaxDepth}} {
+			{"expr_nodes", l.ExprNodes, intents.DefaultMaxNodes}, {"path_depth", l.PathDepth, intents.MaxDepth}} {
 			if f.v < 0 || f.v > f.limit {
 				return nil, bad("limits."+f.name, "%d: want 0 (the built-in bound) to %d", f.v, f.limit)
 			}

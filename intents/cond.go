@@ -26,11 +26,11 @@ type Reader interface {
 // share between goroutines; evaluate it with an Evaluator.
 type Condition struct {
 	Source string
+	// Nodes is the size of its syntax tree, which board rules may bound.
+	Nodes int
 	// Paths are the state paths the expression touches, sorted: the members
 	// it reads (`state.a.b` → a.b, `old.a.b` → a.b) and the arguments of
 	// has() and version(). They join the intent's read set.
-	// Nodes is the size of its syntax tree, which board rules may bound.
-	Nodes int
 	Paths []string
 	// State and Old split Paths by how the expression reads them: from the
 	// state it is evaluated on, or (postconditions) from before the writes.

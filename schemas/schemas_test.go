@@ -690,6 +690,7 @@ func TestFields(t *testing.T) {
 		{"rules.json", "/$defs/rule", reflect.TypeFor[rules.Rule]()},
 		{"rules.json", "/$defs/invariant", reflect.TypeFor[rules.Invariant]()},
 		{"rules.json", "/$defs/quota", reflect.TypeFor[rules.Quota]()},
+		{"rules.json", "/$defs/limits", reflect.TypeFor[rules.Limits]()},
 	} {
 		where := c.file + "#" + c.ptr
 		obj := at(t, schemaDoc(t, c.file), c.ptr)

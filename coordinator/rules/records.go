@@ -41,50 +41,42 @@ var recordKinds = []string{KindFact, KindHypothesis, KindTask, KindArtifact, Kin
 // checkRecord checks the record at p of kind r.Kind, from ov (ook: it
 // existed) to nv (nok: it exists after), written by agent.
 func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, agent string, before intents.Reader) *Violation {
-	invalid := func(format string, args ...any) *Violation {
-		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
-			p, fmt.Sprintf(format, args...), article(r.Kind), r.index, r.Pattern)}
-	}
-	illegal := func(format string, args ...any) *Violation {
-		return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
-			p, fmt.Sprintf(format, args...), article(r.Kind), r.index, r.Pattern)}
-	}
-	unauthorized := func(format string, args ...any) *Violation {
-		return &Violation{Reason: intents.ReasonUnauthorized, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
+	refuse := func(reason intents.Reason, format string, args ...any) *Violation {
+		return &Violation{Reason: reason, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
 			p, fmt.Sprintf(format, args...), article(r.Kind), r.index, r.Pattern)}
 	}
 	old, _ := ov.(map[string]any)
 	if !nok {
 		switch r.Kind {
 		case KindFact:
-			return illegal("a fact is superseded by a new one, never deleted")
+			return refuse(intents.ReasonIllegalTransition, "a fact is superseded by a new one, never deleted")
 		case KindDecision:
-			return illegal("a decision is revoked by a new one, never deleted")
+			return refuse(intents.ReasonIllegalTransition, "a decision is revoked by a new one, never deleted")
 		case KindTask, KindArtifact:
 			if owner := str(old, ownerField(r.Kind)); owner != "" && owner != agent {
-				return unauthorized("only %s, its %s, may remove it", owner, ownerField(r.Kind))
+				return refuse(intents.ReasonUnauthorized, "only %s, its %s, may remove it", owner, ownerField(r.Kind))
 			}
 		}
 		return nil
 	}
 	rec, ok := nv.(map[string]any)
 	if !ok {
-		return invalid("a %s is an object, not %s", r.Kind, clip(format(nv), 80))
+		return refuse(intents.ReasonInvalid, "a %s is an object, not %s", r.Kind, clip(format(nv), 80))
 	}
 	switch r.Kind {
 	case KindFact:
 		if _, ok := rec["claim"]; !ok {
-			return invalid("a fact states a claim")
+			return refuse(intents.ReasonInvalid, "a fact states a claim")
 		}
 		if !references(rec["evidence"]) {
-			return invalid("a fact carries evidence: a non-empty list of references")
+			return refuse(intents.ReasonInvalid, "a fact carries evidence: a non-empty list of references")
 		}
 		if from, ok := rec["promoted_from"]; ok {
 			path, _ := from.(string)
 			h, exists := before.Get(path)
 			hyp, _ := h.(map[string]any)
 			if path == "" || !exists || hyp == nil || !equalJSON(hyp["claim"], rec["claim"]) {
-				return invalid("promoted_from %s names no hypothesis with the same claim", clip(format(from), 80))
+				return refuse(intents.ReasonInvalid, "promoted_from %s names no existing record with the same claim", clip(format(from), 80))
 			}
 		}
 		// Last of a fact's checks: a contradiction leaves nothing of the
@@ -99,18 +91,18 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 		}
 	case KindHypothesis:
 		if _, ok := rec["claim"]; !ok {
-			return invalid("a hypothesis states a claim")
+			return refuse(intents.ReasonInvalid, "a hypothesis states a claim")
 		}
 		if c, ok := rec["confidence"].(float64); !ok || c < 0 || c > 1 {
-			return invalid("a hypothesis carries a confidence between 0 and 1, not %s", clip(format(rec["confidence"]), 40))
+			return refuse(intents.ReasonInvalid, "a hypothesis carries a confidence between 0 and 1, not %s", clip(format(rec["confidence"]), 40))
 		}
 	case KindTask:
 		was, now := str(old, "owner"), str(rec, "owner")
 		switch {
 		case was != "" && was != agent:
-			return unauthorized("owned by %s; only its owner changes it", was)
+			return refuse(intents.ReasonUnauthorized, "owned by %s; only its owner changes it", was)
 		case was == "" && now != "" && now != agent:
-			return unauthorized("an agent claims a task for itself, not for %s", now)
+			return refuse(intents.ReasonUnauthorized, "an agent claims a task for itself, not for %s", now)
 		}
 		if r.states != nil {
 			if v := r.transition(p+".status", old["status"], old != nil && old["status"] != nil, rec["status"], rec["status"] != nil); v != nil {
@@ -120,31 +112,31 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 	case KindArtifact:
 		state := str(rec, "state")
 		if str(rec, "producer") == "" || str(rec, "digest") == "" || state != "candidate" && state != "accepted" {
-			return invalid("an artifact has a producer, a digest and a state, candidate or accepted")
+			return refuse(intents.ReasonInvalid, "an artifact has a producer, a digest and a state, candidate or accepted")
 		}
 		if !ook || old == nil {
 			if str(rec, "producer") != agent {
-				return unauthorized("an artifact is created by its producer, not for %s", str(rec, "producer"))
+				return refuse(intents.ReasonUnauthorized, "an artifact is created by its producer, not for %s", str(rec, "producer"))
 			}
 			if state != "candidate" {
-				return illegal("an artifact starts as a candidate")
+				return refuse(intents.ReasonIllegalTransition, "an artifact starts as a candidate")
 			}
 			return nil
 		}
 		if str(old, "state") == "accepted" {
-			return illegal("an accepted artifact is final")
+			return refuse(intents.ReasonIllegalTransition, "an accepted artifact is final")
 		}
 		if str(old, "producer") != str(rec, "producer") || str(old, "digest") != str(rec, "digest") && agent != str(old, "producer") {
-			return unauthorized("only its producer, %s, changes what it is", str(old, "producer"))
+			return refuse(intents.ReasonUnauthorized, "only its producer, %s, changes what it is", str(old, "producer"))
 		}
 	case KindDecision:
 		if ook {
-			return illegal("a decision is never overwritten; a new decision revokes it (revokes: %q)", p)
+			return refuse(intents.ReasonIllegalTransition, "a decision is never overwritten; a new decision revokes it (revokes: %q)", p)
 		}
 		if rv, ok := rec["revokes"]; ok {
 			path, _ := rv.(string)
 			if _, exists := before.Get(path); path == "" || !exists {
-				return invalid("revokes %s names no decision", clip(format(rv), 80))
+				return refuse(intents.ReasonInvalid, "revokes %s names no existing record", clip(format(rv), 80))
 			}
 		}
 	}

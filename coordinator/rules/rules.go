@@ -177,7 +177,7 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 			return nil, bad(field+".name", "%q names another invariant too", inv.Name)
 		}
 		if len(inv.Expr) > intents.MaxExprLen {
-			return nil, bad(field+".expr", "longer than %d bytes", intents.MaxExprLen)
+			return nil, bad(field+".expr", "%d bytes: longer than %d", len(inv.Expr), intents.MaxExprLen)
 		}
 		seen[inv.Name] = true
 		cond, err := comp.Compile("invariant "+inv.Name, inv.Expr, false)
@@ -206,8 +206,13 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 		if !validPrincipal(who) {
 			return nil, bad(field, "want an agent name or role:NAME")
 		}
-		if q.IntentsPerSecond < 0 || q.Burst < 0 || q.MaxTxns < 0 {
-			return nil, bad(field, "negative")
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"intents_per_second", q.IntentsPerSecond}, {"burst", float64(q.Burst)}, {"max_txns", float64(q.MaxTxns)}} {
+			if f.v < 0 {
+				return nil, bad(field+"."+f.name, "%g: want 0 or more", f.v)
+			}
 		}
 		if q.IntentsPerSecond > 0 && q.Burst == 0 {
 			return nil, bad(field+".burst", "a rate needs a burst of at least 1")

@@ -2,6 +2,8 @@ package rules
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -78,6 +80,24 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || e.Field != field {
 			t.Errorf("%s: err = %v, want field %s", src, err, field)
+		}
+	}
+}
+
+// The errors that bound a number give the value found.
+func TestCompileErrorsGiveTheValue(t *testing.T) {
+	expr := `state.a == "` + strings.Repeat("a", intents.MaxExprLen) + `"`
+	long := `{"invariants":[{"name":"x","expr":` + strconv.Quote(expr) + `}]}`
+	cases := map[string]string{
+		long:                              fmt.Sprintf("rules field invariants[0].expr: %d bytes: longer than %d", len(expr), intents.MaxExprLen),
+		`{"quotas":{"bob":{"burst":-1}}}`: "rules field quotas.bob.burst: -1: want 0 or more",
+		`{"quotas":{"bob":{"intents_per_second":-0.5}}}`:  "rules field quotas.bob.intents_per_second: -0.5: want 0 or more",
+		`{"quotas":{"role:w":{"burst":1,"max_txns":-2}}}`: "rules field quotas.role:w.max_txns: -2: want 0 or more",
+	}
+	for src, want := range cases {
+		_, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+		if err == nil || err.Error() != want {
+			t.Errorf("%.60s: err = %v, want %s", src, err, want)
 		}
 	}
 }

@@ -68,7 +68,7 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 		b.Set(metaFirst, eventKey(before)[1:], nil),
 	)
 	if err == nil {
-		err = b.Commit(pebble.Sync)
+		err = l.commit(b, pebble.Sync)
 	}
 	if err != nil {
 		return fmt.Errorf("compact before %d: %w", before, err)

@@ -345,7 +345,7 @@ func (l *Log) commitLoop() {
 	// in the log: the index is left where it is, for Open to complete.
 	var failed error
 	writeIndex := func(wo *pebble.WriteOptions) error {
-		if failed != nil {
+		if failed != nil || len(l.index.terms) == 0 {
 			return failed
 		}
 		if err := l.writeIndex(nil, wo); err != nil {
@@ -386,20 +386,27 @@ func (l *Log) commitLoop() {
 			}
 			continue
 		}
+		if armed {
+			// Not idle: the terms wait for IndexEvery, or the next pause.
+			idle.Stop()
+			armed = false
+		}
 		var g *group
 		if failed != nil {
 			g = &group{queue: queue, batch: queue[0].b, err: failed} // never written
 		} else {
 			g = l.write(queue, len(wanted) > 0)
 		}
+		if g.err != nil && failed == nil {
+			// Closed before any waiter hears of it: whoever sees the error
+			// finds the log closed.
+			failed = g.err
+			l.fail()
+		}
 		for _, w := range wanted {
 			w <- g.err
 		}
 		groups <- g
-		if g.err != nil && failed == nil {
-			failed = g.err
-			l.fail()
-		}
 	}
 }
 
@@ -461,8 +468,8 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 		return fmt.Errorf("eventlog: index: %w", err)
 	}
 	if own {
-		if err := b.Commit(wo); err != nil {
-			l.walFailed(err) // a synced commit's sync
+		if err := l.commit(b, wo); err != nil {
+			return fmt.Errorf("eventlog: index: %w", err)
 		}
 	}
 	l.index.reset()
@@ -506,8 +513,7 @@ func (l *Log) catchUpIndex() error {
 // group is batches written to Pebble together, waiting for their sync.
 type group struct {
 	queue []*Pending
-	batch *pebble.Batch // what was written: a batch of the queue's, or one merging them
-	own   bool          // batch is the group's own, to close after the sync
+	batch *pebble.Batch // what was written: the queue's first batch, or one merging them
 	err   error
 }
 
@@ -522,7 +528,7 @@ type group struct {
 func (l *Log) write(queue []*Pending, indexAll bool) *group {
 	g := &group{queue: queue, batch: queue[0].b}
 	if len(queue) > 1 {
-		g.batch, g.own = l.db.NewBatch(), true
+		g.batch = l.db.NewBatch()
 		for _, p := range queue {
 			if err := g.batch.Apply(p.b, nil); err != nil {
 				g.err = fmt.Errorf("eventlog: group batch: %w", err)
@@ -566,34 +572,24 @@ func (l *Log) write(queue []*Pending, indexAll bool) *group {
 }
 
 // syncLoop waits for each group's sync in the order they were written and
-// then wakes their waiters. After a failure every later group fails too.
+// then wakes their waiters. A group that failed (and every one after it,
+// which the committer fails unwritten) wakes them with its error.
 func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 	defer close(done)
-	var failed error
 	for g := range groups {
-		err := g.err
-		if err == nil && l.sync.Sync {
-			if err := g.batch.SyncWait(); err != nil {
-				l.walFailed(err)
+		if g.err == nil {
+			if l.sync.Sync {
+				if err := g.batch.SyncWait(); err != nil {
+					l.walFailed(err)
+				}
 			}
-		}
-		if err == nil && failed != nil {
-			err = failed
-		}
-		if err != nil && failed == nil {
-			failed = err
-			l.mu.Lock()
-			l.mu.closed = true
-			l.mu.Unlock()
-		}
-		if err == nil {
 			l.last.Store(g.queue[len(g.queue)-1].last)
 		}
-		if g.own {
-			g.batch.Close()
+		if g.batch != g.queue[0].b {
+			g.batch.Close() // the group's own
 		}
 		for _, p := range g.queue {
-			p.err = err
+			p.err = g.err
 			p.b.Close()
 			p.rest.Close()
 			close(p.done)
@@ -802,7 +798,13 @@ func (l *Log) Decision(id string) (*intents.Decision, error) {
 // SaveSnapshot stores an opaque snapshot of the state after event seq,
 // synced.
 func (l *Log) SaveSnapshot(seq uint64, data []byte) error {
-	if err := l.db.Set(snapshotKey(seq), data, pebble.Sync); err != nil {
+	b := l.db.NewBatch()
+	defer b.Close()
+	err := b.Set(snapshotKey(seq), data, nil)
+	if err == nil {
+		err = l.commit(b, pebble.Sync)
+	}
+	if err != nil {
 		return fmt.Errorf("save snapshot at %d: %w", seq, err)
 	}
 	return nil
@@ -838,6 +840,17 @@ func (quiet) Infof(string, ...any)  {}
 func (quiet) Errorf(string, ...any) {}
 func (q quiet) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("eventlog %s: %s", q.dir, fmt.Sprintf(format, args...)))
+}
+
+// commit commits a batch written outside the committer's groups. A synced
+// commit that fails has failed in the WAL's sync (a failed WAL write ends
+// the process inside Pebble), which ends the process too: see walFailed.
+func (l *Log) commit(b *pebble.Batch, wo *pebble.WriteOptions) error {
+	err := b.Commit(wo)
+	if err != nil && wo.Sync {
+		l.walFailed(err)
+	}
+	return err
 }
 
 // walFailed ends the process after a failed write or sync of Pebble's WAL.

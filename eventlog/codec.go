@@ -60,8 +60,9 @@ import (
 // reflect.DeepEqual to ev once every time in ev is replaced by its UTC().
 // Decoded strings and byte slices are copies: they never alias the input, so
 // a caller may decode straight from a buffer it reuses (a Pebble value).
-// They share one copy of the record, made at the first of them, which
-// keeping any of them keeps; each byte slice is capped at its own end, so
+// Those of the payloads share one copy of the record, made at the first of
+// them, which keeping any of them keeps (the envelope's strings have their
+// own: see envelopeString); each byte slice is capped at its own end, so
 // that appending to it or writing through it cannot reach another.
 //
 // Compatibility: the tables and the layout are part of the on-disk format.
@@ -869,6 +870,9 @@ func (r *recordReader) raw(field string) []byte {
 	r.off += int(n)
 	if r.skip {
 		return nil
+	}
+	if n == 0 {
+		return []byte{} // no need to copy the record for it
 	}
 	return r.copied(start, r.off)
 }

@@ -108,18 +108,6 @@ func seqOf(key []byte) uint64 {
 	return binary.BigEndian.Uint64(key[len(key)-8:])
 }
 
-// prefixEnd returns the smallest key greater than every key with prefix p.
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
-
 // pathsOf returns the state paths an event concerns, for the path index:
 // what a change wrote, what a grant may write, what an intent (received,
 // parked or escalated) reads and writes, what a resolution's replacement

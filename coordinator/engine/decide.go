@@ -96,11 +96,22 @@ func (e *Engine) submit(agent string, in *intents.Intent, size int) {
 // settle decides again, from scratch and in the order they waited, the
 // intents freed by transactions that ended in this call. Deciding one may
 // end or start others; the loop runs until nothing is left.
+//
+// A waiter whose own deadline has passed is not decided again but times
+// out: when the coordinator could not run (paused, stopped) past both the
+// deadline and the end of what it waited on, the timers fire late, and
+// applying the waiter then would apply it after the wait_ms its agent
+// allowed.
 func (e *Engine) settle() {
 	for len(e.redecide) > 0 {
 		id := e.redecide[0]
 		e.redecide = e.redecide[1:]
-		if p := e.parked[id]; p != nil && !p.escalated {
+		p := e.parked[id]
+		switch {
+		case p == nil || p.escalated:
+		case !e.now.Before(p.deadline):
+			e.deadline(id, p)
+		default:
 			e.decideNew(p.in, p, false)
 		}
 	}
@@ -713,6 +724,13 @@ func (e *Engine) deadline(id string, p *parked) {
 		return
 	}
 	c := p.conflicts[0]
+	if e.txns[c.WithTxn] == nil {
+		// What it waited on ended, but only after its deadline, or at a
+		// moment the coordinator decided nothing (see settle).
+		e.reject(p.in, intents.ReasonWaitTimeout, fmt.Sprintf("its wait ended at %s, before it could be decided again after txn %s of agent %s (%s on %s) ended",
+			p.deadline.Format(time.RFC3339Nano), c.WithTxn, c.WithAgent, c.Kind, c.Path), p.conflicts)
+		return
+	}
 	e.reject(p.in, intents.ReasonWaitTimeout, fmt.Sprintf("still in %s conflict on %s with txn %s of agent %s when the wait ended",
 		c.Kind, c.Path, c.WithTxn, c.WithAgent), p.conflicts)
 }

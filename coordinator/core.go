@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -28,6 +30,9 @@ type CoreOptions struct {
 	// engine, which bound how much of the log a restart folds. The default
 	// is 100,000.
 	SnapshotEvery uint64
+	// Logger receives the report of a panic contained while deciding (see
+	// Core.Decide). The default discards it.
+	Logger *slog.Logger
 }
 
 // Core is the engine made durable. It is not safe for concurrent use: one
@@ -38,6 +43,12 @@ type Core struct {
 	opts     CoreOptions
 	lastSnap uint64
 	out      []*intents.Event
+	// pending is the last batch enqueued: a contained panic waits for it
+	// before rebuilding the engine from the log.
+	pending *eventlog.Pending
+	// failed is set when a contained panic could not restore the engine:
+	// the Core must not be used again, and Commit says why.
+	failed error
 }
 
 // OpenCore opens the event log in dir and rebuilds the engine from it: the
@@ -45,6 +56,9 @@ type Core struct {
 func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 	if opts.SnapshotEvery == 0 {
 		opts.SnapshotEvery = 100000
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log, err := eventlog.Open(dir, &opts.Log)
 	if err != nil {
@@ -92,26 +106,49 @@ func (c *Core) Engine() *engine.Engine { return c.eng }
 // Decide decides one raw intent that arrived on agent's subject at now. Its
 // events join the batch the next Commit makes durable; nothing may be told
 // to anyone before then. The events stay valid until that Commit returns.
+//
+// Deciding one intent never takes the process down: a panic while the
+// engine decides it or folds its events is contained here. The engine is
+// put back as it was before the intent (rebuilt from the log and the batch
+// in hand), the panic is logged once, and the intent is recorded as
+// rejected invalid, with a detail saying an internal error stopped it. Its
+// id then has that decision, so a resend is answered from the record and
+// is not decided again.
 func (c *Core) Decide(now time.Time, agent string, raw []byte) []*intents.Event {
 	n := len(c.out)
-	c.out = c.eng.Submit(now, agent, raw, c.out)
+	if c.guard(n, "intent", func() { c.out = c.eng.Submit(now, agent, raw, c.out) }) {
+		return c.out[n:]
+	}
+	c.guard(n, "the refusal of an intent", func() { c.out = c.eng.Refuse(now, agent, raw, errInternalDetail, c.out) })
 	return c.out[n:]
 }
 
+// errInternalDetail is the detail of an intent whose decision a contained
+// panic stopped.
+const errInternalDetail = "an internal error stopped the decision of this intent; it changed nothing (the coordinator's log has the report)"
+
+// ErrInternal is returned (wrapped) by Resolve and SetRules when a
+// contained panic stopped them; nothing changed.
+var ErrInternal = errors.New("coordinator: internal error")
+
 // Tick fires the timers due by now; like Decide, its events join the next
-// Commit.
+// Commit. A panic while firing them is contained as in Decide: the timers'
+// events are dropped and the engine is as it was.
 func (c *Core) Tick(now time.Time) []*intents.Event {
 	n := len(c.out)
-	c.out = c.eng.Advance(now, c.out)
+	c.guard(n, "timers", func() { c.out = c.eng.Advance(now, c.out) })
 	return c.out[n:]
 }
 
 // Resolve applies an arbiter's resolution; like Decide, its events join the
-// next Commit. A refused resolution (*engine.ResolveError) changes nothing.
+// next Commit. A refused resolution (*engine.ResolveError) changes nothing,
+// and neither does one a contained panic stopped (ErrInternal).
 func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event, error) {
 	n := len(c.out)
 	var err error
-	c.out, err = c.eng.Resolve(now, res, c.out)
+	if !c.guard(n, "a resolution", func() { c.out, err = c.eng.Resolve(now, res, c.out) }) {
+		return nil, fmt.Errorf("%w: the resolution of %s", ErrInternal, res.Escalation)
+	}
 	return c.out[n:], err
 }
 
@@ -120,8 +157,61 @@ func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event
 func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.Event, error) {
 	n := len(c.out)
 	var err error
-	c.out, err = c.eng.SetRules(now, file, source, c.out)
+	if !c.guard(n, "a rules change", func() { c.out, err = c.eng.SetRules(now, file, source, c.out) }) {
+		return nil, fmt.Errorf("%w: the rules change", ErrInternal)
+	}
 	return c.out[n:], err
+}
+
+// guard runs fn, which may only append to c.out past n. If fn panics, it
+// logs the panic, drops what fn appended, puts the engine back as it was
+// before fn and reports false.
+func (c *Core) guard(n int, what string, fn func()) (ok bool) {
+	if c.failed != nil {
+		return false
+	}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		ok = false
+		c.opts.Logger.Error("contained a panic; the engine is restored to its state before it",
+			"while", what, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		if err := c.restore(n); err != nil {
+			c.failed = fmt.Errorf("coordinator: restore the engine after a panic in %s: %w", what, err)
+			c.opts.Logger.Error("the engine could not be restored; stopping", "err", c.failed)
+		}
+	}()
+	fn()
+	return true
+}
+
+// restore rebuilds the engine as it was after c.out[:n]: from the log,
+// once every batch enqueued is durable, and the events of the batch in
+// hand before n. The engine that panicked may have folded part of what it
+// was doing, so nothing of it is kept.
+func (c *Core) restore(n int) error {
+	c.out = c.out[:n]
+	if c.pending != nil {
+		if err := c.pending.Wait(context.Background()); err != nil {
+			return err
+		}
+	}
+	eng, _, err := Rebuild(c.log, c.opts.Engine, 0)
+	if err != nil {
+		return err
+	}
+	// The materialized state of the batch in hand comes from the paths its
+	// events touch, so they are folded with tracking on.
+	eng.State().Track(true)
+	for _, ev := range c.out {
+		if err := eng.Apply(ev); err != nil {
+			return fmt.Errorf("fold the batch in hand: %w", err)
+		}
+	}
+	c.eng = eng
+	return nil
 }
 
 // Commit enqueues everything decided since the last Commit as one batch —
@@ -129,6 +219,9 @@ func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.E
 // there was nothing). If it fails the engine has moved past the log, so the
 // Core must not be used again: reopen it, and the log says what happened.
 func (c *Core) Commit() (*eventlog.Pending, error) {
+	if c.failed != nil {
+		return nil, c.failed
+	}
 	if len(c.out) == 0 {
 		return nil, nil
 	}
@@ -138,6 +231,7 @@ func (c *Core) Commit() (*eventlog.Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: log the decisions: %w", err)
 	}
+	c.pending = p
 	if seq := c.eng.Seq(); seq-c.lastSnap >= c.opts.SnapshotEvery {
 		// A snapshot must never get ahead of the log: were the events it
 		// covers lost in a crash, their seqs would be reused by another

@@ -144,6 +144,9 @@ type committed struct {
 // serving.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
 	opts.ensureDefaults()
+	if opts.Core.Logger == nil {
+		opts.Core.Logger = opts.Logger
+	}
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
 		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
 		looped: make(chan struct{}), stopped: make(chan struct{})}

@@ -12,6 +12,7 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -168,6 +169,18 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 		size = len(raw)
 	}
 	e.submit(agent, in, size)
+	return e.end()
+}
+
+// Refuse records raw, which arrived on the subject of agent at now, as
+// rejected invalid with detail, without deciding it and without firing
+// timers: the caller could not decide it (a panic it contained while the
+// engine decided it). A duplicate of an id already decided gets its
+// recorded decision, as in Submit. It appends the events to out and
+// returns it.
+func (e *Engine) Refuse(now time.Time, agent string, raw []byte, detail string, out []*intents.Event) []*intents.Event {
+	e.begin(now, out)
+	e.rejectRaw(agent, raw, errors.New(detail))
 	return e.end()
 }
 

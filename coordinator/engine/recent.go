@@ -14,6 +14,11 @@ type recent[V any] struct {
 	// keep, if set, lists at each turn the keys that must survive it (the
 	// interim decisions of intents still parked).
 	keep func(yield func(key string))
+	// carried is how many keys the last turn carried into cur. A turn comes
+	// after half new keys, not when cur holds half: with more kept keys
+	// than half, every put would otherwise turn and copy them all again,
+	// which made parking many waiters quadratic.
+	carried int
 }
 
 func newRecent[V any](limit int, keep func(yield func(string))) *recent[V] {
@@ -52,7 +57,7 @@ func (r *recent[V]) put(k string, v V) {
 		return
 	}
 	delete(r.prev, k)
-	if len(r.cur) >= r.half {
+	if len(r.cur)-r.carried >= r.half {
 		r.prev, r.cur = r.cur, make(map[string]V, r.half)
 		if r.keep != nil {
 			r.keep(func(k string) {
@@ -61,6 +66,7 @@ func (r *recent[V]) put(k string, v V) {
 				}
 			})
 		}
+		r.carried = len(r.cur)
 	}
 	r.cur[k] = v
 }

@@ -76,3 +76,39 @@ func TestDedupWindowKeepsParked(t *testing.T) {
 		t.Fatal("the replay forgot the parked intent")
 	}
 }
+
+// Keys carried over a turn do not count toward the next one: with more
+// kept keys than a generation holds, a turn still comes only after a
+// generation's worth of new keys, not at every put (which made parking
+// many waiters quadratic).
+func TestRecentTurnsAfterNewKeys(t *testing.T) {
+	kept := make([]string, 10)
+	for i := range kept {
+		kept[i] = "kept" + strconv.Itoa(i)
+	}
+	turns := 0
+	r := newRecent[int](4, func(yield func(string)) {
+		turns++
+		for _, k := range kept {
+			yield(k)
+		}
+	})
+	for i, k := range kept {
+		r.put(k, i)
+	}
+	turns = 0
+	for i := range 20 {
+		r.put("new"+strconv.Itoa(i), i)
+	}
+	if turns != 10 { // one per generation of 2 new keys
+		t.Fatalf("%d turns for 20 new keys in generations of 2", turns)
+	}
+	for _, k := range kept {
+		if _, ok := r.get(k); !ok {
+			t.Fatalf("kept key %s was forgotten", k)
+		}
+	}
+	if _, ok := r.get("new0"); ok {
+		t.Fatal("an old new key outlived the window")
+	}
+}

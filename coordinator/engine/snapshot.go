@@ -102,6 +102,9 @@ type SnapshotParked struct {
 type Window[V any] struct {
 	Cur  map[string]V `json:"cur"`
 	Prev map[string]V `json:"prev"`
+	// Carried is how many of Cur's keys the last turn carried over: the
+	// next turn comes after as many new keys as a generation holds.
+	Carried int `json:"carried,omitempty"`
 }
 
 // SnapshotTimer is a pending timer. Kind is "lease_warning", "lease_end"
@@ -129,8 +132,8 @@ func (e *Engine) Snapshot() *Snapshot {
 		Txns:       make([]SnapshotTxn, 0, len(e.txns)),
 		Parked:     make([]SnapshotParked, 0, len(e.parked)),
 		Waits:      e.waits.Export(),
-		Decided:    Window[*intents.Decision]{Cur: maps.Clone(e.decided.cur), Prev: maps.Clone(e.decided.prev)},
-		Ended:      Window[intents.ReleaseCause]{Cur: maps.Clone(e.ended.cur), Prev: maps.Clone(e.ended.prev)},
+		Decided:    Window[*intents.Decision]{Cur: maps.Clone(e.decided.cur), Prev: maps.Clone(e.decided.prev), Carried: e.decided.carried},
+		Ended:      Window[intents.ReleaseCause]{Cur: maps.Clone(e.ended.cur), Prev: maps.Clone(e.ended.prev), Carried: e.ended.carried},
 		Timers:     []SnapshotTimer{},
 		TimerCount: e.timers.n,
 		Rules:      e.rulesEvent,
@@ -301,7 +304,10 @@ func restoreWindow[V any](r *recent[V], w Window[V], ok func(V) bool) error {
 			}
 		}
 	}
-	r.cur, r.prev = maps.Clone(w.Cur), maps.Clone(w.Prev)
+	if w.Carried < 0 || w.Carried > len(w.Cur) {
+		return fmt.Errorf("carried %d of the %d keys of cur", w.Carried, len(w.Cur))
+	}
+	r.cur, r.prev, r.carried = maps.Clone(w.Cur), maps.Clone(w.Prev), w.Carried
 	if r.cur == nil {
 		r.cur = make(map[string]V)
 	}

@@ -79,12 +79,23 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 	// The endpoints are submit and submit.*, so the subject is one of them.
 	agent, _ := s.subj.SubmitAgent(req.Subject())
-	d, err := s.apiSubmit(context.Background(), agent, req.Data(), wait)
-	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
+	// A submit waits for its decision, up to wait: it must not hold up the
+	// requests behind it, which micro hands to this handler one at a time.
+	select {
+	case s.submits <- struct{}{}:
+	default:
+		replyError(req, codeUnavailable, "coordinator: %d submits already wait for their decisions; send the same intent again later", cap(s.submits))
 		return
 	}
-	_ = req.RespondJSON(d)
+	go func() {
+		defer func() { <-s.submits }()
+		d, err := s.apiSubmit(context.Background(), agent, req.Data(), wait)
+		if err != nil {
+			replyError(req, codeUnavailable, "%v", err)
+			return
+		}
+		_ = req.RespondJSON(d)
+	}()
 }
 
 func (s *Service) handleStateGet(req micro.Request) {

@@ -45,6 +45,10 @@ type Options struct {
 	// SubmitWait is how long an API submit waits for a final decision when
 	// the request does not say (header Coagent-Wait-Ms). The default is 10s.
 	SubmitWait time.Duration
+	// MaxSubmits bounds the API submits waiting for their decisions at
+	// once; one more is answered unavailable at once (send the same intent
+	// again). The default is 10,000.
+	MaxSubmits int
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -70,6 +74,9 @@ func (o *Options) ensureDefaults() {
 	if o.SubmitWait <= 0 {
 		o.SubmitWait = 10 * time.Second
 	}
+	if o.MaxSubmits <= 0 {
+		o.MaxSubmits = 10000
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -93,7 +100,9 @@ type Service struct {
 
 	msgs  chan jetstream.Msg
 	calls chan func()
-	acks  chan committed
+	// submits holds a token for every API submit waiting for its decision.
+	submits chan struct{}
+	acks    chan committed
 	// storedAcks carries intents from the acker to ackStored.
 	storedAcks chan pendingAck
 	cons       jetstream.ConsumeContext
@@ -149,7 +158,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	}
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
 		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
-		looped: make(chan struct{}), stopped: make(chan struct{})}
+		looped: make(chan struct{}), stopped: make(chan struct{}), submits: make(chan struct{}, opts.MaxSubmits)}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
 	s.open = map[string]*intents.Escalation{}
 	s.hot = conflict.NewHotspots()
@@ -503,11 +512,8 @@ func (s *Service) acker() {
 			s.storedAcks <- pendingAck{stored: stored, msgs: c.msgs}
 		}
 		if c.direct != nil {
-			for _, ev := range c.evs {
-				if ev.Decision != nil {
-					c.direct <- ev.Decision
-					break
-				}
+			if d := submittedDecision(c.evs); d != nil {
+				c.direct <- d
 			}
 		}
 	}
@@ -819,11 +825,7 @@ func (s *Service) apiSubmit(ctx context.Context, agent string, raw []byte, wait 
 	ok := s.call(ctx, func() {
 		evs := s.core.Decide(s.opts.Now(), agent, raw)
 		var direct chan *intents.Decision
-		for _, ev := range evs {
-			if ev.Decision != nil {
-				id = ev.Decision.Intent
-			}
-		}
+		id = submittedID(evs)
 		if id != "" {
 			s.await(id, ch)
 		} else {
@@ -868,6 +870,33 @@ func (s *Service) apiSubmit(ctx context.Context, agent string, raw []byte, wait 
 			return nil, errUnavailable
 		}
 	}
+}
+
+// submittedID returns the id of the intent whose decision evs, the events
+// of one Decide, hold: the intent of its received event. Timers that fired
+// first, and intents it freed, have decisions of their own in evs too.
+func submittedID(evs []*intents.Event) string {
+	for _, ev := range evs {
+		if ev.Type == intents.EventIntent {
+			return ev.Intent
+		}
+	}
+	return ""
+}
+
+// submittedDecision returns the decision of the intent evs were decided
+// for (see submittedID): the first decision after its received event.
+func submittedDecision(evs []*intents.Event) *intents.Decision {
+	seen := false
+	for _, ev := range evs {
+		switch {
+		case ev.Type == intents.EventIntent:
+			seen = true
+		case seen && ev.Decision != nil:
+			return ev.Decision
+		}
+	}
+	return nil
 }
 
 var errUnavailable = errors.New("coordinator: not serving")

@@ -67,6 +67,19 @@ func replyError[C ~string](req micro.Request, code C, format string, args ...any
 	_ = req.Error(string(code), fmt.Sprintf(format, args...), nil)
 }
 
+// respond answers req with v as JSON. A reply that does not encode (a
+// value JSON cannot hold, from a log older than the checks that keep such
+// values out) is answered with an internal error rather than left
+// unanswered, so the client is told instead of timing out.
+func respond(req micro.Request, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		replyError(req, codeInternal, "the reply does not encode as JSON: %v", err)
+		return
+	}
+	_ = req.Respond(data)
+}
+
 func (s *Service) handleSubmit(req micro.Request) {
 	wait := s.opts.SubmitWait
 	if h := req.Headers().Get(intents.HeaderWait); h != "" {
@@ -94,7 +107,7 @@ func (s *Service) handleSubmit(req micro.Request) {
 			replyError(req, codeUnavailable, "%v", err)
 			return
 		}
-		_ = req.RespondJSON(d)
+		respond(req, d)
 	}()
 }
 
@@ -117,7 +130,7 @@ func (s *Service) handleStateGet(req micro.Request) {
 		replyError(req, codeUnavailable, "%v", err)
 		return
 	}
-	_ = req.RespondJSON(out)
+	respond(req, out)
 }
 
 func (s *Service) handleTxnList(req micro.Request) {
@@ -141,7 +154,7 @@ func (s *Service) handleTxnList(req micro.Request) {
 		replyError(req, codeUnavailable, "%v", err)
 		return
 	}
-	_ = req.RespondJSON(out)
+	respond(req, out)
 }
 
 func (s *Service) handleLogQuery(req micro.Request) {
@@ -176,7 +189,7 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		replyError(req, codeInternal, "log.query: %v", err)
 		return
 	}
-	_ = req.RespondJSON(out)
+	respond(req, out)
 }
 
 // strictJSON decodes an API request body, refusing unknown fields.
@@ -203,7 +216,7 @@ func (s *Service) handleResolve(req micro.Request) {
 	case err != nil:
 		replyError(req, codeUnavailable, "%v", err)
 	default:
-		_ = req.RespondJSON(map[string]bool{"ok": true})
+		respond(req, map[string]bool{"ok": true})
 	}
 }
 
@@ -222,7 +235,7 @@ func (s *Service) handleRulesSet(req micro.Request) {
 	case err != nil:
 		replyError(req, codeUnavailable, "%v", err)
 	default:
-		_ = req.RespondJSON(map[string]string{"hash": rec.Hash, "source": rec.Source})
+		respond(req, map[string]string{"hash": rec.Hash, "source": rec.Source})
 	}
 }
 
@@ -239,10 +252,10 @@ func (s *Service) handleRulesGet(req micro.Request) {
 		return
 	}
 	if rec == nil {
-		_ = req.RespondJSON(map[string]any{})
+		respond(req, map[string]any{})
 		return
 	}
-	_ = req.RespondJSON(rec)
+	respond(req, rec)
 }
 
 func (s *Service) handleConflictsTop(req micro.Request) {
@@ -263,5 +276,5 @@ func (s *Service) handleConflictsTop(req micro.Request) {
 		replyError(req, codeUnavailable, "%v", err)
 		return
 	}
-	_ = req.RespondJSON(map[string]any{"spots": spots})
+	respond(req, map[string]any{"spots": spots})
 }

@@ -1,11 +1,18 @@
 package coordinator
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 )
 
 // An API submit is answered with its own decision, even when deciding it
@@ -87,5 +94,40 @@ func TestSubmitsDoNotQueueBehindEachOther(t *testing.T) {
 		mustOutcome(t, d, intents.OutcomeApplied, "")
 	case err := <-errs:
 		t.Fatal(err)
+	}
+}
+
+// A log older than the checks that keep non-finite numbers out of the state
+// (two incr of the largest double on one path folded to +Inf) still opens,
+// and state.get on that path, or above it, is answered with an error that
+// says why instead of never being answered.
+func TestStateGetAnswersWhatJSONCannotHold(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := eventlog.Open(dir, &eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		ev := &intents.Event{Seq: seq, ID: ulid.Make(), Time: time.Now().UTC(), Type: intents.EventChange, Agent: "w1",
+			Change: &intents.Change{Writes: []intents.Applied{{Path: "n.i", Op: intents.OpIncr,
+				Value: json.RawMessage("1.7976931348623157e308"), OldVersion: seq - 1, NewVersion: seq}}}}
+		if err := lg.Append(context.Background(), &eventlog.Batch{Events: []*intents.Event{ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ns := natstest.Run(t)
+	startService(t, ns, dir, Options{})
+	nc := natstest.Connect(t, ns)
+	for _, path := range []string{"n.i", "n"} {
+		m, err := nc.Request(protoAPI+"state.get", []byte(`{"paths":["`+path+`"]}`), protoTimeout)
+		if err != nil {
+			t.Fatalf("state.get %s: %v", path, err)
+		}
+		if code := m.Header.Get(protoHdrErrCode); code != codeInternal || !strings.Contains(m.Header.Get("Nats-Service-Error"), "JSON") {
+			t.Fatalf("state.get %s: error %q %q, reply %s", path, code, m.Header.Get("Nats-Service-Error"), m.Data)
+		}
 	}
 }

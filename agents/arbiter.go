@@ -27,8 +27,14 @@ import (
 type Decide func(ctx context.Context, c *intents.Escalation) (*intents.Resolution, error)
 
 // arbitersDurable is the durable consumer on the arbiter stream that every
-// arbiter shares, so that each case goes to one of them.
-const arbitersDurable = "arbiters"
+// arbiter shares, so that each case goes to one of them. The coordinator
+// creates it at start.
+const arbitersDurable = intents.ArbitersConsumer
+
+// arbiterUpdateWait bounds the attempt to set the shared consumer's
+// AckWait to this arbiter's: under authentication an arbiter may not
+// change consumers, and the server does not answer a refused request.
+const arbiterUpdateWait = 2 * time.Second
 
 // arbiterFetchWait bounds each pull request, so that an arbiter that stops
 // leaves no request behind for long: a case delivered to a request nobody
@@ -123,20 +129,43 @@ type arbiterRun struct {
 	cfg    config
 	subj   intents.Subjects
 	log    *slog.Logger
+	// ackWait is the AckWait of the consumer in use: a case in hand is
+	// kept alive a third of the way through it.
+	ackWait time.Duration
 }
 
+// consumer joins the arbiters' shared consumer, which the coordinator
+// creates, and sets its AckWait to this arbiter's where it may; it creates
+// the consumer where none exists (a coordinator that did not). The
+// AckWait in force is the one the arbiter keeps a case alive by.
 func (a *arbiterRun) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	stream := a.subj.Stream(intents.StreamArbiter)
-	cons, err := a.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       arbitersDurable,
 		FilterSubject: a.subj.Escalations(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       a.cfg.ackWait,
 		MaxDeliver:    -1,
-	})
+	}
+	cons, err := a.js.Consumer(ctx, stream, arbitersDurable)
+	switch {
+	case err == nil && cons.CachedInfo().Config.AckWait != a.cfg.ackWait:
+		uctx, cancel := context.WithTimeout(ctx, arbiterUpdateWait)
+		updated, uerr := a.js.UpdateConsumer(uctx, stream, cfg)
+		cancel()
+		if uerr != nil {
+			a.log.Warn("the arbiters' consumer keeps its ack wait; this arbiter may not change it",
+				"ack_wait", cons.CachedInfo().Config.AckWait, "wanted", a.cfg.ackWait, "err", uerr)
+		} else {
+			cons = updated
+		}
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		cons, err = a.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agents: consumer %s on %s (is the coordinator running?): %w", arbitersDurable, stream, err)
 	}
+	a.ackWait = cons.CachedInfo().Config.AckWait
 	return cons, nil
 }
 
@@ -203,7 +232,7 @@ func (a *arbiterRun) decideWhileAlive(ctx context.Context, m jetstream.Msg, c *i
 	beat := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(max(a.cfg.ackWait/3, time.Millisecond))
+		t := time.NewTicker(max(a.ackWait/3, time.Millisecond))
 		defer t.Stop()
 		for {
 			select {

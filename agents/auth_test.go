@@ -25,6 +25,7 @@ import (
 type authWorld struct {
 	t     *testing.T
 	ns    *server.Server
+	svc   *coordinator.Service
 	seeds map[string]string // agent → seed file
 }
 
@@ -51,11 +52,12 @@ func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 	pub, _ := self.PublicKey()
 	w.ns = natstest.Run(t, func(o *server.Options) { o.Nkeys = reg.Users("", pub) })
 	nc := natstest.Connect(t, w.ns, nats.Nkey(pub, self.Sign))
-	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{})
+	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	w.svc = svc
 	return w
 }
 

@@ -461,6 +461,10 @@ type Value struct {
 	Value   json.RawMessage `json:"value,omitempty"`
 	Version uint64          `json:"version"`
 	ModRev  uint64          `json:"mod_rev"`
+	// Redacted names what the board rules' readers keep from this agent:
+	// the path itself (then nothing of it is shown, not even whether it
+	// exists) or paths under it, removed from Value.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
 // Decode unmarshals the value into v; an absent path leaves v unchanged.

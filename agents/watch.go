@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +22,10 @@ type Change struct {
 	// Writes are the commit's writes that overlap the subtree: inside it,
 	// or to an ancestor that replaced it.
 	Writes []intents.Applied
+	// Redacted names what of Writes the board rules' readers keep from
+	// this agent: a write's own path (its value is absent) or paths under
+	// it (removed from its value).
+	Redacted []string
 }
 
 // Watcher delivers the changes of a subtree in revision order.
@@ -56,13 +59,25 @@ func (w *Watcher) Stop() {
 // watchPage is how many events one catch-up query asks for.
 const watchPage = 1000
 
+// watchHeartbeat is how often a quiet feed consumer says it is alive; two
+// missed in a row, and the watcher asks for a new consumer.
+const watchHeartbeat = 5 * time.Second
+
 // Watch follows the commits that touch subtree ("" for the whole state)
 // from revision from on: every change with a revision above from, each
 // once, in order, with no gaps. It first catches up from the coordinator's
-// log (log.query), then follows the live feed on COAGENT_EVENTS; it starts
-// following the feed before it catches up, so no commit falls between the
-// two. To resume after a restart of the watcher or the coordinator, pass
-// the last revision seen.
+// log (log.query), then follows the change feed on COAGENT_EVENTS through
+// a consumer the coordinator makes for it (feed.follow: agents may pull
+// from the feed but not make consumers of their own); it starts following
+// the feed before it catches up, so no commit falls between the two. To
+// resume after a restart of the watcher or the coordinator, pass the last
+// revision seen.
+//
+// What the board rules' readers keep from this agent is not delivered:
+// such a write comes without its value, and Change.Redacted names what is
+// kept. (The feed itself carries only what every agent may read; a change
+// it redacts is asked for again through log.query, which shows the agent
+// what it may read.)
 //
 // The log must still hold revision from+1: changes compacted away are not
 // delivered.
@@ -73,27 +88,17 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	cons, err := c.js.OrderedConsumer(ctx, c.subj.Stream(intents.StreamEvents), jetstream.OrderedConsumerConfig{
-		FilterSubjects: c.changeSubjects(subtree),
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
+	f := &feed{c: c, subtree: subtree}
+	if err := f.follow(ctx, 0); err != nil {
 		cancel()
 		return nil, fmt.Errorf("agents: watch %q: %w", subtree, err)
-	}
-	// Messages creates the consumer on the server now: from here on every
-	// change published reaches it.
-	live, err := cons.Messages()
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("agents: watch %q: follow the feed: %w", subtree, err)
 	}
 	w := &Watcher{ch: make(chan Change, 64), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		defer close(w.ch)
-		defer live.Stop()
-		err := c.watch(ctx, subtree, from, live, w.ch)
+		defer f.stop()
+		err := c.watch(ctx, subtree, from, f, w.ch)
 		if ctx.Err() == nil {
 			w.mu.Lock()
 			w.err = err
@@ -104,27 +109,126 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 		// MessagesContext.Next does not take a context: stopping the
 		// iterator is what ends a Next blocked on a quiet feed.
 		<-ctx.Done()
-		live.Stop()
+		f.stop()
 	}()
 	return w, nil
 }
 
-// changeSubjects are the feed subjects of changes that overlap subtree:
-// the subtree, everything under it, and each ancestor (a write that
-// replaces the subtree whole).
-func (c *Client) changeSubjects(subtree string) []string {
-	if subtree == "" {
-		return []string{c.subj.EventsChange(">")}
-	}
-	subjects := []string{c.subj.EventsChange(subtree), c.subj.EventsChange(subtree + ".>")}
-	segs := strings.Split(subtree, ".")
-	for n := 1; n < len(segs); n++ {
-		subjects = append(subjects, c.subj.EventsChange(strings.Join(segs[:n], ".")))
-	}
-	return subjects
+// feed reads the change feed through consumers the coordinator makes, in
+// order and without gaps: it checks that each message is the one after
+// the last (the consumer's own sequence), and when one is missing, the
+// consumer is gone or has gone quiet, it asks for a new consumer from the
+// stream sequence after the last message it got.
+type feed struct {
+	c       *Client
+	subtree string
+
+	mu   sync.Mutex
+	it   jetstream.MessagesContext
+	next uint64 // the stream sequence of the next message wanted
+	seq  uint64 // the consumer sequence of the last message taken
+	done bool
 }
 
-func (c *Client) watch(ctx context.Context, subtree string, last uint64, live jetstream.MessagesContext, out chan<- Change) error {
+// follow asks the coordinator for a consumer from stream sequence start
+// (0: what comes next) and starts pulling from it.
+func (f *feed) follow(ctx context.Context, start uint64) error {
+	var r struct {
+		Stream   string `json:"stream"`
+		Consumer string `json:"consumer"`
+		StartSeq uint64 `json:"start_seq"`
+	}
+	q := map[string]any{}
+	if f.subtree != "" {
+		q["path"] = f.subtree
+	}
+	if start > 0 {
+		q["start_seq"] = start
+	}
+	if err := f.c.request(ctx, "feed.follow", q, &r); err != nil {
+		return err
+	}
+	cons, err := f.c.js.Consumer(ctx, r.Stream, r.Consumer)
+	if err != nil {
+		return fmt.Errorf("feed consumer %s: %w", r.Consumer, err)
+	}
+	it, err := cons.Messages(jetstream.PullHeartbeat(watchHeartbeat))
+	if err != nil {
+		return fmt.Errorf("feed consumer %s: %w", r.Consumer, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		it.Stop()
+		return jetstream.ErrMsgIteratorClosed
+	}
+	if f.it != nil {
+		f.it.Stop()
+	}
+	f.it, f.next, f.seq = it, r.StartSeq, 0
+	return nil
+}
+
+// stop ends the feed; a Next blocked in it returns.
+func (f *feed) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.done = true
+	if f.it != nil {
+		f.it.Stop()
+	}
+}
+
+// Next returns the next message of the feed, asking for a new consumer as
+// often as the one in use fails.
+func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
+	for {
+		f.mu.Lock()
+		it, done := f.it, f.done
+		f.mu.Unlock()
+		if done {
+			return nil, jetstream.ErrMsgIteratorClosed
+		}
+		m, err := it.Next()
+		if err == nil {
+			meta, merr := m.Metadata()
+			switch {
+			case merr != nil:
+				err = merr
+			case meta.Sequence.Consumer != f.seq+1:
+				err = fmt.Errorf("feed message %d of its consumer after %d: a gap", meta.Sequence.Consumer, f.seq)
+			default:
+				f.seq, f.next = meta.Sequence.Consumer, meta.Sequence.Stream+1
+				return m, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		f.mu.Lock()
+		done = f.done
+		f.mu.Unlock()
+		if done || errors.Is(err, jetstream.ErrMsgIteratorClosed) && ctx.Err() != nil {
+			return nil, jetstream.ErrMsgIteratorClosed
+		}
+		f.c.log.Warn("the change feed consumer failed; asking for another", "err", err, "from_stream_seq", f.next)
+		for {
+			ferr := f.follow(ctx, f.next)
+			if ferr == nil {
+				break
+			}
+			if errors.Is(ferr, jetstream.ErrMsgIteratorClosed) {
+				return nil, ferr
+			}
+			f.c.log.Warn("asking for a feed consumer failed; trying again", "err", ferr)
+			if !sleep(ctx, time.Second) {
+				return nil, ctx.Err()
+			}
+		}
+	}
+}
+
+func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *feed, out chan<- Change) error {
 	send := func(ev *intents.Event) bool {
 		if ev.Seq <= last || ev.Change == nil {
 			return true
@@ -134,6 +238,11 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live je
 		for _, a := range ev.Change.Writes {
 			if subtree == "" || intents.Overlaps(a.Path, subtree) {
 				ch.Writes = append(ch.Writes, a)
+			}
+		}
+		for _, p := range ev.Change.Redacted {
+			if subtree == "" || intents.Overlaps(p, subtree) {
+				ch.Redacted = append(ch.Redacted, p)
 			}
 		}
 		if len(ch.Writes) == 0 {
@@ -146,34 +255,42 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live je
 			return false
 		}
 	}
-	// Catch up from the log.
-	for {
+	// query asks the log for the changes of subtree from seq on, as this
+	// agent may see them.
+	query := func(from uint64, limit int) ([]*intents.Event, uint64, error) {
 		var page struct {
 			Events []*intents.Event `json:"events"`
 			Next   uint64           `json:"next"`
 		}
-		q := map[string]any{"type": intents.EventChange, "from": last + 1, "limit": watchPage}
+		q := map[string]any{"type": intents.EventChange, "from": from, "limit": limit}
 		if subtree != "" {
 			q["path"] = subtree
 		}
-		if err := c.request(ctx, "log.query", q, &page); err != nil {
+		err := c.request(ctx, "log.query", q, &page)
+		return page.Events, page.Next, err
+	}
+	// Catch up from the log.
+	for from := last + 1; ; {
+		evs, next, err := query(from, watchPage)
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("agents: watch %q: catch up from %d: %w", subtree, last+1, err)
+			return fmt.Errorf("agents: watch %q: catch up from %d: %w", subtree, from, err)
 		}
-		for _, ev := range page.Events {
+		for _, ev := range evs {
 			if !send(ev) {
 				return nil
 			}
 		}
-		if page.Next == 0 || len(page.Events) == 0 {
+		if next == 0 {
 			break
 		}
+		from = next
 	}
 	// Then the feed; what the log already gave is skipped by revision.
 	for {
-		m, err := live.Next()
+		m, err := live.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
@@ -184,6 +301,23 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live je
 		if err := json.Unmarshal(m.Data(), &ev); err != nil {
 			c.log.Warn("dropped a feed message that does not parse", "subject", m.Subject(), "err", err)
 			continue
+		}
+		if ev.Seq <= last {
+			continue
+		}
+		if ev.Change != nil && len(ev.Change.Redacted) > 0 {
+			// The feed keeps from everyone what the readers rules keep
+			// from anyone; the log shows this agent what it may read.
+			evs, _, err := query(ev.Seq, 1)
+			switch {
+			case err != nil:
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("agents: watch %q: read change %d: %w", subtree, ev.Seq, err)
+			case len(evs) == 1 && evs[0].Seq == ev.Seq:
+				ev = *evs[0]
+			}
 		}
 		if !send(&ev) {
 			return nil

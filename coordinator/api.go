@@ -45,6 +45,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"log_query", "log.query", s.handleLogQuery},
 		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
 		{"conflicts_top", "conflicts.top", s.handleConflictsTop},
+		{"feed_follow", "feed.follow", s.handleFollow},
 		{"rules_get", "rules.get", s.handleRulesGet},
 		{"rules_set", "rules.set", s.handleRulesSet},
 	}
@@ -125,7 +126,7 @@ func (s *Service) handleStateGet(req micro.Request) {
 			return
 		}
 	}
-	out, err := s.stateGet(context.Background(), body.Paths)
+	out, err := s.stateGet(context.Background(), body.Paths, s.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return
@@ -149,7 +150,7 @@ func (s *Service) handleTxnList(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "txn.list: agent %q is not an agent name", f.Agent)
 		return
 	}
-	out, err := s.txnList(context.Background(), f)
+	out, err := s.txnList(context.Background(), f, s.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return
@@ -184,7 +185,7 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		return
 	}
 	out, err := s.logQuery(eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
-		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)})
+		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, s.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeInternal, "log.query: %v", err)
 		return
@@ -271,7 +272,7 @@ func (s *Service) handleConflictsTop(req micro.Request) {
 	if body.Limit <= 0 {
 		body.Limit = 20
 	}
-	spots, err := s.conflictsTop(context.Background(), body.Limit)
+	spots, err := s.conflictsTop(context.Background(), body.Limit, s.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -49,6 +51,13 @@ type Options struct {
 	// once; one more is answered unavailable at once (send the same intent
 	// again). The default is 10,000.
 	MaxSubmits int
+	// Auth says the server enforces every agent's identity as coagent serve
+	// --auth configures it: an agent receives only under its own inbox
+	// prefix (intents.InboxPrefix). Reads are then answered as the agent a
+	// request's reply subject names sees the state under the board rules'
+	// readers; without Auth nothing is kept from anyone, since anyone may
+	// be anyone. The default is false.
+	Auth bool
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -118,6 +127,8 @@ type Service struct {
 		sync.Mutex
 		// waiters are API submits waiting for decisions, by intent id.
 		waiters map[string][]chan *intents.Decision
+		// follows are when each agent had feed consumers made (feed.follow).
+		follows map[string][]time.Time
 	}
 	// open holds the cases sent to the arbiters and not yet settled, so that
 	// one the fallback settles can go to the dead-letter stream. Only the
@@ -126,6 +137,9 @@ type Service struct {
 	// hot counts where conflicts happen, for conflicts.top; loop-owned,
 	// rebuilt from the tail of the log at start.
 	hot *conflict.Hotspots
+	// rules is the board rules in force as of the last durable batch, for
+	// what readers may see (see viewer); nil when none.
+	rules atomic.Pointer[rules.Set]
 }
 
 // committed is a batch on its way from the loop, which enqueued it in the
@@ -146,6 +160,10 @@ type committed struct {
 	cases, dead []*intents.Escalation
 	// done, if set, is closed once the batch is durable and published.
 	done chan struct{}
+	// rulesChanged says the batch put rules in force: once it is durable,
+	// reads are answered under rules.
+	rulesChanged bool
+	rules        *rules.Set
 }
 
 // Start opens the Core in dir, creates the streams and the consumer if
@@ -160,6 +178,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		msgs: make(chan jetstream.Msg, opts.MaxAckPending), calls: make(chan func()), acks: make(chan committed, 64), storedAcks: make(chan pendingAck, 64),
 		looped: make(chan struct{}), stopped: make(chan struct{}), submits: make(chan struct{}, opts.MaxSubmits)}
 	s.mu.waiters = map[string][]chan *intents.Decision{}
+	s.mu.follows = map[string][]time.Time{}
 	s.open = map[string]*intents.Escalation{}
 	s.hot = conflict.NewHotspots()
 	// Decisions and events go out on a connection of their own: the first
@@ -182,6 +201,10 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		pub.Close()
 		return nil, err
 	}
+	if err := s.ensureArbitersConsumer(ctx); err != nil {
+		pub.Close()
+		return nil, err
+	}
 	if s.core, err = OpenCore(dir, opts.Core); err != nil {
 		pub.Close()
 		return nil, err
@@ -199,6 +222,8 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		pub.Close()
 		return nil, fmt.Errorf("coordinator: consumer on %s: %w", s.subj.Stream(intents.StreamIntents), err)
 	}
+	_, set := s.core.Engine().Rules()
+	s.rules.Store(set)
 	// The conflict dashboard starts from the tail of the log.
 	if last := s.core.Log().LastSeq(); last > 0 {
 		from := max(s.core.Log().FirstSeq(), last-min(last, hotspotTail)+1)
@@ -446,6 +471,9 @@ func (s *Service) commitWith(c committed) bool {
 			}
 		case ev.Type == intents.EventResolve && ev.Agent != engine.FallbackArbiter:
 			resolved[ev.Intent] = true
+		case ev.Type == intents.EventRules:
+			c.rulesChanged = true
+			_, c.rules = s.core.Engine().Rules()
 		}
 		d := ev.Decision
 		if d == nil {
@@ -497,6 +525,9 @@ func (s *Service) acker() {
 		}
 		if s.broken.Load() {
 			continue // never acknowledge or publish what is not durable
+		}
+		if c.rulesChanged {
+			s.rules.Store(c.rules)
 		}
 		stored := s.publish(c.evs)
 		for _, cs := range c.cases {
@@ -620,6 +651,16 @@ func (s *Service) publishFeed(ev *intents.Event) {
 
 func (s *Service) publishFeedData(ev *intents.Event, data []byte) {
 	if ev.Type == intents.EventChange {
+		// Every agent may follow the change feed: the values the readers
+		// rules keep from anyone are not in it (log.query and state.get
+		// give them to those who may read them).
+		if shown := s.anyone().change(ev); shown != ev {
+			var err error
+			if data, err = json.Marshal(shown); err != nil {
+				s.log.Error("encode event", "seq", ev.Seq, "err", err)
+				return
+			}
+		}
 		for _, w := range ev.Change.Writes {
 			s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
 		}
@@ -659,7 +700,7 @@ func (s *Service) ackStored(done chan struct{}) {
 // dead-letter stream. The escalation id is the message id, so a case sent
 // again (after a restart) within the duplicate window is not queued twice.
 func (s *Service) publishCase(subject string, cs *intents.Escalation) {
-	data, err := json.Marshal(cs)
+	data, err := json.Marshal(s.arbiters().escalation(cs))
 	if err != nil {
 		s.log.Error("encode case", "escalation", cs.ID, "err", err)
 		return
@@ -912,16 +953,25 @@ type stateValue struct {
 	Value   any    `json:"value,omitempty"`
 	Version uint64 `json:"version"`
 	ModRev  uint64 `json:"mod_rev,omitempty"`
+	// Redacted lists what the board rules' readers keep from the reader:
+	// the path itself (then nothing of it is shown, not even whether it
+	// exists) or paths under it, removed from the value.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
-func (s *Service) stateGet(ctx context.Context, paths []string) (*stateReply, error) {
+func (s *Service) stateGet(ctx context.Context, paths []string, v viewer) (*stateReply, error) {
 	out := &stateReply{Values: map[string]stateValue{}}
 	ok := s.call(ctx, func() {
 		t := s.core.Engine().State()
 		out.Rev = t.Rev()
 		for _, p := range paths {
 			e := t.Lookup(p)
-			out.Values[p] = stateValue{Exists: e.Exists, Value: e.Value, Version: e.Version, ModRev: e.ModRev}
+			value, hidden := v.value(p, e.Value)
+			if len(hidden) == 1 && hidden[0] == p {
+				out.Values[p] = stateValue{Redacted: hidden}
+				continue
+			}
+			out.Values[p] = stateValue{Exists: e.Exists, Value: value, Version: e.Version, ModRev: e.ModRev, Redacted: hidden}
 		}
 	})
 	if !ok {
@@ -935,7 +985,11 @@ type txnFilter struct {
 	Path  string `json:"path,omitempty"`
 }
 
-func (s *Service) txnList(ctx context.Context, f txnFilter) (any, error) {
+// txnList lists the transactions in flight. A fence is a capability, and
+// a propose's writes may carry values: v sees its own transactions whole,
+// and another agent's without its fence and with only the paths and ops of
+// its writes (an observer sees everything).
+func (s *Service) txnList(ctx context.Context, f txnFilter, v viewer) (any, error) {
 	var out []map[string]any
 	ok := s.call(ctx, func() {
 		for _, t := range s.core.Engine().Txns() {
@@ -946,8 +1000,17 @@ func (s *Service) txnList(ctx context.Context, f txnFilter) (any, error) {
 				!slices.ContainsFunc(t.Reads, func(r intents.Read) bool { return intents.Overlaps(r.Path, f.Path) }) {
 				continue
 			}
-			out = append(out, map[string]any{"txn": t.Txn, "agent": t.Agent, "fence": t.Fence, "reads": t.Reads,
-				"writes": t.Writes, "lease_expires": t.LeaseExpires})
+			row := map[string]any{"txn": t.Txn, "agent": t.Agent, "reads": t.Reads, "writes": t.Writes, "lease_expires": t.LeaseExpires}
+			if v.all || t.Agent == v.Agent {
+				row["fence"] = t.Fence
+			} else {
+				writes := make([]intents.Write, len(t.Writes))
+				for i, w := range t.Writes {
+					writes[i] = intents.Write{Path: w.Path, Op: w.Op}
+				}
+				row["writes"] = writes
+			}
+			out = append(out, row)
 		}
 	})
 	if !ok {
@@ -959,25 +1022,50 @@ func (s *Service) txnList(ctx context.Context, f txnFilter) (any, error) {
 	return map[string]any{"txns": out}, nil
 }
 
-func (s *Service) logQuery(q eventlog.Query) (any, error) {
+// logQuery answers log.query as v may see the log (see viewer.event): a
+// page may hold fewer events than the query's limit, none even, when some
+// are not v's to see; next goes on after them all.
+func (s *Service) logQuery(q eventlog.Query, v viewer) (any, error) {
 	evs, next, err := s.core.Log().Query(q)
 	if err != nil {
 		return nil, err
 	}
-	if evs == nil {
-		evs = []*intents.Event{}
+	shown := make([]*intents.Event, 0, len(evs))
+	for _, ev := range evs {
+		if ev, ok := v.event(ev); ok {
+			shown = append(shown, ev)
+		}
 	}
-	return map[string]any{"events": evs, "next": next}, nil
+	return map[string]any{"events": shown, "next": next}, nil
 }
 
-// conflictsTop returns the places with the most conflicts.
-func (s *Service) conflictsTop(ctx context.Context, limit int) ([]conflict.Spot, error) {
-	var out []conflict.Spot
-	if !s.call(ctx, func() { out = s.hot.Top(s.opts.Now(), limit) }) {
+// conflictsTop returns the places with the most conflicts, as v may see
+// them: not the boards and documents it may not read, and of the pairs of
+// agents only those it is one of (an observer sees all).
+func (s *Service) conflictsTop(ctx context.Context, limit int, v viewer) ([]conflict.Spot, error) {
+	var all []conflict.Spot
+	if !s.call(ctx, func() { all = s.hot.Top(s.opts.Now(), 0) }) {
 		return nil, errUnavailable
 	}
-	if out == nil {
-		out = []conflict.Spot{}
+	out := []conflict.Spot{}
+	for _, sp := range all {
+		if len(out) == limit {
+			break
+		}
+		if !v.all {
+			switch sp.Kind {
+			case conflict.SpotPair:
+				a, b, _ := strings.Cut(sp.Name, "/")
+				if a != v.Agent && b != v.Agent {
+					continue
+				}
+			case conflict.SpotPrefix:
+				if !v.set.MayRead(v.Viewer, sp.Name) {
+					continue
+				}
+			}
+		}
+		out = append(out, sp)
 	}
 	return out, nil
 }

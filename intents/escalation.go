@@ -13,6 +13,11 @@ type Escalation struct {
 	State     map[string]PathState `json:"state"`
 	Conflicts []Conflict           `json:"conflicts"`
 	Deadline  time.Time            `json:"deadline"`
+	// Redacted lists the paths whose values the board rules' readers keep
+	// from the arbiters (a path is shown to them only when its readers
+	// admit role:arbiter): their values are gone from State and from the
+	// intents' and the holder's writes.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
 // Holder is the transaction in flight an escalated intent conflicts with.

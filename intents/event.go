@@ -82,6 +82,12 @@ type Received struct {
 type Change struct {
 	Writes     []Applied `json:"writes"`
 	MergedWith []string  `json:"merged_with,omitempty"`
+	// Redacted, set only on what is sent to a reader (the change feed, a
+	// log.query reply), lists the paths whose values the board rules'
+	// readers keep from that reader: a write's own path (its value is
+	// gone) or paths under it (removed from its value). The log never
+	// holds it.
+	Redacted []string `json:"redacted,omitempty"`
 }
 
 // Applied is one committed write with the version of its path before and

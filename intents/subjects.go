@@ -45,6 +45,20 @@ func (s Subjects) IntentAgent(subject string) (string, bool) {
 // under it, and only it may subscribe there.
 func InboxPrefix(agent string) string { return "_INBOX_" + agent }
 
+// InboxAgent returns the agent whose inbox prefix (InboxPrefix) reply is
+// under, and whether it is under one.
+func InboxAgent(reply string) (string, bool) {
+	rest, ok := strings.CutPrefix(reply, "_INBOX_")
+	if !ok {
+		return "", false
+	}
+	agent, _, ok := strings.Cut(rest, ".")
+	if !ok || !ValidSegment(agent) {
+		return "", false
+	}
+	return agent, true
+}
+
 // Decisions is where agent's decisions are published.
 func (s Subjects) Decisions(agent string) string { return s.p() + ".decisions." + agent }
 
@@ -61,6 +75,22 @@ func (s Subjects) Events(t EventType) string { return s.p() + ".events." + strin
 // EventsChange is the feed subject of a committed write to path, so that
 // <prefix>.events.change.report.> watches a subtree.
 func (s Subjects) EventsChange(path string) string { return s.p() + ".events.change." + path }
+
+// ChangeSubjects are the feed subjects of the changes that overlap subtree
+// ("" for the whole state): the subtree, everything under it, and each
+// ancestor (a write that replaces the subtree whole).
+func (s Subjects) ChangeSubjects(subtree string) []string {
+	if subtree == "" {
+		return []string{s.EventsChange(">")}
+	}
+	subjects := []string{s.EventsChange(subtree), s.EventsChange(subtree + ".>")}
+	for i := range len(subtree) {
+		if subtree[i] == '.' {
+			subjects = append(subjects, s.EventsChange(subtree[:i]))
+		}
+	}
+	return subjects
+}
 
 // AllEvents matches the whole feed.
 func (s Subjects) AllEvents() string { return s.p() + ".events.>" }
@@ -97,6 +127,10 @@ func (s Subjects) SubmitAgent(subject string) (string, bool) {
 	}
 	return rest, true
 }
+
+// ArbitersConsumer is the durable consumer on the arbiter stream that the
+// coordinator creates and every arbiter pulls from.
+const ArbitersConsumer = "arbiters"
 
 // APIGroup is the subject prefix of the micro service's endpoints.
 func (s Subjects) APIGroup() string { return s.p() + ".api" }

@@ -112,11 +112,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		where = nc.ConnectedUrlRedacted()
 	}
 	defer nc.Close()
-	logger := slog.New(slog.DiscardHandler)
+	// Errors (a contained panic, a failed log write) are always reported;
+	// -v adds the operational messages.
+	level := slog.LevelError
 	if *verbose {
-		logger = slog.New(slog.NewTextHandler(stderr, nil))
+		level = slog.LevelInfo
 	}
-	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger, Auth: self != nil}
 	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
 	if *fallback != "reject" {
 		policy, err := arbiter.ByName(*fallback)

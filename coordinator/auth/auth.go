@@ -21,16 +21,18 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
 // RoleArbiter is the role that may work the arbiter queue and resolve
-// cases; RoleObserver may read the whole event feed, not only changes.
+// cases; RoleObserver may read the whole event feed, not only changes,
+// and every value (the board rules give these roles their meaning).
 const (
-	RoleArbiter  = "arbiter"
-	RoleObserver = "observer"
+	RoleArbiter  = rules.RoleArbiter
+	RoleObserver = rules.RoleObserver
 )
 
 // Registry is the agents known to the server.
@@ -136,6 +138,16 @@ func (r *Registry) Roles() map[string][]string {
 }
 
 // Permissions are what agent may publish and subscribe to under prefix.
+//
+// Of JetStream, an agent may only look up and pull from consumers that
+// the coordinator made (the change feed's, through the feed.follow API,
+// and the arbiters'): making one is the coordinator's, because the server
+// can scope a consumer's filter subject but not the rest of its
+// configuration (a push consumer delivers wherever its creator says, into
+// another agent's subjects too). Nor may it list, delete or change
+// consumers, read a stream's messages or its subjects, or touch any other
+// stream: what it reads of JetStream is the change feed, which carries
+// only what every agent may read.
 func Permissions(prefix, agent string, roles []string) *server.Permissions {
 	s := intents.Subjects{Prefix: prefix}
 	events := s.Stream(intents.StreamEvents)
@@ -143,13 +155,11 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.Intents(agent),
 		s.Submit(agent),
 		s.API("state.get"), s.API("txn.list"), s.API("log.query"), s.API("conflicts.top"), s.API("rules.get"),
-		// The change feed through an ordered consumer (Watch).
-		"$JS.API.INFO",
-		"$JS.API.STREAM.INFO." + events,
-		"$JS.API.CONSUMER.CREATE." + events + ".>",
-		"$JS.API.CONSUMER.DELETE." + events + ".>",
-		"$JS.API.CONSUMER.INFO." + events + ".>",
-		"$JS.API.CONSUMER.MSG.NEXT." + events + ".>",
+		// The change feed (Watch): a consumer made by feed.follow, whose
+		// name the agent is told and nobody can guess.
+		s.API("feed.follow"),
+		"$JS.API.CONSUMER.INFO." + events + ".*",
+		"$JS.API.CONSUMER.MSG.NEXT." + events + ".*",
 	}
 	sub := []string{
 		s.Decisions(agent),
@@ -161,15 +171,12 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		sub = append(sub, s.AllEvents())
 	}
 	if slices.Contains(roles, RoleArbiter) {
-		arb := s.Stream(intents.StreamArbiter)
+		arb, cons := s.Stream(intents.StreamArbiter), intents.ArbitersConsumer
 		pub = append(pub,
 			s.API("arbiter.resolve"),
-			"$JS.API.STREAM.INFO."+arb,
-			"$JS.API.CONSUMER.CREATE."+arb+".>",
-			"$JS.API.CONSUMER.DURABLE.CREATE."+arb+".>",
-			"$JS.API.CONSUMER.INFO."+arb+".>",
-			"$JS.API.CONSUMER.MSG.NEXT."+arb+".>",
-			"$JS.ACK."+arb+".>",
+			"$JS.API.CONSUMER.INFO."+arb+"."+cons,
+			"$JS.API.CONSUMER.MSG.NEXT."+arb+"."+cons,
+			"$JS.ACK."+arb+"."+cons+".>",
 		)
 	}
 	return &server.Permissions{

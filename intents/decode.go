@@ -132,7 +132,7 @@ func decodeError(data []byte, err error) *ValidationError {
 		if errors.Is(synErr.Err, io.ErrUnexpectedEOF) {
 			return invalid("", "", "not JSON: unexpected end of input")
 		}
-		return invalid(field, "", "%s", syntaxReason(data, synErr, inside))
+		return invalid(field, "", "%s", syntaxReason(data, synErr, inside, ""))
 	case errors.As(err, &semErr):
 		field, _ := fieldOf(semErr.JSONPointer)
 		switch {
@@ -154,8 +154,10 @@ func decodeError(data []byte, err error) *ValidationError {
 }
 
 // syntaxReason says what a strict JSON decoder found wrong with data, for
-// a message. inside is where in a write's value or in meta, if there.
-func syntaxReason(data []byte, e *jsontext.SyntacticError, inside string) string {
+// a message. inside is where in a write's value or in meta, if there; of
+// follows a byte offset to say what it counts in ("" for the document).
+func syntaxReason(data []byte, e *jsontext.SyntacticError, inside, of string) string {
+	off := e.ByteOffset
 	switch {
 	case errors.Is(e.Err, jsontext.ErrDuplicateName) && inside != "":
 		return "duplicate member name at " + inside
@@ -163,14 +165,14 @@ func syntaxReason(data []byte, e *jsontext.SyntacticError, inside string) string
 		return "duplicate member name"
 	case errors.Is(e.Err, io.ErrUnexpectedEOF):
 		return "not JSON: unexpected end of input"
-	case badUTF8At(data, e.ByteOffset):
+	case badUTF8At(data, off):
 		// The decoder's sentinel for this is internal; the byte it stopped
 		// at says it as surely.
-		return fmt.Sprintf("invalid UTF-8 at byte %d", e.ByteOffset)
-	case loneSurrogateAt(data, e.ByteOffset):
-		return fmt.Sprintf("%s at byte %d escapes half of a UTF-16 surrogate pair, not a character", data[e.ByteOffset:e.ByteOffset+6], e.ByteOffset)
+		return fmt.Sprintf("invalid UTF-8 at byte %d%s", off, of)
+	case loneSurrogateAt(data, off):
+		return fmt.Sprintf("%s at byte %d%s escapes half of a UTF-16 surrogate pair, not a character", data[off:off+6], off, of)
 	}
-	return fmt.Sprintf("not JSON: %v at byte %d", e.Err, e.ByteOffset)
+	return fmt.Sprintf("not JSON: %v at byte %d%s", e.Err, off, of)
 }
 
 func badUTF8At(data []byte, off int64) bool {
@@ -489,31 +491,31 @@ func checkValue(i int, w Write, needValues bool, vc *valueChecker) error {
 	// Object keys in set and merge values become paths in the state tree, so
 	// they must be legal segments and stay within the depth limit. Every
 	// number anywhere must be one the state can hold.
-	err := vc.check(w.Value, keyDepth)
+	if err := vc.check(w.Value, keyDepth); err != nil {
+		return valueError(field()+".value", w.Value, err)
+	}
+	return nil
+}
+
+// valueError words what valueChecker.check found wrong with the value of
+// field.
+func valueError(field string, value []byte, err error) *ValidationError {
 	var numErr *numberError
+	var synErr *jsontext.SyntacticError
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &numErr):
 		where := ""
 		if numErr.at != "" {
 			where = " at " + numErr.at
 		}
-		return invalid(field()+".value", abbreviate(numErr.number),
+		return invalid(field, abbreviate(numErr.number),
 			"the number%s is beyond ±%g, the range of a 64-bit float", where, math.MaxFloat64)
+	case err == io.EOF:
+		return invalid(field, quote(string(value)), "not JSON: no value")
+	case errors.As(err, &synErr):
+		return invalid(field, quote(string(value)), "%s", syntaxReason(value, synErr, string(synErr.JSONPointer), " of the value"))
 	}
-	var synErr *jsontext.SyntacticError
-	if err == io.EOF {
-		return invalid(field()+".value", quote(string(w.Value)), "not JSON: no value")
-	}
-	if errors.As(err, &synErr) {
-		reason := syntaxReason(w.Value, synErr, string(synErr.JSONPointer))
-		if strings.HasPrefix(reason, "invalid UTF-8") {
-			reason += " of the value"
-		}
-		return invalid(field()+".value", quote(string(w.Value)), "%s", reason)
-	}
-	return invalid(field()+".value", quote(string(w.Value)), "%v", err)
+	return invalid(field, quote(string(value)), "%v", err)
 }
 
 // valueChecker checks the JSON of write values, with one decoder for all

@@ -204,12 +204,13 @@ func strictJSON(data []byte, v any) error {
 }
 
 func (s *Service) handleResolve(req micro.Request) {
-	var res intents.Resolution
-	if err := strictJSON(req.Data(), &res); err != nil {
+	// The replacement is an intent: decoded as strictly as one.
+	res, err := intents.DecodeResolution(req.Data())
+	if err != nil {
 		replyError(req, intents.ReasonInvalid, "arbiter.resolve: %v", err)
 		return
 	}
-	err := s.apiResolve(context.Background(), &res)
+	err = s.apiResolve(context.Background(), res)
 	var refused *engine.ResolveError
 	switch {
 	case errors.As(err, &refused):

@@ -2,13 +2,18 @@ package intents
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -31,14 +36,17 @@ type ValidationError struct {
 	Reason string
 }
 
-func (e *ValidationError) Error() string {
+func (e *ValidationError) Error() string { return e.describe("intent") }
+
+// describe words the error for a document of the given name.
+func (e *ValidationError) describe(doc string) string {
 	switch {
 	case e.Field == "":
-		return "intent: " + e.Reason
+		return doc + ": " + e.Reason
 	case e.Value == "":
-		return fmt.Sprintf("intent field %s: %s", e.Field, e.Reason)
+		return fmt.Sprintf("%s field %s: %s", doc, e.Field, e.Reason)
 	}
-	return fmt.Sprintf("intent field %s = %s: %s", e.Field, e.Value, e.Reason)
+	return fmt.Sprintf("%s field %s = %s: %s", doc, e.Field, e.Value, e.Reason)
 }
 
 func invalid(field, value, format string, args ...any) *ValidationError {
@@ -49,26 +57,33 @@ func invalid(field, value, format string, args ...any) *ValidationError {
 func quote(s string) string {
 	const max = 80
 	if len(s) > max {
-		s = s[:max] + "…"
+		cut := max
+		for cut > max-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+			cut-- // not inside a character
+		}
+		s = s[:cut] + "…"
 	}
 	return strconv.Quote(s)
 }
 
-// Decode parses one intent strictly — unknown fields, wrong types and
-// trailing data are errors — and validates it. Every error is a
-// *ValidationError.
+// Decode parses one intent as strictly as schemas/intent.json reads it and
+// validates it. Unknown fields, wrong types and trailing data are errors, and
+// so, beyond what encoding/json checks, are a member name given twice
+// anywhere in the document (write values included), a field name in another
+// case, invalid UTF-8 (or an escaped lone surrogate) and a body that is not
+// an object. Every error is a *ValidationError naming the field where there
+// is one.
 func Decode(data []byte) (*Intent, error) {
 	if len(data) > MaxIntentSize {
 		return nil, invalid("", "", "%d bytes is larger than the %d-byte limit", len(data), MaxIntentSize)
 	}
 	in := new(Intent)
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(in); err != nil {
-		return nil, decodeError(err)
+	if err := strictUnmarshal(data, in); err != nil {
+		return nil, decodeError(data, err)
 	}
-	if _, err := dec.Token(); err == nil {
-		return nil, invalid("", "", "trailing data after the intent object")
+	if firstByte(data) != '{' {
+		// Only a null unmarshals without error into something not an object.
+		return nil, invalid("", "", "a JSON null, not an object")
 	}
 	if err := in.Validate(); err != nil {
 		return nil, err
@@ -76,29 +91,186 @@ func Decode(data []byte) (*Intent, error) {
 	return in, nil
 }
 
-// decodeError turns encoding/json's errors into ValidationErrors that name
-// the field.
-func decodeError(err error) *ValidationError {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
+// DecodeResolution parses an arbiter's resolution as strictly as Decode
+// parses an intent, its replacement intent included: unknown fields, names
+// given twice or in another case, invalid UTF-8, wrong types and trailing
+// data are errors that name the field (replacement.writes[0].path). It does
+// not validate the replacement: the engine does, as for every intent it
+// decides.
+func DecodeResolution(data []byte) (*Resolution, error) {
+	res := new(Resolution)
+	if err := strictUnmarshal(data, res); err != nil {
+		return nil, errors.New(decodeError(data, err).describe("resolution"))
+	}
+	if firstByte(data) != '{' {
+		return nil, errors.New("resolution: a JSON null, not an object")
+	}
+	return res, nil
+}
+
+// strictUnmarshal decodes one JSON document into v with the defaults of
+// encoding/json/v2 — names match exactly, a name given twice and invalid
+// UTF-8 are errors, nothing may follow the value — and unknown fields
+// refused.
+func strictUnmarshal(data []byte, v any) error {
+	return jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true))
+}
+
+// decodeError turns the errors of strictUnmarshal on data into
+// ValidationErrors that name the field.
+func decodeError(data []byte, err error) *ValidationError {
+	var synErr *jsontext.SyntacticError
+	var semErr *jsonv2.SemanticError
 	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			return invalid("", "", "a JSON %s, not an object", typeErr.Value)
+	case errors.As(err, &synErr):
+		field, inside := fieldOf(synErr.JSONPointer)
+		// Text that ends a complete value where the error is found trails it.
+		if off := synErr.ByteOffset; field == "" && off > 0 && off <= int64(len(data)) &&
+			jsontext.Value(data[:off]).IsValid() {
+			return invalid("", "", "trailing data after the object")
 		}
-		return invalid(field, "", "a JSON %s where %s is wanted", typeErr.Value, typeErr.Type)
-	case errors.As(err, &syntaxErr):
-		return invalid("", "", "not JSON: %v at byte %d", syntaxErr, syntaxErr.Offset)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid("", "", "not JSON: unexpected end of input")
+		if errors.Is(synErr.Err, io.ErrUnexpectedEOF) {
+			return invalid("", "", "not JSON: unexpected end of input")
+		}
+		return invalid(field, "", "%s", syntaxReason(data, synErr, inside, ""))
+	case errors.As(err, &semErr):
+		field, _ := fieldOf(semErr.JSONPointer)
+		switch {
+		case errors.Is(semErr.Err, jsonv2.ErrUnknownName):
+			return invalid(field, "", "unknown field")
+		case field == "":
+			return invalid("", "", "a JSON %s, not an object", kindName(semErr.JSONKind))
+		case semErr.JSONKind == '0' && semErr.GoType != nil:
+			if lo, hi, ok := integerRange(semErr.GoType); ok {
+				return invalid(field, abbreviate(string(semErr.JSONValue)), "not an integer from %s to %s", lo, hi)
+			}
+		}
+		if semErr.GoType != nil {
+			return invalid(field, "", "a JSON %s where %s is wanted", kindName(semErr.JSONKind), semErr.GoType)
+		}
+		return invalid(field, "", "not a valid value: %v", semErr.Err)
 	}
-	// encoding/json reports an unknown field only as text; its form has been
-	// stable since Go 1.10.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return invalid(strings.Trim(name, `"`), "", "unknown field")
+	return invalid("", "", "not a valid document: %v", err)
+}
+
+// syntaxReason says what a strict JSON decoder found wrong with data, for
+// a message. inside is where in a write's value or in meta, if there; of
+// follows a byte offset to say what it counts in ("" for the document).
+func syntaxReason(data []byte, e *jsontext.SyntacticError, inside, of string) string {
+	off := e.ByteOffset
+	switch {
+	case errors.Is(e.Err, jsontext.ErrDuplicateName) && inside != "":
+		return "duplicate member name at " + inside
+	case errors.Is(e.Err, jsontext.ErrDuplicateName):
+		return "duplicate member name"
+	case errors.Is(e.Err, io.ErrUnexpectedEOF):
+		return "not JSON: unexpected end of input"
+	case badUTF8At(data, off):
+		// The decoder's sentinel for this is internal; the byte it stopped
+		// at says it as surely.
+		return fmt.Sprintf("invalid UTF-8 at byte %d%s", off, of)
+	case loneSurrogateAt(data, off):
+		return fmt.Sprintf("%s at byte %d%s escapes half of a UTF-16 surrogate pair, not a character", data[off:off+6], off, of)
 	}
-	return invalid("", "", "not a valid intent: %v", err)
+	return fmt.Sprintf("not JSON: %v at byte %d%s", e.Err, off, of)
+}
+
+func badUTF8At(data []byte, off int64) bool {
+	if off < 0 || off >= int64(len(data)) {
+		return false
+	}
+	r, size := utf8.DecodeRune(data[off:])
+	return r == utf8.RuneError && size <= 1
+}
+
+// loneSurrogateAt reports whether data holds at off an escape (\ud800) of
+// a UTF-16 surrogate, which the decoder stops at when no other half follows.
+func loneSurrogateAt(data []byte, off int64) bool {
+	if off < 0 || off+6 > int64(len(data)) || data[off] != '\\' || data[off+1] != 'u' {
+		return false
+	}
+	r, err := strconv.ParseUint(string(data[off+2:off+6]), 16, 16)
+	return err == nil && utf16.IsSurrogate(rune(r))
+}
+
+// fieldOf renders a JSON pointer into an intent (/writes/2/op) as the field
+// it names (writes[2].op). Where it points inside a write's value or the
+// meta object, whose members are the agent's own, the field ends there and
+// the rest of the pointer is returned as inside (/a/0).
+func fieldOf(ptr jsontext.Pointer) (field, inside string) {
+	if ptr == "" {
+		return "", ""
+	}
+	var b strings.Builder
+	parts := strings.Split(string(ptr)[1:], "/")
+	for i, raw := range parts {
+		tok := strings.ReplaceAll(strings.ReplaceAll(raw, "~1", "/"), "~0", "~")
+		index := i > 0 && isIndex(tok)
+		switch {
+		case index:
+			b.WriteString("[" + tok + "]")
+		case i > 0:
+			b.WriteString("." + tok)
+		default:
+			b.WriteString(tok)
+		}
+		free := tok == "value" && i > 0 && isIndex(parts[i-1]) ||
+			tok == "meta" && (i == 0 || parts[i-1] == "replacement")
+		if free {
+			if i+1 < len(parts) {
+				inside = "/" + strings.Join(parts[i+1:], "/")
+			}
+			break
+		}
+	}
+	return b.String(), inside
+}
+
+func isIndex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 0:
+		return "value"
+	}
+	return k.String()
+}
+
+// integerRange returns the bounds of an integer type, in decimal.
+func integerRange(t reflect.Type) (lo, hi string, ok bool) {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := t.Bits()
+		return strconv.FormatInt(-1<<(bits-1), 10), strconv.FormatInt(1<<(bits-1)-1, 10), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "0", strconv.FormatUint(1<<t.Bits()-1, 10), true
+	}
+	return "", "", false
+}
+
+// abbreviate shortens a number for an error message.
+func abbreviate(s string) string {
+	const max = 40
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d characters)", s[:max-8], len(s))
 }
 
 // Validate checks the intent against SPEC §1–2 and returns the first problem
@@ -135,6 +307,9 @@ func (in *Intent) Validate() error {
 		if len(in.Txn) > MaxTxnLen {
 			return invalid("txn", quote(in.Txn), "longer than %d bytes", MaxTxnLen)
 		}
+		if !utf8.ValidString(in.Txn) {
+			return invalid("txn", quote(in.Txn), "not valid UTF-8")
+		}
 		if in.Fence == 0 {
 			return invalid("fence", "", "missing; a %s carries the fencing token of its grant", in.Kind)
 		}
@@ -148,6 +323,11 @@ func (in *Intent) Validate() error {
 	}
 	if len(in.Action) > MaxActionLen {
 		return invalid("action", quote(in.Action), "longer than %d bytes", MaxActionLen)
+	}
+	// Decode refuses invalid UTF-8; an intent built in Go could carry it,
+	// and encoding it for the log would change it.
+	if !utf8.ValidString(in.Action) {
+		return invalid("action", quote(in.Action), "not valid UTF-8")
 	}
 	if err := in.validateReads(); err != nil {
 		return err
@@ -178,6 +358,11 @@ func (in *Intent) Validate() error {
 	if len(in.Meta) > 0 && firstByte(in.Meta) != '{' {
 		return invalid("meta", quote(string(in.Meta)), "not a JSON object")
 	}
+	// Meta is recorded as given, so it must encode: an intent built in Go
+	// has not been through Decode.
+	if len(in.Meta) > 0 && !jsontext.Value(in.Meta).IsValid() {
+		return invalid("meta", quote(string(in.Meta)), "not valid JSON (a name twice, invalid UTF-8 or a syntax error)")
+	}
 	return nil
 }
 
@@ -205,11 +390,12 @@ func (in *Intent) validateWrites() error {
 	// Values are required wherever they will be applied; a propose only
 	// declares its write set.
 	needValues := in.Kind != KindPropose
+	var vc valueChecker
 	for i, w := range in.Writes {
 		if err := CheckPath(w.Path); err != nil {
 			return invalid(fmt.Sprintf("writes[%d].path", i), quote(w.Path), "%v", err)
 		}
-		if err := checkValue(i, w, needValues); err != nil {
+		if err := checkValue(i, w, needValues, &vc); err != nil {
 			return err
 		}
 	}
@@ -263,9 +449,10 @@ func overlapping(ws []Write) (i, j int, ok bool) {
 	return 0, 0, false
 }
 
-func checkValue(i int, w Write, needValues bool) error {
+func checkValue(i int, w Write, needValues bool, vc *valueChecker) error {
 	field := func() string { return fmt.Sprintf("writes[%d]", i) }
 	has := len(w.Value) > 0
+	keyDepth := 0 // the depth of the path the value's keys extend; 0: its keys are not paths
 	switch w.Op {
 	case "":
 		return invalid(field()+".op", "", "missing; want one of %s", names(Ops))
@@ -274,9 +461,14 @@ func checkValue(i int, w Write, needValues bool) error {
 			return invalid(field()+".value", quote(string(w.Value)), "delete takes no value")
 		}
 		return nil
-	case OpSet, OpAppend:
+	case OpSet:
 		if !has && needValues {
-			return invalid(field()+".value", "", "missing; %s needs a value", w.Op)
+			return invalid(field()+".value", "", "missing; set needs a value")
+		}
+		keyDepth = strings.Count(w.Path, ".") + 1
+	case OpAppend:
+		if !has && needValues {
+			return invalid(field()+".value", "", "missing; append needs a value")
 		}
 	case OpMerge:
 		if !has && needValues {
@@ -285,50 +477,234 @@ func checkValue(i int, w Write, needValues bool) error {
 		if has && firstByte(w.Value) != '{' {
 			return invalid(field()+".value", quote(string(w.Value)), "merge needs a JSON object")
 		}
+		keyDepth = strings.Count(w.Path, ".") + 1
 	case OpIncr:
-		if has {
-			if _, err := strconv.ParseFloat(string(bytes.TrimSpace(w.Value)), 64); err != nil {
-				return invalid(field()+".value", quote(string(w.Value)), "incr needs a number")
-			}
+		if has && !jsonNumber(trimSpace(w.Value)) {
+			return invalid(field()+".value", quote(string(w.Value)), "incr needs a number")
 		}
-		return nil
 	default:
 		return invalid(field()+".op", quote(string(w.Op)), "want one of %s", names(Ops))
 	}
-	if has && w.Op != OpAppend {
-		// Object keys in set and merge values become paths in the state tree,
-		// so they must be legal segments and stay within the depth limit.
-		if err := checkKeys(w.Value, strings.Count(w.Path, ".")+1); err != nil {
-			return invalid(field()+".value", quote(string(w.Value)), "%v", err)
-		}
+	if !has {
+		return nil
+	}
+	// Object keys in set and merge values become paths in the state tree, so
+	// they must be legal segments and stay within the depth limit. Every
+	// number anywhere must be one the state can hold.
+	if err := vc.check(w.Value, keyDepth); err != nil {
+		return valueError(field()+".value", w.Value, err)
 	}
 	return nil
 }
 
-// checkKeys verifies that every object key in the JSON value v, which stands
-// at a path of the given depth, is a legal path segment within MaxDepth.
-// Arrays are leaves of the state tree, so their contents are not checked.
-func checkKeys(v json.RawMessage, depth int) error {
-	if firstByte(v) != '{' {
+// valueError words what valueChecker.check found wrong with the value of
+// field.
+func valueError(field string, value []byte, err error) *ValidationError {
+	var numErr *numberError
+	var synErr *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &numErr):
+		where := ""
+		if numErr.at != "" {
+			where = " at " + numErr.at
+		}
+		return invalid(field, abbreviate(numErr.number),
+			"the number%s is beyond ±%g, the range of a 64-bit float", where, math.MaxFloat64)
+	case err == io.EOF:
+		return invalid(field, quote(string(value)), "not JSON: no value")
+	case errors.As(err, &synErr):
+		return invalid(field, quote(string(value)), "%s", syntaxReason(value, synErr, string(synErr.JSONPointer), " of the value"))
+	}
+	return invalid(field, quote(string(value)), "%v", err)
+}
+
+// valueChecker checks the JSON of write values, with one decoder for all
+// the values of an intent that need more than a glance.
+type valueChecker struct {
+	dec *jsontext.Decoder
+}
+
+// numberError is a number in a value that no 64-bit float holds.
+type numberError struct {
+	number string
+	at     string // JSON pointer within the value; "" for the value itself
+}
+
+func (e *numberError) Error() string {
+	return fmt.Sprintf("the number %s at %q is beyond the range of a 64-bit float", abbreviate(e.number), e.at)
+}
+
+// check verifies that v is one strict JSON value — no name given twice, valid
+// UTF-8, nothing after it — whose numbers are all finite 64-bit floats, and,
+// when keyDepth is above 0, whose object keys (outside arrays, which are
+// leaves of the state tree) are legal path segments that extend a path of
+// keyDepth segments within MaxDepth. Numbers that round to zero (1e-400) are
+// accepted: the state reads them as 0, as encoding/json does.
+func (vc *valueChecker) check(v []byte, keyDepth int) error {
+	// The scalars most writes carry need no decoder.
+	switch b := trimSpace(v); {
+	case string(b) == "true", string(b) == "false", string(b) == "null":
+		return nil
+	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9') && jsonNumber(b):
+		if !finite(b) {
+			return &numberError{number: string(b)}
+		}
+		return nil
+	case len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && plainString(b[1:len(b)-1]):
 		return nil
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(v, &obj); err != nil {
+	if vc.dec == nil {
+		vc.dec = jsontext.NewDecoder(bytes.NewBuffer(v))
+	} else {
+		vc.dec.Reset(bytes.NewBuffer(v))
+	}
+	if err := vc.walk(keyDepth); err != nil {
 		return err
 	}
-	for k, sub := range obj {
-		if depth+1 > MaxDepth {
-			return fmt.Errorf("key %q would make a path deeper than %d segments", k, MaxDepth)
-		}
-		if !ValidSegment(k) {
-			return fmt.Errorf("key %q is not a legal path segment", k)
-		}
-		if err := checkKeys(sub, depth+1); err != nil {
-			return err
-		}
+	switch _, err := vc.dec.ReadToken(); {
+	case err == nil:
+		return errors.New("trailing data after the value")
+	case err != io.EOF:
+		return err
 	}
 	return nil
 }
+
+// walk reads the next value, checking it as check describes.
+func (vc *valueChecker) walk(keyDepth int) error {
+	dec := vc.dec
+	switch dec.PeekKind() {
+	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		for dec.PeekKind() != '}' {
+			name, err := dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			next := 0
+			if keyDepth > 0 {
+				if err := checkKey(name, keyDepth); err != nil {
+					return err
+				}
+				next = keyDepth + 1
+			}
+			if err := vc.walk(next); err != nil {
+				return err
+			}
+		}
+		_, err := dec.ReadToken()
+		return err
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return err
+		}
+		for dec.PeekKind() != ']' {
+			if err := vc.walk(0); err != nil {
+				return err
+			}
+		}
+		_, err := dec.ReadToken()
+		return err
+	case '0':
+		num, err := dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		if !finite(num) {
+			return &numberError{number: string(num), at: string(dec.StackPointer())}
+		}
+		return nil
+	}
+	_, err := dec.ReadValue()
+	return err
+}
+
+// checkKey verifies that the object member name (a JSON string, quoted) is
+// a legal segment for a path that extends one of depth segments.
+func checkKey(name jsontext.Value, depth int) error {
+	key := string(name[1 : len(name)-1])
+	if bytes.IndexByte(name, '\\') >= 0 {
+		unq, err := jsontext.AppendUnquote(nil, name)
+		if err != nil {
+			return err
+		}
+		key = string(unq)
+	}
+	if depth+1 > MaxDepth {
+		return fmt.Errorf("key %q would make a path deeper than %d segments", key, MaxDepth)
+	}
+	if !ValidSegment(key) {
+		return fmt.Errorf("key %q is not a legal path segment", key)
+	}
+	return nil
+}
+
+// finite reports whether the JSON number b is within the range of a
+// float64. One of at most 308 characters without an exponent is below
+// 10^308 in magnitude and needs no parsing.
+func finite(b []byte) bool {
+	if len(b) <= 308 && bytes.IndexAny(b, "eE") < 0 {
+		return true
+	}
+	_, err := strconv.ParseFloat(string(b), 64)
+	return err == nil
+}
+
+// jsonNumber reports whether b is exactly one JSON number:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+// strconv.ParseFloat alone would also take "Inf", hex and "1.".
+func jsonNumber(b []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+// plainString reports whether a JSON string body is valid as it stands:
+// no escapes, no control characters, valid UTF-8.
+func plainString(b []byte) bool {
+	for _, c := range b {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(b)
+}
+
+// trimSpace removes JSON whitespace around b.
+func trimSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
 
 func validateConditions(field string, exprs []string) error {
 	if len(exprs) > MaxConditions {
@@ -341,6 +717,9 @@ func validateConditions(field string, exprs []string) error {
 		}
 		if len(x) > MaxExprLen {
 			return invalid(f, quote(x), "longer than %d bytes", MaxExprLen)
+		}
+		if !utf8.ValidString(x) {
+			return invalid(f, quote(x), "not valid UTF-8")
 		}
 	}
 	return nil

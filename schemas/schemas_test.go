@@ -29,10 +29,9 @@ import (
 //	invalid-go-only  (intent, rules) a rule JSON Schema cannot express: the
 //	                 schema accepts it, intents.Decode (rules.Compile) rejects it
 //	valid-go-only    (intent, rules) a non-canonical form intents.Decode
-//	                 (rules.Compile) tolerates (explicit null or zero values,
-//	                 keys in another case) that the schema rejects; for an
-//	                 intent, re-encoding the decoded intent must give a
-//	                 schema-valid document
+//	                 (rules.Compile) tolerates (explicit null or zero values)
+//	                 that the schema rejects; for an intent, re-encoding the
+//	                 decoded intent must give a schema-valid document
 //
 // For rules files the Go side is rules.Compile, as `coagent serve --rules`
 // and rules.set run it.

@@ -333,7 +333,7 @@ func TestRestoreFresh(t *testing.T) {
 // both; the propose's value and the parked intent's meta carry JSON that
 // encoding/json would not give back byte for byte.
 const (
-	exactValue = `[1,  2, "<&>", "` + "\xff" + `"]`
+	exactValue = `[1,  2, "<&>", "` + "\u2028" + `"]`
 	exactMeta  = `{"note":   "<b>"}`
 )
 

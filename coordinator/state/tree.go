@@ -151,11 +151,28 @@ func (e *TypeError) Error() string {
 	return fmt.Sprintf("%s %s: %s is %s, not an object", e.Op, e.Path, e.At, e.Found)
 }
 
+// RangeError says that an incr would take a number beyond the range of a
+// 64-bit float, where JSON has no number for it. Like a TypeError, it is a
+// clean rejection of the write.
+type RangeError struct {
+	Path  string
+	Op    intents.Op
+	Value float64 // the number at Path
+	By    float64 // the increment
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("%s %s: %s + %s is beyond ±%g, the range of a 64-bit float", e.Op, e.Path,
+		strconv.FormatFloat(e.Value, 'g', -1, 64), strconv.FormatFloat(e.By, 'g', -1, 64), math.MaxFloat64)
+}
+
 // Plan turns an intent's writes into the changes Apply folds, checking each
 // against the current values: merges become one set or delete per key (or
 // one set of the whole object where none exists yet), incr gets its default
-// of 1. It changes nothing. Writes must not overlap (intents.Validate
-// ensures it).
+// of 1. It changes nothing. Writes must not overlap and values must be
+// valid, with numbers a 64-bit float holds (intents.Validate ensures both).
+// A write that does not fit the value it meets is a *TypeError; an incr
+// whose sum is not a finite number is a *RangeError.
 func (t *Tree) Plan(writes []intents.Write) ([]intents.Applied, error) {
 	out := make([]intents.Applied, 0, len(writes))
 	for _, w := range writes {
@@ -172,6 +189,9 @@ func (t *Tree) Plan(writes []intents.Write) ([]intents.Applied, error) {
 		case intents.OpIncr:
 			if len(a.Value) == 0 {
 				a.Value = json.RawMessage("1")
+			}
+			if err := checkIncr(n, w.Path, a.Value); err != nil {
+				return nil, err
 			}
 		case intents.OpMerge:
 			if n == nil || n.kind != object {
@@ -200,6 +220,24 @@ func (t *Tree) Plan(writes []intents.Write) ([]intents.Applied, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// checkIncr verifies that adding by to the number at n (none: 0) gives a
+// finite number: the state holds only numbers JSON can write.
+func checkIncr(n *node, path string, by json.RawMessage) error {
+	d, err := decodeValue(by)
+	delta, ok := d.(float64)
+	if err != nil || !ok {
+		return fmt.Errorf("incr %s: the increment %s is not a number a 64-bit float holds", path, FormatValue(string(by)))
+	}
+	cur := 0.0
+	if n != nil && n.kind == leaf {
+		cur, _ = n.val.(float64)
+	}
+	if sum := cur + delta; math.IsInf(sum, 0) || math.IsNaN(sum) {
+		return &RangeError{Path: path, Op: intents.OpIncr, Value: cur, By: delta}
+	}
+	return nil
 }
 
 // dropNulls removes the null members of a merge object that lands where no
@@ -375,6 +413,8 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 			copy(next, cur)
 			n.kind, n.val = leaf, append(next, vals[i])
 		case intents.OpIncr:
+			// Plan refuses a sum that is not finite, but a log written
+			// before it did still folds as it always has, to ±Inf.
 			cur, _ := n.val.(float64)
 			n.kind, n.val = leaf, cur+vals[i].(float64)
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -213,4 +214,98 @@ func TestTouched(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("touched %v, want %v", got, want)
 	}
+}
+
+// An incr whose sum is not a finite number is refused by Plan, naming the
+// path and both numbers (issue 13, item 2: two incr of the largest float64
+// used to give +Inf, which no JSON answer can carry).
+func TestIncrRange(t *testing.T) {
+	const max = `1.7976931348623157e308`
+	for _, c := range []struct {
+		name, first, by, want string
+	}{
+		{"issue", max, max, "incr n.a: 1.7976931348623157e+308 + 1.7976931348623157e+308 is beyond ±1.7976931348623157e+308, the range of a 64-bit float"},
+		{"negative", `-` + max, `-1e308`, "incr n.a: -1.7976931348623157e+308 + -1e+308 is beyond ±1.7976931348623157e+308, the range of a 64-bit float"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := state.New()
+			commit(t, tr, w("n.a", intents.OpIncr, c.first))
+			before := tr.Hash()
+			_, err := tr.Plan([]intents.Write{w("n.b", intents.OpSet, `1`), w("n.a", intents.OpIncr, c.by)})
+			var re *state.RangeError
+			if !errors.As(err, &re) {
+				t.Fatalf("Plan = %v, want a *RangeError", err)
+			}
+			if re.Path != "n.a" || re.Op != intents.OpIncr || err.Error() != c.want {
+				t.Errorf("Plan error %+v\n got %s\nwant %s", re, err, c.want)
+			}
+			if tr.Hash() != before {
+				t.Error("a refused Plan changed the tree")
+			}
+		})
+	}
+	// Up to the edge is fine, from an absent path and from a number.
+	tr := state.New()
+	commit(t, tr, w("n.a", intents.OpIncr, `1e308`))
+	commit(t, tr, w("n.a", intents.OpIncr, `7.976931348623157e307`))
+	commit(t, tr, w("n.a", intents.OpIncr, `-`+max), w("n.b", intents.OpIncr, `-`+max))
+	if v, _ := tr.Get("n.a"); v != 0.0 {
+		t.Errorf("n.a = %v, want 0", v)
+	}
+	// An increment no float64 holds is refused too, whoever built it.
+	for _, by := range []string{`1e999`, `"1"`, `[1]`} {
+		if _, err := tr.Plan([]intents.Write{w("n.a", intents.OpIncr, by)}); err == nil {
+			t.Errorf("Plan of incr by %s: no error", by)
+		}
+	}
+}
+
+// Apply, the fold of logged changes, keeps folding what logs written before
+// Plan's range check hold (an incr that overflows becomes +Inf, as it did),
+// and refuses a value no float64 holds with an error, changing nothing.
+func TestApplyTolerates(t *testing.T) {
+	tr := state.New()
+	max := json.RawMessage(`1.7976931348623157e308`)
+	old := []intents.Applied{{Path: "n.a", Op: intents.OpIncr, Value: max, NewVersion: 1}}
+	for range 2 {
+		if err := tr.Apply(tr.Rev()+1, old); err != nil {
+			t.Fatalf("folding an old incr: %v", err)
+		}
+	}
+	if v, _ := tr.Get("n.a"); v != math.Inf(1) {
+		t.Fatalf("n.a = %v, want +Inf as before", v)
+	}
+	before := tr.Hash()
+	for _, v := range []string{`1e999`, `[1,{"a":-1e999}]`, `{`, ``} {
+		err := tr.Apply(tr.Rev()+1, []intents.Applied{{Path: "n.b", Op: intents.OpSet, Value: json.RawMessage(v)}})
+		if err == nil {
+			t.Errorf("Apply of set %q: no error", v)
+		}
+		if tr.Hash() != before {
+			t.Fatalf("a refused Apply of %q changed the tree", v)
+		}
+	}
+}
+
+// Apply never panics, whatever the logged change holds: an error leaves the
+// tree as it was.
+func FuzzApply(f *testing.F) {
+	f.Add("n.a", "incr", []byte(`1.7976931348623157e308`), "n.a", "incr", []byte(`1.7976931348623157e308`))
+	f.Add("n.a", "set", []byte(`1e999`), "n", "delete", []byte(nil))
+	f.Add("s.str", "incr", []byte(`1`), "s.arr.x", "set", []byte(`{"a":[1]}`))
+	f.Add("s.obj", "merge", []byte(`{"k":null}`), "s.obj.k", "append", []byte(`"x"`))
+	f.Add("s.arr", "append", []byte(`{"a":1,"a":2}`), "s", "set", []byte("\"\xff\""))
+	f.Add("s", "set", []byte(`1`), "s.str", "incr", []byte(`2`))
+	f.Fuzz(func(t *testing.T, p1, op1 string, v1 []byte, p2, op2 string, v2 []byte) {
+		tr := state.New()
+		commit(t, tr, w("s.str", intents.OpSet, `"x"`), w("s.arr", intents.OpSet, `[1]`),
+			w("s.obj", intents.OpSet, `{"k":1}`), w("n.a", intents.OpSet, `1`))
+		before := tr.Hash()
+		change := []intents.Applied{{Path: p1, Op: intents.Op(op1), Value: v1}, {Path: p2, Op: intents.Op(op2), Value: v2}}
+		if err := tr.Apply(tr.Rev()+1, change); err != nil && tr.Hash() != before {
+			t.Fatalf("Apply %v failed (%v) but changed the tree", change, err)
+		}
+		tr.Export()
+		tr.Paths()
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -29,12 +30,13 @@ func (e *Engine) rejectRaw(agent string, raw []byte, err error) {
 }
 
 // sniffID returns the intent id of a document that failed validation, when
-// it has a well-formed one, so the rejection is recorded under it.
+// it has a well-formed one, so the rejection is recorded under it. It reads
+// as strictly as Decode: a document that names its id twice has none.
 func sniffID(raw []byte) string {
 	var probe struct {
 		ID any `json:"id"`
 	}
-	if json.Unmarshal(raw, &probe) != nil {
+	if jsonv2.Unmarshal(raw, &probe) != nil {
 		return ""
 	}
 	id, _ := probe.ID.(string)

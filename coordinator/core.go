@@ -316,37 +316,57 @@ func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine
 		eng, err := engine.New(cfg)
 		return eng, 0, err
 	}
-	var eng *engine.Engine
-	var from uint64
-	at, data, err := log.Snapshot(until)
-	switch {
-	case err == nil:
-		var snap engine.Snapshot
-		if err := json.Unmarshal(data, &snap); err != nil {
-			return nil, 0, fmt.Errorf("snapshot at %d: %w", at, err)
-		}
-		if eng, err = engine.Restore(cfg, &snap); err != nil {
-			return nil, 0, fmt.Errorf("snapshot at %d: %w", at, err)
-		}
-		from = at + 1
-	case errors.Is(err, eventlog.ErrNotFound):
-		if eng, err = engine.New(cfg); err != nil {
-			return nil, 0, err
-		}
-		from, at = 1, 0
-	default:
+	eng, at, err := restoreLatest(log, cfg, until)
+	if err != nil {
 		return nil, 0, err
 	}
+	from := at + 1
 	if from < log.FirstSeq() {
 		return nil, 0, fmt.Errorf("rebuild at %d: %w (the log starts at %d and no snapshot covers the gap)", until, eventlog.ErrCompacted, log.FirstSeq())
 	}
 	if from <= until {
-		err = log.Fold(from, until, eng.Apply)
-		if err != nil {
+		if err := log.Fold(from, until, eng.Apply); err != nil {
 			return nil, 0, fmt.Errorf("rebuild: %w", err)
 		}
 	}
 	return eng, at, nil
+}
+
+// restoreLatest returns an engine restored from the latest snapshot at or
+// before until that restores, and its seq; a new engine and 0 when there
+// is none. A snapshot that does not restore (written by a build whose
+// checks differ, say) is passed over for the one before it; when none
+// restores, the log is folded from its first event, if compaction kept it.
+func restoreLatest(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine, uint64, error) {
+	var refused []error
+	none := func() (*engine.Engine, uint64, error) {
+		if len(refused) > 0 && log.FirstSeq() > 1 {
+			return nil, 0, fmt.Errorf("rebuild at %d: no snapshot restores and the log starts at %d: %w", until, log.FirstSeq(), errors.Join(refused...))
+		}
+		eng, err := engine.New(cfg)
+		return eng, 0, err
+	}
+	for at := until; at > 0; {
+		snapAt, data, err := log.Snapshot(at)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		var snap engine.Snapshot
+		err = json.Unmarshal(data, &snap)
+		var eng *engine.Engine
+		if err == nil {
+			eng, err = engine.Restore(cfg, &snap)
+		}
+		if err == nil {
+			return eng, snapAt, nil
+		}
+		refused = append(refused, fmt.Errorf("snapshot at %d: %w", snapAt, err))
+		at = snapAt - 1 // 0 ends the search: Snapshot(0) would be the latest again
+	}
+	return none()
 }
 
 // ReplayUntil rebuilds the state as it was right after event seq, or, when

@@ -300,3 +300,48 @@ func TestDuplicateOlderThanWindow(t *testing.T) {
 		t.Fatalf("cnt.n = %v, want 21", v)
 	}
 }
+
+// A snapshot that does not restore (one a build with other checks wrote,
+// or a damaged one) is passed over: the engine is rebuilt from the one
+// before it, or from the first event, to the same state.
+func TestRebuildPassesOverASnapshotThatDoesNotRestore(t *testing.T) {
+	dir := t.TempDir()
+	c := openCore(t, dir, 50)
+	d := newDriver(t, c, 5)
+	for range 300 {
+		d.step()
+	}
+	want, seq := Hash(c.Engine().State()), c.Engine().Seq()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, _, err := lg.Snapshot(0)
+	if err != nil {
+		t.Fatalf("the run left no snapshot: %v", err)
+	}
+	// The latest snapshot, and one past the end, no longer restore.
+	for _, s := range []uint64{at, seq} {
+		if err := lg.SaveSnapshot(s, []byte(`{"rev":"not a number"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng, from, err := Rebuild(lg, engine.Config{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if from >= at || Hash(eng.State()) != want || eng.Seq() != seq {
+		t.Fatalf("rebuilt from snapshot %d (the bad one at %d) to seq %d hash %s; want seq %d hash %s", from, at, eng.Seq(), Hash(eng.State()), seq, want)
+	}
+	if err := lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c = openCore(t, dir, 50)
+	defer c.Close()
+	if Hash(c.Engine().State()) != want {
+		t.Fatal("OpenCore did not pass over the snapshot that does not restore")
+	}
+}

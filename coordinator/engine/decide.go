@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
-	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -30,16 +31,41 @@ func (e *Engine) rejectRaw(agent string, raw []byte, err error) {
 }
 
 // sniffID returns the intent id of a document that failed validation, when
-// it has a well-formed one, so the rejection is recorded under it. It reads
-// as strictly as Decode: a document that names its id twice has none.
+// it has a well-formed one, so the rejection is recorded under it: the
+// string of the top-level member "id", whatever else is wrong with the
+// document. One that names "id" twice has none, so it cannot take either
+// id from its owner.
 func sniffID(raw []byte) string {
-	var probe struct {
-		ID any `json:"id"`
-	}
-	if jsonv2.Unmarshal(raw, &probe) != nil {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return ""
 	}
-	id, _ := probe.ID.(string)
+	id, n := "", 0
+	for dec.PeekKind() != '}' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return ""
+		}
+		if name.String() != "id" {
+			if dec.SkipValue() != nil {
+				return ""
+			}
+			continue
+		}
+		n++
+		v, err := dec.ReadToken()
+		if err != nil {
+			return ""
+		}
+		if v.Kind() == '"' {
+			id = v.String()
+		} else if v.Kind() == '{' || v.Kind() == '[' {
+			return "" // not an id, and not worth skipping
+		}
+	}
+	if n != 1 {
+		return ""
+	}
 	if _, err := ulid.ParseStrict(id); err != nil {
 		return ""
 	}

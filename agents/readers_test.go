@@ -216,6 +216,44 @@ func TestReadersOnEveryRead(t *testing.T) {
 			t.Fatalf("%s's txn.list: %v, want the fence", who, row)
 		}
 	}
+	// conflicts.top: judge collides with its own transaction on secrets.k,
+	// arb with judge's on report.r9.
+	held, err := judge.Propose(ctx, intents.Propose("hold").Write("report.r9", intents.OpSet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Abort(ctx)
+	if _, err := judge.Apply(ctx, intents.Apply("clash").Set("secrets.k", "x")); err == nil {
+		t.Fatal("judge's apply beside its own txn was not refused")
+	}
+	if _, err := cl["arb"].Apply(ctx, intents.Apply("clash").Set("report.r9", 1)); err == nil {
+		t.Fatal("arb's apply was not refused")
+	}
+	spots := func(nc *nats.Conn) []string {
+		t.Helper()
+		m, err := nc.Request(intents.Subjects{}.API("conflicts.top"), []byte(`{"limit":50}`), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Spots []struct{ Kind, Name string } `json:"spots"`
+		}
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("conflicts.top: %s: %v", m.Data, err)
+		}
+		var out []string
+		for _, sp := range r.Spots {
+			out = append(out, sp.Kind+" "+sp.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := spots(anc); !slices.Equal(got, []string{"prefix report", "prefix report.r9"}) {
+		t.Fatalf("alice's conflicts.top: %q, want no secrets and no pairs of others", got)
+	}
+	if got := spots(onc); !slices.Contains(got, "pair arb/judge") || !slices.Contains(got, "prefix secrets") {
+		t.Fatalf("the observer's conflicts.top: %q", got)
+	}
 	select {
 	case err := <-refused:
 		t.Fatalf("alice's reads met a refusal: %v", err)

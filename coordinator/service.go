@@ -1040,7 +1040,7 @@ func (s *Service) logQuery(q eventlog.Query, v viewer) (any, error) {
 }
 
 // conflictsTop returns the places with the most conflicts, as v may see
-// them: not the boards and documents it may not read, and of the pairs of
+// them: not the boards and documents kept from it whole, and of the pairs of
 // agents only those it is one of (an observer sees all).
 func (s *Service) conflictsTop(ctx context.Context, limit int, v viewer) ([]conflict.Spot, error) {
 	var all []conflict.Spot
@@ -1060,7 +1060,7 @@ func (s *Service) conflictsTop(ctx context.Context, limit int, v viewer) ([]conf
 					continue
 				}
 			case conflict.SpotPrefix:
-				if !v.set.MayRead(v.Viewer, sp.Name) {
+				if v.set.Hidden(v.Viewer, sp.Name) {
 					continue
 				}
 			}

@@ -76,6 +76,18 @@ func (s *Set) MayRead(v Viewer, path string) bool {
 	return true
 }
 
+// Hidden reports whether path is kept from v whole: a readers rule that
+// does not admit v covers it. A path only some members of which are kept
+// is not hidden (its name may be shown).
+func (s *Set) Hidden(v Viewer, path string) bool {
+	for _, p := range s.hiding(v) {
+		if p.Covers(path) {
+			return true
+		}
+	}
+	return false
+}
+
 // Redact returns value, the value at path, as v may read it, and the paths
 // kept from v, sorted: nil and [path] when a readers rule that does not
 // admit v covers path; otherwise value without the members such a rule

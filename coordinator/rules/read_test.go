@@ -50,6 +50,9 @@ func TestRedact(t *testing.T) {
 		if may := s.MayRead(c.v, c.path); may != (len(c.hidden) == 0) {
 			t.Errorf("%s: MayRead(%+v, %s) = %v", c.name, c.v, c.path, may)
 		}
+		if hidden := s.Hidden(c.v, c.path); hidden != slices.Equal(c.hidden, []string{c.path}) {
+			t.Errorf("%s: Hidden(%+v, %s) = %v", c.name, c.v, c.path, hidden)
+		}
 	}
 	// The state's own value is not changed by a redaction.
 	if _, ok := state["t1"].(map[string]any)["private"]; !ok {

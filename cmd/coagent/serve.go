@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,7 +48,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	rulesFile := fs.String("rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
-	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects; SIGHUP reloads it")
+	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see the README)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -65,9 +64,6 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	var where string
 	var ns *server.Server
 	var self *identity
-	if *authOn && conn.url != "" {
-		return errors.New("--auth applies to the embedded server; give an external server the permissions the README lists")
-	}
 	// The registry gives the server its users and the rules their roles;
 	// it is read once for both, here and at each SIGHUP.
 	reloadable := *rulesFile != "" || *authOn
@@ -110,6 +106,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			return err
 		}
 		where = nc.ConnectedUrlRedacted()
+		if *authOn {
+			// The server is the operator's: it must give each agent the
+			// permissions the README lists, its inbox prefix among them.
+			where += ", reads answered per agent (the server must keep each agent to its own inbox prefix)"
+		}
 	}
 	defer nc.Close()
 	// Errors (a contained panic, a failed log write) are always reported;
@@ -119,7 +120,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger, Auth: self != nil}
+	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger, Auth: *authOn}
 	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
 	if *fallback != "reject" {
 		policy, err := arbiter.ByName(*fallback)

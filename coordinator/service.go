@@ -699,8 +699,15 @@ func (s *Service) ackStored(done chan struct{}) {
 // publishCase sends an arbiter case to the work queue, or a dead one to the
 // dead-letter stream. The escalation id is the message id, so a case sent
 // again (after a restart) within the duplicate window is not queued twice.
+//
+// A case on the arbiters' queue shows them what role:arbiter may read; the
+// dead-letter stream, which only the coordinator's own user may read (and
+// `coagent dlq retry` sends again from), keeps the case whole.
 func (s *Service) publishCase(subject string, cs *intents.Escalation) {
-	data, err := json.Marshal(s.arbiters().escalation(cs))
+	if subject == s.subj.Escalations() {
+		cs = s.arbiters().escalation(cs)
+	}
+	data, err := json.Marshal(cs)
 	if err != nil {
 		s.log.Error("encode case", "escalation", cs.ID, "err", err)
 		return

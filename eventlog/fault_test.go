@@ -351,6 +351,19 @@ func TestCorruptStoreChild(t *testing.T) {
 		}
 	})
 
+	// Without WAL chunks that say how far the log was synced (the store's
+	// format), damage in the newest WAL reads as its torn end after a crash,
+	// and Open cuts the log there without a word.
+	t.Run("newest WAL", func(t *testing.T) {
+		dir, path := damaged(last(wals), 0.3)
+		l, err := Open(dir, nil)
+		wantCorrupt("open", err, path)
+		if l != nil {
+			t.Logf("opened, ending at %d of %d", l.LastSeq(), total)
+			l.Close()
+		}
+	})
+
 	// Pebble reads its MANIFEST to the first damaged record and opens with
 	// what it read, deleting the tables the later records added.
 	t.Run("MANIFEST", func(t *testing.T) {

@@ -46,9 +46,10 @@ type Options struct {
 	// retryPause, if set, replaces retryPause (for tests).
 	retryPause time.Duration
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
-	// quiet one unless set, a zero MemTableSize by the log's default, and
-	// its EventListener is teed with the log's own). The default is
-	// Pebble's defaults with a 64 MB memtable.
+	// quiet one unless set, a zero MemTableSize and FormatMajorVersion by
+	// the log's defaults, and its EventListener is teed with the log's
+	// own). The default is Pebble's defaults with a 64 MB memtable and
+	// FormatWALSyncChunks.
 	Pebble *pebble.Options
 }
 
@@ -181,6 +182,14 @@ func Open(dir string, opts *Options) (*Log, error) {
 	}
 	if po.MemTableSize == 0 {
 		po.MemTableSize = 64 << 20
+	}
+	if po.FormatMajorVersion == pebble.FormatDefault {
+		// WAL chunks that say how far the log was synced: with them a
+		// damaged chunk in the newest WAL is corruption, which Open reports,
+		// rather than the torn end a crash leaves, which Open cuts the log
+		// at without a word (the acknowledged events after the damage would
+		// be lost). A store in an older format is upgraded when it opens.
+		po.FormatMajorVersion = pebble.FormatWALSyncChunks
 	}
 	if po.Logger == nil && po.LoggerAndTracer == nil {
 		po.Logger = quiet{dir: dir}

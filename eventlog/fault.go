@@ -223,13 +223,14 @@ func (w *watcher) listener(user *pebble.EventListener) *pebble.EventListener {
 }
 
 // backgroundError hears of a flush or compaction that failed. Pebble
-// retries a failed flush at once and for ever (with its mutex held
-// meanwhile), and Open waits for the flush of the write-ahead log it
-// recovered: on a full disk that is a process spinning in Open, deaf to
-// signals. So while Open runs the first error fails the Open (see open),
-// and on a full disk the log closes to appends; either way the retry waits
-// w.pause first, so that a store left to recover in the background costs
-// nothing until it can.
+// retries a failed flush at once and for ever, and its Open waits for the
+// flush of the write-ahead log it recovered: on a full disk that is a
+// process spinning in Open, deaf to signals. So while Open runs the first
+// error fails the Open (see openStore), and on a full disk the log closes
+// to appends; either way the retry waits w.pause first, so that a store
+// left to recover in the background costs nothing until it can. (Pebble
+// holds its mutex while it tells us, so the pause also holds up commits,
+// which on a full disk fail anyway.)
 func (w *watcher) backgroundError(err error) {
 	opening := w.opening.Load()
 	if opening {
@@ -350,7 +351,9 @@ func (w *watcher) openStore(po *pebble.Options) (*pebble.DB, error) {
 		if isDiskFull(o.err) {
 			return nil, w.diskFull(o.err, "open its store")
 		}
-		if pebble.IsCorruptionError(o.err) && pebble.ExtractDataCorruptionInfo(o.err) == nil {
+		// A record of a WAL that fails its checksum, or a WAL that ends
+		// where it may not (Pebble tolerates a MANIFEST's).
+		if errors.Is(o.err, record.ErrInvalidChunk) || errors.Is(o.err, record.ErrZeroedChunk) || errors.Is(o.err, record.ErrUnexpectedEOF) {
 			if ce := w.damagedWAL(o.err); ce != nil {
 				return nil, ce
 			}

@@ -88,7 +88,7 @@ func (l *Log) compactIndex(b *pebble.Batch, terms map[indexTerm]bool, before uin
 		prefix := indexPrefix(t.kind, t.term)
 		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: indexKey(nil, t.kind, t.term, before)})
 		if err != nil {
-			return err
+			return l.w.storeErr(err, 0)
 		}
 		for valid := it.First(); valid && err == nil; valid = it.Next() {
 			if seqs, err = readPostings(seqs[:0], it.Key(), it.Value()); err != nil {
@@ -100,7 +100,7 @@ func (l *Log) compactIndex(b *pebble.Batch, terms map[indexTerm]bool, before uin
 				err = b.Set(indexKey(nil, t.kind, t.term, kept[0]), appendGaps(gaps[:0], kept), nil)
 			}
 		}
-		err = errors.Join(err, it.Error(), it.Close())
+		err = errors.Join(err, l.w.storeErr(it.Error(), 0), it.Close())
 		if err != nil {
 			return fmt.Errorf("index of %q: %w", t.term, err)
 		}

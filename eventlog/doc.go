@@ -11,6 +11,13 @@
 // the log by at most Options.IndexEvery events, and queries read the
 // events after it, so they answer for every durable event.
 //
+// A store that is damaged, or a disk that is full, is an error, never a
+// panic or a hang: Open, every read and Check return a *CorruptError that
+// names the damaged file (and the events or keys it holds, where known)
+// or a *DiskFullError that names the directory and its free space, and
+// the log stops acknowledging appends once it has met either. Only a
+// failed write of the WAL itself ends the process (see Log).
+//
 //	log, err := eventlog.Open(dir, nil)
 //	p, err := log.Enqueue(&eventlog.Batch{Events: evs, State: entries})
 //	err = p.Wait(ctx) // durable

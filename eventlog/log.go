@@ -13,6 +13,7 @@ import (
 
 	"github.com/coagent/coagent/intents"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Errors callers branch on.
@@ -42,9 +43,13 @@ type Options struct {
 	// after each index batch of its own the committer writes (for tests).
 	indexIdle    time.Duration
 	indexWritten func(seq uint64)
+	// retryPause, if set, replaces retryPause (for tests).
+	retryPause time.Duration
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
-	// quiet one unless set, and a zero MemTableSize by the log's default).
-	// The default is Pebble's defaults with a 64 MB memtable.
+	// quiet one unless set, a zero MemTableSize and FormatMajorVersion by
+	// the log's defaults, and its EventListener is teed with the log's
+	// own). The default is Pebble's defaults with a 64 MB memtable and
+	// FormatWALSyncChunks.
 	Pebble *pebble.Options
 }
 
@@ -54,22 +59,29 @@ type Options struct {
 // with appends and with each other. A failed write or sync of the store's
 // write-ahead log ends the process, before any batch it could not make
 // durable is acknowledged (see walFailed): a restart recovers the log to
-// its last acknowledged batch.
+// its last acknowledged batch. Damage met by any read, or by Pebble in the
+// background, and a disk too full for Pebble's tables close the log to
+// appends instead (failWith): reads fail with a *CorruptError or a
+// *DiskFullError, and appends with ErrClosed and that error.
 type Log struct {
 	db   *pebble.DB
 	dir  string
 	sync *pebble.WriteOptions
+	w    *watcher
 
 	last  atomic.Uint64 // the last durable seq
 	first atomic.Uint64 // the first event kept (1 unless compacted)
 
 	mu struct {
 		sync.Mutex
-		closed  bool   // to appends: by Close, or by a group that failed
-		closing bool   // Close was called
-		next    uint64 // the seq the next enqueued batch must start at
-		queue   []*Pending
-		wake    chan struct{}
+		closed  bool // to appends: by Close, or by a group that failed
+		closing bool // Close was called
+		// failed is why the log closed to appends without Close: the
+		// store is corrupt, or the disk full (see failWith).
+		failed error
+		next   uint64 // the seq the next enqueued batch must start at
+		queue  []*Pending
+		wake   chan struct{}
 		// indexWanted are callers of flushIndex waiting for the index to
 		// be complete to the last batch written.
 		indexWanted []chan error
@@ -151,7 +163,12 @@ func (p *Pending) Wait(ctx context.Context) error {
 // Last returns the sequence number of the batch's last event.
 func (p *Pending) Last() uint64 { return p.last }
 
-// Open opens (or creates) the log in dir.
+// Open opens (or creates) the log in dir. It fails with a *CorruptError
+// if the store is damaged where Open reads it (a write-ahead log it
+// replays, the tables that hold what it reads), and with a *DiskFullError
+// if the disk has no room for the tables Open writes from the write-ahead
+// log (see watcher.openStore: Open then returns at once, and the store
+// recovers in the background once there is room).
 func Open(dir string, opts *Options) (*Log, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -166,31 +183,56 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if po.MemTableSize == 0 {
 		po.MemTableSize = 64 << 20
 	}
+	if po.FormatMajorVersion == pebble.FormatDefault {
+		// WAL chunks that say how far the log was synced: with them a
+		// damaged chunk in the newest WAL is corruption, which Open reports,
+		// rather than the torn end a crash leaves, which Open cuts the log
+		// at without a word (the acknowledged events after the damage would
+		// be lost). A store in an older format is upgraded when it opens.
+		po.FormatMajorVersion = pebble.FormatWALSyncChunks
+	}
 	if po.Logger == nil && po.LoggerAndTracer == nil {
 		po.Logger = quiet{dir: dir}
 	}
-	db, err := pebble.Open(dir, po)
-	if err != nil {
-		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+	if po.FS == nil {
+		po.FS = vfs.Default
 	}
-	l := &Log{db: db, dir: dir, sync: pebble.Sync, done: make(chan struct{}), index: newPostings()}
+	w := newWatcher(dir, po.FS, cmp.Or(opts.retryPause, retryPause))
+	po.FS = walWatchFS{FS: po.FS, w: w}
+	po.EventListener = w.listener(po.EventListener)
+	db, err := w.openStore(po)
+	if err != nil {
+		return nil, openErr(dir, err)
+	}
+	l := &Log{db: db, dir: dir, sync: pebble.Sync, w: w, done: make(chan struct{}), index: newPostings()}
+	fail := func(err error) (*Log, error) {
+		w.close()
+		db.Close()
+		return nil, openErr(dir, w.storeErr(err, 0))
+	}
 	l.scratch.New = func() any { return &scratch{buf: make([]byte, 0, 512), key: make([]byte, 0, 64)} }
 	if opts.NoSync {
 		l.sync = pebble.NoSync
 	}
 	first, _, err := readMeta(db, metaFirst)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+		return fail(err)
 	}
 	l.first.Store(max(first, 1))
 	last, err := l.lastEventSeq()
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+		return fail(err)
 	}
 	if last < first { // everything before first was compacted away
 		last = first - 1
+	}
+	// The events are consecutive from first: a log that starts later has
+	// lost tables (a damaged MANIFEST can make Pebble open without them).
+	if oldest, err := l.firstEventSeq(); err != nil {
+		return fail(err)
+	} else if oldest != 0 && oldest != l.first.Load() {
+		return fail(&CorruptError{File: dir, Err: fmt.Errorf("its first event is %d, not %d: the store has lost the tables that held the events before it",
+			oldest, l.first.Load())})
 	}
 	l.last.Store(last)
 	l.mu.next = last + 1
@@ -201,11 +243,32 @@ func Open(dir string, opts *Options) (*Log, error) {
 	}
 	l.indexIdle, l.indexWritten = cmp.Or(opts.indexIdle, indexIdle), opts.indexWritten
 	if err := l.catchUpIndex(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open event log %s: %w", dir, err)
+		return fail(err)
 	}
+	// A corruption Pebble met in the background while the log opened
+	// (loading a table's stats, say) is as much a reason not to open.
+	if ce := w.corrupt.Load(); ce != nil {
+		return fail(ce)
+	}
+	w.log.Store(l)
 	go l.commitLoop()
 	return l, nil
+}
+
+// retryPause is how long Pebble waits before it retries a background write
+// that failed while the log opened, or for want of space (see
+// watcher.backgroundError).
+const retryPause = time.Second
+
+// openErr is the error of Open: a corrupt store or a full disk names the
+// file or directory itself.
+func openErr(dir string, err error) error {
+	var ce *CorruptError
+	var de *DiskFullError
+	if errors.As(err, &ce) || errors.As(err, &de) {
+		return fmt.Errorf("open event log: %w", err)
+	}
+	return fmt.Errorf("open event log %s: %w", dir, err)
 }
 
 // readMeta reads the seq held by metadata key; found is false if r holds
@@ -223,6 +286,20 @@ func readMeta(r pebble.Reader, key []byte) (seq uint64, found bool, err error) {
 		return 0, false, fmt.Errorf("%w: metadata %q is %d bytes, want 8", ErrCorrupt, key, len(v))
 	}
 	return binary.BigEndian.Uint64(v), true, nil
+}
+
+// firstEventSeq returns the seq of the first event the store holds, 0 if
+// none.
+func (l *Log) firstEventSeq() (uint64, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famEvent}, UpperBound: []byte{famEvent + 1}})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return 0, it.Error()
+	}
+	return seqOf(it.Key()), nil
 }
 
 func (l *Log) lastEventSeq() (uint64, error) {
@@ -251,6 +328,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	l.kick()
 	<-l.done
+	l.w.close()
 	return l.db.Close()
 }
 
@@ -295,9 +373,13 @@ func (l *Log) Enqueue(b *Batch) (*Pending, error) {
 	l.mu.Lock()
 	switch {
 	case l.mu.closed:
+		failed := l.mu.failed
 		l.mu.Unlock()
 		p.b.Close()
 		p.rest.Close()
+		if failed != nil {
+			return nil, fmt.Errorf("%w: %w", ErrClosed, failed)
+		}
 		return nil, ErrClosed
 	case b.Events[0].Seq != l.mu.next:
 		next := l.mu.next
@@ -360,6 +442,11 @@ func (l *Log) commitLoop() {
 		l.mu.Lock()
 		queue, closed, wanted := l.mu.queue, l.mu.closed, l.mu.indexWanted
 		l.mu.queue, l.mu.indexWanted = nil, nil
+		if failed == nil && l.mu.failed != nil {
+			// The store is corrupt or the disk full: what is queued fails
+			// unwritten, as after a failed group.
+			failed = fmt.Errorf("%w: %w", ErrClosed, l.mu.failed)
+		}
 		l.mu.Unlock()
 		if len(queue) == 0 {
 			if len(wanted) > 0 || closed {
@@ -422,6 +509,19 @@ func (l *Log) fail() {
 	l.mu.Lock()
 	l.mu.closed = true
 	l.mu.Unlock()
+}
+
+// failWith closes the log to appends because of err, a corruption Pebble
+// met or a disk that is full: a store that cannot be read, or written, must
+// not go on acknowledging. Later appends fail with ErrClosed and err.
+func (l *Log) failWith(err error) {
+	l.mu.Lock()
+	l.mu.closed = true
+	if l.mu.failed == nil {
+		l.mu.failed = err
+	}
+	l.mu.Unlock()
+	l.kick()
 }
 
 // flushIndex waits until the index is complete to the last batch written.
@@ -699,16 +799,6 @@ func (l *Log) recordConditional(b *pebble.Batch, queue []*Pending, i int) error 
 	return nil
 }
 
-// CorruptError names the record that could not be read and why. The rest of
-// the log stays readable.
-type CorruptError struct {
-	Seq uint64
-	Err error
-}
-
-func (e *CorruptError) Error() string { return fmt.Sprintf("event %d: %v", e.Seq, e.Err) }
-func (e *CorruptError) Unwrap() error { return e.Err }
-
 // Event returns the event at seq.
 func (l *Log) Event(seq uint64) (*intents.Event, error) {
 	if seq < l.FirstSeq() {
@@ -719,7 +809,7 @@ func (l *Log) Event(seq uint64) (*intents.Event, error) {
 		return nil, fmt.Errorf("event %d: %w", seq, ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return nil, l.w.storeErr(err, seq)
 	}
 	defer closer.Close()
 	return decodeAt(seq, v, nil)
@@ -766,15 +856,17 @@ func (l *Log) Fold(from, until uint64, fn func(*intents.Event) error) error {
 func (l *Log) ScanRaw(from uint64, fn func(seq uint64, rec []byte) error) error {
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(max(from, 1)), UpperBound: []byte{famEvent + 1}})
 	if err != nil {
-		return err
+		return l.w.storeErr(err, 0)
 	}
 	defer it.Close()
+	last := max(from, 1) - 1
 	for valid := it.First(); valid; valid = it.Next() {
-		if err := fn(seqOf(it.Key()), it.Value()); err != nil {
+		last = seqOf(it.Key())
+		if err := fn(last, it.Value()); err != nil {
 			return err
 		}
 	}
-	return it.Error()
+	return l.w.storeErr(it.Error(), last+1)
 }
 
 // Decision returns the recorded decision of an intent id (ErrNotFound if
@@ -785,7 +877,7 @@ func (l *Log) Decision(id string) (*intents.Decision, error) {
 		return nil, fmt.Errorf("decision of %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decision of %s: %w", id, l.w.storeErr(err, 0))
 	}
 	defer closer.Close()
 	d, err := DecodeDecision(v)
@@ -820,12 +912,12 @@ func (l *Log) Snapshot(atOrBefore uint64) (uint64, []byte, error) {
 	}
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famSnapshot}, UpperBound: upper})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, l.w.storeErr(err, 0)
 	}
 	defer it.Close()
 	if !it.Last() {
 		if err := it.Error(); err != nil {
-			return 0, nil, err
+			return 0, nil, fmt.Errorf("snapshot at or before %d: %w", atOrBefore, l.w.storeErr(err, 0))
 		}
 		return 0, nil, fmt.Errorf("snapshot at or before %d: %w", atOrBefore, ErrNotFound)
 	}

@@ -45,21 +45,21 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 	defer snap.Close()
 	src, err := stream(snap, q)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, l.w.storeErr(err, 0)
 	}
 	defer src.close()
 	var out []*intents.Event
 	for {
 		seq, ok := src.next()
 		if !ok {
-			return out, 0, src.err()
+			return out, 0, l.w.storeErr(src.err(), 0)
 		}
 		if len(out) == q.Limit {
 			return out, seq, nil
 		}
 		v, closer, err := snap.Get(eventKey(seq))
 		if err != nil {
-			return nil, 0, fmt.Errorf("event %d named by an index: %w", seq, err)
+			return nil, 0, fmt.Errorf("event %d named by an index: %w", seq, l.w.storeErr(err, seq))
 		}
 		ev, err := decodeAt(seq, v, nil)
 		closer.Close()

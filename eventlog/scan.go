@@ -59,9 +59,9 @@ func (l *Log) scan(from, until uint64, thin bool, fn func(*intents.Event) error)
 	}
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: eventKey(from), UpperBound: upper})
 	if err != nil {
-		return err
+		return l.w.storeErr(err, from)
 	}
-	s := &scanner{it: it, thin: thin, rawFree: make(chan *rawChunk, scanDecoders*(scanDepth+2)), stop: make(chan struct{})}
+	s := &scanner{it: it, w: l.w, from: from, thin: thin, rawFree: make(chan *rawChunk, scanDecoders*(scanDepth+2)), stop: make(chan struct{})}
 	for i := range s.decoders {
 		d := &s.decoders[i]
 		d.raw = make(chan *rawChunk, scanDepth)
@@ -84,6 +84,8 @@ func (l *Log) scan(from, until uint64, thin bool, fn func(*intents.Event) error)
 // A scanner is the goroutines of one scan and what joins them.
 type scanner struct {
 	it       *pebble.Iterator
+	w        *watcher // the log's, for iterErr
+	from     uint64
 	thin     bool // Fold's: decode into the chunks' shells
 	decoders [scanDecoders]scanDecoder
 	rawFree  chan *rawChunk // back from the decoders
@@ -112,6 +114,7 @@ func (s *scanner) iterate() {
 	defer s.it.Close()
 	var c *rawChunk
 	n := 0
+	last := s.from - 1 // the last event read
 	send := func() bool {
 		select {
 		case s.decoders[n%scanDecoders].raw <- c:
@@ -130,14 +133,17 @@ func (s *scanner) iterate() {
 				return
 			}
 		}
-		c.seqs = append(c.seqs, seqOf(s.it.Key()))
+		last = seqOf(s.it.Key())
+		c.seqs = append(c.seqs, last)
 		c.buf = append(c.buf, s.it.Value()...)
 		c.ends = append(c.ends, len(c.buf))
 		if len(c.seqs) == scanChunkLen && !send() {
 			return
 		}
 	}
-	s.iterErr = s.it.Error()
+	// A store that cannot be read past last is corrupt from last+1 on
+	// (the events are consecutive), or it is some other failure.
+	s.iterErr = s.w.storeErr(s.it.Error(), last+1)
 	if c != nil {
 		send()
 	}

@@ -67,7 +67,7 @@ func (l *Log) Entry(path string) (Entry, error) {
 		return Entry{Path: path}, fmt.Errorf("state of %s: %w", path, ErrNotFound)
 	}
 	if err != nil {
-		return Entry{Path: path}, err
+		return Entry{Path: path}, fmt.Errorf("state of %s: %w", path, l.w.storeErr(err, 0))
 	}
 	defer closer.Close()
 	return decodeEntry(path, v)
@@ -83,7 +83,7 @@ func (l *Log) Entries(root string, fn func(Entry) error) error {
 	}
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
-		return err
+		return l.w.storeErr(err, 0)
 	}
 	defer it.Close()
 	for valid := it.First(); valid; valid = it.Next() {
@@ -99,5 +99,5 @@ func (l *Log) Entries(root string, fn func(Entry) error) error {
 			return err
 		}
 	}
-	return it.Error()
+	return l.w.storeErr(it.Error(), 0)
 }

@@ -138,11 +138,13 @@ func TestBudgetRefusals(t *testing.T) {
 		// in over a big array.
 		`-1 in state.huge`: "in on a number and an array of 2000000 elements",
 		// Products of their arguments, charged before they run.
-		`len(repeat(state.s, 1000000)) > 0`:           "repeat on a 300000-byte string",
-		`len(replace(state.s, "x", state.s)) > 0`:     "replace on a 300000-byte string",
-		`len(join(state.big, state.s)) > 0`:           "join on an array of 2000 elements",
-		`len(uniq(state.huge)) > 0`:                   "uniq on an array of 2000000 elements",
-		`state.s + state.s + state.s + state.s == ""`: "+ on a",
+		// A constant a million times: 4 GB before expr's memory check.
+		`len(repeat("` + strings.Repeat("x", 4000) + `", 1000000)) > 0`: "repeat on a 4000-byte string",
+		`len(repeat(state.s, 1000000)) > 0`:                             "repeat on a 300000-byte string",
+		`len(replace(state.s, "x", state.s)) > 0`:                       "replace on a 300000-byte string",
+		`len(join(state.big, state.s)) > 0`:                             "join on an array of 2000 elements",
+		`len(uniq(state.huge)) > 0`:                                     "uniq on an array of 2000000 elements",
+		`state.s + state.s + state.s + state.s == ""`:                   "+ on a",
 	} {
 		t.Run(src, func(t *testing.T) { overBudget(t, c, src, r, what) })
 	}

@@ -257,8 +257,7 @@ func stateFunctions() []expr.Option {
 		}, new(func(*env, string) any), new(func(*env, *readRef) any)),
 		expr.Function(fnHas, func(a ...any) (any, error) {
 			e := a[0].(*env)
-			_, ok := e.read(e.cur, "state.", a[1].(*readRef))
-			return ok, nil
+			return e.has(e.cur, a[1].(*readRef)), nil
 		}, new(func(*env, string) bool), new(func(*env, *readRef) bool)),
 		expr.Function(fnVersion, func(a ...any) (any, error) {
 			e := a[0].(*env)

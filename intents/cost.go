@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -30,9 +31,9 @@ import (
 // one of the functions below, which charges the evaluation's budget and
 // then does what expr would have done, with expr's own runtime helpers.
 
-// DefaultBudget is the default of CompilerOptions.Budget. Measured on a
-// 2-core development machine, the costliest expression per unit that we
-// could build (BenchmarkOverBudget) spends its whole budget in about 15 ms.
+// DefaultBudget is the default of CompilerOptions.Budget. On the 2-core
+// machines this is developed on, the costliest expressions per unit that
+// we could build (BenchmarkOverBudget) spend a whole budget in about 20 ms.
 const DefaultBudget = 1_000_000
 
 // ErrBudget is matched (errors.Is) by a *BudgetError.
@@ -95,6 +96,7 @@ const (
 	caseWeight    = 2  // per byte of upper(), lower(): rune by rune
 	reflectWeight = 10 // per unit of concat, flatten, fromPairs: reflection per element
 	sortWeight    = 2  // per comparison of a sort
+	patternWeight = 25 // per instruction of a pattern compiled at run time, and its first match
 	maxCost       = 1 << 50
 )
 
@@ -119,10 +121,10 @@ type costState struct {
 	budget  int64 // units per scope
 	left    int64 // units left in this scope
 	now     time.Time
-	memo    []memoEntry // the reads of this evaluation, by slot
-	stack   []any       // arguments pushed by CoagentPush
-	nodes   int         // syntax nodes of the condition running
-	regexps map[string]*regexp.Regexp
+	memo    []memoEntry                // the reads of this evaluation, by slot
+	stack   []any                      // arguments pushed by CoagentPush
+	nodes   int                        // syntax nodes of the condition running
+	regexps map[string]compiledPattern // the last patterns matched, by text
 }
 
 type memoEntry struct {
@@ -298,6 +300,21 @@ type readRef struct {
 	slot int
 }
 
+// has reports whether ref's path exists in r. A Sizer tells without
+// building the value: has("board") on a huge board costs a unit.
+func (e *env) has(r Reader, ref *readRef) bool {
+	if m := &e.memo[ref.slot]; m.set {
+		return m.ok
+	}
+	if s, ok := r.(Sizer); ok {
+		e.spend(1, false, func() string { return "has()" })
+		_, ok, _ := s.GetWithin(ref.path, 0)
+		return ok
+	}
+	_, ok := e.read(r, "state.", ref)
+	return ok
+}
+
 // read returns the value at ref's path in r, materialized once per
 // evaluation: a path read again is served from its slot.
 func (e *env) read(r Reader, prefix string, ref *readRef) (any, bool) {
@@ -358,8 +375,8 @@ func costFunctions() []expr.Option {
 			return a[1], nil
 		}, new(func(*env, any) any)),
 		expr.Function(fnSize, func(a ...any) (any, error) {
-			e := a[0].(*env)
-			e.chargeArgs(a[2].(int), a[1:2])
+			e, k := a[0].(*env), a[2].(int)
+			e.chargeArgs(k&0xff, stepNames[k>>8], a[1:2])
 			return a[1], nil
 		}, new(func(*env, any, int) any)),
 		expr.Function(fnPush, func(a ...any) (any, error) {
@@ -370,9 +387,9 @@ func costFunctions() []expr.Option {
 		expr.Function(fnLast, func(a ...any) (any, error) {
 			e := a[0].(*env)
 			f := a[2].(int)
-			n := f >> 8 // how many arguments were pushed before this one
+			n := f >> 8 & 0xf // how many arguments were pushed before this one
 			args := append(e.stack[len(e.stack)-n:], a[1])
-			e.chargeArgs(f&0xff, args)
+			e.chargeArgs(f&0xff, stepNames[f>>12], args)
 			clear(e.stack[len(e.stack)-n:])
 			e.stack = e.stack[:len(e.stack)-n]
 			return a[1], nil
@@ -396,8 +413,8 @@ func costFunctions() []expr.Option {
 	}
 }
 
-// chargeArgs charges a builtin's arguments by formula f.
-func (e *env) chargeArgs(f int, args []any) {
+// chargeArgs charges the arguments of step name (a builtin) by formula f.
+func (e *env) chargeArgs(f int, name string, args []any) {
 	var total int64
 	atLeast := false
 	for _, v := range args {
@@ -436,7 +453,7 @@ func (e *env) chargeArgs(f int, args []any) {
 		old, _ := args[1].(string)
 		repl, _ := args[2].(string)
 		// Counting the matches is itself linear in s: charge that first.
-		e.spend(total, atLeast, func() string { return "replace on " + describe(first) })
+		e.spend(total, atLeast, func() string { return name + " on " + describe(first) })
 		total, atLeast = 0, false
 		count := int64(utf8.RuneCountInString(s) + 1)
 		if old != "" {
@@ -452,13 +469,24 @@ func (e *env) chargeArgs(f int, args []any) {
 		sep, _ := args[1].(string)
 		cost = total + mul(n, int64(len(sep)))
 	}
-	e.spend(cost, atLeast, func() string { return costName[f] + " on " + describe(first) })
+	e.spend(cost, atLeast, func() string { return name + " on " + describe(first) })
 }
 
-var costName = [...]string{costLinear: "a builtin", costJSON: "toJSON, fromJSON or string", costCase: "upper or lower",
-	costReflect: "concat, flatten or fromPairs", costSort: "a sort",
-	costQuadratic: "uniq", costSplit: "split", costKeys: "keys, values or toPairs", costRepeat: "repeat",
-	costReplace: "replace", costJoin: "join"}
+// stepNames name the steps CoagentSize and CoagentLast charge for, in
+// messages: the patcher encodes the index of one above the formula.
+var stepNames = []string{"a dynamic key", "a range", "a method call", "keys", "values", "toPairs",
+	"string", "toJSON", "fromJSON", "toBase64", "fromBase64", "upper", "lower", "trim", "trimPrefix", "trimSuffix",
+	"indexOf", "lastIndexOf", "hasPrefix", "hasSuffix", "int", "float", "duration", "fromPairs", "reverse",
+	"concat", "flatten", "max", "min", "mean", "median", "sort", "uniq", "split", "splitAfter", "get",
+	"repeat", "replace", "join"}
+
+// stepIndex is the index of a name in stepNames.
+func stepIndex(name string) int {
+	if i := slices.Index(stepNames, name); i >= 0 {
+		return i
+	}
+	panic("intents: no step named " + name) // a builtin added to the patcher but not here
+}
 
 // toCount is a count argument (repeat's, replace's) as a cost factor: 0
 // for anything that is not a non-negative number, which the builtin then
@@ -582,9 +610,11 @@ func (e *env) binary(op int, a, b any) any {
 }
 
 // matches is expr's `matches` with a pattern known only at run time:
-// parsing is charged by the pattern's length, and matching, before the
-// pattern is compiled, by text length × the size of the program the
-// pattern compiles to (what RE2's worst case is linear in).
+// parsing is charged by the pattern's length, compiling by the size of the
+// program it compiles to, and matching, before the pattern is compiled, by
+// text length × that size (what RE2's worst case is linear in). A pattern seen
+// before by this evaluator is not compiled again, but charged the same, so
+// what an intent spends never depends on what was decided before it.
 func (e *env) matches(a, b any) (bool, error) {
 	if runtime.IsNil(a) || runtime.IsNil(b) {
 		return false, nil
@@ -597,36 +627,43 @@ func (e *env) matches(a, b any) (bool, error) {
 	case []byte:
 		text = int64(len(s))
 	}
-	re, ok := e.regexps[pattern]
+	e.spend(int64(len(pattern))+1, false, func() string { return fmt.Sprintf("parsing a %d-byte pattern", len(pattern)) })
+	c, ok := e.regexps[pattern]
 	if !ok {
-		e.spend(int64(len(pattern))+1, false, func() string { return fmt.Sprintf("parsing a %d-byte pattern", len(pattern)) })
 		k, err := progSize(pattern)
 		if err != nil {
 			return false, err
 		}
-		e.spend(mul(text+1, k), false, func() string {
-			return fmt.Sprintf("matches on a %d-byte string with a %d-byte pattern", text, len(pattern))
-		})
-		if re, err = regexp.Compile(pattern); err != nil {
+		c = compiledPattern{k: k}
+	}
+	e.spend(mul(c.k, patternWeight), false, func() string {
+		return fmt.Sprintf("compiling a %d-byte pattern", len(pattern))
+	})
+	e.spend(mul(text+1, c.k), false, func() string {
+		return fmt.Sprintf("matches on a %d-byte string with a %d-byte pattern", text, len(pattern))
+	})
+	if c.re == nil {
+		re, err := regexp.Compile(pattern)
+		if err != nil {
 			return false, err
 		}
-		if e.regexps == nil {
-			e.regexps = map[string]*regexp.Regexp{}
+		c.re = re
+		if e.regexps == nil || len(e.regexps) >= 64 {
+			e.regexps = map[string]compiledPattern{}
 		}
-		if len(e.regexps) >= 64 {
-			clear(e.regexps)
-		}
-		e.regexps[pattern] = re
-	} else {
-		k, _ := progSize(pattern) // parsed once already: it compiles
-		e.spend(mul(text+1, k), false, func() string {
-			return fmt.Sprintf("matches on a %d-byte string with a %d-byte pattern", text, len(pattern))
-		})
+		e.regexps[pattern] = c
 	}
 	if s, ok := a.(string); ok {
-		return re.MatchString(s), nil
+		return c.re.MatchString(s), nil
 	}
-	return re.Match(a.([]byte)), nil
+	return c.re.Match(a.([]byte)), nil
+}
+
+// compiledPattern is a pattern matched before, and the bound on its
+// program's size it was charged by.
+type compiledPattern struct {
+	re *regexp.Regexp
+	k  int64
 }
 
 // progSize bounds the size of the program pattern compiles to, from its
@@ -662,7 +699,7 @@ func regexpSize(re *syntax.Regexp) int64 {
 // changes from run to run: a condition on keys(m)[0] would not decide the
 // same twice.
 func (e *env) mapOrder(which int, m any) (any, error) {
-	e.chargeArgs(costKeys, []any{m})
+	e.chargeArgs(costKeys, stepNames[3+which], []any{m})
 	rv := reflect.ValueOf(m)
 	if rv.Kind() != reflect.Map {
 		verb := [...]string{"cannot get keys from %s", "cannot get values from %s", "cannot transform %s to pairs"}

@@ -39,6 +39,9 @@ var overBudgetCases = []struct {
 	{"inNumbers", `-1 in state.a`, nums},
 	{"matches", `state.t matches "(a|b)*c"`, text},
 	{"matchesDynamic", `state.t matches state.r`, text},
+	{"matchesBigPattern", `state.t matches state.r`, func(n int) map[string]any {
+		return map[string]any{"t": "ab", "r": strings.Repeat("(a|b)*", n)}
+	}},
 	{"upper", `len(upper(state.u)) > 0`, func(n int) map[string]any { return map[string]any{"u": strings.Repeat("é", n)} }},
 	{"split", `len(split(state.u, "")) > 0`, func(n int) map[string]any { return map[string]any{"u": strings.Repeat("é", n)} }},
 	{"keys", `len(keys(state.m)) > 0`, members},
@@ -126,9 +129,9 @@ func BenchmarkOverBudget(b *testing.B) {
 			}
 			r := newFresh(tc.state(lo))
 			_, spent := fits(c, cond, r)
-			ev := c.NewEvaluator()
 			b.ResetTimer()
 			for b.Loop() {
+				ev := c.NewEvaluator() // with nothing compiled or cached from before
 				ev.Begin(time.Time{})
 				if _, err := ev.Eval(cond, r, nil, in); errors.Is(err, intents.ErrBudget) {
 					b.Fatal(err)

@@ -47,11 +47,11 @@ func (p *costPatcher) Visit(node *ast.Node) {
 	case *ast.MemberNode:
 		// A dynamic key is hashed or compared: its size is work.
 		if _, ok := n.Property.(*ast.StringNode); !ok && !cheap(n.Property) {
-			n.Property = wrap(fnSize, n.Property, costLinear)
+			n.Property = wrap(fnSize, n.Property, costLinear|stepIndex("a dynamic key")<<8)
 		}
 	case *ast.PairNode:
 		if !cheap(n.Key) {
-			n.Key = wrap(fnSize, n.Key, costLinear)
+			n.Key = wrap(fnSize, n.Key, costLinear|stepIndex("a dynamic key")<<8)
 		}
 	}
 }
@@ -87,7 +87,7 @@ func (p *costPatcher) call(n *ast.CallNode) {
 		// A method of a value (a time's Format): its arguments are work.
 		for i, a := range n.Arguments {
 			if !cheap(a) {
-				n.Arguments[i] = wrap(fnSize, a, costLinear)
+				n.Arguments[i] = wrap(fnSize, a, costLinear|stepIndex("a method call")<<8)
 			}
 		}
 	}
@@ -129,7 +129,7 @@ func (p *costPatcher) binary(node *ast.Node, n *ast.BinaryNode) {
 		}
 		op = opAdd
 	case "..":
-		ast.Patch(node, wrap(fnSize, n, costLinear))
+		ast.Patch(node, wrap(fnSize, n, costLinear|stepIndex("a range")<<8))
 		return
 	case "matches":
 		if cheap(l) {
@@ -213,7 +213,7 @@ func (p *costPatcher) builtin(node *ast.Node, n *ast.BuiltinNode) {
 		return
 	case "get":
 		if len(n.Arguments) == 2 && !cheap(n.Arguments[1]) {
-			n.Arguments[1] = wrap(fnSize, n.Arguments[1], costLinear)
+			n.Arguments[1] = wrap(fnSize, n.Arguments[1], costLinear|stepIndex("get")<<8)
 		}
 		return
 	case "repeat", "replace":
@@ -234,7 +234,7 @@ func (p *costPatcher) builtin(node *ast.Node, n *ast.BuiltinNode) {
 	}
 	for i, a := range n.Arguments {
 		if !cheap(a) {
-			n.Arguments[i] = wrap(fnSize, a, f)
+			n.Arguments[i] = wrap(fnSize, a, f|stepIndex(n.Name)<<8)
 		}
 	}
 }
@@ -253,7 +253,7 @@ func (p *costPatcher) multiplied(n *ast.BuiltinNode, f int) {
 	for i, a := range n.Arguments[:last] {
 		n.Arguments[i] = wrap1(fnPush, a)
 	}
-	n.Arguments[last] = wrap(fnLast, n.Arguments[last], f|last<<8)
+	n.Arguments[last] = wrap(fnLast, n.Arguments[last], f|last<<8|stepIndex(n.Name)<<12)
 }
 
 // bounded reports whether node is a constant, or made of constants only:

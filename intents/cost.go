@@ -624,8 +624,8 @@ func (e *env) matches(a, b any) (bool, error) {
 	switch s := a.(type) {
 	case string:
 		text = int64(len(s))
-	case []byte:
-		text = int64(len(s))
+	default:
+		text = int64(len(a.([]byte))) // fails as expr's VM does, before the pattern is compiled
 	}
 	e.spend(int64(len(pattern))+1, false, func() string { return fmt.Sprintf("parsing a %d-byte pattern", len(pattern)) })
 	c, ok := e.regexps[pattern]

@@ -9,9 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/checker"
+	"github.com/expr-lang/expr/compiler"
+	"github.com/expr-lang/expr/conf"
+	"github.com/expr-lang/expr/optimizer"
 	"github.com/expr-lang/expr/vm"
 )
 
@@ -37,6 +42,7 @@ type Condition struct {
 	State, Old []string
 
 	usesIntent bool
+	slots      int // distinct paths read, each memoized in its own slot
 	prog       *vm.Program
 }
 
@@ -54,6 +60,13 @@ type CompilerOptions struct {
 	// MemoryBudget bounds what one evaluation may allocate, in expr's units.
 	// The default is 100000.
 	MemoryBudget uint
+	// Budget bounds the work of evaluating one intent's conditions, all of
+	// them together, in the abstract units of cost.go: about one VM step,
+	// one byte a string operation touches, one element a loop visits. It
+	// is counted from what the expressions do and read, so the same intent
+	// against the same state always gets the same decision. The default is
+	// DefaultBudget (1,000,000).
+	Budget int64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -67,13 +80,20 @@ func (o *CompilerOptions) EnsureDefaults() {
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = 100000
 	}
+	if o.Budget <= 0 {
+		o.Budget = DefaultBudget
+	}
 }
 
 // Compiler compiles conditions and caches them by text. It is safe for
 // concurrent use.
 type Compiler struct {
 	opts CompilerOptions
-	mu   struct {
+	fns  []expr.Option // the functions patched expressions call
+	// uncosted compiles without the cost patcher: the tests compare the two
+	// forms, which must decide alike.
+	uncosted bool
+	mu       struct {
 		sync.Mutex
 		lru   *list.List // of *cacheEntry, most recent first
 		byKey map[cacheKey]*list.Element
@@ -95,7 +115,7 @@ type cacheEntry struct {
 // their defaults).
 func NewCompiler(opts CompilerOptions) *Compiler {
 	opts.EnsureDefaults()
-	c := &Compiler{opts: opts}
+	c := &Compiler{opts: opts, fns: append(stateFunctions(), costFunctions()...)}
 	c.mu.lru = list.New()
 	c.mu.byKey = make(map[cacheKey]*list.Element)
 	return c
@@ -151,29 +171,50 @@ func (c *Compiler) Len() int {
 
 func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	defer func() {
-		// expr recovers its own panics; this guards the patcher and any that
+		// expr recovers its own panics; this guards the patchers and any that
 		// escape, so a hostile expression is an error, never a crash.
 		if r := recover(); r != nil {
 			cond, err = nil, invalid("", quote(src), "does not compile: %v", r)
 		}
 	}()
+	// expr.Compile's steps, with the cost patcher between the check and the
+	// optimizer: an expression compiles, or fails, exactly as it would
+	// without it, and only a checked tree, whose types are known, is
+	// rewritten to charge for its costs.
 	p := &patcher{post: post, paths: map[pathRef]int{}}
-	prog, err := expr.Compile(src,
+	config := conf.CreateNew()
+	for _, op := range c.fns {
+		op(config)
+	}
+	for _, op := range []expr.Option{
 		expr.Env(&env{}),
-		expr.Function(fnCur, func(a ...any) (any, error) { return a[0].(*env).curGet(a[1].(string)), nil },
-			new(func(*env, string) any)),
-		expr.Function(fnOld, func(a ...any) (any, error) { return a[0].(*env).oldGet(a[1].(string)), nil },
-			new(func(*env, string) any)),
-		expr.Function(fnHas, func(a ...any) (any, error) { _, ok := a[0].(*env).cur.Get(a[1].(string)); return ok, nil },
-			new(func(*env, string) bool)),
-		expr.Function(fnVersion, func(a ...any) (any, error) { return int(a[0].(*env).cur.Version(a[1].(string))), nil },
-			new(func(*env, string) int)),
 		expr.MaxNodes(c.opts.MaxNodes),
+		// Host-dependent builtins: timezone() reads the host's zone data.
+		expr.DisableBuiltin("timezone"),
 		expr.Patch(p),
-	)
+	} {
+		op(config)
+	}
+	for name := range config.Disabled {
+		delete(config.Builtins, name)
+	}
+	config.Check()
+	tree, err := checker.ParseCheck(src, config)
 	if p.err != nil {
 		return nil, invalid("", quote(src), "%v", p.err)
 	}
+	if err != nil {
+		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+	}
+	cp := &costPatcher{slots: map[pathRef]int{}, slotsOnly: c.uncosted}
+	ast.Walk(&tree.Node, cp)
+	if _, err := checker.Check(tree, config); err != nil {
+		return nil, invalid("", quote(src), "does not compile once costed: %s", oneLine(err.Error()))
+	}
+	if err := optimizer.Optimize(&tree.Node, config); err != nil {
+		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+	}
+	prog, err := compiler.Compile(tree, config)
 	if err != nil {
 		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
 	}
@@ -182,7 +223,7 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	if t := prog.Node().Type(); t != nil && t.Kind() != reflect.Bool && t.Kind() != reflect.Interface {
 		return nil, invalid("", quote(src), "is %s, not boolean", t)
 	}
-	cond = &Condition{Source: src, Nodes: p.nodes, usesIntent: p.usesIntent, prog: prog}
+	cond = &Condition{Source: src, Nodes: p.nodes, usesIntent: p.usesIntent, slots: len(cp.slots), prog: prog}
 	for ref := range p.paths {
 		if ref.old {
 			cond.Old = append(cond.Old, ref.path)
@@ -199,6 +240,33 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	return cond, nil
 }
 
+// stateFunctions are the expr functions that read the state: each takes
+// the environment and the path, which the cost patcher turns into a
+// *readRef (the path and its memo slot) once the tree is checked.
+func stateFunctions() []expr.Option {
+	return []expr.Option{
+		expr.Function(fnCur, func(a ...any) (any, error) {
+			e := a[0].(*env)
+			v, _ := e.read(e.cur, "state.", a[1].(*readRef))
+			return v, nil
+		}, new(func(*env, string) any), new(func(*env, *readRef) any)),
+		expr.Function(fnOld, func(a ...any) (any, error) {
+			e := a[0].(*env)
+			v, _ := e.read(e.old, "old.", a[1].(*readRef))
+			return v, nil
+		}, new(func(*env, string) any), new(func(*env, *readRef) any)),
+		expr.Function(fnHas, func(a ...any) (any, error) {
+			e := a[0].(*env)
+			return e.has(e.cur, a[1].(*readRef)), nil
+		}, new(func(*env, string) bool), new(func(*env, *readRef) bool)),
+		expr.Function(fnVersion, func(a ...any) (any, error) {
+			e := a[0].(*env)
+			e.spend(1, false, func() string { return "version()" })
+			return int(e.cur.Version(a[1].(string))), nil
+		}, new(func(*env, string) int)),
+	}
+}
+
 func oneLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
@@ -207,13 +275,14 @@ func oneLine(s string) string {
 }
 
 // The functions that patched expressions call. Users cannot call them
-// directly: the patcher rejects these names, so every state access goes
-// through a path it has seen and counted as read.
+// directly: the patcher rejects every name with their prefix, so every
+// state access goes through a path it has seen and counted as read.
 const (
 	fnCur     = "CoagentCur"
 	fnOld     = "CoagentOld"
 	fnHas     = "CoagentHas"
 	fnVersion = "CoagentVersion"
+	fnPrefix  = "Coagent"
 )
 
 // patcher rewrites every member chain rooted at `state` or `old` with static
@@ -255,9 +324,11 @@ func (p *patcher) Visit(node *ast.Node) {
 	p.nodes++
 	switch n := (*node).(type) {
 	case *ast.IdentifierNode:
-		switch n.Value {
-		case fnCur, fnOld, fnHas, fnVersion:
+		if strings.HasPrefix(n.Value, fnPrefix) || n.Value == "$env" {
 			p.fail("%s is reserved", n.Value)
+			return
+		}
+		switch n.Value {
 		case "intent":
 			p.usesIntent = true
 		case "old":
@@ -267,7 +338,15 @@ func (p *patcher) Visit(node *ast.Node) {
 		}
 	case *ast.MemberNode:
 		p.member(node, n)
+	case *ast.BuiltinNode:
+		p.clock(node, n)
 	case *ast.CallNode:
+		if m, ok := n.Callee.(*ast.MemberNode); ok {
+			if prop, ok := m.Property.(*ast.StringNode); ok && prop.Value == "Local" {
+				p.fail("Local() is not available: it depends on the host's time zone; conditions see times in UTC")
+			}
+			return
+		}
 		id, ok := n.Callee.(*ast.IdentifierNode)
 		if !ok {
 			return
@@ -278,6 +357,9 @@ func (p *patcher) Visit(node *ast.Node) {
 			fn = fnHas
 		case "version":
 			fn = fnVersion
+		case "timezone":
+			p.fail("timezone() is not available: time zone data differs between hosts, so a replay could decide otherwise; give offsets in the dates themselves")
+			return
 		default:
 			return
 		}
@@ -296,6 +378,32 @@ func (p *patcher) Visit(node *ast.Node) {
 		}
 		p.add(pathRef{path: arg.Value})
 		ast.Patch(node, call(fn, arg.Value))
+	}
+}
+
+// clock makes the builtins that read the time deterministic: now() is the
+// time of the decision (the engine's clock, recorded with its events, so a
+// replay sees it too), and date() may not load a named zone, whose rules
+// come from the host.
+func (p *patcher) clock(node *ast.Node, n *ast.BuiltinNode) {
+	switch n.Name {
+	case "now":
+		if len(n.Arguments) > 0 {
+			p.fail("now() takes no argument")
+			return
+		}
+		ast.Patch(node, callOf(fnNow, &ast.IdentifierNode{Value: "$env"}))
+	case "date":
+		switch len(n.Arguments) {
+		case 1, 2:
+			// Parsed in UTC, not in the host's zone (expr.Timezone would do
+			// it too, but breaks date(…).Year()).
+			c := callOf(fnDate, append([]ast.Node{&ast.IdentifierNode{Value: "$env"}}, n.Arguments...)...)
+			c.SetType(timeType)
+			ast.Patch(node, c)
+		case 3:
+			p.fail("date() with a time zone name is not available: time zone data differs between hosts, so a replay could decide otherwise; give the offset in the date itself")
+		}
 	}
 }
 
@@ -380,10 +488,7 @@ func rooted(node ast.Node) bool {
 // functions take the environment as an argument because compiled programs
 // are shared while every evaluation has its own state to read.
 func call(fn, path string) *ast.CallNode {
-	return &ast.CallNode{
-		Callee:    &ast.IdentifierNode{Value: fn},
-		Arguments: []ast.Node{&ast.IdentifierNode{Value: "$env"}, &ast.StringNode{Value: path}},
-	}
+	return callOf(fn, &ast.IdentifierNode{Value: "$env"}, &ast.StringNode{Value: path})
 }
 
 // env is what a compiled condition runs against.
@@ -392,32 +497,48 @@ type env struct {
 	Intent map[string]any `expr:"intent"`
 	cur    Reader
 	old    Reader
-}
-
-func (e *env) curGet(p string) any { v, _ := e.cur.Get(p); return v }
-
-func (e *env) oldGet(p string) any {
-	if e.old == nil {
-		return nil
-	}
-	v, _ := e.old.Get(p)
-	return v
+	costState
 }
 
 // Evaluator runs conditions. It reuses one VM, so it is not safe for
 // concurrent use; give each goroutine its own.
+//
+// The conditions of one intent share one budget (CompilerOptions.Budget)
+// and one clock: Begin starts them. Without Begin every evaluation has a
+// budget of its own and now() is the zero time.
 type Evaluator struct {
 	vm         vm.VM
 	env        env
+	scoped     bool   // Begin was called: the budget spans evaluations
+	scope      uint64 // counts Begin calls (and unscoped evaluations)
+	viewScope  uint64 // the scope the intent's view was charged in
 	intent     *Intent
 	intentView map[string]any
 }
 
 // NewEvaluator returns an evaluator whose runs allocate at most the compiler's
-// memory budget.
+// memory budget and spend at most its evaluation budget per intent.
 func (c *Compiler) NewEvaluator() *Evaluator {
-	return &Evaluator{vm: vm.VM{MemoryBudget: c.opts.MemoryBudget}}
+	ev := &Evaluator{vm: vm.VM{MemoryBudget: c.opts.MemoryBudget}}
+	ev.env.budget = c.opts.Budget
+	ev.env.left = c.opts.Budget
+	return ev
 }
+
+// Begin starts the evaluation of one intent's conditions at the decision
+// time now: a full budget, shared by every Eval until the next Begin, and
+// the time now() returns. The engine calls it once per intent it decides,
+// with the time its events record.
+func (ev *Evaluator) Begin(now time.Time) {
+	ev.scoped = true
+	ev.scope++
+	ev.env.left = ev.env.budget
+	ev.env.now = now.UTC() // UTC drops a monotonic reading, which a replay has not
+}
+
+// Spent returns the units spent since Begin (or by the last Eval, without
+// Begin).
+func (ev *Evaluator) Spent() int64 { return ev.env.budget - ev.env.left }
 
 // ErrNotBool is returned (wrapped) when a condition yields something other
 // than a boolean at run time.
@@ -425,22 +546,48 @@ var ErrNotBool = errors.New("intents: condition is not boolean")
 
 // Eval runs cond against cur (and old, for postconditions; nil otherwise) on
 // behalf of in. It returns the condition's value, or an error when it fails
-// at run time (wrapping ErrNotBool for a non-boolean result).
+// at run time (wrapping ErrNotBool for a non-boolean result), or a
+// *BudgetError when it would spend more than is left of the budget.
 func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool, err error) {
+	e := &ev.env
 	defer func() {
 		if r := recover(); r != nil {
+			if be, isBudget := r.(*BudgetError); isBudget {
+				ok, err = false, be
+				return
+			}
 			ok, err = false, fmt.Errorf("%v", r)
 		}
+		e.cur, e.old = nil, nil
+		clear(e.memo[:cond.slots])
+		clear(e.stack)
+		e.stack = e.stack[:0]
 	}()
-	ev.env.cur, ev.env.old = cur, old
-	ev.env.Agent = in.Agent
-	ev.env.Intent = nil
-	if cond.usesIntent {
-		ev.env.Intent = ev.viewOf(in)
+	if !ev.scoped {
+		ev.scope++
+		e.left = e.budget
 	}
-	out, err := ev.vm.Run(cond.prog, &ev.env)
-	ev.env.cur, ev.env.old = nil, nil
+	e.cur, e.old = cur, old
+	if len(e.memo) < cond.slots {
+		e.memo = make([]memoEntry, cond.slots)
+	}
+	e.spend(int64(cond.Nodes), false, func() string { return fmt.Sprintf("evaluating its %d syntax nodes", cond.Nodes) })
+	e.Agent = in.Agent
+	e.Intent = nil
+	if cond.usesIntent {
+		e.Intent = ev.viewOf(in)
+		if ev.viewScope != ev.scope {
+			ev.viewScope = ev.scope
+			n, over := e.sized(e.Intent)
+			e.spend(n, over, func() string { return "reading the intent" })
+		}
+	}
+	out, err := ev.vm.Run(cond.prog, e)
 	if err != nil {
+		var be *BudgetError
+		if errors.As(err, &be) {
+			return false, be
+		}
 		return false, errors.New(oneLine(err.Error()))
 	}
 	b, isBool := out.(bool)

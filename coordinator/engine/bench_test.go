@@ -142,6 +142,7 @@ func BenchmarkPrecondition(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
+		e.eval.Begin(base) // as the engine does for each intent
 		if ok, err := e.eval.Eval(cond, e.tree, nil, in); !ok || err != nil {
 			b.Fatal(ok, err)
 		}

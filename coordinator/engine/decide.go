@@ -237,6 +237,8 @@ func (e *Engine) compile(kind string, srcs []string, post bool) ([]*intents.Cond
 // replacement — so a fact it states supersedes the one in force instead of
 // going back to the arbiter.
 func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
+	// Its conditions share one budget and see the decision's time.
+	e.eval.Begin(e.now)
 	pre, post, reads, err := e.conditions(in)
 	if err != nil {
 		e.reject(in, intents.ReasonInvalid, err.Error(), nil)
@@ -284,8 +286,8 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	for i, c := range pre {
-		if detail, ok := e.holds(c, "pre", i, in, nil); !ok {
-			e.reject(in, intents.ReasonPreconditionFailed, detail, nil)
+		if v := e.holds(c, "pre", i, in, nil); v != nil {
+			e.reject(in, v.Reason, v.Detail, nil)
 			return
 		}
 	}
@@ -326,36 +328,45 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intent
 			return nil, v
 		}
 		for i, c := range post {
-			if detail, ok := e.holds(c, "post", i, in, after); !ok {
-				return nil, &rules.Violation{Reason: intents.ReasonPostconditionFailed, Detail: detail}
+			if v := e.holds(c, "post", i, in, after); v != nil {
+				return nil, v
 			}
 		}
 		for _, c := range invs {
-			if detail, ok := e.holds(c.Cond, "invariant "+c.Name, -1, in, after); !ok {
-				return nil, &rules.Violation{Reason: intents.ReasonPostconditionFailed, Detail: detail}
+			if v := e.holds(c.Cond, "invariant "+c.Name, -1, in, after); v != nil {
+				return nil, v
 			}
 		}
 	}
 	return plan, nil
 }
 
-// holds evaluates one condition; when it does not hold it returns a sentence
-// naming the expression, what went wrong and the values it saw.
-func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Intent, after *state.View) (string, bool) {
+// holds evaluates one condition; when it does not hold it returns why: a
+// precondition or postcondition failure with a sentence naming the
+// expression, what went wrong and the values it saw, or, when the intent's
+// conditions would cost more than their budget, invalid.
+func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Intent, after *state.View) *rules.Violation {
 	var cur intents.Reader = e.tree
 	var old intents.Reader
+	reason := intents.ReasonPreconditionFailed
 	if after != nil {
 		cur, old = after, e.tree
+		reason = intents.ReasonPostconditionFailed
 	}
 	ok, err := e.eval.Eval(c, cur, old, in)
 	if err == nil && ok {
-		return "", true
+		return nil
 	}
 	var b strings.Builder
 	if i >= 0 {
 		fmt.Fprintf(&b, "%s[%d] `%s` ", kind, i, c.Source)
 	} else {
 		fmt.Fprintf(&b, "%s `%s` ", kind, c.Source)
+	}
+	if errors.Is(err, intents.ErrBudget) {
+		// What it saw would explain nothing: the values are too big.
+		b.WriteString("is " + err.Error())
+		return &rules.Violation{Reason: intents.ReasonInvalid, Detail: b.String()}
 	}
 	if err != nil {
 		fmt.Fprintf(&b, "failed: %v", err)
@@ -389,7 +400,7 @@ func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Int
 	if old != nil {
 		show(old, "old.", c.Old)
 	}
-	return b.String(), false
+	return &rules.Violation{Reason: reason, Detail: b.String()}
 }
 
 // staleReads returns a stale conflict for every read whose version is not
@@ -622,6 +633,7 @@ func (e *Engine) commit(in *intents.Intent) {
 	if !e.authorize(in, nil, paths) {
 		return
 	}
+	e.eval.Begin(e.now)
 	pre, post, _, err := e.conditions(in)
 	if err == nil {
 		var more []*intents.Condition
@@ -633,8 +645,8 @@ func (e *Engine) commit(in *intents.Intent) {
 		return
 	}
 	for i, c := range pre {
-		if detail, ok := e.holds(c, "pre", i, in, nil); !ok {
-			e.reject(in, intents.ReasonPreconditionFailed, detail, nil)
+		if v := e.holds(c, "pre", i, in, nil); v != nil {
+			e.reject(in, v.Reason, v.Detail, nil)
 			return
 		}
 	}

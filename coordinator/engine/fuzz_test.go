@@ -19,7 +19,10 @@ var (
 	fuzzValues = []string{`1`, `"s"`, `{"y":2}`, `[1]`, `null`, `{"q":null}`, `2.5`, ``,
 		`{"claim":1,"evidence":["e"]}`, `{"claim":2,"evidence":["e"],"supersedes":1}`, `{"owner":"a","n":1}`}
 	fuzzConds = []string{`state.d.x == nil`, `has("e.n")`, `state.e.n > 1`, `old.d == nil`, `state.d.x.y.z != 3`,
-		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`}
+		`version("d") < 5`, `state.e.list[0] == 1`, `1 +`, `"x"`,
+		// Over the evaluation budget, an invalid decision that must fold.
+		`all(1..99999, {all(1..99, {# > 0})})`, `len(repeat("ab", 999999)) > 0`,
+		`now() > date("2025-01-01") && keys(state.d)[0] != "x"`, `state.d.x matches "(a|b)*c" || toJSON(state.e) != ""`}
 	fuzzPolicy = []intents.OnConflict{"", intents.OnConflictWait, intents.OnConflictEscalate}
 	// fuzzRules are board rules over the same paths, put in force at random
 	// moments: every kind of rule, and none.

@@ -112,6 +112,43 @@ func (t *Tree) Version(path string) uint64 {
 	return 0
 }
 
+// GetWithin is Get, and how many object members (at and under path) the
+// value it builds has; with more than limit it builds nothing and returns
+// a count past limit. Conditions are charged for a read by it, and refuse
+// one too big before it is made. It implements intents.Sizer.
+func (t *Tree) GetWithin(path string, limit int64) (any, bool, int64) {
+	n := t.find(path)
+	if n == nil {
+		return nil, false, 0
+	}
+	if n.kind != object {
+		v, ok := n.value()
+		return v, ok, 0
+	}
+	m := n.members(limit)
+	if m > limit {
+		return nil, true, m
+	}
+	v, ok := n.value()
+	return v, ok, m
+}
+
+func (n *node) members(limit int64) int64 {
+	if n.kind != object {
+		return 0
+	}
+	var c int64
+	for _, k := range n.kids {
+		if c > limit {
+			break
+		}
+		if k.kind != absent {
+			c += 1 + k.members(limit-c)
+		}
+	}
+	return c
+}
+
 func (n *node) value() (any, bool) {
 	switch n.kind {
 	case leaf:

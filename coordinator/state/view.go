@@ -9,13 +9,24 @@ import (
 
 // View is the tree as it would be after a planned change, without applying
 // it: what postconditions evaluate against. Only paths the change touches are
-// computed; everything else reads through to the tree.
+// computed; everything else reads through to the tree. The value of each
+// change is decoded once, on first use, and shared by every Get.
 type View struct {
 	t       *Tree
 	changes []intents.Applied
+	decoded []afterValue // by change, once decoded
 }
 
-var _ intents.Reader = (*View)(nil)
+type afterValue struct {
+	done bool
+	ok   bool
+	v    any
+}
+
+var (
+	_ intents.Reader = (*View)(nil)
+	_ intents.Sizer  = (*View)(nil)
+)
 
 // After returns the view of t with changes applied. changes must come from
 // t.Plan and t must not change while the view is in use.
@@ -44,22 +55,46 @@ func (v *View) Version(path string) uint64 {
 	return n
 }
 
-// Get returns the value at path after the change.
+// GetWithin is Get, and how many object members it reads from the tree,
+// as Tree.GetWithin counts them (a value a change decides alone counts 0:
+// the size of the intent bounds it); with more than limit it builds
+// nothing. It implements intents.Sizer.
+func (v *View) GetWithin(path string, limit int64) (any, bool, int64) {
+	for _, c := range v.changes {
+		if intents.Within(path, c.Path) {
+			val, ok := v.Get(path)
+			return val, ok, 0
+		}
+	}
+	n := v.t.find(path)
+	var m int64
+	if n != nil {
+		m = n.members(limit)
+	}
+	if m > limit {
+		return nil, true, m
+	}
+	val, ok := v.Get(path)
+	return val, ok, m
+}
+
+// Get returns the value at path after the change. What comes from a change
+// is shared between calls: it must not be changed.
 func (v *View) Get(path string) (any, bool) {
 	// A change at or above path decides it alone: planned writes never
 	// overlap one another.
-	for _, c := range v.changes {
+	for i, c := range v.changes {
 		if intents.Within(path, c.Path) {
-			val, ok := v.after(c)
+			val, ok := v.afterOf(i)
 			return descend(val, ok, strings.TrimPrefix(path[len(c.Path):], "."))
 		}
 	}
 	val, ok := v.t.Get(path) // objects come materialized fresh, safe to edit
-	for _, c := range v.changes {
+	for i, c := range v.changes {
 		if !intents.Within(c.Path, path) {
 			continue
 		}
-		cv, cok := v.after(c)
+		cv, cok := v.afterOf(i)
 		rel := strings.Split(c.Path[len(path)+1:], ".")
 		m, isObj := val.(map[string]any)
 		if !ok || !isObj {
@@ -81,6 +116,19 @@ func (v *View) Get(path string) (any, bool) {
 		}
 	}
 	return val, ok
+}
+
+// afterOf is after(v.changes[i]), decoded once.
+func (v *View) afterOf(i int) (any, bool) {
+	if v.decoded == nil {
+		v.decoded = make([]afterValue, len(v.changes))
+	}
+	d := &v.decoded[i]
+	if !d.done {
+		d.v, d.ok = v.after(v.changes[i])
+		d.done = true
+	}
+	return d.v, d.ok
 }
 
 // after returns the value at c.Path once c is applied.

@@ -3,10 +3,17 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -129,5 +136,49 @@ func TestStateGetAnswersWhatJSONCannotHold(t *testing.T) {
 		if code := m.Header.Get(protoHdrErrCode); code != codeInternal || !strings.Contains(m.Header.Get("Nats-Service-Error"), "JSON") {
 			t.Fatalf("state.get %s: error %q %q, reply %s", path, code, m.Header.Get("Nats-Service-Error"), m.Data)
 		}
+	}
+}
+
+// A log that fails while the service runs (here its disk fills up under a
+// flush) stops the service by itself: Done is closed and Err says why, so
+// the process serving it can end instead of staying up deciding nothing,
+// and a submit is answered unavailable.
+func TestServiceStopsWhenItsLogFails(t *testing.T) {
+	full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) && strings.HasSuffix(op.Path, ".sst") {
+			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})}
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	svc, err := Start(context.Background(), nc, t.TempDir(), Options{Core: CoreOptions{
+		Log: eventlog.Options{Pebble: &pebble.Options{FS: errorfs.Wrap(vfs.Default, full), MemTableSize: 256 << 10}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Shutdown(context.Background())
+	client := natstest.Connect(t, ns)
+	full.On()
+	value := `"` + strings.Repeat("x", 4096) + `"`
+	for i := 0; ; i++ {
+		select {
+		case <-svc.Done():
+		default:
+			if i == 10000 {
+				t.Fatal("10,000 intents of 4 KB and the log has not failed")
+			}
+			body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"big.k%d","op":"set","value":%s}]}`, ulid.Make(), i%64, value)
+			_, _ = client.Request(protoAPI+"submit.w", []byte(body), protoTimeout)
+			continue
+		}
+		break
+	}
+	if !errors.Is(svc.Err(), eventlog.ErrDiskFull) {
+		t.Fatalf("the service stopped with %v, want the full disk", svc.Err())
+	}
+	m, err := client.Request(protoAPI+"submit.w", []byte(fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"a","op":"set","value":1}]}`, ulid.Make())), protoTimeout)
+	if err == nil && m.Header.Get(protoHdrErrCode) != codeUnavailable {
+		t.Fatalf("a submit after the failure: %s %v", m.Data, m.Header)
 	}
 }

@@ -120,8 +120,10 @@ type Service struct {
 	looped     chan struct{} // closed when the loop has stopped
 	stopped    chan struct{} // closed when the acker has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
-	// durable, so nothing more may be decided or acknowledged.
-	broken atomic.Bool
+	// durable, so nothing more may be decided or acknowledged. failure is
+	// why (see Err).
+	broken  atomic.Bool
+	failure atomic.Pointer[error]
 
 	mu struct {
 		sync.Mutex
@@ -266,6 +268,29 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		return nil, fmt.Errorf("coordinator: flush: %w", err)
 	}
 	return s, nil
+}
+
+// fail stops the service for good: the log failed (a write, a sync, the
+// damage a read or a compaction met), so nothing more may be decided or
+// acknowledged.
+func (s *Service) fail(err error) {
+	s.failure.CompareAndSwap(nil, &err)
+	s.broken.Store(true)
+	s.cancel()
+}
+
+// Done is closed once the service has stopped: after Shutdown, or by
+// itself when its event log failed (Err says why). A process serving it
+// should then end, rather than stay up deciding nothing.
+func (s *Service) Done() <-chan struct{} { return s.stopped }
+
+// Err returns why the service stopped by itself, once Done is closed: the
+// event log's failure; nil when it was shut down.
+func (s *Service) Err() error {
+	if e := s.failure.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Core returns the durable engine. Only for use after Shutdown, or in
@@ -492,8 +517,7 @@ func (s *Service) commitWith(c committed) bool {
 	p, err := s.core.Commit()
 	if err != nil {
 		s.log.Error("event log write failed; stopping", "err", err)
-		s.broken.Store(true)
-		s.cancel()
+		s.fail(err)
 		return false
 	}
 	c.p = p
@@ -519,8 +543,7 @@ func (s *Service) acker() {
 		if c.p != nil && !s.broken.Load() {
 			if err := c.p.Wait(context.Background()); err != nil {
 				s.log.Error("event log sync failed; stopping", "err", err)
-				s.broken.Store(true)
-				s.cancel()
+				s.fail(err)
 			}
 		}
 		if s.broken.Load() {

@@ -168,6 +168,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			if err := loadRules(ctx, svc, *rulesFile, *data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
 			}
+		case <-svc.Done():
+			// The event log failed (a damaged store, a full disk): stop
+			// rather than stay up deciding nothing.
+			stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			svc.Shutdown(stop)
+			cancel()
+			return fmt.Errorf("the coordinator stopped: %w", svc.Err())
 		case <-ctx.Done():
 		}
 	}

@@ -130,3 +130,31 @@ func TestReadCommandsNeedALog(t *testing.T) {
 		}
 	}
 }
+
+// A log from before increments were kept finite folds to +Inf: replay says
+// so, with the state's hash, instead of failing on a bare JSON error or
+// printing nothing.
+func TestReplayOfANumberJSONCannotHold(t *testing.T) {
+	dir := t.TempDir()
+	lg, err := eventlog.Open(logDir(dir), &eventlog.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		ev := &intents.Event{Seq: seq, ID: ulid.Make(), Time: time.Now().UTC(), Type: intents.EventChange, Agent: "w1",
+			Change: &intents.Change{Writes: []intents.Applied{{Path: "n.i", Op: intents.OpIncr,
+				Value: json.RawMessage("1.7976931348623157e308"), OldVersion: seq - 1, NewVersion: seq}}}}
+		if err := lg.Append(context.Background(), &eventlog.Batch{Events: []*intents.Event{ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"replay", "--data", dir, "--json"}, {"replay", "--data", dir}} {
+		out, _, err := runCmd(t, "", args...)
+		if err == nil || !strings.Contains(err.Error(), "JSON cannot hold") || !strings.Contains(err.Error(), "sha256") || out != "" {
+			t.Fatalf("%v: %v, printed %q", args, err, out)
+		}
+	}
+}

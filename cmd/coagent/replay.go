@@ -62,10 +62,23 @@ func (c *replayCommand) Run(_ context.Context, args []string, _ io.Reader, stdou
 		Hash  string         `json:"sha256"`
 		State map[string]any `json:"state"`
 	}{eng.Seq(), tree.Rev(), coordinator.Hash(tree), tree.Root()}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(out)
+	// A log from before increments were kept finite may fold to a number
+	// JSON cannot hold; say so rather than print half a state.
+	unencodable := func(err error) error {
+		return fmt.Errorf("the state at seq %d holds a number JSON cannot hold (an increment that overflowed, before such increments were refused); its sha256 is %s: %w", out.Seq, out.Hash, err)
 	}
-	b, _ := json.MarshalIndent(out.State, "", "  ")
+	if *asJSON {
+		b, err := json.Marshal(out)
+		if err != nil {
+			return unencodable(err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	b, err := json.MarshalIndent(out.State, "", "  ")
+	if err != nil {
+		return unencodable(err)
+	}
 	fmt.Fprintf(stdout, "%s\nseq %d  rev %d  sha256 %s\n", b, out.Seq, out.Rev, out.Hash)
 	return nil
 }

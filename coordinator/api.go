@@ -58,6 +58,10 @@ func (s *Service) startAPI() (micro.Service, error) {
 	return svc, nil
 }
 
+// maxSubmitWait bounds the wait a submit asks for (Coagent-Wait-Ms); past
+// it the interim decision is the answer, as past any wait.
+const maxSubmitWait = 10 * time.Minute
+
 // The error codes of the API besides the rejection reasons of SPEC §3.
 const (
 	codeUnavailable = "unavailable"
@@ -89,7 +93,10 @@ func (s *Service) handleSubmit(req micro.Request) {
 			replyError(req, intents.ReasonInvalid, "header %s = %q: not a number of milliseconds", intents.HeaderWait, h)
 			return
 		}
-		wait = time.Duration(ms) * time.Millisecond
+		// Compared in milliseconds: a huge value would overflow a Duration.
+		// A submit holds one of MaxSubmits slots while it waits, so the
+		// wait is bounded.
+		wait = time.Duration(min(ms, maxSubmitWait.Milliseconds())) * time.Millisecond
 	}
 	// The endpoints are submit and submit.*, so the subject is one of them.
 	agent, _ := s.subj.SubmitAgent(req.Subject())

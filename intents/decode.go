@@ -479,7 +479,7 @@ func checkValue(i int, w Write, needValues bool, vc *valueChecker) error {
 		}
 		keyDepth = strings.Count(w.Path, ".") + 1
 	case OpIncr:
-		if has && !jsonNumber(trimSpace(w.Value)) {
+		if has && !JSONNumber(trimSpace(w.Value)) {
 			return invalid(field()+".value", quote(string(w.Value)), "incr needs a number")
 		}
 	default:
@@ -545,7 +545,7 @@ func (vc *valueChecker) check(v []byte, keyDepth int) error {
 	switch b := trimSpace(v); {
 	case string(b) == "true", string(b) == "false", string(b) == "null":
 		return nil
-	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9') && jsonNumber(b):
+	case len(b) > 0 && (b[0] == '-' || b[0] >= '0' && b[0] <= '9') && JSONNumber(b):
 		if !finite(b) {
 			return &numberError{number: string(b)}
 		}
@@ -652,10 +652,10 @@ func finite(b []byte) bool {
 	return err == nil
 }
 
-// jsonNumber reports whether b is exactly one JSON number:
+// JSONNumber reports whether b is exactly one JSON number:
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
 // strconv.ParseFloat alone would also take "Inf", hex and "1.".
-func jsonNumber(b []byte) bool {
+func JSONNumber(b []byte) bool {
 	i := 0
 	digits := func() int {
 		n := 0

@@ -644,7 +644,7 @@ func decodeValue(raw json.RawMessage) (any, error) {
 		case c == '"' && len(b) >= 2 && b[len(b)-1] == '"' && plainString(b[1:len(b)-1]):
 			return string(b[1 : len(b)-1]), nil
 		case c == '-' || c >= '0' && c <= '9':
-			if plainNumber(b) {
+			if intents.JSONNumber(b) {
 				if f, err := strconv.ParseFloat(string(b), 64); err == nil {
 					return f, nil
 				}
@@ -664,44 +664,4 @@ func plainString(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// plainNumber reports whether b is a JSON number:
-// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
-// ParseFloat alone would also take "Inf", hex and "1.".
-func plainNumber(b []byte) bool {
-	i := 0
-	digits := func() int {
-		n := 0
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-			n++
-		}
-		return n
-	}
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case digits() == 0:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return false
-		}
-	}
-	return i == len(b)
 }

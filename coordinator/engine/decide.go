@@ -163,21 +163,35 @@ func (e *Engine) decide(d *intents.Decision) {
 func (e *Engine) reject(in *intents.Intent, reason intents.Reason, detail string, conflicts []intents.Conflict) {
 	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRejected,
 		Reason: reason, Detail: detail, Txn: in.Txn, Conflicts: conflicts}
-	if len(conflicts) > 0 {
-		d.Versions = e.versions(in, conflicts)
+	if reason != intents.ReasonUnauthorized {
+		// An unauthorized intent may name what its agent may not read.
+		d.Versions = e.versions(in, conflicts, nil)
 	}
 	e.decide(d)
 }
 
-// versions gives the current version of every path the intent names and of
-// every conflicting path, so the agent can retry without a re-read.
-func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict) map[string]uint64 {
-	const limit = 64
-	v := map[string]uint64{}
+// maxVersions bounds the versions a decision carries.
+const maxVersions = 64
+
+// versions gives the current version of every conflicting path, of every
+// path the intent names and of more, the first 64 of them, so that the
+// agent can retry or chain its next compare-and-set without a read. What
+// the readers rules keep from the agent is left out. It is nil when there
+// is nothing to give.
+func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict, more []string) map[string]uint64 {
+	var v map[string]uint64
+	viewer := rules.Viewer{Agent: in.Agent}
 	add := func(p string) {
-		if len(v) < limit {
-			v[p] = e.tree.Version(p)
+		if len(v) >= maxVersions {
+			return
 		}
+		if _, ok := v[p]; ok || !e.rules.MayRead(viewer, p) {
+			return
+		}
+		if v == nil {
+			v = make(map[string]uint64, min(maxVersions, len(in.Reads)+len(in.Writes)+len(conflicts)+len(more)))
+		}
+		v[p] = e.tree.Version(p)
 	}
 	for _, c := range conflicts {
 		add(c.Path)
@@ -187,6 +201,9 @@ func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict) map[
 	}
 	for _, w := range in.Writes {
 		add(w.Path)
+	}
+	for _, p := range more {
+		add(p)
 	}
 	return v
 }
@@ -309,8 +326,10 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	merged := e.mergedWith("", conflictWrites(in), merges)
 	e.emit(intents.Event{Type: intents.EventChange, Agent: in.Agent, Intent: in.ID,
 		Change: &intents.Change{Writes: plan, MergedWith: merged}})
+	// The versions after the change, so the agent can chain its next
+	// compare-and-set without a read.
 	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeApplied,
-		Rev: e.seq, MergedWith: merged})
+		Rev: e.seq, MergedWith: merged, Versions: e.versions(in, nil, nil)})
 }
 
 // plan checks writes against the state, the values they leave against the
@@ -488,7 +507,7 @@ func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Con
 	e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
 		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
 	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
-		Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts)}
+		Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts, nil)}
 	e.decide(d)
 }
 
@@ -524,7 +543,7 @@ func (e *Engine) wait(in *intents.Intent, p *parked, conflicts []intents.Conflic
 	if p == nil {
 		e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeQueued,
 			Detail: what + "; waiting until " + deadline.Format(time.RFC3339Nano), Conflicts: conflicts,
-			Versions: e.versions(in, conflicts)})
+			Versions: e.versions(in, conflicts, nil)})
 	}
 }
 
@@ -546,8 +565,13 @@ func (e *Engine) grant(in *intents.Intent, readPaths []string, merges []string) 
 	merged := e.mergedWith(g.Txn, in.Writes, merges)
 	e.emit(intents.Event{Type: intents.EventGrant, Agent: in.Agent, Intent: in.ID, Txn: g.Txn, Grant: g})
 	expires := g.Expires
+	var read []string
+	for _, r := range reads {
+		read = append(read, r.Path)
+	}
 	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeGranted,
-		Txn: g.Txn, Fence: g.Fence, LeaseExpires: &expires, MergedWith: merged})
+		Txn: g.Txn, Fence: g.Fence, LeaseExpires: &expires, MergedWith: merged,
+		Versions: e.versions(&intents.Intent{Agent: in.Agent}, nil, read)})
 }
 
 // mergedWith names the transactions in flight that write beside writes in
@@ -668,8 +692,12 @@ func (e *Engine) commit(in *intents.Intent) {
 	rev := e.seq
 	e.emit(intents.Event{Type: intents.EventRelease, Agent: in.Agent, Intent: in.ID, Txn: t.ID,
 		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CauseCommitted}})
+	more := paths
+	for _, r := range t.reads {
+		more = append(more, r.Path)
+	}
 	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeCommitted,
-		Txn: t.ID, Fence: t.fence, Rev: rev, MergedWith: merged})
+		Txn: t.ID, Fence: t.fence, Rev: rev, MergedWith: merged, Versions: e.versions(in, nil, more)})
 }
 
 // inScope reports whether a commit's write lies inside the granted write

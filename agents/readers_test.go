@@ -187,6 +187,17 @@ func TestReadersOnEveryRead(t *testing.T) {
 		t.Fatalf("the observer's log.query of secrets.k: %+v", p)
 	}
 
+	// decision.get: an agent's own decisions only.
+	for who, want := range map[*nats.Conn]string{anc: "not_found", onc: ""} {
+		m, err := who.Request(intents.Subjects{}.API("decision.get"), []byte(`{"intent":"`+secret.Intent+`"}`), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get("Nats-Service-Error-Code"); got != want {
+			t.Fatalf("decision.get of judge's decision: error %q (%s), want %q", got, m.Data, want)
+		}
+	}
+
 	// txn.list: a fence is its holder's.
 	tx, err := judge.Propose(ctx, intents.Propose("hold").Write("secrets.k", intents.OpSet))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
 )
 
 // Version is reported by the micro service.
@@ -46,6 +47,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
 		{"conflicts_top", "conflicts.top", s.handleConflictsTop},
 		{"feed_follow", "feed.follow", s.handleFollow},
+		{"decision_get", "decision.get", s.handleDecisionGet},
 		{"rules_get", "rules.get", s.handleRulesGet},
 		{"rules_set", "rules.set", s.handleRulesSet},
 	}
@@ -198,6 +200,38 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		return
 	}
 	respond(req, out)
+}
+
+// codeNotFound is decision.get's error for an intent with no recorded
+// decision (or one its reader may not see).
+const codeNotFound = "not_found"
+
+// handleDecisionGet answers the recorded decision of an intent: final, or
+// the latest interim one. Under Auth an agent is answered only its own
+// decisions (an observer any): another agent's is not_found, as an
+// unknown one is, so the answer says nothing of it.
+func (s *Service) handleDecisionGet(req micro.Request) {
+	var body struct {
+		Intent string `json:"intent"`
+	}
+	if err := strictJSON(req.Data(), &body); err != nil {
+		replyError(req, intents.ReasonInvalid, "decision.get: %v", err)
+		return
+	}
+	if _, err := ulid.ParseStrict(body.Intent); err != nil || strings.ToUpper(body.Intent) != body.Intent {
+		replyError(req, intents.ReasonInvalid, "decision.get: intent %q: not a ULID in canonical upper case", body.Intent)
+		return
+	}
+	d, err := s.decisionGet(context.Background(), body.Intent)
+	if err != nil {
+		replyError(req, codeUnavailable, "%v", err)
+		return
+	}
+	if v := s.viewerOf(req.Reply()); d == nil || !v.all && d.Agent != v.Agent {
+		replyError(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
+		return
+	}
+	respond(req, d)
 }
 
 // strictJSON decodes an API request body, refusing unknown fields.

@@ -1010,6 +1010,24 @@ func (s *Service) stateGet(ctx context.Context, paths []string, v viewer) (*stat
 	return out, nil
 }
 
+// decisionGet returns the decision recorded for intent id, nil when there
+// is none: the engine's (the latest, interim ones included) or, for an id
+// older than its window, the log's record.
+func (s *Service) decisionGet(ctx context.Context, id string) (*intents.Decision, error) {
+	var d *intents.Decision
+	if !s.call(ctx, func() { d, _ = s.core.Engine().Decision(id) }) {
+		return nil, errUnavailable
+	}
+	if d != nil {
+		return d, nil
+	}
+	d, err := s.core.Log().Decision(id)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return nil, nil
+	}
+	return d, err
+}
+
 type txnFilter struct {
 	Agent string `json:"agent,omitempty"`
 	Path  string `json:"path,omitempty"`

@@ -155,6 +155,7 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.Intents(agent),
 		s.Submit(agent),
 		s.API("state.get"), s.API("txn.list"), s.API("log.query"), s.API("conflicts.top"), s.API("rules.get"),
+		s.API("decision.get"),
 		// The change feed (Watch): a consumer made by feed.follow, whose
 		// name the agent is told and nobody can guess.
 		s.API("feed.follow"),

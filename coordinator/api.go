@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
@@ -87,6 +88,11 @@ func respond(req micro.Request, v any) {
 	_ = req.Respond(data)
 }
 
+// handleSubmit puts an API submit in the intake and returns: the output
+// stage answers it once its decision is durable (final, or the latest
+// interim one once its wait ends), so no submit waits on another, and a
+// full intake is answered unavailable at once: the same intent may be sent
+// again, and is decided once.
 func (s *Service) handleSubmit(req micro.Request) {
 	wait := s.opts.SubmitWait
 	if h := req.Headers().Get(intents.HeaderWait); h != "" {
@@ -102,23 +108,19 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 	// The endpoints are submit and submit.*, so the subject is one of them.
 	agent, _ := s.subj.SubmitAgent(req.Subject())
-	// A submit waits for its decision, up to wait: it must not hold up the
-	// requests behind it, which micro hands to this handler one at a time.
 	select {
 	case s.submits <- struct{}{}:
 	default:
 		replyError(req, codeUnavailable, "coordinator: %d submits already wait for their decisions; send the same intent again later", cap(s.submits))
 		return
 	}
-	go func() {
-		defer func() { <-s.submits }()
-		d, err := s.apiSubmit(context.Background(), agent, req.Data(), wait)
-		if err != nil {
-			replyError(req, codeUnavailable, "%v", err)
-			return
-		}
-		respond(req, d)
-	}()
+	sub := &submit{req: req, agent: agent, deadline: s.opts.Now().Add(wait), release: func() { <-s.submits }}
+	select {
+	case s.intake <- input{sub: sub}:
+	default:
+		sub.answer(nil)
+		s.log.Debug("intake full; a submit was answered unavailable")
+	}
 }
 
 func (s *Service) handleStateGet(req micro.Request) {
@@ -320,4 +322,214 @@ func (s *Service) handleConflictsTop(req micro.Request) {
 		return
 	}
 	respond(req, map[string]any{"spots": spots})
+}
+
+// stateReply is the answer of state.get.
+type stateReply struct {
+	Rev    uint64                `json:"rev"`
+	Values map[string]stateValue `json:"values"`
+}
+
+type stateValue struct {
+	Exists  bool   `json:"exists"`
+	Value   any    `json:"value,omitempty"`
+	Version uint64 `json:"version"`
+	ModRev  uint64 `json:"mod_rev,omitempty"`
+	// Redacted lists what the board rules' readers keep from the reader:
+	// the path itself (then nothing of it is shown, not even whether it
+	// exists) or paths under it, removed from the value.
+	Redacted []string `json:"redacted,omitempty"`
+}
+
+func (s *Service) stateGet(ctx context.Context, paths []string, v viewer) (*stateReply, error) {
+	out := &stateReply{Values: map[string]stateValue{}}
+	ok := s.call(ctx, func() {
+		t := s.core.Engine().State()
+		out.Rev = t.Rev()
+		for _, p := range paths {
+			e := t.Lookup(p)
+			value, hidden := v.value(p, e.Value)
+			if len(hidden) == 1 && hidden[0] == p {
+				out.Values[p] = stateValue{Redacted: hidden}
+				continue
+			}
+			out.Values[p] = stateValue{Exists: e.Exists, Value: value, Version: e.Version, ModRev: e.ModRev, Redacted: hidden}
+		}
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	return out, nil
+}
+
+// decisionGet returns the decision recorded for intent id, nil when there
+// is none: the engine's (the latest, interim ones included) or, for an id
+// older than its window, the log's record.
+func (s *Service) decisionGet(ctx context.Context, id string) (*intents.Decision, error) {
+	var d *intents.Decision
+	if !s.call(ctx, func() { d, _ = s.core.Engine().Decision(id) }) {
+		return nil, errUnavailable
+	}
+	if d != nil {
+		return d, nil
+	}
+	d, err := s.core.Log().Decision(id)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return nil, nil
+	}
+	return d, err
+}
+
+type txnFilter struct {
+	Agent string `json:"agent,omitempty"`
+	Path  string `json:"path,omitempty"`
+}
+
+// txnList lists the transactions in flight. A fence is a capability, and
+// a propose's writes may carry values: v sees its own transactions whole,
+// and another agent's without its fence and with only the paths and ops of
+// its writes (an observer sees everything).
+func (s *Service) txnList(ctx context.Context, f txnFilter, v viewer) (any, error) {
+	var out []map[string]any
+	ok := s.call(ctx, func() {
+		for _, t := range s.core.Engine().Txns() {
+			if f.Agent != "" && t.Agent != f.Agent {
+				continue
+			}
+			if f.Path != "" && !slices.ContainsFunc(t.Writes, func(w intents.Write) bool { return intents.Overlaps(w.Path, f.Path) }) &&
+				!slices.ContainsFunc(t.Reads, func(r intents.Read) bool { return intents.Overlaps(r.Path, f.Path) }) {
+				continue
+			}
+			row := map[string]any{"txn": t.Txn, "agent": t.Agent, "reads": t.Reads, "writes": t.Writes, "lease_expires": t.LeaseExpires}
+			if v.all || t.Agent == v.Agent {
+				row["fence"] = t.Fence
+			} else {
+				writes := make([]intents.Write, len(t.Writes))
+				for i, w := range t.Writes {
+					writes[i] = intents.Write{Path: w.Path, Op: w.Op}
+				}
+				row["writes"] = writes
+			}
+			out = append(out, row)
+		}
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	if out == nil {
+		out = []map[string]any{}
+	}
+	return map[string]any{"txns": out}, nil
+}
+
+// logQuery answers log.query as v may see the log (see viewer.event): a
+// page may hold fewer events than the query's limit, none even, when some
+// are not v's to see; next goes on after them all.
+func (s *Service) logQuery(q eventlog.Query, v viewer) (any, error) {
+	evs, next, err := s.core.Log().Query(q)
+	if err != nil {
+		return nil, err
+	}
+	shown := make([]*intents.Event, 0, len(evs))
+	for _, ev := range evs {
+		if ev, ok := v.event(ev); ok {
+			shown = append(shown, ev)
+		}
+	}
+	return map[string]any{"events": shown, "next": next}, nil
+}
+
+// conflictsTop returns the places with the most conflicts, as v may see
+// them: not the boards and documents kept from it whole, and of the pairs of
+// agents only those it is one of (an observer sees all).
+func (s *Service) conflictsTop(ctx context.Context, limit int, v viewer) ([]conflict.Spot, error) {
+	var all []conflict.Spot
+	if !s.call(ctx, func() { all = s.hot.Top(s.opts.Now(), 0) }) {
+		return nil, errUnavailable
+	}
+	out := []conflict.Spot{}
+	for _, sp := range all {
+		if len(out) == limit {
+			break
+		}
+		if !v.all {
+			switch sp.Kind {
+			case conflict.SpotPair:
+				a, b, _ := strings.Cut(sp.Name, "/")
+				if a != v.Agent && b != v.Agent {
+					continue
+				}
+			case conflict.SpotPrefix:
+				if v.set.Hidden(v.Viewer, sp.Name) {
+					continue
+				}
+			}
+		}
+		out = append(out, sp)
+	}
+	return out, nil
+}
+
+// apiResolve applies a resolution on the loop and answers once its events
+// are durable and published.
+func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error {
+	var rerr error
+	done := make(chan struct{})
+	ok := s.call(ctx, func() {
+		_, rerr = s.core.Resolve(s.opts.Now(), res)
+		s.commit(&output{done: done})
+	})
+	if !ok {
+		return errUnavailable
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.broken.Load() {
+		return errUnavailable
+	}
+	return rerr
+}
+
+// SetRules puts a rules file in force (see package rules) and returns once
+// the change is durable; source says where it came from (a path, "api").
+// A file that does not compile is an error (a *rules.Error naming the
+// field) and changes nothing. It returns the rules event's record.
+func (s *Service) SetRules(ctx context.Context, file []byte, source string) (*intents.Rules, error) {
+	var rerr error
+	var rec *intents.Rules
+	done := make(chan struct{})
+	ok := s.call(ctx, func() {
+		var evs []*intents.Event
+		evs, rerr = s.core.SetRules(s.opts.Now(), file, source)
+		for _, ev := range evs {
+			if ev.Rules != nil {
+				rec = ev.Rules
+			}
+		}
+		s.commit(&output{done: done})
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if s.broken.Load() {
+		return nil, errUnavailable
+	}
+	return rec, rerr
+}
+
+// Rules returns the rules in force (nil when none were ever set).
+func (s *Service) Rules(ctx context.Context) (*intents.Rules, error) {
+	var rec *intents.Rules
+	if !s.call(ctx, func() { rec, _ = s.core.Engine().Rules() }) {
+		return nil, errUnavailable
+	}
+	return rec, nil
 }

@@ -55,7 +55,7 @@ func TestPanicContained(t *testing.T) {
 	decide := func(raw []byte) *intents.Decision {
 		t.Helper()
 		var d *intents.Decision
-		for _, ev := range core.Decide(t0, "w1", raw) {
+		for _, ev := range core.Decide(t0, "w1", raw, ViaStream) {
 			if ev.Decision != nil {
 				d = ev.Decision
 			}
@@ -168,7 +168,7 @@ func TestPanicContainedInTimers(t *testing.T) {
 		`{"id":"01JD0000000000000000000001","agent":"a","kind":"propose","writes":[{"path":"x","op":"set"}]}`,
 		`{"id":"01JD0000000000000000000002","agent":"b","kind":"apply","on_conflict":"escalate","writes":[{"path":"x","op":"set","value":1}]}`,
 	} {
-		core.Decide(t0, "", []byte(raw))
+		core.Decide(t0, "", []byte(raw), ViaAPI)
 	}
 	if _, err := core.Commit(); err != nil {
 		t.Fatal(err)

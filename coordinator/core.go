@@ -36,13 +36,20 @@ type CoreOptions struct {
 }
 
 // Core is the engine made durable. It is not safe for concurrent use: one
-// goroutine submits, while any number may wait on the Pending it returns.
+// goroutine submits, while any number may wait on the Group it returns.
 type Core struct {
 	log      *eventlog.Log
 	eng      *engine.Engine
 	opts     CoreOptions
 	lastSnap uint64
 	out      []*intents.Event
+	// routes and fx are the routed decisions and the engine's effects of
+	// the batch in hand, which Commit hands over with it.
+	routes []Routed
+	fx     engine.Effects
+	// via is how each intent decided in this process and still waiting
+	// for its final decision came.
+	via map[string]Via
 	// pending is the last batch enqueued: a contained panic waits for it
 	// before rebuilding the engine from the log.
 	pending *eventlog.Pending
@@ -91,7 +98,7 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 		return nil, err
 	}
 	eng.State().Track(true)
-	return &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq}, nil
+	return &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}, nil
 }
 
 // Close closes the log after the batches already enqueued.
@@ -103,9 +110,10 @@ func (c *Core) Log() *eventlog.Log { return c.log }
 // Engine returns the engine; only the goroutine that submits may use it.
 func (c *Core) Engine() *engine.Engine { return c.eng }
 
-// Decide decides one raw intent that arrived on agent's subject at now. Its
-// events join the batch the next Commit makes durable; nothing may be told
-// to anyone before then. The events stay valid until that Commit returns.
+// Decide decides one raw intent that arrived on agent's subject at now,
+// by via. Its events join the batch the next Commit makes durable; nothing
+// may be told to anyone before then. The events stay valid until that
+// Commit returns.
 //
 // Deciding one intent never takes the process down: a panic while the
 // engine decides it or folds its events is contained here. The engine is
@@ -114,13 +122,22 @@ func (c *Core) Engine() *engine.Engine { return c.eng }
 // rejected invalid, with a detail saying an internal error stopped it. Its
 // id then has that decision, so a resend is answered from the record and
 // is not decided again.
-func (c *Core) Decide(now time.Time, agent string, raw []byte) []*intents.Event {
+func (c *Core) Decide(now time.Time, agent string, raw []byte, via Via) []*intents.Event {
 	n := len(c.out)
-	if c.guard(n, "intent", func() { c.out = c.eng.Submit(now, agent, raw, c.out) }) {
-		return c.out[n:]
+	if !c.guard(n, "intent", func() { c.out = c.eng.Submit(now, agent, raw, c.out) }) {
+		c.guard(n, "the refusal of an intent", func() { c.out = c.eng.Refuse(now, agent, raw, errInternalDetail, c.out) })
 	}
-	c.guard(n, "the refusal of an intent", func() { c.out = c.eng.Refuse(now, agent, raw, errInternalDetail, c.out) })
+	c.done(n, via, true)
 	return c.out[n:]
+}
+
+// done routes the decisions of the call that appended c.out[n:] and takes
+// the engine's effects of it; via, if known, is how its intent came.
+func (c *Core) done(n int, via Via, known bool) {
+	c.route(c.out[n:], via, known)
+	fx := c.eng.TakeEffects()
+	c.fx.Cases = append(c.fx.Cases, fx.Cases...)
+	c.fx.Dead = append(c.fx.Dead, fx.Dead...)
 }
 
 // errInternalDetail is the detail of an intent whose decision a contained
@@ -137,6 +154,7 @@ var ErrInternal = errors.New("coordinator: internal error")
 func (c *Core) Tick(now time.Time) []*intents.Event {
 	n := len(c.out)
 	c.guard(n, "timers", func() { c.out = c.eng.Advance(now, c.out) })
+	c.done(n, 0, false)
 	return c.out[n:]
 }
 
@@ -149,6 +167,7 @@ func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event
 	if !c.guard(n, "a resolution", func() { c.out, err = c.eng.Resolve(now, res, c.out) }) {
 		return nil, fmt.Errorf("%w: the resolution of %s", ErrInternal, res.Escalation)
 	}
+	c.done(n, 0, false)
 	return c.out[n:], err
 }
 
@@ -160,6 +179,7 @@ func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.E
 	if !c.guard(n, "a rules change", func() { c.out, err = c.eng.SetRules(now, file, source, c.out) }) {
 		return nil, fmt.Errorf("%w: the rules change", ErrInternal)
 	}
+	c.done(n, 0, false)
 	return c.out[n:], err
 }
 
@@ -198,6 +218,8 @@ func (c *Core) restore(n int) error {
 			return err
 		}
 	}
+	// The engine that panicked may hold effects of the call: they go with
+	// it. Those of the calls before it were taken already.
 	eng, _, err := Rebuild(c.log, c.opts.Engine, 0)
 	if err != nil {
 		return err
@@ -215,10 +237,11 @@ func (c *Core) restore(n int) error {
 }
 
 // Commit enqueues everything decided since the last Commit as one batch —
-// one synced write for many decisions — and returns its Pending (nil if
-// there was nothing). If it fails the engine has moved past the log, so the
-// Core must not be used again: reopen it, and the log says what happened.
-func (c *Core) Commit() (*eventlog.Pending, error) {
+// one synced write for many decisions — and returns it as a Group (nil if
+// there was nothing), durable once its Wait returns. If it fails the engine
+// has moved past the log, so the Core must not be used again: reopen it,
+// and the log says what happened.
+func (c *Core) Commit() (*Group, error) {
 	if c.failed != nil {
 		return nil, c.failed
 	}
@@ -227,6 +250,7 @@ func (c *Core) Commit() (*eventlog.Pending, error) {
 	}
 	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State())}
 	p, err := c.log.Enqueue(b)
+	g := c.group(b, p)
 	c.out = c.out[:0:0] // the batch keeps the events; start a new slice
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: log the decisions: %w", err)
@@ -243,18 +267,43 @@ func (c *Core) Commit() (*eventlog.Pending, error) {
 			return nil, err
 		}
 	}
-	return p, nil
+	return g, nil
 }
 
-// Submit is Decide and Commit of one intent.
-func (c *Core) Submit(now time.Time, agent string, raw []byte) ([]*intents.Event, *eventlog.Pending, error) {
-	evs := c.Decide(now, agent, raw)
+// group hands over the batch b, enqueued as p, with the routes and effects
+// of what made it, and starts afresh.
+func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
+	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, pending: p}
+	c.routes, c.fx = nil, engine.Effects{}
+	for _, ev := range b.Events {
+		switch ev.Type {
+		case intents.EventChange:
+			g.Changes = append(g.Changes, ev)
+		case intents.EventNotice:
+			g.Notices = append(g.Notices, ev)
+		case intents.EventRules:
+			g.RulesChanged = true
+		}
+	}
+	if g.RulesChanged {
+		_, g.Rules = c.eng.Rules()
+	}
+	g.Next, g.HasNext = c.eng.NextDeadline()
+	return g
+}
+
+// NextDeadline is when the engine's next timer is due, if any.
+func (c *Core) NextDeadline() (time.Time, bool) { return c.eng.NextDeadline() }
+
+// Submit is Decide and Commit of one intent, as it came from the stream.
+func (c *Core) Submit(now time.Time, agent string, raw []byte) ([]*intents.Event, *Group, error) {
+	evs := c.Decide(now, agent, raw, ViaStream)
 	p, err := c.Commit()
 	return evs, p, err
 }
 
-// Advance is Tick and Commit; the Pending is nil when nothing was due.
-func (c *Core) Advance(now time.Time) ([]*intents.Event, *eventlog.Pending, error) {
+// Advance is Tick and Commit; the Group is nil when nothing was due.
+func (c *Core) Advance(now time.Time) ([]*intents.Event, *Group, error) {
 	evs := c.Tick(now)
 	p, err := c.Commit()
 	return evs, p, err

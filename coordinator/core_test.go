@@ -84,7 +84,7 @@ func (d *driver) step() {
 	d.settle(evs, pend, err)
 }
 
-func (d *driver) settle(evs []*intents.Event, p *eventlog.Pending, err error) {
+func (d *driver) settle(evs []*intents.Event, p *Group, err error) {
 	d.t.Helper()
 	if err != nil {
 		d.t.Fatal(err)

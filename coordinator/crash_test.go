@@ -88,7 +88,7 @@ func TestCrashChild(t *testing.T) {
 			raw, _ := json.Marshal(in)
 			fmt.Fprintf(out, "intent %s\n", raw)
 			now = now.Add(time.Duration(rng.IntN(20)) * time.Millisecond)
-			c.Decide(now, in.Agent, raw)
+			c.Decide(now, in.Agent, raw, ViaStream)
 		}
 		c.Tick(now)
 		first, last := c.eng.Seq()-uint64(len(c.out))+1, c.eng.Seq()

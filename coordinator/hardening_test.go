@@ -46,6 +46,7 @@ func TestSubmitAnswersItsOwnDecision(t *testing.T) {
 // MaxSubmits waiting submits, one more is answered unavailable at once.
 func TestSubmitsDoNotQueueBehindEachOther(t *testing.T) {
 	w := newProtoWire(t, Options{MaxSubmits: 2})
+	w.watchNotices("a")
 	g := w.grant("a", "doc.x")
 	waiting := make(chan *intents.Decision, 2)
 	errs := make(chan error, 2)
@@ -60,9 +61,9 @@ func TestSubmitsDoNotQueueBehindEachOther(t *testing.T) {
 			waiting <- d
 		}()
 	}
-	// Both are parked: their queued decisions are on b's subject.
+	// Both are parked: the holder is told of each.
 	for range 2 {
-		mustOutcome(t, w.next("b"), intents.OutcomeQueued, "")
+		w.notice("a", intents.NoticeWaiting, nil)
 	}
 	// A third submit finds the two slots taken.
 	_, third := protoIntent(fmtSet, "c", "doc.y", `3`)
@@ -80,7 +81,6 @@ func TestSubmitsDoNotQueueBehindEachOther(t *testing.T) {
 		case err := <-errs:
 			t.Fatal(err)
 		}
-		mustOutcome(t, w.next("b"), intents.OutcomeApplied, "")
 	}
 	// With the slots free again, a submit is decided while another waits.
 	g = w.grant("a", "doc.x")
@@ -93,7 +93,7 @@ func TestSubmitsDoNotQueueBehindEachOther(t *testing.T) {
 		}
 		waiting <- d
 	}()
-	mustOutcome(t, w.next("b"), intents.OutcomeQueued, "")
+	w.notice("a", intents.NoticeWaiting, nil)
 	mustOutcome(t, w.submit(third, -1), intents.OutcomeApplied, "")
 	mustOutcome(t, w.send("a", fmtAbort, "a", g.Txn, g.Fence), intents.OutcomeAborted, "")
 	select {

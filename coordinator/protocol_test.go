@@ -74,6 +74,12 @@ type protoWire struct {
 	clock   *protoClock
 	dec     map[string]*nats.Subscription // decisions by agent
 	notices map[string]*nats.Subscription // notices by agent
+	// api makes send and next go by request/reply on
+	// coagent.api.submit.<agent> (the main path) instead of the intents
+	// stream; waiting holds, by agent, the intents whose reply was
+	// interim, oldest first, for next to ask again for their final one.
+	viaAPI  bool
+	waiting map[string][]string
 }
 
 func newProtoWire(t *testing.T, opts Options) *protoWire {
@@ -94,7 +100,7 @@ func newProtoWireOn(t *testing.T, ns *server.Server, opts Options) *protoWire {
 		t.Fatal(err)
 	}
 	return &protoWire{t: t, nc: natstest.Connect(t, ns), clock: clock,
-		dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}}
+		dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}, waiting: map[string][]string{}}
 }
 
 func (w *protoWire) subscribe(subject string) *nats.Subscription {
@@ -150,9 +156,23 @@ func (w *protoWire) publishMsg(m *nats.Msg) {
 }
 
 // next is the next decision on agent's decision subject; its Coagent-Intent
-// header must name its intent.
+// header must name its intent. On the API path it is the final decision of
+// the oldest intent sent whose reply was interim: the same intent sent
+// again, which waits for it.
 func (w *protoWire) next(agent string) *intents.Decision {
 	w.t.Helper()
+	if w.viaAPI && len(w.waiting[agent]) > 0 {
+		body := w.waiting[agent][0]
+		w.waiting[agent] = w.waiting[agent][1:]
+		d := w.submitAs(agent, body, int(protoTimeout/time.Millisecond))
+		if !d.Outcome.Final() {
+			w.t.Fatalf("no final decision on asking again for %s: %+v", d.Intent, d)
+		}
+		// Decided before the intent came again, it is the recorded
+		// decision, marked duplicate: as the stream path saw it first.
+		d.Duplicate = false
+		return d
+	}
 	m, err := w.decisions(agent).NextMsg(protoTimeout)
 	if err != nil {
 		w.t.Fatalf("no decision on %s%s: %v", protoDecisions, agent, err)
@@ -171,10 +191,21 @@ func (w *protoWire) next(agent string) *intents.Decision {
 }
 
 // send publishes an intent made by protoIntent on agent's subject and
-// returns its decision.
+// returns its decision; on the API path it submits it as agent, and the
+// reply is the first decision, final or interim.
 func (w *protoWire) send(agent, format string, args ...any) *intents.Decision {
 	w.t.Helper()
 	id, body := protoIntent(format, args...)
+	if w.viaAPI {
+		d := w.submitAs(agent, body, 0)
+		if d.Intent != id {
+			w.t.Fatalf("submit of %s answered for %q: %+v", id, d.Intent, d)
+		}
+		if !d.Outcome.Final() {
+			w.waiting[agent] = append(w.waiting[agent], body)
+		}
+		return d
+	}
 	w.publish(agent, body)
 	d := w.next(agent)
 	if d.Intent != id {
@@ -289,6 +320,28 @@ func (w *protoWire) submit(body string, waitMS int) *intents.Decision {
 	d, err := w.trySubmit(body, waitMS)
 	if err != nil {
 		w.t.Fatal(err)
+	}
+	return d
+}
+
+// submitAs is coagent.api.submit.<agent> with Coagent-Wait-Ms waitMS.
+func (w *protoWire) submitAs(agent, body string, waitMS int) *intents.Decision {
+	w.t.Helper()
+	hdr := nats.Header{}
+	hdr.Set(protoHdrWait, fmt.Sprint(waitMS))
+	m, err := w.nc.RequestMsg(&nats.Msg{Subject: protoAPI + "submit." + agent, Data: []byte(body), Header: hdr}, protoTimeout+5*time.Second)
+	if err != nil {
+		w.t.Fatalf("submit as %s: %v", agent, err)
+	}
+	if code := m.Header.Get(protoHdrErrCode); code != "" {
+		w.t.Fatalf("submit as %s: error %s: %s", agent, code, m.Header.Get("Nats-Service-Error"))
+	}
+	d := new(intents.Decision)
+	if err := json.Unmarshal(m.Data, d); err != nil {
+		w.t.Fatalf("submit reply %s: %v", m.Data, err)
+	}
+	if d.Agent != agent {
+		w.t.Fatalf("submit as %s answered for agent %q", agent, d.Agent)
 	}
 	return d
 }
@@ -797,15 +850,28 @@ var protoEdges = []protoCase{
 }
 
 func runProtoCases(t *testing.T, cases []protoCase) {
+	runProtoCasesOn(t, cases, false)
+}
+
+// runProtoCasesOn runs each case on a fresh coordinator, by the intents
+// stream or (api) by request/reply.
+func runProtoCasesOn(t *testing.T, cases []protoCase, api bool) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, newProtoWire(t, c.opts))
+			w := newProtoWire(t, c.opts)
+			w.viaAPI = api
+			c.run(t, w)
 		})
 	}
 }
 
-func TestProtocolOutcomes(t *testing.T) { runProtoCases(t, protoOutcomes) }
+// The outcomes over both paths of SPEC §6: the intents stream and the main
+// path, request/reply.
+func TestProtocolOutcomes(t *testing.T) {
+	t.Run("stream", func(t *testing.T) { runProtoCasesOn(t, protoOutcomes, false) })
+	t.Run("api", func(t *testing.T) { runProtoCasesOn(t, protoOutcomes, true) })
+}
 
 func TestProtocolEdges(t *testing.T) { runProtoCases(t, protoEdges) }
 
@@ -895,11 +961,14 @@ func TestProtocolAPI(t *testing.T) {
 		w := newProtoWire(t, Options{})
 		w.decisions("a")
 		w.decisions("c")
+		live := w.subscribe(protoEvents + "decision")
 		d := w.submit(fmt.Sprintf(fmtSet, ulid.Make().String(), "a", "doc.x", `1`), -1)
 		mustOutcome(t, d, intents.OutcomeApplied, "")
-		// A decision made through the API goes to the agent's subject too.
-		if d2 := w.next("a"); d2.Intent != d.Intent || d2.Outcome != d.Outcome || d2.Rev != d.Rev {
-			t.Fatalf("on the decision subject %+v, the API said %+v", d2, d)
+		// A decision made through the API is the reply, and goes out live
+		// on the feed (v2: it is not stored on the agent's decisions).
+		ev := natstest.Next[intents.Event](t, live)
+		if d2 := ev.Decision; d2 == nil || d2.Intent != d.Intent || d2.Outcome != d.Outcome || d2.Rev != d.Rev {
+			t.Fatalf("on the live feed %+v, the API said %+v", ev, d)
 		}
 		w.watchNotices("a")
 		g := w.grant("a", "doc.z")
@@ -933,11 +1002,10 @@ func TestProtocolAPI(t *testing.T) {
 		}
 		mustOutcome(t, r.d, intents.OutcomeApplied, "")
 		w.mustValue("doc.z", `2`) // b's waiter landed first, then c's
-		for _, want := range []intents.Outcome{intents.OutcomeQueued, intents.OutcomeApplied} {
-			if d := w.next("c"); d.Intent != id2 || d.Outcome != want {
-				t.Fatalf("on %sc: %+v, want %s for %s", protoDecisions, d, want, id2)
-			}
-		}
+		// The decisions of a submit are its replies, not stored on the
+		// agent's decisions (SPEC §6 v2): the first there is that of the
+		// intent c publishes next (send checks it is its own).
+		mustOutcome(t, w.send("c", fmtSet, "c", "doc.q", `1`), intents.OutcomeApplied, "")
 	})
 
 	t.Run("state.get", func(t *testing.T) {
@@ -1138,16 +1206,20 @@ func TestProtocolStreams(t *testing.T) {
 			return st.CachedInfo().Config
 		}
 		in := info("COAGENT_INTENTS")
-		if !slices.Equal(in.Subjects, []string{"coagent.intents.>"}) || in.Retention != jetstream.WorkQueuePolicy ||
+		if !slices.Equal(in.Subjects, []string{"coagent.intents.>"}) || in.Retention != jetstream.InterestPolicy ||
 			in.Storage != jetstream.FileStorage || in.Duplicates <= 0 {
 			t.Errorf("COAGENT_INTENTS: %+v", in)
+		}
+		cons, err := js.Consumer(context.Background(), "COAGENT_INTENTS", "coordinator")
+		if err != nil || cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy {
+			t.Errorf("the coordinator's consumer on COAGENT_INTENTS: %v, want one that acknowledges all", err)
 		}
 		dec := info("COAGENT_DECISIONS")
 		if !slices.Equal(dec.Subjects, []string{"coagent.decisions.>"}) || dec.Retention != jetstream.LimitsPolicy || dec.MaxAge <= 0 {
 			t.Errorf("COAGENT_DECISIONS: %+v", dec)
 		}
 		ev := info("COAGENT_EVENTS")
-		if !slices.Equal(ev.Subjects, []string{"coagent.events.>"}) {
+		if !slices.Equal(ev.Subjects, []string{"coagent.events.change.>"}) {
 			t.Errorf("COAGENT_EVENTS: %+v", ev)
 		}
 		arb := info("COAGENT_ARBITER")
@@ -1156,12 +1228,12 @@ func TestProtocolStreams(t *testing.T) {
 		}
 		// Decisions are kept: a late subscriber reads them from the stream.
 		d := w.send("a", fmtSet, "a", "doc.x", `1`)
-		cons, err := js.OrderedConsumer(context.Background(), "COAGENT_DECISIONS",
+		ordered, err := js.OrderedConsumer(context.Background(), "COAGENT_DECISIONS",
 			jetstream.OrderedConsumerConfig{FilterSubjects: []string{protoDecisions + "a"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := cons.Next(jetstream.FetchMaxWait(protoTimeout))
+		m, err := ordered.Next(jetstream.FetchMaxWait(protoTimeout))
 		if err != nil || m.Headers().Get(protoHdrIntent) != d.Intent {
 			t.Fatalf("first decision of a in the stream: %v", err)
 		}

@@ -506,6 +506,9 @@ func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Con
 	deadline := e.now.Add(e.cfg.ArbiterTimeout)
 	e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
 		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
+	if c, ok := e.Case(in.ID); ok {
+		e.effects.Cases = append(e.effects.Cases, c)
+	}
 	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
 		Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts, nil)}
 	e.decide(d)
@@ -778,6 +781,11 @@ func (e *Engine) expire(t *txn) {
 // deadline ends a parked intent whose bound ran out.
 func (e *Engine) deadline(id string, p *parked) {
 	if p.escalated {
+		// No arbiter settled the case in time: whatever the fallback does,
+		// the case is a dead letter.
+		if c, ok := e.Case(id); ok {
+			e.effects.Dead = append(e.effects.Dead, c)
+		}
 		if e.cfg.Fallback != nil {
 			if c, ok := e.Case(id); ok {
 				if res := e.cfg.Fallback(c); res != nil {

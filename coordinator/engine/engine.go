@@ -49,6 +49,10 @@ type Engine struct {
 	rulesEvent *intents.Rules
 	buckets    map[string]*bucket
 
+	// effects are what the calls since the last TakeEffects opened and
+	// settled for the arbiters; output only, like the call's events.
+	effects Effects
+
 	// The call in progress.
 	now      time.Time
 	out      []*intents.Event
@@ -240,6 +244,24 @@ func (e *Engine) emit(v intents.Event) {
 		panic(fmt.Sprintf("engine: folding its own event %d (%s): %v", ev.Seq, ev.Type, err))
 	}
 	e.out = append(e.out, ev)
+}
+
+// Effects are what calls did beside their events that the caller must act
+// on once the events are durable: the arbiter cases they opened, to send to
+// the arbiters, and the cases whose deadline passed without an arbiter's
+// resolution (the fallback settled them), to keep as dead letters. They
+// are output only: a fold of the log (Apply) makes none.
+type Effects struct {
+	Cases []*intents.Escalation
+	Dead  []*intents.Escalation
+}
+
+// TakeEffects returns the effects of the calls since it was last called,
+// and forgets them.
+func (e *Engine) TakeEffects() Effects {
+	fx := e.effects
+	e.effects = Effects{}
+	return fx
 }
 
 // Seq returns the sequence number of the last event applied.

@@ -1,0 +1,214 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// input is one thing for the loop to decide: a message of the intents
+// stream, or an API submit.
+type input struct {
+	msg jetstream.Msg
+	sub *submit
+}
+
+// submit is an API submit on its way: decided in the batch it joins,
+// answered by the output stage once the batch is durable, and, if its
+// decision is interim, when a final one comes or its wait ends.
+type submit struct {
+	req   micro.Request
+	agent string // the subject's agent token; "" for the anonymous submit
+	// deadline is when the request stops waiting for a final decision and
+	// takes the latest interim one.
+	deadline time.Time
+	// Set by the loop: the submitted intent's id ("" when it has none
+	// that is usable) and its decision.
+	id  string
+	own *intents.Decision
+	// Set by replies: the latest decision for id, and whether the request
+	// has been answered.
+	last     *intents.Decision
+	answered bool
+	// release returns the submit's token once it is answered.
+	release func()
+}
+
+// loop owns the Core: it decides what has arrived in batches, fires
+// timers and runs the API calls that need the engine, until its context
+// ends; then it decides what is left in the intake and stops.
+func (s *Service) loop(ctx context.Context) {
+	defer func() {
+		close(s.groups)
+		close(s.looped)
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	batch := make([]input, 0, s.opts.MaxBatch)
+	for {
+		s.arm(timer)
+		select {
+		case <-ctx.Done():
+			if s.broken.Load() {
+				s.refuseIntake()
+				return // what was fetched comes again to the next process
+			}
+			// Whatever arrived is decided before stopping: the consumer
+			// was drained and the API stopped first, so nothing more comes.
+			for {
+				select {
+				case in := <-s.intake:
+					s.decide(s.fill(append(batch[:0], in)))
+				default:
+					return
+				}
+			}
+		case in := <-s.intake:
+			s.decide(s.fill(append(batch[:0], in)))
+		case call := <-s.calls:
+			call()
+		case <-timer.C:
+			s.core.Tick(s.opts.Now())
+			s.commit(&output{})
+		}
+	}
+}
+
+// fill adds whatever else has already arrived, up to MaxBatch: under load
+// batches grow by themselves while the previous one syncs.
+func (s *Service) fill(batch []input) []input {
+	for len(batch) < s.opts.MaxBatch {
+		select {
+		case in := <-s.intake:
+			batch = append(batch, in)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (s *Service) arm(t *time.Timer) {
+	d := time.Hour
+	if at, ok := s.core.NextDeadline(); ok {
+		d = max(at.Sub(s.opts.Now()), 0)
+	}
+	t.Reset(d)
+}
+
+// decide decides a batch in arrival order and commits it as one durable
+// group: the stream messages to be acknowledged once their decisions are
+// stored, the submits to be answered once it is durable.
+func (s *Service) decide(batch []input) {
+	now := s.opts.Now()
+	o := &output{}
+	for _, in := range batch {
+		if in.msg != nil {
+			// A subject with more than one token after intents names no
+			// agent: the engine records the intent as invalid and answers
+			// no one. An empty agent would mean "identity already
+			// checked", so a subject with no token at all (NATS allows
+			// none) is passed on as "?".
+			agent, ok := s.subj.IntentAgent(in.msg.Subject())
+			if !ok && agent == "" {
+				agent = "?"
+			}
+			s.core.Decide(now, agent, in.msg.Data(), ViaStream)
+			o.msgs = append(o.msgs, in.msg)
+			continue
+		}
+		evs := s.core.Decide(now, in.sub.agent, in.sub.req.Data(), ViaAPI)
+		in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
+		o.submits = append(o.submits, in.sub)
+	}
+	s.core.Tick(now)
+	s.commit(o)
+}
+
+// commit commits what was decided since the last commit as one group and
+// hands it, with o, to the output stage. A failure to log is fatal for the
+// service: nothing is acknowledged, JetStream delivers again, a submit is
+// answered unavailable, and a restarted coordinator decides from what the
+// log holds.
+func (s *Service) commit(o *output) bool {
+	if s.broken.Load() {
+		s.unavailable(o)
+		return false
+	}
+	g, err := s.core.Commit()
+	if err != nil {
+		s.log.Error("event log write failed; stopping", "err", err)
+		s.fail(err)
+		s.unavailable(o)
+		return false
+	}
+	if g == nil {
+		if o.done != nil {
+			close(o.done)
+		}
+		return true
+	}
+	for _, ev := range g.Batch.Events {
+		if ev.Decision != nil {
+			s.hot.Observe(ev.Time, ev.Decision)
+		}
+	}
+	o.g = g
+	s.groups <- o
+	return true
+}
+
+// refuseIntake answers unavailable every submit left in the intake of a
+// service that stopped for good.
+func (s *Service) refuseIntake() {
+	for {
+		select {
+		case in := <-s.intake:
+			if in.sub != nil {
+				in.sub.answer(nil)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// unavailable answers o's submits unavailable and releases its waiters.
+func (s *Service) unavailable(o *output) {
+	for _, sub := range o.submits {
+		sub.answer(nil)
+	}
+	if o.done != nil {
+		close(o.done)
+	}
+}
+
+// submittedID returns the id of the intent whose decision evs, the events
+// of one Decide, hold: the intent of its received event. Timers that fired
+// first, and intents it freed, have decisions of their own in evs too.
+func submittedID(evs []*intents.Event) string {
+	for _, ev := range evs {
+		if ev.Type == intents.EventIntent {
+			return ev.Intent
+		}
+	}
+	return ""
+}
+
+// submittedDecision returns the decision of the intent evs were decided
+// for (see submittedID): the first decision after its received event.
+func submittedDecision(evs []*intents.Event) *intents.Decision {
+	seen := false
+	for _, ev := range evs {
+		switch {
+		case ev.Type == intents.EventIntent:
+			seen = true
+		case seen && ev.Decision != nil:
+			return ev.Decision
+		}
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// output is one durable group on its way from the loop to the output
+// stage, with what came in for it.
+type output struct {
+	g *Group
+	// msgs are the stream messages decided in it: acknowledged, all at
+	// once, when the decisions it stores are.
+	msgs []jetstream.Msg
+	// submits are the API submits decided in it: answered once it is
+	// durable.
+	submits []*submit
+	// done, if set, is closed once it is durable and published (or it
+	// failed).
+	done chan struct{}
+}
+
+// output waits for each group to be durable, in order, and then does what
+// it says: answers its submits (a request waits on nothing but the log),
+// publishes its events live, its changes on the feed, its stored
+// decisions, its cases and dead letters, and hands its stream messages to
+// the acknowledger. Nothing is told to anyone before it is in the log. The
+// loop decides the next batch meanwhile, and the log syncs whatever has
+// been enqueued since its last sync in one write.
+func (s *Service) output() {
+	acked := make(chan struct{})
+	go s.acknowledge(acked)
+	defer func() {
+		close(s.acks)
+		<-acked
+		close(s.stopped)
+	}()
+	for o := range s.groups {
+		if !s.broken.Load() {
+			if err := o.g.Wait(context.Background()); err != nil {
+				s.log.Error("event log sync failed; stopping", "err", err)
+				s.fail(err)
+			}
+		}
+		if s.broken.Load() {
+			s.unavailable(o) // never answer, publish or acknowledge what is not durable
+			continue
+		}
+		g := o.g
+		if g.RulesChanged {
+			s.rules.Store(g.Rules)
+		}
+		s.replies.add(o.submits)
+		var stored []storedDecision
+		for _, r := range g.Decisions {
+			taken := s.replies.wake(r.Decision)
+			// A decision of an API submit is its reply; stored, besides,
+			// when no request waits for it any more, so that its agent
+			// finds it later.
+			if r.Store() || !taken && r.Decision.Outcome.Final() {
+				stored = append(stored, s.storeDecision(r.Decision))
+			}
+		}
+		s.replies.flush()
+		s.publishLive(g)
+		s.publishChanges(g.Changes)
+		for _, cs := range g.Cases {
+			s.publishCase(s.subj.Escalations(), cs)
+		}
+		for _, cs := range g.Dead {
+			s.publishCase(s.subj.DeadLetters(), cs)
+		}
+		if o.done != nil {
+			close(o.done)
+		}
+		if len(o.msgs) > 0 || len(stored) > 0 {
+			s.acks <- pendingAck{stored: stored, msgs: o.msgs}
+		}
+	}
+}
+
+// publishLive sends every event of g but its changes on the live feed,
+// coagent.events.<type> (core NATS: its history is log.query), and each
+// notice to its agent.
+func (s *Service) publishLive(g *Group) {
+	for _, ev := range g.Batch.Events {
+		if ev.Type == intents.EventChange {
+			continue
+		}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			s.log.Error("encode event", "seq", ev.Seq, "err", err)
+			continue
+		}
+		if ev.Type == intents.EventNotice && intents.ValidSegment(ev.Agent) {
+			if err := s.pub.Publish(s.subj.Notices(ev.Agent), data); err != nil {
+				s.log.Warn("publish notice", "err", err)
+			}
+		}
+		if err := s.pub.Publish(s.subj.Events(ev.Type), data); err != nil {
+			s.log.Warn("publish event", "seq", ev.Seq, "err", err)
+		}
+	}
+}
+
+// publishChanges puts changes on the change feed, COAGENT_EVENTS, once per
+// path written: only what anyone may read (log.query and state.get give
+// the rest to those who may read it). It does not wait for JetStream to
+// store them; a change lost with a crash is published again at the next
+// start (catchUpFeed).
+func (s *Service) publishChanges(changes []*intents.Event) {
+	for _, ev := range changes {
+		data, err := json.Marshal(s.anyone().change(ev))
+		if err != nil {
+			s.log.Error("encode event", "seq", ev.Seq, "err", err)
+			continue
+		}
+		for _, w := range ev.Change.Writes {
+			s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
+		}
+	}
+}
+
+// storedDecision is a decision sent to the decisions stream and
+// JetStream's answer to come.
+type storedDecision struct {
+	d   *intents.Decision
+	ack jetstream.PubAckFuture
+}
+
+// storeDecision sends d to its agent's subject of the decisions stream,
+// with its intent in the header Coagent-Intent.
+func (s *Service) storeDecision(d *intents.Decision) storedDecision {
+	sd := storedDecision{d: d}
+	if d.Agent == "" || !intents.ValidSegment(d.Agent) {
+		return sd // answered to no one (SPEC §6: an intent on a subject that names no agent)
+	}
+	data, err := json.Marshal(d)
+	if err != nil {
+		s.log.Error("encode decision", "intent", d.Intent, "err", err)
+		return sd
+	}
+	m := nats.NewMsg(s.subj.Decisions(d.Agent))
+	m.Header.Set(intents.HeaderIntent, d.Intent)
+	m.Data = data
+	sd.ack = s.publishAsync(m)
+	return sd
+}
+
+// pendingAck is a group's stream messages, to acknowledge once JetStream
+// has stored the group's decisions.
+type pendingAck struct {
+	stored []storedDecision
+	msgs   []jetstream.Msg
+}
+
+// acknowledge acknowledges the stream messages of each group, in order,
+// once the decisions it stored are stored, with one acknowledgement of
+// its last message (the consumer acknowledges all up to it, AckAll). A
+// decision JetStream did not store is sent again until it is: a group is
+// never acknowledged before its decisions are stored, and, since one
+// acknowledgement covers every message before it, neither is any later
+// one.
+func (s *Service) acknowledge(done chan struct{}) {
+	defer close(done)
+	for a := range s.acks {
+		for pause := 100 * time.Millisecond; ; pause = min(2*pause, 5*time.Second) {
+			failed := waitStored(a.stored)
+			if len(failed) == 0 {
+				break
+			}
+			if s.broken.Load() {
+				break
+			}
+			s.log.Warn("decisions not stored; sending them again", "decisions", len(failed), "err", failed[0].err)
+			time.Sleep(pause)
+			a.stored = a.stored[:0]
+			for _, f := range failed {
+				a.stored = append(a.stored, s.storeDecision(f.d))
+			}
+		}
+		if len(a.msgs) == 0 || s.broken.Load() {
+			continue
+		}
+		if err := a.msgs[len(a.msgs)-1].Ack(); err != nil {
+			s.log.Warn("ack failed; the intents will come again and get their recorded decisions", "err", err)
+		}
+	}
+}
+
+// failedStore is a decision JetStream did not store, and why.
+type failedStore struct {
+	d   *intents.Decision
+	err error
+}
+
+// waitStored waits for JetStream's answer to each stored decision and
+// returns those it did not store.
+func waitStored(sds []storedDecision) []failedStore {
+	var failed []failedStore
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for _, sd := range sds {
+		if sd.ack == nil {
+			if sd.d.Agent != "" && intents.ValidSegment(sd.d.Agent) {
+				failed = append(failed, failedStore{sd.d, errors.New("not sent")})
+			}
+			continue
+		}
+		select {
+		case <-sd.ack.Ok():
+		case err := <-sd.ack.Err():
+			failed = append(failed, failedStore{sd.d, err})
+		case <-timeout.C:
+			failed = append(failed, failedStore{sd.d, errors.New("no acknowledgement from JetStream in 10s")})
+		}
+	}
+	return failed
+}
+
+// publishCase sends an arbiter case to the work queue, or a dead one to the
+// dead-letter stream. The escalation id is the message id, so a case sent
+// again (after a restart) within the duplicate window is not queued twice.
+//
+// A case on the arbiters' queue shows them what role:arbiter may read; the
+// dead-letter stream, which only the coordinator's own user may read (and
+// `coagent dlq retry` sends again from), keeps the case whole.
+func (s *Service) publishCase(subject string, cs *intents.Escalation) {
+	if subject == s.subj.Escalations() {
+		cs = s.arbiters().escalation(cs)
+	}
+	data, err := json.Marshal(cs)
+	if err != nil {
+		s.log.Error("encode case", "escalation", cs.ID, "err", err)
+		return
+	}
+	m := nats.NewMsg(subject)
+	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
+	m.Data = data
+	s.publishAsync(m)
+}
+
+func (s *Service) publishAsync(m *nats.Msg) jetstream.PubAckFuture {
+	f, err := s.js.PublishMsgAsync(m)
+	if err != nil {
+		s.log.Warn("publish", "subject", m.Subject, "err", err)
+		return nil
+	}
+	return f
+}

@@ -1,0 +1,215 @@
+package coordinator
+
+import (
+	"container/heap"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+)
+
+// replies holds the API submits whose decisions are durable but not final:
+// each waits for a final decision of its intent until its deadline, and
+// then is answered with the latest interim one. A later submit of the same
+// intent (a resend after a lost reply, or an agent asking again for the
+// final decision) waits beside the first. It is safe for concurrent use:
+// the output stage adds and wakes, its own goroutine answers at deadlines.
+type replies struct {
+	pub *nats.Conn
+	now func() time.Time
+
+	mu struct {
+		sync.Mutex
+		byID   map[string][]*submit
+		due    dueHeap
+		closed bool
+	}
+	kick chan struct{}
+	done chan struct{}
+}
+
+func newReplies(pub *nats.Conn, now func() time.Time) *replies {
+	r := &replies{pub: pub, now: now, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	r.mu.byID = map[string][]*submit{}
+	return r
+}
+
+// add takes the submits of a durable group: each waits for decisions of
+// its intent from now on. One whose intent has no usable id is answered at
+// once with its own decision, which nothing else can match.
+func (r *replies) add(subs []*submit) {
+	if len(subs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sub := range subs {
+		if sub.id == "" {
+			sub.answer(sub.own)
+			continue
+		}
+		r.mu.byID[sub.id] = append(r.mu.byID[sub.id], sub)
+		heap.Push(&r.mu.due, sub)
+	}
+	r.wakeup()
+}
+
+// wake hands a durable decision to the submits waiting for its intent: a
+// final one answers them, an interim one is what they will be answered
+// with at their deadline. It reports whether any was waiting.
+func (r *replies) wake(d *intents.Decision) bool {
+	if d.Intent == "" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subs := r.mu.byID[d.Intent]
+	if len(subs) == 0 {
+		return false
+	}
+	if !d.Outcome.Final() {
+		for _, sub := range subs {
+			sub.last = d
+		}
+		return true
+	}
+	for _, sub := range subs {
+		sub.answer(d)
+	}
+	delete(r.mu.byID, d.Intent)
+	return true
+}
+
+// flush answers, with their latest decision, the submits whose deadline
+// has passed: after a group, so that a submit that waits for nothing
+// (Coagent-Wait-Ms: 0) is answered with its interim decision at once.
+func (r *replies) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dueLocked(r.now())
+}
+
+// dueLocked answers every waiting submit due by now and returns when the
+// next one is (zero: none).
+func (r *replies) dueLocked(now time.Time) time.Time {
+	for r.mu.due.Len() > 0 {
+		sub := r.mu.due[0]
+		if sub.answered {
+			heap.Pop(&r.mu.due)
+			continue
+		}
+		if sub.deadline.After(now) {
+			return sub.deadline
+		}
+		heap.Pop(&r.mu.due)
+		sub.answer(sub.last)
+		r.forgetLocked(sub)
+	}
+	return time.Time{}
+}
+
+// forgetLocked takes an answered submit out of the waiters of its intent.
+func (r *replies) forgetLocked(sub *submit) {
+	subs := r.mu.byID[sub.id]
+	for i, o := range subs {
+		if o == sub {
+			subs = append(subs[:i:i], subs[i+1:]...)
+			break
+		}
+	}
+	if len(subs) == 0 {
+		delete(r.mu.byID, sub.id)
+	} else {
+		r.mu.byID[sub.id] = subs
+	}
+}
+
+// answer answers the request with d (nil: unavailable), once, and
+// returns its token. It is called by one goroutine at a time: the loop or
+// the output stage before the submit is handed to replies, replies (under
+// its lock) after.
+func (sub *submit) answer(d *intents.Decision) {
+	if sub.answered {
+		return
+	}
+	sub.answered = true
+	switch data, err := json.Marshal(d); {
+	case d == nil:
+		replyError(sub.req, codeUnavailable, "%v", errUnavailable)
+	case err != nil:
+		replyError(sub.req, codeInternal, "the decision does not encode as JSON: %v", err)
+	default:
+		_ = sub.req.Respond(data)
+	}
+	if sub.release != nil {
+		sub.release()
+	}
+}
+
+func (r *replies) wakeup() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run answers the submits whose deadline passes, until close.
+func (r *replies) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		next, closed := r.dueLocked(r.now()), r.mu.closed
+		r.mu.Unlock()
+		if closed {
+			close(r.done)
+			return
+		}
+		d := time.Hour
+		if !next.IsZero() {
+			d = max(time.Until(next), time.Millisecond)
+		}
+		timer.Reset(d)
+		select {
+		case <-r.kick:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// close answers every submit still waiting with its latest decision, and
+// stops run.
+func (r *replies) close() {
+	r.mu.Lock()
+	for r.mu.due.Len() > 0 {
+		sub := heap.Pop(&r.mu.due).(*submit)
+		sub.answer(sub.last)
+	}
+	r.mu.byID = map[string][]*submit{}
+	r.mu.closed = true
+	r.mu.Unlock()
+	r.wakeup()
+	<-r.done
+}
+
+// dueHeap orders waiting submits by deadline.
+type dueHeap []*submit
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*submit)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

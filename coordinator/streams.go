@@ -1,0 +1,184 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamConfigs are the streams of SPEC §6, version 2. JetStream stores
+// only what a client needs later: the intents sent to be decided later
+// (an interest stream: a message is gone once the coordinator has
+// acknowledged it), their decisions, the changes watchers follow, and the
+// arbiters' cases.
+func (s *Service) streamConfigs() []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		{Name: s.subj.Stream(intents.StreamIntents), Subjects: []string{s.subj.AllIntents()},
+			Retention: jetstream.InterestPolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+			MaxMsgSize: MaxWireMessage},
+		{Name: s.subj.Stream(intents.StreamDecisions), Subjects: []string{s.subj.AllDecisions()},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.DecisionsMaxAge},
+		{Name: s.subj.Stream(intents.StreamEvents), Subjects: []string{s.subj.EventsChange(">")},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage, MaxAge: s.opts.EventsMaxAge},
+		{Name: s.subj.Stream(intents.StreamArbiter), Subjects: []string{s.subj.Escalations()},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute},
+		{Name: s.subj.Stream(intents.StreamDLQ), Subjects: []string{s.subj.DeadLetters()},
+			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage},
+	}
+}
+
+// intentsConsumer is the coordinator's durable consumer on the intents
+// stream. It acknowledges in bulk: one acknowledgement of a group's last
+// message acknowledges every message before it.
+func (s *Service) intentsConsumer() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       intentsConsumer,
+		FilterSubject: s.subj.AllIntents(),
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       s.opts.AckWait,
+		MaxAckPending: s.opts.MaxAckPending,
+		MaxDeliver:    -1,
+	}
+}
+
+// intentsConsumer is the name of the coordinator's consumer on the intents
+// stream. It must exist whenever the stream does: an interest stream drops
+// at once a message no consumer is interested in.
+const intentsConsumer = "coordinator"
+
+// MaxWireMessage is the largest message the intents stream takes: larger
+// than an intent may be (1 MiB), so that an oversized intent still reaches
+// the coordinator and gets its invalid decision. A server must allow it as
+// its max_payload for that; the embedded one does.
+const MaxWireMessage = 8 << 20
+
+// ErrStreamMismatch is returned (wrapped) when a stream exists with
+// settings other than the coordinator's: it is reported, never changed.
+var ErrStreamMismatch = errors.New("coordinator: stream exists with other settings")
+
+// ensureStreams creates the streams that are missing, with the intents
+// stream's consumer right after the stream (nothing published in between
+// would be kept), and checks those that exist. It returns the intents
+// consumer.
+func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error) {
+	for _, want := range s.streamConfigs() {
+		st, err := s.js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := s.js.CreateStream(ctx, want); err != nil {
+				return nil, fmt.Errorf("coordinator: create stream %s: %w", want.Name, err)
+			}
+			if want.Name == s.subj.Stream(intents.StreamIntents) {
+				if _, err := s.js.CreateConsumer(ctx, want.Name, s.intentsConsumer()); err != nil {
+					return nil, fmt.Errorf("coordinator: create consumer %s on %s: %w", intentsConsumer, want.Name, err)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
+		}
+		if diffs := streamDiffs(st.CachedInfo().Config, want); len(diffs) > 0 {
+			return nil, fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
+		}
+	}
+	name := s.subj.Stream(intents.StreamIntents)
+	cons, err := s.js.Consumer(ctx, name, intentsConsumer)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		s.log.Warn("the coordinator's consumer on the intents stream was missing, and is made again: intents published while it was missing are lost (an interest stream keeps nothing nobody is interested in); do not delete it",
+			"stream", name, "consumer", intentsConsumer)
+		cons, err = s.js.CreateConsumer(ctx, name, s.intentsConsumer())
+	case err == nil && cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy:
+		return nil, fmt.Errorf("%w: consumer %s on %s acknowledges %s, want all; it cannot be changed in place, and deleting it loses what it holds: stop the coordinator and let it migrate the stream",
+			ErrStreamMismatch, intentsConsumer, name, cons.CachedInfo().Config.AckPolicy)
+	case err == nil:
+		cons, err = s.js.UpdateConsumer(ctx, name, s.intentsConsumer())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
+	}
+	return cons, nil
+}
+
+// streamDiffs says how a stream's configuration differs from the one the
+// coordinator wants.
+func streamDiffs(have, want jetstream.StreamConfig) []string {
+	var diffs []string
+	if !slices.Equal(have.Subjects, want.Subjects) {
+		diffs = append(diffs, fmt.Sprintf("subjects %v, want %v", have.Subjects, want.Subjects))
+	}
+	if have.Retention != want.Retention {
+		diffs = append(diffs, fmt.Sprintf("retention %s, want %s", have.Retention, want.Retention))
+	}
+	if have.Storage != want.Storage {
+		diffs = append(diffs, fmt.Sprintf("storage %s, want %s", have.Storage, want.Storage))
+	}
+	if want.MaxMsgSize != 0 && have.MaxMsgSize != want.MaxMsgSize {
+		diffs = append(diffs, fmt.Sprintf("max message size %d, want %d", have.MaxMsgSize, want.MaxMsgSize))
+	}
+	if want.Duplicates != 0 && have.Duplicates != want.Duplicates {
+		diffs = append(diffs, fmt.Sprintf("duplicate window %s, want %s", have.Duplicates, want.Duplicates))
+	}
+	return diffs
+}
+
+// catchUpFeed publishes again the changes a previous process made durable
+// but was killed before publishing, so that the change feed has every
+// change and a watcher resuming from a revision sees no gap. It starts
+// after the feed's last message: the rest of that change's paths, then
+// every later change of the log.
+func (s *Service) catchUpFeed(ctx context.Context) error {
+	lg := s.core.Log()
+	if lg.LastSeq() == 0 {
+		return nil
+	}
+	st, err := s.js.Stream(ctx, s.subj.Stream(intents.StreamEvents))
+	if err != nil {
+		return err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, s.subj.EventsChange(">"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// An empty feed is a new one (or one whose changes all aged out):
+		// nobody watching it can have seen anything to continue from.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var last intents.Event
+	if err := json.Unmarshal(m.Data, &last); err != nil {
+		return fmt.Errorf("the feed's last message %s: %w", m.Subject, err)
+	}
+	if last.Change != nil {
+		writes := last.Change.Writes
+		for i, w := range writes {
+			if s.subj.EventsChange(w.Path) == m.Subject {
+				for _, rest := range writes[i+1:] {
+					s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(rest.Path), Data: m.Data})
+				}
+				break
+			}
+		}
+	}
+	from := last.Seq + 1
+	if from > lg.LastSeq() {
+		return nil
+	}
+	n := 0
+	err = lg.Scan(max(from, lg.FirstSeq()), lg.LastSeq(), func(ev *intents.Event) error {
+		if ev.Type == intents.EventChange {
+			s.publishChanges([]*intents.Event{ev})
+			n++
+		}
+		return nil
+	})
+	s.log.Info("the change feed caught up with the log", "from", from, "changes", n)
+	return err
+}

@@ -1,10 +1,16 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -85,5 +91,229 @@ func TestVersionsOnDecisions(t *testing.T) {
 	raw, _ := json.Marshal(c)
 	if c.Rev == 0 {
 		t.Fatalf("committed without rev: %s", raw)
+	}
+}
+
+// checkFor polls cond every 10 ms until it returns nil or d passes, as
+// nats-server's own tests wait for a state JetStream reaches in its own
+// time.
+func checkFor(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// streamMsgs is how many messages a stream holds.
+func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// The intents stream keeps an intent only until the coordinator has
+// acknowledged it, in bulk: after a run is drained it holds none. And an
+// intent is never acknowledged before its decision is stored: while the
+// decisions stream refuses it, the intent stays, and once the decision is
+// stored, it goes.
+func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
+	ns := natstest.Run(t)
+	startService(t, ns, t.TempDir(), Options{})
+	w := &protoWire{t: t, nc: natstest.Connect(t, ns), dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}, waiting: map[string][]string{}}
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const intentsStream, decisionsStream = "COAGENT_INTENTS", "COAGENT_DECISIONS"
+	var ids []string
+	for i := range 200 {
+		id, body := protoIntent(fmtIncr, "a", fmt.Sprintf("n.k%d", i%7))
+		w.publish("a", body)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if d := w.next("a"); d.Intent != id || d.Outcome != intents.OutcomeApplied {
+			t.Fatalf("decision %+v, want %s applied", d, id)
+		}
+	}
+	checkFor(t, 10*time.Second, "the intents stream after a drained run", func() error {
+		if n := streamMsgs(t, js, intentsStream); n != 0 {
+			return fmt.Errorf("%d messages left", n)
+		}
+		return nil
+	})
+
+	// The decisions stream takes no more: the next decision cannot be
+	// stored, so its intent is not acknowledged.
+	st, err := js.Stream(context.Background(), decisionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	full := cfg
+	full.MaxMsgs, full.Discard = int64(streamMsgs(t, js, decisionsStream)), jetstream.DiscardNew
+	if _, err := js.UpdateStream(context.Background(), full); err != nil {
+		t.Fatal(err)
+	}
+	id, body := protoIntent(fmtIncr, "a", "n.blocked")
+	w.publish("a", body)
+	var d intents.Decision
+	checkFor(t, 10*time.Second, "the decision of the blocked intent", func() error {
+		m, err := w.nc.Request(protoAPI+"decision.get", []byte(`{"intent":"`+id+`"}`), protoTimeout)
+		if err != nil {
+			return err
+		}
+		if code := m.Header.Get(protoHdrErrCode); code != "" {
+			return fmt.Errorf("decision.get: %s", code)
+		}
+		return json.Unmarshal(m.Data, &d)
+	})
+	if d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the blocked intent: %+v", d)
+	}
+	// Decided and durable, its decision refused: still in the stream
+	// after the acknowledger has had many tries.
+	cons, err := js.Consumer(context.Background(), intentsStream, "coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, 10*time.Second, "the acknowledger trying again", func() error {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.NumRedelivered == 0 && info.Delivered.Consumer < uint64(len(ids))+2 {
+			return fmt.Errorf("the intent came once; waiting for AckWait to pass")
+		}
+		return nil
+	})
+	if n := streamMsgs(t, js, intentsStream); n != 1 {
+		t.Fatalf("the intents stream holds %d messages while the decision is not stored, want the intent", n)
+	}
+	if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.next("a"); got.Intent != id {
+		t.Fatalf("once stored, the decision on a's subject is for %s, want %s", got.Intent, id)
+	}
+	checkFor(t, 15*time.Second, "the intents stream once the decision is stored", func() error {
+		if n := streamMsgs(t, js, intentsStream); n != 0 {
+			return fmt.Errorf("%d messages left", n)
+		}
+		return nil
+	})
+}
+
+// An intent published while no coordinator runs is kept (the coordinator's
+// consumer exists from the stream's creation on) and decided once one
+// starts.
+func TestIntentPublishedWhileNoCoordinatorRuns(t *testing.T) {
+	ns := natstest.Run(t)
+	dir := t.TempDir()
+	nc := natstest.Connect(t, ns)
+	svc, err := Start(context.Background(), nc, dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client := natstest.Connect(t, ns)
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, body := protoIntent(fmtSet, "a", "offline.x", `1`)
+	m := nats.NewMsg(protoIntents + "a")
+	m.Header.Set(protoHdrMsgID, id)
+	m.Data = []byte(body)
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatalf("publish with no coordinator running: %v", err)
+	}
+	if n := streamMsgs(t, js, "COAGENT_INTENTS"); n != 1 {
+		t.Fatalf("the intents stream holds %d messages with no coordinator running, want the intent", n)
+	}
+	decs, err := client.SubscribeSync(protoDecisions + "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startService(t, ns, dir, Options{})
+	got := natstest.Next[intents.Decision](t, decs)
+	if got.Intent != id || got.Outcome != intents.OutcomeApplied {
+		t.Fatalf("decision %+v, want %s applied", got, id)
+	}
+}
+
+// A full intake answers a submit unavailable at once, and loses nothing:
+// what was taken is decided, and what was refused, sent again with the
+// same id, is decided once.
+func TestFullIntakeAnswersUnavailable(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{MaxIntake: 4})
+	nc := natstest.Connect(t, ns)
+	// The loop is held, so nothing leaves the intake.
+	hold, held := make(chan struct{}), make(chan struct{})
+	go svc.call(context.Background(), func() { close(held); <-hold })
+	<-held
+	type answer struct {
+		body string
+		m    *nats.Msg
+		err  error
+	}
+	answers := make(chan answer, 16)
+	for range 10 {
+		_, body := protoIntent(fmtIncr, "a", "intake.n")
+		go func() {
+			m, err := nc.Request(protoAPI+"submit.a", []byte(body), protoTimeout)
+			answers <- answer{body, m, err}
+		}()
+	}
+	// Four fit in the intake; six are refused at once, while the loop is
+	// still held.
+	var refused []string
+	for range 6 {
+		a := <-answers
+		if a.err != nil || a.m.Header.Get(protoHdrErrCode) != codeUnavailable {
+			t.Fatalf("a submit past a full intake: %v %v %s", a.err, a.m.Header, a.m.Data)
+		}
+		refused = append(refused, a.body)
+	}
+	close(hold)
+	for range 4 {
+		a := <-answers
+		var d intents.Decision
+		if a.err != nil || json.Unmarshal(a.m.Data, &d) != nil || d.Outcome != intents.OutcomeApplied {
+			t.Fatalf("a submit the intake took: %v %s", a.err, a.m.Data)
+		}
+	}
+	for _, body := range refused {
+		m, err := nc.Request(protoAPI+"submit.a", []byte(body), protoTimeout)
+		var d intents.Decision
+		if err != nil || json.Unmarshal(m.Data, &d) != nil || d.Outcome != intents.OutcomeApplied || d.Duplicate {
+			t.Fatalf("a refused submit sent again: %v %s", err, m.Data)
+		}
+	}
+	m, err := nc.Request(protoAPI+"state.get", []byte(`{"paths":["intake.n"]}`), protoTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st stateReply
+	if err := json.Unmarshal(m.Data, &st); err != nil || st.Values["intake.n"].Value != 10.0 {
+		t.Fatalf("intake.n after 10 increments: %s", m.Data)
 	}
 }

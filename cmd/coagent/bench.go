@@ -171,11 +171,11 @@ func orAbsent(value string) string {
 // intents, where an update takes more than one), the two baselines, and
 // the updates' ratios to each; then the counts and the check.
 func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
-	where := fmt.Sprintf("%d shared keys", r.Keys)
+	where := "on " + plural(r.Keys, "shared key")
 	if r.OwnPaths {
 		where = "each on a path of its own"
 	}
-	fmt.Fprintf(w, "\n%s over %s: %d agents, %s, %v a measurement\n", r.Workload, r.Path, r.Agents, where, d)
+	fmt.Fprintf(w, "\n%s over %s: %s, %s, %v a measurement\n", r.Workload, r.Path, plural(r.Agents, "agent"), where, d)
 	fmt.Fprintf(w, "%-22s %9s %9s %9s   %9s %8s %8s   %9s %8s %8s\n", "", "per s", "p50", "p99",
 		"tput/pub", "p50/pub", "p99/pub", "tput/rr", "p50/rr", "p99/rr")
 	row := func(name string, tput float64, lat loadgen.Latency) {
@@ -199,10 +199,17 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
 		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)
 	if len(r.Mismatches) == 0 && r.Lost == 0 {
-		fmt.Fprintf(w, "check: each of the %d keys holds exactly the updates applied to it\n", r.Checked)
+		fmt.Fprintf(w, "check: each of %s holds exactly the updates applied to it\n", plural(r.Checked, "key"))
 	} else {
-		fmt.Fprintf(w, "check: %d of the %d keys disagree with the updates applied to them (%d off in all)\n", len(r.Mismatches), r.Checked, r.Lost)
+		fmt.Fprintf(w, "check: %d of %s disagree with the updates applied to them (%d off in all)\n", len(r.Mismatches), plural(r.Checked, "key"), r.Lost)
 	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func round(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

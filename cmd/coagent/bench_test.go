@@ -85,8 +85,8 @@ func TestBenchText(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	for _, want := range []string{"incr over api: 2 agents, 16 shared keys", "coagent updates", "raw JetStream publish",
-		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of the 16 keys holds exactly the updates applied to it"} {
+	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish",
+		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -1,29 +1,87 @@
 // Package loadgen is the load generator behind `coagent bench`: a number
-// of agents, each on its own NATS connection, submit intents over the wire
-// as fast as their decisions come back, on a set of counters chosen with a
-// hot-key skew. It measures throughput and decision latency, counts
-// outcomes, conflicts, retries and merges, and checks at the end that no
-// update was lost: every counter equals the increments applied to it. Beside
-// it, the same agents measure raw JetStream synchronous publish-and-ack on
-// the same server and transport, the baseline the figures are read against.
+// of agents, each on its own NATS connection, send intents over the wire as
+// fast as their decisions come back, and measure throughput and latency.
+//
+// An agent reaches the coordinator by one of the two paths of SPEC §6
+// (Path): request/reply on coagent.api.submit.<agent>, the reply being the
+// decision, or store-and-forward on coagent.intents.<agent> with the
+// decision read on coagent.decisions.<agent>. On either path a lost answer
+// is recovered by sending the same intent (same id) again, and a decision
+// is counted once per intent id, however many times it arrives.
+//
+// What the agents do is the Workload: uncontended applies, read and
+// compare-and-set on hot keys, increments on hot keys, or transactions.
+// Every run ends with the lost-update check: each key the agents wrote is
+// read back, and its version (how many commits changed it) — and, where the
+// workload makes it one, its value — must equal the updates the agents saw
+// applied to it. A lost update or one applied twice fails the check.
+//
+// Beside the coordinator the same agents, on the same connections, measure
+// two baselines: JetStream synchronous publish-and-ack to a file stream, and
+// core NATS request/reply to a responder that does nothing. The first is
+// what a team would use instead of a coordinator; the second is the most a
+// round trip through the server can do.
 package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
+)
+
+// Path is how an agent's intents reach the coordinator.
+type Path string
+
+// The paths of SPEC §6.
+const (
+	// PathAPI submits by request/reply on <prefix>.api.submit.<agent>; the
+	// reply is the decision.
+	PathAPI Path = "api"
+	// PathStream publishes on <prefix>.intents.<agent> with Nats-Msg-Id =
+	// the intent id and reads the decision on <prefix>.decisions.<agent>.
+	PathStream Path = "stream"
+)
+
+// Paths lists the paths in a stable order.
+var Paths = []Path{PathAPI, PathStream}
+
+// Workload is what the agents ask for.
+type Workload string
+
+// The workloads.
+const (
+	// WorkloadApply: each agent sets its own path, uncontended (or, with
+	// Keys, paths chosen among shared keys, with ProposeRatio of the
+	// updates as transactions).
+	WorkloadApply Workload = "apply"
+	// WorkloadRMW: read a hot key with state.get, then set it to its value
+	// plus one with a versioned read and on_conflict reject; a stale read
+	// or a conflict is tried again after a backoff, with the versions the
+	// rejection carries instead of a new read.
+	WorkloadRMW Workload = "rmw"
+	// WorkloadIncr: incr a hot key by one, no read.
+	WorkloadIncr Workload = "incr"
+	// WorkloadTxn: propose a transaction that reads and increments a hot
+	// key, then commit it.
+	WorkloadTxn Workload = "txn"
+)
+
+// Workloads lists the workloads in a stable order.
+var Workloads = []Workload{WorkloadApply, WorkloadRMW, WorkloadIncr, WorkloadTxn}
+
+// The retry policy of a rejected update (conflict, stale read): exponential
+// backoff with full jitter, at most MaxTries tries of one update.
+const (
+	BackoffBase = time.Millisecond
+	BackoffCap  = 100 * time.Millisecond
+	MaxTries    = 10
 )
 
 // Config says what load to make. Zero fields take their defaults.
@@ -32,36 +90,102 @@ type Config struct {
 	URL string
 	// Prefix of the coordinator's subjects. The default is "coagent".
 	Prefix string
-	// Agents is how many agents submit concurrently. The default is 16.
+	// Path is how intents reach the coordinator. The default is PathAPI.
+	Path Path
+	// Workload is what the agents do. The default is WorkloadApply.
+	Workload Workload
+	// Agents is how many agents send intents at once, each on its own
+	// connection. The default is 16 for WorkloadApply and 50 for the
+	// others.
 	Agents int
-	// Keys is how many counters they share. The default is 1000.
+	// Keys is how many keys the agents share. The default is 16, except
+	// for WorkloadApply, where 0 gives each agent a path of its own.
 	Keys int
-	// Skew is the Zipf exponent of key choice (> 1 concentrates load on a
-	// few hot keys; 0 is uniform). The default is 0.
+	// Skew is the Zipf exponent of key choice among shared keys (> 1
+	// concentrates load on a few hot keys). The default, 0, is uniform.
 	Skew float64
-	// ProposeRatio is the share of updates made as propose+commit
-	// transactions (which read their counter, so they conflict on hot keys)
-	// instead of one-shot applies. The default is 0.
+	// ProposeRatio is the share of WorkloadApply's updates made as
+	// propose+commit transactions on the same keys. The default is 0; it is
+	// an error with another workload.
 	ProposeRatio float64
-	// Duration of each measurement. The default is 5s.
+	// Duration of each measurement: each baseline, then the coordinator.
+	// The default is 5s.
 	Duration time.Duration
-	// Seed makes key choice reproducible. The default is 1.
+	// RequestTimeout is how long an agent waits for the decision of an
+	// intent before it sends the same intent again (on the stream path it
+	// asks decision.get first); each new send waits twice as long, up to
+	// 30s. The default is 5s.
+	RequestTimeout time.Duration
+	// Seed makes key choice and backoff jitter reproducible. The default
+	// is 1.
 	Seed uint64
+	// Responder is the connection the request/reply baseline's responder
+	// answers on: `coagent bench` passes one made as the coordinator's is,
+	// so that the baseline crosses the transport the coordinator does. The
+	// default is a connection of its own to URL.
+	Responder *nats.Conn
 }
 
-func (c *Config) defaults() {
-	if c.Agents <= 0 {
+// EnsureDefaults fills in the zero fields.
+func (c *Config) EnsureDefaults() {
+	if c.Path == "" {
+		c.Path = PathAPI
+	}
+	if c.Workload == "" {
+		c.Workload = WorkloadApply
+	}
+	if c.Agents == 0 {
 		c.Agents = 16
+		if c.Workload != WorkloadApply {
+			c.Agents = 50
+		}
 	}
-	if c.Keys <= 0 {
-		c.Keys = 1000
+	if c.Keys == 0 && c.Workload != WorkloadApply {
+		c.Keys = 16
 	}
-	if c.Duration <= 0 {
+	if c.Duration == 0 {
 		c.Duration = 5 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 5 * time.Second
 	}
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+}
+
+// Validate reports every problem of the load a Config asks for, once it
+// has its defaults; a missing URL is Run's to report.
+func (c *Config) Validate() error {
+	var errs []error
+	if !slices.Contains(Paths, c.Path) {
+		errs = append(errs, fmt.Errorf("loadgen: path %q: want one of %v", c.Path, Paths))
+	}
+	if !slices.Contains(Workloads, c.Workload) {
+		errs = append(errs, fmt.Errorf("loadgen: workload %q: want one of %v", c.Workload, Workloads))
+	}
+	if c.Agents < 0 {
+		errs = append(errs, fmt.Errorf("loadgen: agents %d: want a positive number", c.Agents))
+	}
+	if c.Keys < 0 {
+		errs = append(errs, fmt.Errorf("loadgen: keys %d: want a positive number", c.Keys))
+	}
+	if c.Skew < 0 {
+		errs = append(errs, fmt.Errorf("loadgen: skew %g: want 0 (uniform) or more", c.Skew))
+	}
+	if c.ProposeRatio < 0 || c.ProposeRatio > 1 {
+		errs = append(errs, fmt.Errorf("loadgen: propose ratio %g: want a share between 0 and 1", c.ProposeRatio))
+	} else if c.ProposeRatio > 0 && c.Workload != WorkloadApply {
+		errs = append(errs, fmt.Errorf("loadgen: propose ratio %g with workload %s: only workload %s mixes in transactions (%s is nothing but transactions)",
+			c.ProposeRatio, c.Workload, WorkloadApply, WorkloadTxn))
+	}
+	if c.Duration < 0 {
+		errs = append(errs, fmt.Errorf("loadgen: duration %v: want a positive duration", c.Duration))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("loadgen: request timeout %v: want a positive duration", c.RequestTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Latency summarizes a set of durations.
@@ -78,278 +202,132 @@ func summarize(ds []time.Duration) Latency {
 	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
 }
 
-// Result is what one run measured.
-type Result struct {
-	Agents     int
-	Duration   time.Duration
-	Intents    int     // intents decided (each retry counts)
-	Updates    int     // increments applied (applied applies and committed commits)
-	Throughput float64 // intents decided per second
-	Latency    Latency // from publish to final decision
-	Outcomes   map[intents.Outcome]int
-	Conflicts  int // rejections for conflict or stale read
-	Retries    int // intents sent again after a retryable rejection
-	Merged     int // decisions that name others in merged_with
-	// Lost is the difference between the counters' total and Updates:
-	// zero unless an update was lost or applied twice.
-	Lost int64
-
-	RawThroughput float64 // raw JetStream publish-and-ack messages per second
-	RawLatency    Latency
+// Ratio compares the coordinator's updates with a baseline: throughput over
+// the baseline's, and latency over the baseline's (above 1 is slower).
+type Ratio struct {
+	Throughput, P50, P99 float64
 }
 
-// Run measures the raw baseline, then the coordinator, with the same agents
-// and transport.
+func ratio(tput float64, lat Latency, baseTput float64, base Latency) Ratio {
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	return Ratio{Throughput: div(tput, baseTput), P50: div(float64(lat.P50), float64(base.P50)),
+		P99: div(float64(lat.P99), float64(base.P99))}
+}
+
+// Mismatch is a key whose state disagrees with the updates applied to it.
+type Mismatch struct {
+	Path    string
+	Applied int    // updates the agents saw applied to the key
+	Version uint64 // the key's version: how many commits changed it
+	Value   string // the key's value as JSON ("" if absent)
+}
+
+// Result is what one run measured.
+type Result struct {
+	Workload Workload
+	Path     Path
+	Agents   int
+	Keys     int // keys written: the shared keys, or one per agent
+	// OwnPaths: each agent wrote a path of its own (WorkloadApply without
+	// Keys).
+	OwnPaths bool
+	// Duration is the wall time of the coordinator's part, from the first
+	// intent to the last decision (the intent under way at the end of the
+	// measurement gets its decision, but a rejected one is not tried
+	// again).
+	Duration time.Duration
+
+	Intents          int     // intents decided (each try of an update counts)
+	Updates          int     // updates applied: applied applies and sets, committed commits
+	Throughput       float64 // intents decided per second
+	UpdateThroughput float64 // updates applied per second
+	// Latency of an intent, from its first send to its final decision,
+	// sends of the same intent again included.
+	Latency Latency
+	// UpdateLatency of an update, from its first read or send to the
+	// decision that applied it, every try and backoff included.
+	UpdateLatency Latency
+	Outcomes      map[intents.Outcome]int
+	Conflicts     int // rejections for conflict or stale read
+	Retries       int // tries after a retryable rejection, each with a fresh id
+	Merged        int // decisions that name others in merged_with
+	Tries         int // tries of an update: applies, rmw sets, proposes
+	GaveUp        int // updates given up after MaxTries tries
+	Reads         int // state.get requests of the rmw workload
+	// Resends counts the same intent sent again (same id): after a request
+	// timed out, the coordinator was unavailable or answered an interim
+	// decision.
+	Resends int
+	// RoundTrips counts every request and reply the agents waited for:
+	// reads, submits, sends again, decision.get.
+	RoundTrips       int
+	TriesPerUpdate   float64
+	RoundTripsPerTry float64
+
+	// The lost-update check: Checked keys read back, the Mismatches among
+	// them, and Lost, the sum over keys of the difference between the
+	// updates applied and the key's version — zero unless an update was
+	// lost or applied twice.
+	Checked    int
+	Mismatches []Mismatch `json:",omitempty"`
+	Lost       int64
+
+	// RawThroughput and RawLatency: JetStream synchronous publish-and-ack to
+	// a file stream, messages per second.
+	RawThroughput float64
+	RawLatency    Latency
+	// ReqReplyThroughput and ReqReplyLatency: core NATS request/reply to a
+	// responder that does nothing, round trips per second.
+	ReqReplyThroughput float64
+	ReqReplyLatency    Latency
+	// VsPublish and VsRequest compare UpdateThroughput and UpdateLatency
+	// with each baseline.
+	VsPublish, VsRequest Ratio
+}
+
+// Run measures the two baselines, then the coordinator, with the same
+// agents and connections, and checks the counts at the end. It returns an
+// error for a bad Config, a connection that fails, or an agent that gets
+// no decision; a failed lost-update check is in the Result (Lost,
+// Mismatches), not an error.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	cfg.defaults()
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("loadgen: URL is empty: a NATS server is required")
+	}
 	conns := make([]*nats.Conn, cfg.Agents)
 	for i := range conns {
 		nc, err := nats.Connect(cfg.URL, nats.Name("coagent bench "+strconv.Itoa(i)))
 		if err != nil {
-			return nil, fmt.Errorf("bench: connect: %w", err)
+			return nil, fmt.Errorf("loadgen: connect agent %d to %s: %w", i, cfg.URL, err)
 		}
 		defer nc.Close()
 		conns[i] = nc
 	}
-	res := &Result{Agents: cfg.Agents, Duration: cfg.Duration, Outcomes: map[intents.Outcome]int{}}
-	if err := raw(ctx, cfg, conns, res); err != nil {
+	res := &Result{Workload: cfg.Workload, Path: cfg.Path, Agents: cfg.Agents, Keys: cfg.Keys,
+		Outcomes: map[intents.Outcome]int{}}
+	// A run's paths and agent names are its own, so runs on one server
+	// (and one coordinator) do not see each other's keys.
+	run := ulid.Make().String()[:10]
+	var err error
+	if res.RawThroughput, res.RawLatency, err = rawPublish(ctx, cfg, conns, run); err != nil {
 		return nil, err
 	}
-	if err := coordinated(ctx, cfg, conns, res); err != nil {
+	if res.ReqReplyThroughput, res.ReqReplyLatency, err = rawRequest(ctx, cfg, conns, run); err != nil {
 		return nil, err
 	}
+	if err := coordinated(ctx, cfg, conns, run, res); err != nil {
+		return nil, err
+	}
+	res.VsPublish = ratio(res.UpdateThroughput, res.UpdateLatency, res.RawThroughput, res.RawLatency)
+	res.VsRequest = ratio(res.UpdateThroughput, res.UpdateLatency, res.ReqReplyThroughput, res.ReqReplyLatency)
 	return res, nil
-}
-
-// raw runs synchronous JetStream publish-and-ack on a file stream of its
-// own from every agent for the duration.
-func raw(ctx context.Context, cfg Config, conns []*nats.Conn, res *Result) error {
-	js, err := jetstream.New(conns[0])
-	if err != nil {
-		return err
-	}
-	name := "COAGENT_BENCH_RAW"
-	_ = js.DeleteStream(ctx, name)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{"coagent-bench-raw.>"},
-		Storage: jetstream.FileStorage}); err != nil {
-		return fmt.Errorf("bench: raw stream: %w", err)
-	}
-	defer js.DeleteStream(context.Background(), name)
-	payload := make([]byte, 160) // about an intent's size
-	lat := make([][]time.Duration, len(conns))
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(cfg.Duration)
-	var firstErr atomic.Value
-	for i, nc := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
-				return
-			}
-			subj := "coagent-bench-raw." + strconv.Itoa(i)
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				start := time.Now()
-				if _, err := js.Publish(ctx, subj, payload); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				lat[i] = append(lat[i], time.Since(start))
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return fmt.Errorf("bench: raw publish: %w", err)
-	}
-	all := slices.Concat(lat...)
-	res.RawThroughput = float64(len(all)) / cfg.Duration.Seconds()
-	res.RawLatency = summarize(all)
-	return nil
-}
-
-// agentStats is one agent's count, merged at the end.
-type agentStats struct {
-	lat                                  []time.Duration
-	intents, updates, conflicts, retries int
-	merged                               int
-	outcomes                             map[intents.Outcome]int
-}
-
-// coordinated runs the agents against the coordinator, then checks the
-// counters.
-func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, res *Result) error {
-	subj := intents.Subjects{Prefix: cfg.Prefix}
-	run := ulid.Make().String()[:10] // keeps runs on one server apart
-	base := "bench" + run
-	stats := make([]agentStats, len(conns))
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(cfg.Duration)
-	errs := make([]error, len(conns))
-	for i, nc := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = agent(ctx, cfg, nc, subj, base, "bench-"+run+"-"+strconv.Itoa(i), uint64(i), deadline, &stats[i])
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	var lats [][]time.Duration
-	for _, s := range stats {
-		lats = append(lats, s.lat)
-		res.Intents += s.intents
-		res.Updates += s.updates
-		res.Conflicts += s.conflicts
-		res.Retries += s.retries
-		res.Merged += s.merged
-		for o, n := range s.outcomes {
-			res.Outcomes[o] += n
-		}
-	}
-	res.Latency = summarize(slices.Concat(lats...))
-	res.Throughput = float64(res.Intents) / cfg.Duration.Seconds()
-
-	// Every counter must hold exactly the increments applied to it.
-	paths := make([]string, cfg.Keys)
-	for k := range paths {
-		paths[k] = base + ".k" + strconv.Itoa(k)
-	}
-	body, _ := json.Marshal(map[string][]string{"paths": paths})
-	resp, err := conns[0].Request(subj.API("state.get"), body, 30*time.Second)
-	if err != nil {
-		return fmt.Errorf("bench: read the counters: %w", err)
-	}
-	var st struct {
-		Values map[string]struct {
-			Value any `json:"value"`
-		} `json:"values"`
-	}
-	if err := json.Unmarshal(resp.Data, &st); err != nil {
-		return fmt.Errorf("bench: read the counters: %q: %w", resp.Data, err)
-	}
-	var total int64
-	for _, v := range st.Values {
-		if f, ok := v.Value.(float64); ok {
-			total += int64(f)
-		}
-	}
-	res.Lost = int64(res.Updates) - total
-	return nil
-}
-
-// agent submits until the deadline, one intent at a time, waiting for each
-// final decision; retryable rejections are retried with a fresh id.
-func agent(ctx context.Context, cfg Config, nc *nats.Conn, subj intents.Subjects, base, name string, seed uint64,
-	deadline time.Time, st *agentStats) error {
-	st.outcomes = map[intents.Outcome]int{}
-	decisions := make(chan *intents.Decision, 64)
-	sub, err := nc.Subscribe(subj.Decisions(name), func(m *nats.Msg) {
-		var d intents.Decision
-		if json.Unmarshal(m.Data, &d) == nil {
-			decisions <- &d
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
-	rng := rand.New(rand.NewPCG(cfg.Seed, seed))
-	var zipf *rand.Zipf
-	if cfg.Skew > 1 && cfg.Keys > 1 {
-		zipf = rand.NewZipf(rng, cfg.Skew, 1, uint64(cfg.Keys-1))
-	}
-	key := func() string {
-		k := rng.IntN(cfg.Keys)
-		if zipf != nil {
-			k = int(zipf.Uint64())
-		}
-		return base + ".k" + strconv.Itoa(k)
-	}
-	// send publishes one intent and waits for its final decision.
-	send := func(in *intents.Intent) (*intents.Decision, error) {
-		raw, _ := json.Marshal(in)
-		start := time.Now()
-		if err := nc.Publish(subj.Intents(name), raw); err != nil {
-			return nil, err
-		}
-		timeout := time.NewTimer(30 * time.Second)
-		defer timeout.Stop()
-		for {
-			select {
-			case d := <-decisions:
-				if d.Intent != in.ID || !d.Outcome.Final() {
-					continue
-				}
-				st.lat = append(st.lat, time.Since(start))
-				st.intents++
-				st.outcomes[d.Outcome]++
-				if len(d.MergedWith) > 0 {
-					st.merged++
-				}
-				if d.Reason == intents.ReasonConflict || d.Reason == intents.ReasonStaleRead {
-					st.conflicts++
-				}
-				return d, nil
-			case <-timeout.C:
-				return nil, fmt.Errorf("bench: agent %s: no decision for %s in 30s", name, in.ID)
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-	}
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		path := key()
-		if rng.Float64() >= cfg.ProposeRatio {
-			for attempt := 0; ; attempt++ {
-				d, err := send(&intents.Intent{ID: ulid.Make().String(), Agent: name, Kind: intents.KindApply,
-					Writes: []intents.Write{{Path: path, Op: intents.OpIncr}}})
-				if err != nil {
-					return err
-				}
-				if d.Outcome == intents.OutcomeApplied {
-					st.updates++
-				}
-				if !d.Retryable || attempt == 10 {
-					break
-				}
-				st.retries++
-			}
-			continue
-		}
-		// A transaction that reads its counter: it conflicts with every
-		// other writer of a hot key while it is in flight.
-		var g *intents.Decision
-		for attempt := 0; ; attempt++ {
-			d, err := send(&intents.Intent{ID: ulid.Make().String(), Agent: name, Kind: intents.KindPropose, LeaseMS: 10000,
-				Reads: []intents.Read{{Path: path}}, Writes: []intents.Write{{Path: path, Op: intents.OpIncr}}})
-			if err != nil {
-				return err
-			}
-			if d.Outcome == intents.OutcomeGranted {
-				g = d
-				break
-			}
-			if !d.Retryable || attempt == 10 || !time.Now().Before(deadline) {
-				break
-			}
-			st.retries++
-		}
-		if g == nil {
-			continue
-		}
-		d, err := send(&intents.Intent{ID: ulid.Make().String(), Agent: name, Kind: intents.KindCommit, Txn: g.Txn, Fence: g.Fence,
-			Writes: []intents.Write{{Path: path, Op: intents.OpIncr, Value: json.RawMessage("1")}}})
-		if err != nil {
-			return err
-		}
-		if d.Outcome == intents.OutcomeCommitted {
-			st.updates++
-		}
-	}
-	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/coagent/coagent/agents/loadgen"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,7 +23,7 @@ import (
 type benchCommand struct{}
 
 func (*benchCommand) Synopsis() string {
-	return "measure throughput and latency against raw JetStream publish-ack, and check no update is lost"
+	return "measure throughput and latency against raw JetStream publish and raw request/reply, and check no update is lost"
 }
 
 func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -32,28 +31,34 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	fs.SetOutput(stderr)
 	var conn natsFlags
 	conn.register(fs, "")
-	agentList := fs.String("agents", "1,16,64", "comma-separated numbers of concurrent agents, one run each")
-	keys := fs.Int("keys", 1000, "number of counters")
-	skew := fs.Float64("skew", 0, "Zipf exponent of key choice (> 1 makes hot keys; 0 is uniform)")
-	propose := fs.Float64("propose", 0, "share of updates made as propose+commit transactions (0..1)")
-	duration := fs.Duration("duration", 5*time.Second, "length of each measurement")
+	path := fs.String("path", string(loadgen.PathAPI), "how intents reach the coordinator: api (request/reply on coagent.api.submit.<agent>) or stream (coagent.intents.<agent>, decisions on coagent.decisions.<agent>)")
+	workload := fs.String("workload", string(loadgen.WorkloadApply), "what the agents do: apply (each sets its own path), rmw (state.get, then set value+1 with a versioned read), incr (incr 1, no read) or txn (propose, commit)")
+	agentList := fs.String("agents", "", "comma-separated numbers of concurrent agents, one run each (default 1,16,64 for apply, 50 for the others)")
+	keys := fs.Int("keys", 0, "number of shared keys (default 16 for rmw, incr and txn; for apply, 0 gives each agent its own path)")
+	skew := fs.Float64("skew", 0, "Zipf exponent of the choice among shared keys (> 1 makes hot keys; 0 is uniform)")
+	propose := fs.Float64("propose", 0, "with --workload apply, the share of updates made as propose+commit transactions (0..1)")
+	duration := fs.Duration("duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
 	asJSON := fs.Bool("json", false, "print one JSON result per run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent bench [--nats URL] [--agents 1,16,64] [--keys N] [--skew S] [--propose R] [--duration D] [--json] [--cpuprofile FILE]")
+		fmt.Fprintln(stderr, "usage: coagent bench [--nats URL] [--path api|stream] [--workload apply|rmw|incr|txn] [--agents 1,16,64] [--keys N] [--skew S] [--propose R] [--duration D] [--json] [--cpuprofile FILE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
 	}
-	var counts []int
-	for _, f := range strings.Split(*agentList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--agents %q: want positive numbers", *agentList)
-		}
-		counts = append(counts, n)
+	cfg := loadgen.Config{Prefix: conn.prefix, Path: loadgen.Path(*path), Workload: loadgen.Workload(*workload),
+		Keys: *keys, Skew: *skew, ProposeRatio: *propose, Duration: *duration}
+	counts, err := benchAgents(cfg.Workload, *agentList)
+	if err != nil {
+		return err
+	}
+	// Bad flags are reported before a server starts.
+	early := cfg
+	early.EnsureDefaults()
+	if err := early.Validate(); err != nil {
+		return err
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -66,8 +71,8 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 		defer pprof.StopCPUProfile()
 	}
-	url := conn.url
-	if url == "" {
+	cfg.URL = conn.url
+	if cfg.URL == "" {
 		dir, err := os.MkdirTemp("", "coagent-bench-")
 		if err != nil {
 			return err
@@ -88,15 +93,19 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			return err
 		}
 		defer svc.Shutdown(context.Background())
-		url = ns.ClientURL()
-		fmt.Fprintf(stderr, "bench: coordinator on %s (embedded NATS, agents on loopback TCP), data in %s; decisions fsynced by the event log, raw JetStream with its default (no per-message fsync)\n", url, dir)
-	}
-	if !*asJSON {
-		fmt.Fprintf(stdout, "%6s  %12s %9s %9s  %12s %9s %9s  %7s %7s  %9s %8s %8s %6s %s\n", "agents", "intents/s", "p50", "p99",
-			"raw msgs/s", "raw p50", "raw p99", "ratio", "p99 x", "updates", "confl", "retries", "merged", "lost")
+		// The request/reply baseline's responder is connected as the
+		// coordinator is, so both answer across the same transport.
+		rc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		cfg.URL, cfg.Responder = ns.ClientURL(), rc
+		fmt.Fprintf(stderr, "bench: coordinator on %s (embedded NATS, in process; agents on loopback TCP), data in %s; decisions fsynced by the event log, raw JetStream with its default (no per-message fsync)\n", cfg.URL, dir)
 	}
 	for _, n := range counts {
-		res, err := loadgen.Run(ctx, loadgen.Config{URL: url, Prefix: conn.prefix, Agents: n, Keys: *keys, Skew: *skew, ProposeRatio: *propose, Duration: *duration})
+		cfg.Agents = n
+		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -105,19 +114,102 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 				return err
 			}
 		} else {
-			fmt.Fprintf(stdout, "%6d  %12.0f %9s %9s  %12.0f %9s %9s  %6.2fx %6.2fx  %9d %8d %8d %6d %d\n", n, res.Throughput,
-				round(res.Latency.P50), round(res.Latency.P99), res.RawThroughput, round(res.RawLatency.P50), round(res.RawLatency.P99),
-				res.Throughput/max(res.RawThroughput, 1), float64(res.Latency.P99)/float64(max(res.RawLatency.P99, 1)),
-				res.Updates, res.Conflicts, res.Retries, res.Merged, res.Lost)
+			printBench(stdout, res, cfg.Duration)
 		}
-		if res.Lost != 0 {
-			return fmt.Errorf("bench: %d agents: the counters disagree with the applied increments by %d", n, res.Lost)
-		}
-		if res.Outcomes[intents.OutcomeApplied]+res.Outcomes[intents.OutcomeCommitted] == 0 {
-			return fmt.Errorf("bench: %d agents: nothing was applied", n)
+		if err := benchCheck(res); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// benchAgents returns the agent counts of the runs: the --agents list, or
+// the workload's default.
+func benchAgents(w loadgen.Workload, list string) ([]int, error) {
+	if list == "" {
+		list = "50"
+		if w == loadgen.WorkloadApply {
+			list = "1,16,64"
+		}
+	}
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--agents %q: want positive numbers", list)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// benchCheck fails a run whose counts disagree with the state, or that
+// applied nothing.
+func benchCheck(res *loadgen.Result) error {
+	if len(res.Mismatches) > 0 || res.Lost != 0 {
+		var keys []string
+		for _, m := range res.Mismatches[:min(len(res.Mismatches), 5)] {
+			keys = append(keys, fmt.Sprintf("%s: %d updates applied, version %d, value %s", m.Path, m.Applied, m.Version, orAbsent(m.Value)))
+		}
+		return fmt.Errorf("bench: %s over %s, %d agents: %d of %d keys disagree with the updates applied to them (%d off in all): %s",
+			res.Workload, res.Path, res.Agents, len(res.Mismatches), res.Checked, res.Lost, strings.Join(keys, "; "))
+	}
+	if res.Updates == 0 {
+		return fmt.Errorf("bench: %s over %s, %d agents: nothing was applied (outcomes %v)", res.Workload, res.Path, res.Agents, res.Outcomes)
+	}
+	return nil
+}
+
+func orAbsent(value string) string {
+	if value == "" {
+		return "absent"
+	}
+	return value
+}
+
+// printBench prints one run as a table: the coordinator's updates (and its
+// intents, where an update takes more than one), the two baselines, and
+// the updates' ratios to each; then the counts and the check.
+func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
+	where := "on " + plural(r.Keys, "shared key")
+	if r.OwnPaths {
+		where = "each on a path of its own"
+	}
+	fmt.Fprintf(w, "\n%s over %s: %s, %s, %v a measurement\n", r.Workload, r.Path, plural(r.Agents, "agent"), where, d)
+	fmt.Fprintf(w, "%-22s %9s %9s %9s   %9s %8s %8s   %9s %8s %8s\n", "", "per s", "p50", "p99",
+		"tput/pub", "p50/pub", "p99/pub", "tput/rr", "p50/rr", "p99/rr")
+	row := func(name string, tput float64, lat loadgen.Latency) {
+		fmt.Fprintf(w, "%-22s %9.0f %9s %9s", name, tput, round(lat.P50), round(lat.P99))
+	}
+	ratio := func(x loadgen.Ratio) {
+		fmt.Fprintf(w, "   %8.2fx %7.2fx %7.2fx", x.Throughput, x.P50, x.P99)
+	}
+	row("coagent updates", r.UpdateThroughput, r.UpdateLatency)
+	ratio(r.VsPublish)
+	ratio(r.VsRequest)
+	fmt.Fprintln(w)
+	if r.Workload == loadgen.WorkloadRMW || r.Workload == loadgen.WorkloadTxn || r.Tries != r.Updates {
+		row("coagent intents", r.Throughput, r.Latency)
+		fmt.Fprintln(w)
+	}
+	row("raw JetStream publish", r.RawThroughput, r.RawLatency)
+	fmt.Fprintln(w)
+	row("raw request/reply", r.ReqReplyThroughput, r.ReqReplyLatency)
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
+		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)
+	if len(r.Mismatches) == 0 && r.Lost == 0 {
+		fmt.Fprintf(w, "check: each of %s holds exactly the updates applied to it\n", plural(r.Checked, "key"))
+	} else {
+		fmt.Fprintf(w, "check: %d of %s disagree with the updates applied to them (%d off in all)\n", len(r.Mismatches), plural(r.Checked, "key"), r.Lost)
+	}
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func round(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

@@ -41,3 +41,73 @@ func TestBench(t *testing.T) {
 		t.Fatalf("%d results, want 2", runs)
 	}
 }
+
+// The hot-key workloads over both paths, briefly, from the command line:
+// one JSON result each, with both baselines, and the check passed.
+func TestBenchWorkloads(t *testing.T) {
+	for _, args := range [][]string{
+		{"--workload", "rmw", "--path", "api"},
+		{"--workload", "txn", "--path", "stream"},
+	} {
+		out, _, err := runCmd(t, "", append([]string{"bench", "--agents", "3", "--keys", "2", "--duration", "200ms", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("bench %v: %v\n%s", args, err, out)
+		}
+		var r struct {
+			Workload, Path                    string
+			Agents, Keys, Checked             int
+			Updates, Tries, Conflicts         int
+			Lost                              int64
+			Mismatches                        []any
+			RawThroughput, ReqReplyThroughput float64
+			VsPublish, VsRequest              struct{ Throughput float64 }
+			TriesPerUpdate, RoundTripsPerTry  float64
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("bench %v: %v\n%s", args, err, out)
+		}
+		if r.Workload != args[1] || r.Path != args[3] || r.Agents != 3 || r.Keys != 2 || r.Checked != 2 {
+			t.Errorf("bench %v: %+v", args, r)
+		}
+		if r.Lost != 0 || len(r.Mismatches) > 0 || r.Updates == 0 || r.Tries < r.Updates || r.TriesPerUpdate < 1 || r.RoundTripsPerTry < 1 {
+			t.Errorf("bench %v: counts %+v", args, r)
+		}
+		if r.RawThroughput <= 0 || r.ReqReplyThroughput <= 0 || r.VsPublish.Throughput <= 0 || r.VsRequest.Throughput <= 0 {
+			t.Errorf("bench %v: baselines %+v", args, r)
+		}
+	}
+}
+
+// Without --json a run is one table: the coordinator, both baselines, the
+// counts and the check.
+func TestBenchText(t *testing.T) {
+	out, _, err := runCmd(t, "", "bench", "--workload", "incr", "--agents", "2", "--duration", "200ms")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish",
+		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// Bad flags are named with their values before anything starts.
+func TestBenchBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--path", "bus"}, `path "bus"`},
+		{[]string{"--workload", "mix"}, `workload "mix"`},
+		{[]string{"--workload", "rmw", "--propose", "0.5"}, "propose ratio 0.5 with workload rmw"},
+		{[]string{"--agents", "4,x"}, `--agents "4,x"`},
+		{[]string{"--keys", "-3"}, "keys -3"},
+	} {
+		_, _, err := runCmd(t, "", append([]string{"bench"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %v: %v; want an error naming %s", c.args, err, c.want)
+		}
+	}
+}

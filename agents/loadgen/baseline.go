@@ -1,0 +1,126 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The sizes of the baselines' messages: about an intent's and a decision's.
+const (
+	requestSize = 160
+	replySize   = 200
+)
+
+// measure runs each agent's loop on its connection until the measurement's
+// end and returns the round trips it timed per second of wall time, and
+// their latency. One failed step ends the measurement with its error.
+func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
+	step func(ctx context.Context, i int, nc *nats.Conn) error) (float64, Latency, error) {
+	lat := make([][]time.Duration, len(conns))
+	errs := make([]error, len(conns))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for i, nc := range conns {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				t := time.Now()
+				if err := step(ctx, i, nc); err != nil {
+					errs[i] = err
+					cancel()
+					return
+				}
+				lat[i] = append(lat[i], time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, Latency{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, Latency{}, err
+	}
+	all := slices.Concat(lat...)
+	return float64(len(all)) / elapsed.Seconds(), summarize(all), nil
+}
+
+// rawPublish measures synchronous JetStream publish-and-ack from every
+// agent to a file stream of its own, with JetStream's default durability.
+func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, error) {
+	js, err := jetstream.New(conns[0])
+	if err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+	}
+	name := "COAGENT_BENCH_RAW_" + run
+	subject := "coagent-bench-raw." + run
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
+	}
+	defer js.DeleteStream(context.WithoutCancel(ctx), name)
+	agents := make([]jetstream.JetStream, len(conns))
+	for i, nc := range conns {
+		if agents[i], err = jetstream.New(nc); err != nil {
+			return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+		}
+	}
+	payload := make([]byte, requestSize)
+	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, _ *nats.Conn) error {
+		_, err := agents[i].Publish(ctx, subject+"."+strconv.Itoa(i), payload)
+		return err
+	})
+	if err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+	}
+	return tput, lat, nil
+}
+
+// rawRequest measures core NATS request/reply from every agent to one
+// responder that answers at once: the most the transport does for a round
+// trip, through the same server, to one connection on its other side, as
+// the coordinator is.
+func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, error) {
+	rc := cfg.Responder
+	if rc == nil {
+		nc, err := nats.Connect(cfg.URL, nats.Name("coagent bench responder"))
+		if err != nil {
+			return 0, Latency{}, fmt.Errorf("loadgen: raw request: connect the responder to %s: %w", cfg.URL, err)
+		}
+		defer nc.Close()
+		rc = nc
+	}
+	subject := "coagent-bench-rr." + run
+	reply := make([]byte, replySize)
+	sub, err := rc.Subscribe(subject+".*", func(m *nats.Msg) { _ = m.Respond(reply) })
+	if err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
+	}
+	defer sub.Unsubscribe()
+	// The agents' requests must not race the subscription to the server.
+	if err := rc.FlushTimeout(maxRequestTimeout); err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
+	}
+	payload := make([]byte, requestSize)
+	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, nc *nats.Conn) error {
+		rctx, cancel := context.WithTimeout(ctx, maxRequestTimeout)
+		defer cancel()
+		_, err := nc.RequestWithContext(rctx, subject+"."+strconv.Itoa(i), payload)
+		return err
+	})
+	if err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw request: %w", err)
+	}
+	return tput, lat, nil
+}

@@ -477,7 +477,7 @@ func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error
 	done := make(chan struct{})
 	ok := s.call(ctx, func() {
 		_, rerr = s.core.Resolve(s.opts.Now(), res)
-		s.commit(&output{done: done})
+		s.flushWith(done)
 	})
 	if !ok {
 		return errUnavailable
@@ -509,7 +509,7 @@ func (s *Service) SetRules(ctx context.Context, file []byte, source string) (*in
 				rec = ev.Rules
 			}
 		}
-		s.commit(&output{done: done})
+		s.flushWith(done)
 	})
 	if !ok {
 		return nil, errUnavailable

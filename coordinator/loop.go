@@ -37,9 +37,18 @@ type submit struct {
 	release func()
 }
 
+// maxInflight is how many groups the loop hands to the log before it
+// waits for the first to be durable: what arrives meanwhile is decided into
+// the next group, so groups grow with the load and the log's sync time,
+// and one intent alone is committed at once. Two keep the log's work on
+// one group overlapping the sync of the one before.
+const maxInflight = 2
+
 // loop owns the Core: it decides what has arrived in batches, fires
-// timers and runs the API calls that need the engine, until its context
-// ends; then it decides what is left in the intake and stops.
+// timers and runs the API calls that need the engine, and commits what it
+// decided as one group whenever fewer than maxInflight groups are on
+// their way to the disk, until its context ends; then it decides what is
+// left in the intake, commits it and stops.
 func (s *Service) loop(ctx context.Context) {
 	defer func() {
 		close(s.groups)
@@ -48,11 +57,13 @@ func (s *Service) loop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	batch := make([]input, 0, s.opts.MaxBatch)
+	s.acc = &output{}
 	for {
 		s.arm(timer)
 		select {
 		case <-ctx.Done():
 			if s.broken.Load() {
+				s.unavailable(s.acc)
 				s.refuseIntake()
 				return // what was fetched comes again to the next process
 			}
@@ -62,23 +73,28 @@ func (s *Service) loop(ctx context.Context) {
 				select {
 				case in := <-s.intake:
 					s.decide(s.fill(append(batch[:0], in)))
+					continue
 				default:
-					return
 				}
+				break
 			}
+			s.flush()
+			return
 		case in := <-s.intake:
 			s.decide(s.fill(append(batch[:0], in)))
+			s.flushIfReady()
+		case <-s.durableKick:
+			s.flushIfReady()
 		case call := <-s.calls:
 			call()
 		case <-timer.C:
 			s.core.Tick(s.opts.Now())
-			s.commit(&output{})
+			s.flushIfReady()
 		}
 	}
 }
 
-// fill adds whatever else has already arrived, up to MaxBatch: under load
-// batches grow by themselves while the previous one syncs.
+// fill adds whatever else has already arrived, up to MaxBatch.
 func (s *Service) fill(batch []input) []input {
 	for len(batch) < s.opts.MaxBatch {
 		select {
@@ -91,6 +107,15 @@ func (s *Service) fill(batch []input) []input {
 	return batch
 }
 
+// flushIfReady commits the group gathered so far if fewer than maxInflight
+// groups are on their way to the disk, or if it has grown to MaxBatch.
+func (s *Service) flushIfReady() {
+	inflight := s.committed - s.durable.Load()
+	if inflight < maxInflight || s.acc.intents >= s.opts.MaxBatch {
+		s.flush()
+	}
+}
+
 func (s *Service) arm(t *time.Timer) {
 	d := time.Hour
 	if at, ok := s.core.NextDeadline(); ok {
@@ -99,12 +124,13 @@ func (s *Service) arm(t *time.Timer) {
 	t.Reset(d)
 }
 
-// decide decides a batch in arrival order and commits it as one durable
-// group: the stream messages to be acknowledged once their decisions are
-// stored, the submits to be answered once it is durable.
+// decide decides a batch in arrival order into the group being gathered:
+// its stream messages to be acknowledged once their decisions are stored,
+// its submits to be answered once it is durable.
 func (s *Service) decide(batch []input) {
 	now := s.opts.Now()
-	o := &output{}
+	o := s.acc
+	o.intents += len(batch)
 	for _, in := range batch {
 		if in.msg != nil {
 			// A subject with more than one token after intents names no
@@ -125,31 +151,30 @@ func (s *Service) decide(batch []input) {
 		o.submits = append(o.submits, in.sub)
 	}
 	s.core.Tick(now)
-	s.commit(o)
 }
 
-// commit commits what was decided since the last commit as one group and
-// hands it, with o, to the output stage. A failure to log is fatal for the
-// service: nothing is acknowledged, JetStream delivers again, a submit is
-// answered unavailable, and a restarted coordinator decides from what the
-// log holds.
-func (s *Service) commit(o *output) bool {
+// flush commits what was decided since the last commit as one group and
+// hands it, with what came in for it, to the output stage. A failure to
+// log is fatal for the service: nothing is acknowledged, JetStream
+// delivers again, a submit is answered unavailable, and a restarted
+// coordinator decides from what the log holds.
+func (s *Service) flush() {
+	o := s.acc
+	s.acc = &output{}
 	if s.broken.Load() {
 		s.unavailable(o)
-		return false
+		return
 	}
 	g, err := s.core.Commit()
 	if err != nil {
 		s.log.Error("event log write failed; stopping", "err", err)
 		s.fail(err)
 		s.unavailable(o)
-		return false
+		return
 	}
 	if g == nil {
-		if o.done != nil {
-			close(o.done)
-		}
-		return true
+		o.close()
+		return
 	}
 	for _, ev := range g.Batch.Events {
 		if ev.Decision != nil {
@@ -157,8 +182,16 @@ func (s *Service) commit(o *output) bool {
 		}
 	}
 	o.g = g
+	s.committed++
 	s.groups <- o
-	return true
+}
+
+// flushWith commits what was decided so far, now, with done to be closed
+// once it is durable and published: for the API calls that wait for their
+// change (a resolution, a rules file).
+func (s *Service) flushWith(done chan struct{}) {
+	s.acc.done = append(s.acc.done, done)
+	s.flush()
 }
 
 // refuseIntake answers unavailable every submit left in the intake of a
@@ -181,9 +214,7 @@ func (s *Service) unavailable(o *output) {
 	for _, sub := range o.submits {
 		sub.answer(nil)
 	}
-	if o.done != nil {
-		close(o.done)
-	}
+	o.close()
 }
 
 // submittedID returns the id of the intent whose decision evs, the events

@@ -21,9 +21,18 @@ type output struct {
 	// submits are the API submits decided in it: answered once it is
 	// durable.
 	submits []*submit
-	// done, if set, is closed once it is durable and published (or it
-	// failed).
-	done chan struct{}
+	// intents counts the inputs decided into it.
+	intents int
+	// done are closed once it is durable and published (or it failed).
+	done []chan struct{}
+}
+
+// close closes o's done channels.
+func (o *output) close() {
+	for _, d := range o.done {
+		close(d)
+	}
+	o.done = nil
 }
 
 // output waits for each group to be durable, in order, and then does what
@@ -47,6 +56,12 @@ func (s *Service) output() {
 				s.log.Error("event log sync failed; stopping", "err", err)
 				s.fail(err)
 			}
+		}
+		// The loop may commit the next group now.
+		s.durable.Add(1)
+		select {
+		case s.durableKick <- struct{}{}:
+		default:
 		}
 		if s.broken.Load() {
 			s.unavailable(o) // never answer, publish or acknowledge what is not durable
@@ -76,9 +91,7 @@ func (s *Service) output() {
 		for _, cs := range g.Dead {
 			s.publishCase(s.subj.DeadLetters(), cs)
 		}
-		if o.done != nil {
-			close(o.done)
-		}
+		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
 			s.acks <- pendingAck{stored: stored, msgs: o.msgs}
 		}

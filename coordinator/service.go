@@ -118,17 +118,24 @@ type Service struct {
 	opts Options
 	log  *slog.Logger
 
-	intake  chan input      // API submits and stream messages, in arrival order
-	calls   chan func()     // API calls that need the engine
-	groups  chan *output    // durable groups, from the loop to the output stage
-	acks    chan pendingAck // stream messages, from the output stage to the acknowledger
-	replies *replies        // API submits waiting for their decisions
-	submits chan struct{}   // a token for every API submit not yet answered
-	cons    jetstream.ConsumeContext
-	api     micro.Service
-	cancel  context.CancelFunc
-	looped  chan struct{} // closed when the loop has stopped
-	stopped chan struct{} // closed when the output stage has sent the last of it
+	intake chan input // API submits and stream messages, in arrival order
+	acc    *output    // loop-owned: the group being gathered
+	// committed counts the groups the loop handed to the output stage
+	// (loop-owned), durable those the log made durable; durableKick wakes
+	// the loop when one is, so that it commits the next.
+	committed   int64
+	durable     atomic.Int64
+	durableKick chan struct{}
+	calls       chan func()     // API calls that need the engine
+	groups      chan *output    // durable groups, from the loop to the output stage
+	acks        chan pendingAck // stream messages, from the output stage to the acknowledger
+	replies     *replies        // API submits waiting for their decisions
+	submits     chan struct{}   // a token for every API submit not yet answered
+	cons        jetstream.ConsumeContext
+	api         micro.Service
+	cancel      context.CancelFunc
+	looped      chan struct{} // closed when the loop has stopped
+	stopped     chan struct{} // closed when the output stage has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
 	// durable, so nothing more may be decided, answered or acknowledged.
 	// failure is why (see Err).
@@ -159,7 +166,7 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
 		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
-		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots()}
+		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1)}
 	s.mu.follows = map[string][]time.Time{}
 	// Replies, decisions and events go out on a connection of their own:
 	// the first one carries the requests, the consumer's deliveries and

@@ -40,11 +40,6 @@ const (
 	metaConsumer = "coagent.migrate.consumer"
 )
 
-// A held stream is sealed once it holds every message of the v1 stream
-// (itself sealed first); only then is the v1 stream deleted. Sealing marks
-// it complete with a plain server state an operator can also set
-// (nats stream seal), and makes the copy immutable.
-
 // copyWindow is how many copies are in flight at once.
 const copyWindow = 256
 
@@ -58,7 +53,9 @@ const copyWindow = 256
 //     work queue's retention in place, so every stored message (all of them
 //     are unacknowledged in a work queue) is copied in order, with its
 //     headers and Nats-Msg-Id, into a held stream COAGENT_INTENTS_V1; the v1
-//     stream is sealed, its tail copied, and deleted; the v2 stream is
+//     stream is sealed, its tail copied, the held stream sealed (the mark
+//     that it is complete, a server state an operator can also set with
+//     nats stream seal), and the v1 stream deleted; the v2 stream is
 //     created closed to clients (on a subject of its own, mapped back to
 //     the intents subjects), its consumer added, the held messages copied
 //     into it in order; then it is opened on coagent.intents.> and the held
@@ -71,8 +68,10 @@ const copyWindow = 256
 // Every step is safe to interrupt: the next call finds where the last one
 // stopped from the streams themselves and finishes the migration, with
 // every intent once in the v2 stream, in the order the v1 stream held
-// them. Two v1 messages with the same Nats-Msg-Id become one, as the v2
-// stream's duplicate window would make them. A store already at v2, or
+// them. (A Nats-Msg-Id the v1 stream holds twice, its two copies published
+// further apart than its duplicate window, may come out once: both copies
+// reach the stream they are copied into within its window. The engine
+// answers the second as a duplicate anyway.) A store already at v2, or
 // without these streams, is left as it is and nothing is logged.
 //
 // It logs one line per stream it migrates. It returns an error wrapping
@@ -216,8 +215,9 @@ func (m *migration) intents(ctx context.Context) error {
 func (m *migration) checkV1(name string, cur *jetstream.StreamInfo) error {
 	c := cur.Config
 	if c.Retention != jetstream.WorkQueuePolicy {
-		return fmt.Errorf("%w %s: its retention is %s, neither work queue (wire v1) nor interest (v2); it holds %d messages, which "+
-			"nats stream rm -f %s deletes (the event log keeps every intent that was decided); then start again",
+		return fmt.Errorf("%w %s: its retention is %s, neither work queue (wire v1) nor interest (v2), so which of its %d messages "+
+			"are still to be decided is unknown; to start with a new stream run nats stream rm -f %s (the event log keeps every intent "+
+			"already decided; any other is lost) and start again",
 			ErrMigrate, name, c.Retention, cur.State.Msgs, name)
 	}
 	if !slices.Equal(c.Subjects, []string{m.subj.AllIntents()}) {
@@ -227,7 +227,8 @@ func (m *migration) checkV1(name string, cur *jetstream.StreamInfo) error {
 	}
 	if c.Mirror != nil || len(c.Sources) > 0 || c.SubjectTransform != nil {
 		return fmt.Errorf("%w %s: it has a mirror, sources or a subject transform, which a migration would drop; "+
-			"remove them with nats stream edit %s and start again", ErrMigrate, name, name)
+			"remove them (nats stream edit %s --no-mirror, --no-transform, or --config with a config without sources) and start again",
+			ErrMigrate, name, name)
 	}
 	return nil
 }

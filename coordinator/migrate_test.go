@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,9 +148,11 @@ func streamsSnapshot(t *testing.T, js jetstream.JetStream) string {
 			t.Fatal(err)
 		}
 		info := st.CachedInfo()
-		fmt.Fprintf(&b, "%s created %s config %+v msgs %v\n", name, info.Created, info.Config, messages(t, js, name))
+		cfg, _ := json.Marshal(info.Config)
+		fmt.Fprintf(&b, "%s created %s config %s msgs %v\n", name, info.Created, cfg, messages(t, js, name))
 		for c := range st.ListConsumers(ctx).Info() {
-			fmt.Fprintf(&b, "  consumer %s %+v\n", c.Name, c.Config)
+			cfg, _ := json.Marshal(c.Config)
+			fmt.Fprintf(&b, "  consumer %s %s\n", c.Name, cfg)
 		}
 	}
 	return b.String()
@@ -405,6 +408,11 @@ func TestMigrateRefuses(t *testing.T) {
 			c.Retention = jetstream.LimitsPolicy
 			return c
 		}()}, "nats stream rm -f COAGENT_INTENTS"},
+		{"intents with a subject transform", []jetstream.StreamConfig{func() jetstream.StreamConfig {
+			c := v1Intents
+			c.SubjectTransform = &jetstream.SubjectTransformConfig{Source: "coagent.intents.*", Destination: "coagent.intents.{{wildcard(1)}}"}
+			return c
+		}()}, "nats stream edit COAGENT_INTENTS --no-mirror, --no-transform"},
 		{"a held stream not made by a migration", []jetstream.StreamConfig{v1Intents, held}, "nats stream rm COAGENT_INTENTS_V1"},
 		{"an unfinished held stream without its v1 stream", []jetstream.StreamConfig{func() jetstream.StreamConfig {
 			c := held
@@ -443,19 +451,26 @@ func TestMigrateRefuses(t *testing.T) {
 	}
 }
 
-// Many intents, some larger than a default max payload, move in order.
-// The time the intents subjects take no publish is logged.
+// Many intents, some larger than a default max payload, move in order,
+// under a prefix of more than one token. The time the intents subjects
+// take no publish is logged.
 func TestMigrateManyIntents(t *testing.T) {
 	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = MaxWireMessage })
 	js := jsOn(t, ns)
 	ctx := context.Background()
-	subj := intents.Subjects{}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "COAGENT_INTENTS", Subjects: []string{"coagent.intents.>"},
+	subj := intents.Subjects{Prefix: "team.one"}
+	name := subj.Stream(intents.StreamIntents)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj.AllIntents()},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: MaxWireMessage}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.CreateConsumer(ctx, "COAGENT_INTENTS", jetstream.ConsumerConfig{Durable: "coordinator", AckPolicy: jetstream.AckExplicitPolicy,
-		FilterSubject: "coagent.intents.>", AckWait: 5 * time.Second, MaxAckPending: 4096, MaxDeliver: -1}); err != nil {
+	if _, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "coordinator", AckPolicy: jetstream.AckExplicitPolicy,
+		FilterSubject: subj.AllIntents(), AckWait: 5 * time.Second, MaxAckPending: 4096, MaxDeliver: -1}); err != nil {
+		t.Fatal(err)
+	}
+	events := subj.Stream(intents.StreamEvents)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events, Subjects: []string{subj.AllEvents()},
+		Storage: jetstream.FileStorage, MaxAge: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 2000
@@ -471,12 +486,17 @@ func TestMigrateManyIntents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, s := range []string{subj.Events(intents.EventDecision), subj.EventsChange("a.b")} {
+		if _, err := js.PublishAsync(s, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(30 * time.Second):
 		t.Fatal("publishes not acknowledged")
 	}
-	want := messages(t, js, "COAGENT_INTENTS")
+	want := messages(t, js, name)
 	if len(want) != n {
 		t.Fatalf("stored %d", len(want))
 	}
@@ -484,15 +504,21 @@ func TestMigrateManyIntents(t *testing.T) {
 	if err := migrateStreams(ctx, js, subj, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(ctx, "COAGENT_INTENTS")
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg := st.CachedInfo().Config; cfg.Retention != jetstream.InterestPolicy {
-		t.Fatalf("retention %s", cfg.Retention)
+	if cfg := st.CachedInfo().Config; cfg.Retention != jetstream.InterestPolicy || !slices.Equal(cfg.Subjects, []string{subj.AllIntents()}) {
+		t.Fatalf("%s: %+v", name, cfg)
 	}
-	if got := messages(t, js, "COAGENT_INTENTS"); !slices.Equal(got, want) {
+	if got := messages(t, js, name); !slices.Equal(got, want) {
 		t.Fatalf("%d intents after the migration, want %d (or out of order)", len(got), len(want))
+	}
+	if _, err := js.Stream(ctx, name+"_V1"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the held stream after the migration: %v", err)
+	}
+	if feed := messages(t, js, events); len(feed) != 1 || feed[0].Subject != subj.EventsChange("a.b") {
+		t.Fatalf("feed %v", feed)
 	}
 	t.Logf("%s", logged.String())
 }

@@ -74,13 +74,17 @@ const copyWindow = 256
 // answers the second as a duplicate anyway.) A store already at v2, or
 // without these streams, is left as it is and nothing is logged.
 //
-// It logs one line per stream it migrates. It returns an error wrapping
+// It logs one line per stream it migrates (to nothing if log is nil). It
+// is not safe to run twice at once on one store. It returns an error wrapping
 // ErrMigrate, which names what to run, for a stream it cannot migrate
 // safely (other subjects, other retention, a held stream it did not make
 // or whose v1 stream is gone before the copy was complete), and other
 // errors for a server that fails; in both cases the coordinator must not
 // start its intake.
 func migrateStreams(ctx context.Context, js jetstream.JetStream, subj intents.Subjects, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	m := &migration{js: js, subj: subj, log: log, step: func(string) error { return nil }}
 	return m.run(ctx)
 }

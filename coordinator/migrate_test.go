@@ -25,11 +25,14 @@ import (
 	"github.com/coagent/coagent/internal/natstest"
 )
 
-// testdata/v1-jetstream.tar.gz is the JetStream store (DIR/jetstream) of
-// `coagent serve --data DIR` built from 9f45b53 (wire v1): two intents
-// submitted and decided, the server stopped, then five intents published
-// to COAGENT_INTENTS with no coordinator running, so that they wait in the
-// work queue; one carries an extra header, one is not JSON.
+// testdata/v1-jetstream.tar.gz is the JetStream store (DIR/jetstream) a
+// wire v1 build (9f45b53) wrote: `coagent serve --data DIR`, two intents
+// submitted with `coagent submit` and decided, serve stopped; then a bare
+// nats-server on DIR/jetstream took five intents published with
+// Nats-Msg-Id to coagent.intents.<agent> while no coordinator ran, so that
+// they wait in the work queue (one with an extra header, one not JSON),
+// and was stopped. Its DECISIONS and EVENTS age out after 24 hours; the
+// tests that need events publish their own.
 var v1Pending = []string{
 	"01JV1PEND1NG00000000000001", "01JV1PEND1NG00000000000002", "01JV1PEND1NG00000000000003",
 	"01JV1PEND1NG00000000000004", "01JV1PEND1NG00000000000005",

@@ -21,9 +21,6 @@ import (
 // message says what was found and what to run; nothing was changed.
 var ErrMigrate = errors.New("coordinator: cannot migrate stream")
 
-// coordinatorDurable is the coordinator's durable consumer on the intents
-// stream.
-const coordinatorDurable = "coordinator"
 
 // Metadata keys of the held stream, the record of a migration in progress
 // that survives a killed coordinator and a restarted server.
@@ -246,14 +243,14 @@ func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstr
 		return nil, time.Time{}, fmt.Errorf("coordinator: encode the config of %s: %w", name, err)
 	}
 	var consJSON []byte
-	cons, err := m.js.Consumer(ctx, name, coordinatorDurable)
+	cons, err := m.js.Consumer(ctx, name, intentsConsumer)
 	switch {
 	case err == nil:
 		if consJSON, err = json.Marshal(cons.CachedInfo().Config); err != nil {
 			return nil, time.Time{}, fmt.Errorf("coordinator: encode the consumer of %s: %w", name, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, time.Time{}, fmt.Errorf("coordinator: consumer %s on %s: %w", coordinatorDurable, name, err)
+		return nil, time.Time{}, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
 	}
 	hcfg := jetstream.StreamConfig{
 		Name:        heldName,
@@ -375,7 +372,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 	if err := m.step("new.created"); err != nil {
 		return err
 	}
-	ccfg := jetstream.ConsumerConfig{Durable: coordinatorDurable, AckPolicy: jetstream.AckAllPolicy,
+	ccfg := jetstream.ConsumerConfig{Durable: intentsConsumer, AckPolicy: jetstream.AckAllPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: m.subj.AllIntents(), MaxDeliver: -1}
 	if raw := held.Config.Metadata[metaConsumer]; raw != "" {
 		var old jetstream.ConsumerConfig
@@ -384,7 +381,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 		}
 	}
 	if _, err := m.js.CreateConsumer(ctx, name, ccfg); err != nil {
-		return fmt.Errorf("coordinator: create consumer %s on the v2 %s: %w", coordinatorDurable, name, err)
+		return fmt.Errorf("coordinator: create consumer %s on the v2 %s: %w", intentsConsumer, name, err)
 	}
 	if err := m.step("new.consumer"); err != nil {
 		return err
@@ -423,7 +420,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 		return fmt.Errorf("coordinator: delete %s: %w", heldName, err)
 	}
 	m.log.Info("stream migrated from wire v1", "stream", name, "found", found,
-		"did", "recreated with interest retention and the AckAll consumer "+coordinatorDurable+", the stored intents moved in order",
+		"did", "recreated with interest retention and the AckAll consumer "+intentsConsumer+", the stored intents moved in order",
 		"intents", total.stored, "duplicates", total.all-total.stored, "unavailable", unavailable.Round(time.Microsecond))
 	return nil
 }

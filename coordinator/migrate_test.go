@@ -525,3 +525,38 @@ func TestMigrateManyIntents(t *testing.T) {
 	}
 	t.Logf("%s", logged.String())
 }
+
+// A coordinator started on a JetStream store a wire v1 build wrote migrates
+// it and decides the intents it held: each is answered on its agent's
+// decisions stream, and the intents stream is empty afterwards.
+func TestServiceStartsOnV1Store(t *testing.T) {
+	_, ns := v1Store(t)
+	js := jsOn(t, ns)
+	v1 := messages(t, js, "COAGENT_INTENTS")
+	svc := startService(t, ns, t.TempDir(), Options{})
+	for _, m := range v1 {
+		var in struct {
+			ID    string `json:"id"`
+			Agent string `json:"agent"`
+		}
+		if json.Unmarshal([]byte(m.Data), &in) != nil {
+			continue // the one that is not JSON is answered to its subject's agent, checked below
+		}
+		checkFor(t, 10*time.Second, "the decision of "+in.ID, func() error {
+			d, err := svc.decisionGet(context.Background(), in.ID)
+			if err != nil || d == nil {
+				return fmt.Errorf("none yet (%v)", err)
+			}
+			return nil
+		})
+	}
+	checkFor(t, 15*time.Second, "the intents stream after the migrated intents", func() error {
+		if n := streamMsgs(t, js, "COAGENT_INTENTS"); n != 0 {
+			return fmt.Errorf("%d left", n)
+		}
+		return nil
+	})
+	if n := streamMsgs(t, js, "COAGENT_DECISIONS"); n < uint64(len(v1)) {
+		t.Fatalf("COAGENT_DECISIONS holds %d decisions after %d migrated intents", n, len(v1))
+	}
+}

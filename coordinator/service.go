@@ -185,6 +185,12 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
+	// A store written by wire v1 is moved to v2 first, before anything
+	// takes an intent.
+	if err := migrateStreams(ctx, s.js, s.subj, s.log); err != nil {
+		pub.Close()
+		return nil, err
+	}
 	cons, err := s.ensureStreams(ctx)
 	if err != nil {
 		pub.Close()

@@ -21,7 +21,6 @@ import (
 // message says what was found and what to run; nothing was changed.
 var ErrMigrate = errors.New("coordinator: cannot migrate stream")
 
-
 // Metadata keys of the held stream, the record of a migration in progress
 // that survives a killed coordinator and a restarted server.
 const (

@@ -334,12 +334,12 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 	defer c.forget(in.ID, ch)
 	ctx, stop := c.bind(ctx)
 	defer stop()
-	// The first requests ask for the intent's first decision, answered as
+	// The first request asks for the intent's first decision, answered as
 	// soon as it is durable: the final one for most intents, and for one
 	// that waits or escalates its interim decision, at once. After an
-	// interim decision they ask for the final one, which the coordinator
-	// answers as soon as it exists or, at the end of the wait, with the
-	// interim one again.
+	// interim decision, or a first request that was not answered in time,
+	// the requests ask for the final one, which the coordinator answers as
+	// soon as it exists or, at the end of the wait, with the interim one.
 	long := false
 	for attempt := 0; ; {
 		d, err := c.ask(ctx, in.ID, raw, long)
@@ -356,6 +356,9 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 		}
 		if !resendable(err) {
 			return nil, fmt.Errorf("agents: submit intent %s: %w", in.ID, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			long = true
 		}
 		c.log.Debug("no decision in the reply; sending the same intent again", "intent", in.ID, "attempt", attempt, "err", err)
 		if !sleep(ctx, c.backoff(attempt)) {

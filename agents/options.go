@@ -90,8 +90,12 @@ func WithBackoff(base, max time.Duration) Option {
 
 // WithDecisionHook calls fn with every decision the client receives for
 // its own intents, interim ones (queued, escalated) included, before the
-// call waiting for it returns. fn runs on the client's delivery goroutine
-// and must not block. Client only.
+// call waiting for it returns; and with the aborted decision of an open
+// transaction's propose that an arbiter or a rule preempted. A decision
+// that comes more than once for one call (the answer to each resend of a
+// waiting intent is its interim decision again) is given once. fn runs on
+// the goroutine that received the decision, the calling one or the
+// client's subscription's, and must not block. Client only.
 func WithDecisionHook(fn func(*intents.Decision)) Option {
 	return func(c *config) { c.onDecision = fn }
 }

@@ -115,6 +115,18 @@ func TestAuthenticatedAgents(t *testing.T) {
 	if st, err := alice.Read(ctx, "doc.title"); err != nil || string(st.Values["doc.title"].Value) != `"mine"` {
 		t.Fatalf("alice's read: %v %v", st, err)
 	}
+	// The stream path under her identity: her intents subject, her
+	// decisions, the record of her own intents.
+	id, err := alice.Publish(ctx, &intents.Intent{Kind: intents.KindApply, Writes: []intents.Write{{Path: "doc.count", Op: intents.OpIncr}}})
+	if err != nil {
+		t.Fatalf("alice's publish: %v", err)
+	}
+	if d, err := alice.Decision(ctx, id); err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("alice's published intent: %+v, %v", d, err)
+	}
+	if d, err := alice.Decision(ctx, id); err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("alice's published intent from the record: %+v, %v", d, err)
+	}
 	select {
 	case ch := <-watch.Changes():
 		if ch.Rev != d.Rev {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,17 +17,25 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// Client is one agent's connection to the coordinator. It publishes the
-// agent's intents on coagent.intents.<agent> and matches the decisions that
-// come back on coagent.decisions.<agent> by intent id. It is safe for
+// Client is one agent's connection to the coordinator. It is safe for
 // concurrent use: any number of goroutines may submit at once.
 //
-// Delivery is at least once, decision exactly once: every intent goes to the
-// intents stream with its id as Nats-Msg-Id, so a publish retried after a
-// lost acknowledgement is stored once; and when no decision arrives within
-// the resend interval the client asks the coordinator for it again with the
-// same intent, which returns the recorded decision (or decides an intent
-// the coordinator has not reached yet) and never applies anything twice.
+// Submit, and every call built on it (Apply, Propose, Commit, Update, …),
+// takes the main path of the wire contract: the intent is a request on
+// coagent.api.submit.<agent>, and the reply is its decision, sent once it
+// is durable in the coordinator's log. Decision exactly once: when no reply
+// comes in time (it was lost, or the coordinator was paused) or the
+// coordinator answers unavailable, the client sends the same intent again,
+// with the same id and with backoff, until ctx ends; the coordinator
+// answers a resend from its record (duplicate) and never applies anything
+// twice. An interim decision (queued, escalated) is followed by the same
+// request again, which the coordinator holds until the final decision
+// exists.
+//
+// Publish and Decision are the store-and-forward path: Publish returns once
+// JetStream has stored the intent on coagent.intents.<agent>, whether or
+// not a coordinator runs, and Decision collects its decision whenever the
+// agent wants it.
 type Client struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -40,12 +49,16 @@ type Client struct {
 	notices   chan *intents.Notice
 
 	mu      sync.Mutex
-	waiting map[string][]chan *intents.Decision
-	txns    map[string]*Txn // open, by transaction id, for their notices and preemption
+	waiting map[string]*pending // by intent id
+	txns    map[string]*Txn     // open, by transaction id, for their notices and preemption
 	closed  bool
 
-	// done ends the transactions' renewers when the client closes.
+	// done ends the transactions' renewers when the client closes; closing
+	// is cancelled then too, with ErrClosed, which ends the requests in
+	// flight.
 	done     chan struct{}
+	closing  context.Context
+	closeNow context.CancelCauseFunc
 	renewers sync.WaitGroup
 }
 
@@ -56,8 +69,9 @@ const noticeBuffer = 256
 
 // Connect makes a client for the agent name on nc, which the caller keeps
 // owning (and configures with credentials, TLS and reconnects as needed).
-// It subscribes to the agent's decisions and notices before it returns, so
-// nothing sent to the agent after Connect is missed.
+// It subscribes to the agent's decisions (those of the intents it
+// publishes, see Decision) and notices before it returns, so nothing sent
+// to the agent after Connect is missed.
 func Connect(ctx context.Context, nc *nats.Conn, name string, opts ...Option) (*Client, error) {
 	if !intents.ValidSegment(name) {
 		return nil, fmt.Errorf("agents: agent name %q: want 1–%d letters, digits, '_' or '-'", name, intents.MaxSegmentLen)
@@ -76,7 +90,8 @@ func Connect(ctx context.Context, nc *nats.Conn, name string, opts ...Option) (*
 	}
 	c := &Client{nc: nc, js: js, name: name, subj: intents.Subjects{Prefix: cfg.prefix}, cfg: cfg,
 		log: cfg.logger.With("agent", name), notices: make(chan *intents.Notice, noticeBuffer),
-		waiting: map[string][]chan *intents.Decision{}, txns: map[string]*Txn{}, done: make(chan struct{})}
+		waiting: map[string]*pending{}, txns: map[string]*Txn{}, done: make(chan struct{})}
+	c.closing, c.closeNow = context.WithCancelCause(context.Background())
 	if c.decisions, err = nc.Subscribe(c.subj.Decisions(name), c.onDecision); err != nil {
 		return nil, fmt.Errorf("agents: subscribe to %s: %w", c.subj.Decisions(name), err)
 	}
@@ -123,14 +138,15 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	for id, chans := range c.waiting {
-		for _, ch := range chans {
+	for id, p := range c.waiting {
+		for _, ch := range p.chans {
 			close(ch)
 		}
 		delete(c.waiting, id)
 	}
 	c.mu.Unlock()
 	close(c.done)
+	c.closeNow(ErrClosed)
 	c.renewers.Wait()
 	return errors.Join(c.decisions.Unsubscribe(), c.noticeSub.Unsubscribe())
 }
@@ -172,19 +188,54 @@ func (c *Client) onNotice(m *nats.Msg) {
 }
 
 func (c *Client) onDecision(m *nats.Msg) {
+	// The decisions of the intents published on the stream come here. A
+	// coordinator of contract version 1 sends those of the API submits too,
+	// which their replies have answered already: the header names the
+	// intent, so they are dropped without being parsed.
+	if id := m.Header.Get(intents.HeaderIntent); id != "" && !c.wants(id) {
+		return
+	}
 	var d intents.Decision
 	if err := json.Unmarshal(m.Data, &d); err != nil {
 		c.log.Warn("dropped a decision that does not parse", "err", err)
 		return
 	}
-	c.deliver(&d)
+	if c.wants(d.Intent) {
+		c.deliver(&d)
+	}
 }
 
-// deliver hands d to the calls waiting on its intent.
-func (c *Client) deliver(d *intents.Decision) {
-	if c.cfg.onDecision != nil {
-		c.cfg.onDecision(d)
+// wants reports whether a decision for intent id is waited for here: by a
+// Decision call, or as the preemption of an open transaction (the aborted
+// decision of its propose).
+func (c *Client) wants(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[id] != nil {
+		return true
 	}
+	for _, t := range c.txns {
+		if t.grant.Intent == id {
+			return true
+		}
+	}
+	return false
+}
+
+// pending is an intent some calls wait on: Submit for its reply (and, from
+// a coordinator that sends it there as well, the subscription), Decision
+// for the subscription and the record.
+type pending struct {
+	chans []chan *intents.Decision
+	// hooked are the outcomes the decision hook has been given, so that a
+	// decision that comes twice (as a reply and on the subscription, or
+	// again as the answer to a resend) is given once.
+	hooked []intents.Outcome
+}
+
+// deliver hands d to the decision hook and to the calls waiting on its
+// intent.
+func (c *Client) deliver(d *intents.Decision) {
 	if d.Outcome == intents.OutcomeAborted {
 		// A preemption: the final decision of the transaction's propose.
 		c.mu.Lock()
@@ -195,8 +246,25 @@ func (c *Client) deliver(d *intents.Decision) {
 		}
 	}
 	c.mu.Lock()
+	p := c.waiting[d.Intent]
+	hook := c.cfg.onDecision != nil
+	if hook && p != nil {
+		if slices.Contains(p.hooked, d.Outcome) {
+			hook = false
+		} else {
+			p.hooked = append(p.hooked, d.Outcome)
+		}
+	}
+	c.mu.Unlock()
+	if hook {
+		c.cfg.onDecision(d)
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ch := range c.waiting[d.Intent] {
+	if p = c.waiting[d.Intent]; p == nil {
+		return
+	}
+	for _, ch := range p.chans {
 		// Each waiter's channel holds the newest decision only: a final
 		// one replaces an interim one not yet read.
 		select {
@@ -214,24 +282,27 @@ func (c *Client) await(id string) (chan *intents.Decision, error) {
 		return nil, ErrClosed
 	}
 	ch := make(chan *intents.Decision, 1)
-	c.waiting[id] = append(c.waiting[id], ch)
+	p := c.waiting[id]
+	if p == nil {
+		p = &pending{}
+		c.waiting[id] = p
+	}
+	p.chans = append(p.chans, ch)
 	return ch, nil
 }
 
 func (c *Client) forget(id string, ch chan *intents.Decision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	chans := c.waiting[id]
-	for i, x := range chans {
-		if x == ch {
-			chans = append(chans[:i], chans[i+1:]...)
-			break
-		}
+	p := c.waiting[id]
+	if p == nil {
+		return
 	}
-	if len(chans) == 0 {
+	if i := slices.Index(p.chans, ch); i >= 0 {
+		p.chans = slices.Delete(p.chans, i, i+1)
+	}
+	if len(p.chans) == 0 {
 		delete(c.waiting, id)
-	} else {
-		c.waiting[id] = chans
 	}
 }
 
@@ -241,6 +312,10 @@ func (c *Client) forget(id string, ch chan *intents.Decision) {
 // is for an intent that could not be sent or got no final decision before
 // ctx ended. Calling Submit again with the same intent id is safe: it
 // returns the recorded decision.
+//
+// The intent goes by request/reply on coagent.api.submit.<agent>; see
+// Client for how a lost reply and an interim decision are handled, and
+// WithResend for how long one request waits.
 func (c *Client) Submit(ctx context.Context, in *intents.Intent) (*intents.Decision, error) {
 	return c.submit(ctx, in, false)
 }
@@ -257,46 +332,96 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 		return nil, err
 	}
 	defer c.forget(in.ID, ch)
-	if err := c.publish(ctx, in.ID, raw); err != nil {
-		return nil, err
-	}
-	resend := time.NewTimer(c.cfg.resend)
-	defer resend.Stop()
-	for {
-		select {
-		case d, ok := <-ch:
-			if !ok {
-				return nil, ErrClosed
-			}
+	ctx, stop := c.bind(ctx)
+	defer stop()
+	// The first request asks for the intent's first decision, answered as
+	// soon as it is durable: the final one for most intents, and for one
+	// that waits or escalates its interim decision, at once. After an
+	// interim decision, or a first request that was not answered in time,
+	// the requests ask for the final one, which the coordinator answers as
+	// soon as it exists or, at the end of the wait, with the interim one.
+	long := false
+	for attempt := 0; ; {
+		d, err := c.ask(ctx, in.ID, raw, long)
+		if err == nil {
+			c.deliver(d)
 			if d.Outcome.Final() {
 				return d, nil
 			}
-			// An interim decision: the final one may take as long as the
-			// wait or the arbiter does, and comes on its own.
-			resend.Reset(c.interimPatience(in))
-		case <-resend.C:
-			// The decision may have been sent while this client was cut
-			// off, or the intent may be queued behind a backlog: ask the
-			// coordinator directly. It answers with the recorded decision
-			// and applies nothing twice.
-			c.log.Debug("no decision yet; asking again", "intent", in.ID)
-			if d, err := c.ask(ctx, raw); err == nil {
-				c.deliver(d)
-			} else if ctx.Err() == nil {
-				c.log.Debug("asking again failed", "intent", in.ID, "err", err)
-			}
-			resend.Reset(c.cfg.resend)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("agents: intent %s: no final decision: %w", in.ID, context.Cause(ctx))
+			long, attempt = true, 0
+			continue
 		}
+		if ctx.Err() != nil {
+			return nil, c.ended(ctx, in.ID, err)
+		}
+		if !resendable(err) {
+			return nil, fmt.Errorf("agents: submit intent %s: %w", in.ID, err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			long = true
+		}
+		c.log.Debug("no decision in the reply; sending the same intent again", "intent", in.ID, "attempt", attempt, "err", err)
+		if !sleep(ctx, c.backoff(attempt)) {
+			return nil, c.ended(ctx, in.ID, err)
+		}
+		attempt++
 	}
 }
 
-// interimPatience is how long to wait after an interim decision before
-// asking again: the intent's own wait bound (the coordinator's timers end
-// it), and never less than the resend interval.
-func (c *Client) interimPatience(in *intents.Intent) time.Duration {
-	return max(c.cfg.resend, time.Duration(in.Wait())*time.Millisecond)
+// bind returns ctx cancelled also when the client closes, so that no call
+// outlives it.
+func (c *Client) bind(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	unhook := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		unhook()
+		cancel(nil)
+	}
+}
+
+// ended is the error of a call on intent id whose ctx ended (or whose
+// client closed) before a final decision came; last is the last failure.
+func (c *Client) ended(ctx context.Context, id string, last error) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	if last != nil && !errors.Is(last, context.Canceled) && !errors.Is(last, context.DeadlineExceeded) {
+		return fmt.Errorf("agents: intent %s: no final decision: %w (last: %w)", id, cause, last)
+	}
+	return fmt.Errorf("agents: intent %s: no final decision: %w", id, cause)
+}
+
+// The API error codes the client acts on (SPEC §6).
+const (
+	codeUnavailable = "unavailable"
+	codeNotFound    = "not_found"
+)
+
+// resendable reports whether the same intent is sent again after err: the
+// reply did not come in time, no coordinator listens (yet), or it answered
+// unavailable (its intake is full, or it cannot decide now).
+func resendable(err error) bool {
+	var api *APIError
+	if errors.As(err, &api) {
+		return api.Code == codeUnavailable
+	}
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// replyMargin is the part of a request's time kept for the reply to
+// travel, past the wait the coordinator is asked for: a quarter of it, at
+// most a second.
+func replyMargin(timeout time.Duration) time.Duration { return min(timeout/4, time.Second) }
+
+// requestTimeout is how long one request may take: the resend interval,
+// or less when ctx ends before.
+func (c *Client) requestTimeout(ctx context.Context) time.Duration {
+	timeout := c.cfg.resend
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	return timeout
 }
 
 // prepare fills in's id and agent and validates it, as the coordinator
@@ -329,41 +454,28 @@ func (c *Client) prepare(in *intents.Intent, built bool) (*intents.Intent, []byt
 	return &cp, raw, nil
 }
 
-// publish stores the intent on the intents stream, retrying while ctx
-// allows: the message id makes the stream keep one copy however many
-// attempts reach it.
-func (c *Client) publish(ctx context.Context, id string, raw []byte) error {
-	subject := c.subj.Intents(c.name)
-	for attempt := 0; ; attempt++ {
-		pctx, cancel := context.WithTimeout(ctx, c.cfg.resend)
-		_, err := c.js.Publish(pctx, subject, raw, jetstream.WithMsgID(id))
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("agents: publish intent %s: %w (%w)", id, context.Cause(ctx), err)
-		}
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return fmt.Errorf("agents: publish intent %s: %w", id, err)
-		}
-		c.log.Debug("publish failed; trying again", "intent", id, "attempt", attempt, "err", err)
-		if !sleep(ctx, c.backoff(attempt)) {
-			return fmt.Errorf("agents: publish intent %s: %w (%w)", id, context.Cause(ctx), err)
-		}
+// ask sends intent id (raw) once on the agent's submit subject and returns
+// the decision of the reply, final or interim. With long, the coordinator
+// is asked to answer within the request's time less the reply's margin
+// (Coagent-Wait-Ms), with the interim decision if no final one exists by
+// then; without, to answer the first decision at once. Either way a reply
+// that does not come within the request's time was lost.
+func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*intents.Decision, error) {
+	timeout := c.requestTimeout(ctx)
+	if timeout <= 0 {
+		return nil, context.DeadlineExceeded
 	}
-}
-
-// ask submits raw through the API and returns the decision it gets back
-// within the resend interval (final or interim).
-func (c *Client) ask(ctx context.Context, raw []byte) (*intents.Decision, error) {
-	rctx, cancel := context.WithTimeout(ctx, c.cfg.resend)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The agent's own submit subject: under auth the server lets it publish
 	// only there, and the coordinator checks the body's agent against it.
 	m := nats.NewMsg(c.subj.Submit(c.name))
 	m.Data = raw
-	m.Header.Set(intents.HeaderWait, strconv.FormatInt((c.cfg.resend/2).Milliseconds(), 10))
+	wait := "0"
+	if long {
+		wait = strconv.FormatInt((timeout - replyMargin(timeout)).Milliseconds(), 10)
+	}
+	m.Header.Set(intents.HeaderWait, wait)
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
 		return nil, err
@@ -374,6 +486,9 @@ func (c *Client) ask(ctx context.Context, raw []byte) (*intents.Decision, error)
 	var d intents.Decision
 	if err := json.Unmarshal(reply.Data, &d); err != nil {
 		return nil, fmt.Errorf("agents: submit reply %q: %w", clipText(string(reply.Data), 200), err)
+	}
+	if d.Intent != id {
+		return nil, fmt.Errorf("agents: the reply to intent %s is the decision of intent %q", id, d.Intent)
 	}
 	return &d, nil
 }

@@ -99,3 +99,45 @@ func ExampleClient_Watch() {
 	}
 	fmt.Println("watch ended:", w.Err())
 }
+
+// Store and forward: an indexer publishes its count and moves on; it
+// collects the decision later, here or from its next run (the id is all
+// it keeps). Publish returns once JetStream has stored the intent, whether
+// or not a coordinator runs at the time; Decision finds a decision made
+// while the agent was away in the coordinator's record.
+func ExampleClient_Publish() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	c, err := agents.Connect(ctx, nc, "indexer")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	in, err := intents.Apply("count_pages").Incr("stats.pages_indexed", 120).Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	id, err := c.Publish(ctx, in)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("stored", id)
+
+	// … later, or in another run of the same agent:
+	d, err := c.Decision(ctx, id)
+	if err != nil {
+		fmt.Println("no decision yet:", err)
+		return
+	}
+	fmt.Println(d.Outcome, "at revision", d.Rev)
+}

@@ -31,7 +31,7 @@ type config struct {
 
 func newConfig(opts []Option) config {
 	c := config{
-		resend:         5 * time.Second,
+		resend:         10 * time.Second,
 		retries:        10,
 		backoffBase:    10 * time.Millisecond,
 		backoffMax:     time.Second,
@@ -61,9 +61,15 @@ func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// WithResend sets how long a client waits for the decision of an intent
-// it published before it asks the coordinator for it again, with the same
-// id. The default is 5s. Client only.
+// WithResend sets the longest one request of the client may take. A
+// submit asks the coordinator to answer within it (Coagent-Wait-Ms: the
+// interval less a quarter, or less a second when that is smaller), with
+// the interim decision when no final one exists by then; a reply that has
+// not come by the end of it was lost, and the same intent (same id) is
+// sent again. A ctx deadline that comes sooner shortens it. Publish gives
+// one attempt this long, and Decision asks for the recorded decision this
+// often while it waits. The default is 10s, the coordinator's own default
+// wait. Client only.
 func WithResend(d time.Duration) Option {
 	return func(c *config) { c.resend = d }
 }
@@ -84,8 +90,12 @@ func WithBackoff(base, max time.Duration) Option {
 
 // WithDecisionHook calls fn with every decision the client receives for
 // its own intents, interim ones (queued, escalated) included, before the
-// call waiting for it returns. fn runs on the client's delivery goroutine
-// and must not block. Client only.
+// call waiting for it returns; and with the aborted decision of an open
+// transaction's propose that an arbiter or a rule preempted. A decision
+// that comes more than once for one call (the answer to each resend of a
+// waiting intent is its interim decision again) is given once. fn runs on
+// the goroutine that received the decision, the calling one or the
+// client's subscription's, and must not block. Client only.
 func WithDecisionHook(fn func(*intents.Decision)) Option {
 	return func(c *config) { c.onDecision = fn }
 }

@@ -9,9 +9,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 )
 
 // text is what agent.mjs writes into its section.
@@ -60,10 +63,13 @@ func startCoordinator(t *testing.T) (string, *nats.Conn) {
 	return ns.ClientURL(), natstest.Connect(t, ns)
 }
 
-// step is one line agent.mjs prints: a step name and the decision's fields
-// (or, for the last step, the state.get reply).
+// step is one line agent.mjs prints: a step name, the path its intent took
+// (api: request/reply on coagent.api.submit.<agent>; stream: stored on
+// coagent.intents.<agent>, its decision collected after) and the
+// decision's fields (or, for the last step, the state.get reply).
 type step struct {
 	Step string `json:"step"`
+	Via  string `json:"via"`
 	intents.Decision
 }
 
@@ -71,38 +77,55 @@ type step struct {
 // the steps it printed.
 func runAgent(t *testing.T, node, url, agent, task string) (int, []step) {
 	t.Helper()
+	code, steps, _ := startAgent(t, node, url, agent, task)()
+	return code, steps
+}
+
+// startAgent starts agent.mjs as agent on task, with extra environment
+// variables; the function it returns waits for the agent to end and
+// returns its exit status, the steps it printed and its stderr. It must be
+// called on the test's goroutine.
+func startAgent(t *testing.T, node, url, agent, task string, env ...string) func() (int, []step, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "agent.mjs")
-	cmd.Env = append(os.Environ(), "NATS_URL="+url, "AGENT="+agent, "TASK="+task)
+	cmd.Env = append(append(os.Environ(), "NATS_URL="+url, "AGENT="+agent, "TASK="+task), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	t.Logf("%s stdout:\n%s", agent, stdout.String())
-	if stderr.Len() > 0 {
-		t.Logf("%s stderr:\n%s", agent, stderr.String())
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("%s: node agent.mjs: %v", agent, err)
 	}
-	if ctx.Err() != nil {
-		t.Fatalf("%s: node agent.mjs did not finish: %v", agent, ctx.Err())
-	}
-	code := 0
-	if err != nil {
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) {
-			t.Fatalf("%s: node agent.mjs: %v", agent, err)
+	return func() (int, []step, string) {
+		t.Helper()
+		defer cancel()
+		err := cmd.Wait()
+		t.Logf("%s stdout:\n%s", agent, stdout.String())
+		if stderr.Len() > 0 {
+			t.Logf("%s stderr:\n%s", agent, stderr.String())
 		}
-		code = exit.ExitCode()
-	}
-	var steps []step
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		var s step
-		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			t.Fatalf("%s: output line %q is not a JSON step: %v", agent, sc.Text(), err)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: node agent.mjs did not finish: %v", agent, ctx.Err())
 		}
-		steps = append(steps, s)
+		code := 0
+		if err != nil {
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("%s: node agent.mjs: %v", agent, err)
+			}
+			code = exit.ExitCode()
+		}
+		var steps []step
+		sc := bufio.NewScanner(&stdout)
+		for sc.Scan() {
+			var s step
+			if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+				t.Fatalf("%s: output line %q is not a JSON step: %v", agent, sc.Text(), err)
+			}
+			steps = append(steps, s)
+		}
+		return code, steps, stderr.String()
 	}
-	return code, steps
 }
 
 // find returns the step named name, failing the test if there is none.
@@ -169,17 +192,30 @@ func TestJavaScriptAgent(t *testing.T) {
 	node := requireNode(t)
 	url, nc := startCoordinator(t)
 
+	// What js-writer sends, as the server's subjects see it: the main path
+	// and the stream.
+	subj := intents.Subjects{}
+	submits, err := nc.SubscribeSync(subj.Submit("js-writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := nc.SubscribeSync(subj.Intents("js-writer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+
 	// js-writer claims t1, writes its section in a transaction, counts its run.
 	code, steps := runAgent(t, node, url, "js-writer", "t1")
 	if code != 0 {
 		t.Fatalf("js-writer exited with status %d, want 0", code)
 	}
-	for _, want := range []struct{ step, outcome string }{
-		{"claim", "applied"}, {"propose", "granted"}, {"commit", "committed"}, {"incr", "applied"},
+	for _, want := range []struct{ step, via, outcome string }{
+		{"claim", "api", "applied"}, {"propose", "api", "granted"}, {"commit", "api", "committed"}, {"incr", "stream", "applied"},
 	} {
 		s := find(t, steps, want.step)
-		if string(s.Outcome) != want.outcome {
-			t.Errorf("%s: outcome %q (%s %s), want %q", want.step, s.Outcome, s.Reason, s.Detail, want.outcome)
+		if string(s.Outcome) != want.outcome || s.Via != want.via {
+			t.Errorf("%s: outcome %q (%s %s) via %q, want %q via %q", want.step, s.Outcome, s.Reason, s.Detail, s.Via, want.outcome, want.via)
 		}
 		if s.Intent == "" || s.Agent != "js-writer" {
 			t.Errorf("%s: decision names intent %q of agent %q, want an intent of js-writer", want.step, s.Intent, s.Agent)
@@ -189,6 +225,28 @@ func TestJavaScriptAgent(t *testing.T) {
 		t.Errorf("propose: granted without txn or fence: %+v", g.Decision)
 	}
 	find(t, steps, "state")
+	sentBy := func(sub *nats.Subscription) map[string]bool {
+		ids := map[string]bool{}
+		for {
+			m, err := sub.NextMsg(0)
+			if err != nil {
+				return ids
+			}
+			var in intents.Intent
+			if err := json.Unmarshal(m.Data, &in); err != nil {
+				t.Fatalf("%s carried %q: %v", m.Subject, m.Data, err)
+			}
+			ids[in.ID] = true
+		}
+	}
+	nc.Flush()
+	viaAPI, viaStream := sentBy(submits), sentBy(stored)
+	for _, name := range []string{"claim", "propose", "commit", "incr"} {
+		s := find(t, steps, name)
+		if viaAPI[s.Intent] != (s.Via == "api") || viaStream[s.Intent] != (s.Via == "stream") {
+			t.Errorf("%s (%s) says via %s; sent on the submit subject: %v, on the intents stream: %v", name, s.Intent, s.Via, viaAPI[s.Intent], viaStream[s.Intent])
+		}
+	}
 
 	values := stateGet(t, nc, "tasks.t1.owner", "report.sections.t1", "stats.js_runs")
 	wantValue(t, values, "tasks.t1.owner", "js-writer")
@@ -213,4 +271,118 @@ func TestJavaScriptAgent(t *testing.T) {
 	values = stateGet(t, nc, "tasks.t1.owner", "stats.js_runs")
 	wantValue(t, values, "tasks.t1.owner", "js-writer")
 	wantValue(t, values, "stats.js_runs", 1)
+}
+
+// TestJavaScriptAgentSendsAgain: the agent's first requests go unanswered
+// (a subscriber takes them, as a coordinator that is paused or whose reply
+// is lost would); it sends the same intent again, with the same id, until
+// a coordinator started meanwhile answers, and goes on.
+func TestJavaScriptAgentSendsAgain(t *testing.T) {
+	node := requireNode(t)
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	silent, err := nc.SubscribeSync(intents.Subjects{}.Submit("js-late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	wait := startAgent(t, node, ns.ClientURL(), "js-late", "t9", "REQUEST_TIMEOUT_MS=500")
+	first, err := silent.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the agent sent nothing: %v", err)
+	}
+	var claim intents.Intent
+	if err := json.Unmarshal(first.Data, &claim); err != nil {
+		t.Fatal(err)
+	}
+	// Sent again unanswered before any coordinator runs.
+	for {
+		m, err := silent.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the agent did not send its claim again: %v", err)
+		}
+		var in intents.Intent
+		if json.Unmarshal(m.Data, &in) == nil && in.ID == claim.ID {
+			break
+		}
+	}
+	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	code, steps, stderr := wait()
+	if code != 0 {
+		t.Fatalf("js-late exited with status %d, want 0", code)
+	}
+	if c := find(t, steps, "claim"); c.Intent != claim.ID || c.Outcome != intents.OutcomeApplied {
+		t.Fatalf("claim: %+v, want %s applied", c.Decision, claim.ID)
+	}
+	if !strings.Contains(stderr, "sending it again") {
+		t.Errorf("stderr %q does not say the intent was sent again", stderr)
+	}
+	wantValue(t, stateGet(t, nc, "tasks.t9.owner"), "tasks.t9.owner", "js-late")
+}
+
+// TestJavaScriptAgentWaitsThroughInterim: another agent holds the section;
+// the agent's propose is queued, and it asks again with the same intent
+// until the holder aborts and the request in flight is answered granted.
+func TestJavaScriptAgentWaitsThroughInterim(t *testing.T) {
+	node := requireNode(t)
+	url, nc := startCoordinator(t)
+	subj := intents.Subjects{}
+	api := func(body string) *intents.Decision {
+		t.Helper()
+		m, err := nc.Request(subj.Submit(""), []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d intents.Decision
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatalf("submit reply %s: %v", m.Data, err)
+		}
+		return &d
+	}
+	grant := api(`{"id":"` + ulid.Make().String() + `","agent":"holder","kind":"propose","writes":[{"path":"report.sections.t5","op":"set"}]}`)
+	if grant.Outcome != intents.OutcomeGranted {
+		t.Fatalf("the holder's propose: %+v", grant)
+	}
+	submits, err := nc.SubscribeSync(subj.Submit("js-waiter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	wait := startAgent(t, node, url, "js-waiter", "t5")
+	// The claim, then the propose twice: once for its first decision
+	// (queued), once more for its final one.
+	seen := map[string]int{}
+	var propose string
+	for propose == "" || seen[propose] < 2 {
+		m, err := submits.NextMsg(15 * time.Second)
+		if err != nil {
+			t.Fatalf("the agent did not ask again for its propose's decision (sent %v): %v", seen, err)
+		}
+		var in intents.Intent
+		if err := json.Unmarshal(m.Data, &in); err != nil {
+			t.Fatal(err)
+		}
+		seen[in.ID]++
+		if in.Kind == intents.KindPropose {
+			propose = in.ID
+		}
+	}
+	if d := api(fmt.Sprintf(`{"id":%q,"agent":"holder","kind":"abort","txn":%q,"fence":%d}`, ulid.Make().String(), grant.Txn, grant.Fence)); d.Outcome != intents.OutcomeAborted {
+		t.Fatalf("the holder's abort: %+v", d)
+	}
+	code, steps, stderr := wait()
+	if code != 0 {
+		t.Fatalf("js-waiter exited with status %d, want 0", code)
+	}
+	if g := find(t, steps, "propose"); g.Intent != propose || g.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose: %+v, want %s granted", g.Decision, propose)
+	}
+	if !strings.Contains(stderr, propose+" is queued") {
+		t.Errorf("stderr %q does not say the propose was queued", stderr)
+	}
+	wantValue(t, stateGet(t, nc, "report.sections.t5"), "report.sections.t5", text)
 }

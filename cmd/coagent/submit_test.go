@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+)
+
+// TestSubmitWhileUnavailable: a coordinator whose only submit slot is
+// taken answers unavailable; coagent submit sends the same intent again
+// until there is room, says so on stderr, and exits 0 with the decision.
+func TestSubmitWhileUnavailable(t *testing.T) {
+	ns := natstest.Run(t)
+	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{MaxSubmits: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+
+	reply, err := nc.Request(subj.Submit(""), []byte(`{"id":"`+ulid.Make().String()+`","agent":"h","kind":"propose","writes":[{"path":"doc.y","op":"set"}]}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grant intents.Decision
+	if err := json.Unmarshal(reply.Data, &grant); err != nil || grant.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose: %s %v", reply.Data, err)
+	}
+	// A waiter's submit takes the slot for as long as it waits.
+	events, err := nc.SubscribeSync(subj.Events(intents.EventDecision))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := ulid.Make().String()
+	held := nats.NewMsg(subj.Submit(""))
+	held.Data = []byte(`{"id":"` + waiter + `","agent":"w","kind":"apply","on_conflict":"wait","wait_ms":30000,"writes":[{"path":"doc.y","op":"set","value":1}]}`)
+	held.Header.Set(intents.HeaderWait, "30000")
+	heldDone := make(chan error, 1)
+	go func() {
+		_, err := nc.RequestMsg(held, 40*time.Second)
+		heldDone <- err
+	}()
+	for {
+		ev := natstest.Next[intents.Event](t, events)
+		if ev.Intent == waiter && ev.Decision != nil && ev.Decision.Outcome == intents.OutcomeQueued {
+			break
+		}
+	}
+
+	// Every submit request, as the coordinator's subject sees it.
+	spy, err := nc.SubscribeSync(subj.Submit(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	id := ulid.Make().String()
+	type result struct {
+		out, stderr string
+		err         error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, stderr, err := runCmd(t, `{"id":"`+id+`","agent":"c","kind":"apply","writes":[{"path":"doc.z","op":"set","value":1}]}`,
+			"submit", "--nats", ns.ClientURL(), "--timeout", "20s", "-")
+		done <- result{out, stderr, err}
+	}()
+	for sent := 0; sent < 2; {
+		m, err := spy.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("coagent submit sent its intent %d times, want it sent again: %v", sent, err)
+		}
+		if strings.Contains(string(m.Data), id) {
+			sent++
+		}
+	}
+	// The holder aborts through the stream, which takes no slot: the waiter
+	// is applied and its submit answered, and the slot is free.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	abort := ulid.Make().String()
+	if _, err := js.Publish(context.Background(), subj.Intents("h"),
+		fmt.Appendf(nil, `{"id":%q,"agent":"h","kind":"abort","txn":%q,"fence":%d}`, abort, grant.Txn, grant.Fence), jetstream.WithMsgID(abort)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-heldDone; err != nil {
+		t.Fatalf("the waiter's submit: %v", err)
+	}
+	r := <-done
+	var d intents.Decision
+	if r.err != nil || json.Unmarshal([]byte(r.out), &d) != nil || d.Intent != id || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("coagent submit: %q, %v (stderr %q)", r.out, r.err, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "unavailable") || !strings.Contains(r.stderr, "sending the same intent again") {
+		t.Fatalf("stderr %q does not say the coordinator was unavailable", r.stderr)
+	}
+}

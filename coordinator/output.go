@@ -100,10 +100,27 @@ func (s *Service) output() {
 
 // publishLive sends every event of g but its changes on the live feed,
 // coagent.events.<type> (core NATS: its history is log.query), and each
-// notice to its agent.
+// notice to its agent. An event type nobody listens to (Options.Interest)
+// is not encoded nor sent: the server would only drop it.
 func (s *Service) publishLive(g *Group) {
+	var listened map[intents.EventType]bool
 	for _, ev := range g.Batch.Events {
 		if ev.Type == intents.EventChange {
+			continue
+		}
+		live := true
+		if s.opts.Interest != nil {
+			if listened == nil {
+				listened = make(map[intents.EventType]bool, 4)
+			}
+			l, ok := listened[ev.Type]
+			if !ok {
+				l = s.opts.Interest(s.subj.Events(ev.Type))
+				listened[ev.Type] = l
+			}
+			live = l
+		}
+		if !live && ev.Type != intents.EventNotice {
 			continue
 		}
 		data, err := json.Marshal(ev)
@@ -115,6 +132,9 @@ func (s *Service) publishLive(g *Group) {
 			if err := s.pub.Publish(s.subj.Notices(ev.Agent), data); err != nil {
 				s.log.Warn("publish notice", "err", err)
 			}
+		}
+		if !live {
+			continue
 		}
 		if err := s.pub.Publish(s.subj.Events(ev.Type), data); err != nil {
 			s.log.Warn("publish event", "seq", ev.Seq, "err", err)

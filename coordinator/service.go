@@ -12,6 +12,7 @@ import (
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -57,6 +58,12 @@ type Options struct {
 	// readers; without Auth nothing is kept from anyone, since anyone may
 	// be anyone. The default is false.
 	Auth bool
+	// Interest, if set, reports whether anyone is subscribed to a subject:
+	// the live events of a type (coagent.events.<type>, core NATS) are
+	// encoded and sent only while someone listens. An embedded server can
+	// say (InterestOf); with an external one every event is sent. The
+	// default is nil.
+	Interest func(subject string) bool
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -252,6 +259,14 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		return nil, fmt.Errorf("coordinator: flush: %w", err)
 	}
 	return s, nil
+}
+
+// InterestOf returns an Options.Interest for the clients of an embedded
+// server's global account: its subscriptions, routed ones included, as
+// the server itself matches them.
+func InterestOf(ns *server.Server) func(subject string) bool {
+	acc := ns.GlobalAccount()
+	return acc.SubscriptionInterest
 }
 
 // maxFeedPending bounds the change feed's messages sent and not yet stored

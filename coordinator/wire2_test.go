@@ -317,3 +317,23 @@ func TestFullIntakeAnswersUnavailable(t *testing.T) {
 		t.Fatalf("intake.n after 10 increments: %s", m.Data)
 	}
 }
+
+// With an embedded server's interest (InterestOf), a live event type is
+// sent only while someone listens: a subscriber that comes gets the
+// events from then on.
+func TestLiveEventsFollowInterest(t *testing.T) {
+	ns := natstest.Run(t)
+	startService(t, ns, t.TempDir(), Options{Interest: InterestOf(ns)})
+	w := &protoWire{t: t, nc: natstest.Connect(t, ns), dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}, waiting: map[string][]string{}}
+	w.viaAPI = true
+	mustOutcome(t, w.send("a", fmtSet, "a", "live.x", `1`), intents.OutcomeApplied, "")
+	decisions := w.subscribe(protoEvents + "decision")
+	intentsLive := w.subscribe(protoEvents + "intent")
+	d := w.send("a", fmtSet, "a", "live.x", `2`)
+	if ev := natstest.Next[intents.Event](t, decisions); ev.Decision == nil || ev.Decision.Intent != d.Intent {
+		t.Fatalf("live decision %+v, want %s", ev, d.Intent)
+	}
+	if ev := natstest.Next[intents.Event](t, intentsLive); ev.Intent != d.Intent {
+		t.Fatalf("live intent %+v, want %s", ev, d.Intent)
+	}
+}

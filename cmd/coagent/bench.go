@@ -88,7 +88,7 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			return err
 		}
 		defer nc.Close()
-		svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Prefix: conn.prefix})
+		svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Prefix: conn.prefix, Interest: coordinator.InterestOf(ns)})
 		if err != nil {
 			return err
 		}

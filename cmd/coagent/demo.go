@@ -74,7 +74,7 @@ func (c *demoCommand) Run(ctx context.Context, args []string, _ io.Reader, stdou
 		return fmt.Errorf("connect to the embedded server: %w", err)
 	}
 	defer nc.Close()
-	svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{})
+	svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Interest: coordinator.InterestOf(ns)})
 	if err != nil {
 		return err
 	}

@@ -129,6 +129,9 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 		opts.Core.Engine.Fallback = func(c *intents.Escalation) *intents.Resolution { return policy(engine.FallbackArbiter, c) }
 	}
+	if ns != nil {
+		opts.Interest = coordinator.InterestOf(ns)
+	}
 	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
 	if err != nil {
 		return err

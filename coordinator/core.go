@@ -33,6 +33,9 @@ type CoreOptions struct {
 	// Logger receives the report of a panic contained while deciding (see
 	// Core.Decide). The default discards it.
 	Logger *slog.Logger
+
+	// recordedMax says the Core keeps Engine.RecordedMax to the log.
+	recordedMax bool
 }
 
 // Core is the engine made durable. It is not safe for concurrent use: one
@@ -86,11 +89,17 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 	}
 	if opts.Engine.Recorded == nil {
 		// Duplicates older than the engine's window are answered from the
-		// log's idempotency records.
+		// log's idempotency records; an id younger than every record needs
+		// no lookup.
 		opts.Engine.Recorded = func(id string) (*intents.Decision, bool) {
 			d, err := log.Decision(id)
 			return d, err == nil
 		}
+		if opts.Engine.RecordedMax, err = log.LastRecorded(); err != nil {
+			log.Close()
+			return nil, err
+		}
+		opts.recordedMax = true
 	}
 	eng, snapSeq, err := Rebuild(log, opts.Engine, 0)
 	if err != nil {
@@ -219,8 +228,16 @@ func (c *Core) restore(n int) error {
 		}
 	}
 	// The engine that panicked may hold effects of the call: they go with
-	// it. Those of the calls before it were taken already.
-	eng, _, err := Rebuild(c.log, c.opts.Engine, 0)
+	// it. Those of the calls before it were taken already. The ids it
+	// forgot since the start may have records: the log says up to which.
+	cfg := c.opts.Engine
+	if c.opts.recordedMax {
+		var err error
+		if cfg.RecordedMax, err = c.log.LastRecorded(); err != nil {
+			return err
+		}
+	}
+	eng, _, err := Rebuild(c.log, cfg, 0)
 	if err != nil {
 		return err
 	}

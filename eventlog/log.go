@@ -887,6 +887,24 @@ func (l *Log) Decision(id string) (*intents.Decision, error) {
 	return d, nil
 }
 
+// LastRecorded returns the greatest intent id the log holds a decision
+// record of ("" when none): since canonical ULIDs sort by their time, no
+// record is of a younger id.
+func (l *Log) LastRecorded() (string, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famDecision}, UpperBound: []byte{famDecision + 1}})
+	if err != nil {
+		return "", fmt.Errorf("last decision record: %w", l.w.storeErr(err, 0))
+	}
+	defer it.Close()
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return "", fmt.Errorf("last decision record: %w", l.w.storeErr(err, 0))
+		}
+		return "", nil
+	}
+	return string(it.Key()[1:]), nil
+}
+
 // SaveSnapshot stores an opaque snapshot of the state after event seq,
 // synced.
 func (l *Log) SaveSnapshot(seq uint64, data []byte) error {

@@ -56,6 +56,13 @@ type Config struct {
 	// idempotency record. It must answer from what is durable and never
 	// change its answer for an id, so replays stay exact.
 	Recorded func(id string) (*intents.Decision, bool)
+	// RecordedMax, if set, is the greatest intent id Recorded has a
+	// record of when the engine starts (canonical ULIDs sort by their
+	// time). An id that sorts after it and after every id the engine's
+	// window has forgotten since cannot have a record, so the engine does
+	// not ask Recorded: a new intent, whose id is younger than every id
+	// forgotten, costs no lookup. The default ("") asks for every id.
+	RecordedMax string
 	// Conditions bounds expression compilation and evaluation; see
 	// intents.CompilerOptions for its defaults.
 	Conditions intents.CompilerOptions

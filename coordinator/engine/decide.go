@@ -860,8 +860,11 @@ func (e *Engine) recorded(id string) (*intents.Decision, bool) {
 	if d, ok := e.decided.get(id); ok {
 		return d, true
 	}
-	if e.cfg.Recorded != nil && id != "" {
-		return e.cfg.Recorded(id)
+	if e.cfg.Recorded == nil || id == "" {
+		return nil, false
 	}
-	return nil, false
+	if e.cfg.RecordedMax != "" && id > e.forgotten {
+		return nil, false // younger than any id with a record outside the window
+	}
+	return e.cfg.Recorded(id)
 }

@@ -40,6 +40,9 @@ type Engine struct {
 	txns    map[string]*txn
 	ended   *recent[intents.ReleaseCause]
 	decided *recent[*intents.Decision] // the latest decision per intent id
+	// forgotten is the greatest intent id that may have a record outside
+	// decided: Config.RecordedMax, or an id decided forgot since.
+	forgotten string
 	parked  map[string]*parked
 	load    map[string]*load
 	timers  timers
@@ -131,6 +134,14 @@ func New(cfg Config) (*Engine, error) {
 			yield(id)
 		}
 	})
+	e.forgotten = cfg.RecordedMax
+	e.decided.forget = func(dropped map[string]*intents.Decision) {
+		for id := range dropped {
+			if id > e.forgotten {
+				e.forgotten = id
+			}
+		}
+	}
 	return e, nil
 }
 

@@ -14,6 +14,8 @@ type recent[V any] struct {
 	// keep, if set, lists at each turn the keys that must survive it (the
 	// interim decisions of intents still parked).
 	keep func(yield func(key string))
+	// forget, if set, is told of each generation a turn drops.
+	forget func(dropped map[string]V)
 	// carried is how many keys the last turn carried into cur. A turn comes
 	// after half new keys, not when cur holds half: with more kept keys
 	// than half, every put would otherwise turn and copy them all again,
@@ -58,6 +60,9 @@ func (r *recent[V]) put(k string, v V) {
 	}
 	delete(r.prev, k)
 	if len(r.cur)-r.carried >= r.half {
+		if r.forget != nil {
+			r.forget(r.prev)
+		}
 		r.prev, r.cur = r.cur, make(map[string]V, r.half)
 		if r.keep != nil {
 			r.keep(func(k string) {

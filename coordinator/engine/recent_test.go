@@ -112,3 +112,50 @@ func TestRecentTurnsAfterNewKeys(t *testing.T) {
 		t.Fatal("an old new key outlived the window")
 	}
 }
+
+// An id younger than every id with a record outside the window (the log's
+// greatest at start, RecordedMax, and every id the window has forgotten
+// since) is not looked up; an older one is, and a duplicate of an id the
+// window forgot is still found.
+func TestRecordedLookedUpOnlyWhenItMayExist(t *testing.T) {
+	var asked []string
+	records := map[string]*intents.Decision{}
+	e, err := New(Config{DedupWindow: 4, RecordedMax: fuzzID(10), Recorded: func(id string) (*intents.Decision, bool) {
+		asked = append(asked, id)
+		d, ok := records[id]
+		return d, ok
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(n int) *intents.Decision {
+		t.Helper()
+		in := &intents.Intent{ID: fuzzID(n), Agent: "a", Kind: intents.KindApply,
+			Writes: []intents.Write{{Path: "n", Op: intents.OpIncr}}}
+		evs := e.SubmitIntent(base, "a", in, nil)
+		d := evs[len(evs)-1].Decision
+		if !d.Duplicate {
+			records[d.Intent] = d
+		}
+		return d
+	}
+	submit(5) // older than RecordedMax: it may have a record
+	if len(asked) != 1 || asked[0] != fuzzID(5) {
+		t.Fatalf("asked %v, want the id older than RecordedMax", asked)
+	}
+	asked = nil
+	for n := 11; n < 30; n++ {
+		submit(n) // new ids, younger than every record: no lookup
+	}
+	if len(asked) != 0 {
+		t.Fatalf("asked %v for ids younger than every record", asked)
+	}
+	// 11 has left the window since: a duplicate of it is looked up and
+	// found.
+	if _, ok := e.Decision(fuzzID(11)); ok {
+		t.Fatal("the test needs 11 forgotten by the window")
+	}
+	if d := submit(11); !d.Duplicate || len(asked) != 1 {
+		t.Fatalf("a duplicate of a forgotten id: %+v, asked %v", d, asked)
+	}
+}

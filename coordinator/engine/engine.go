@@ -43,9 +43,9 @@ type Engine struct {
 	// forgotten is the greatest intent id that may have a record outside
 	// decided: Config.RecordedMax, or an id decided forgot since.
 	forgotten string
-	parked  map[string]*parked
-	load    map[string]*load
-	timers  timers
+	parked    map[string]*parked
+	load      map[string]*load
+	timers    timers
 	// The board rules in force (nil: none), the event that set them, and
 	// the agents' token buckets under their rate quotas.
 	rules      *rules.Set

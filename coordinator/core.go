@@ -95,7 +95,7 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 			d, err := log.Decision(id)
 			return d, err == nil
 		}
-		if opts.Engine.RecordedMax, err = log.LastRecorded(); err != nil {
+		if opts.Engine.RecordedMax, err = recordedMax(log); err != nil {
 			log.Close()
 			return nil, err
 		}
@@ -108,6 +108,16 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 	}
 	eng.State().Track(true)
 	return &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}, nil
+}
+
+// recordedMax is the engine's Config.RecordedMax for log: its greatest
+// record, or, with none, "0", which sorts before every intent id.
+func recordedMax(log *eventlog.Log) (string, error) {
+	id, err := log.LastRecorded()
+	if id == "" && err == nil {
+		id = "0"
+	}
+	return id, err
 }
 
 // Close closes the log after the batches already enqueued.
@@ -233,7 +243,7 @@ func (c *Core) restore(n int) error {
 	cfg := c.opts.Engine
 	if c.opts.recordedMax {
 		var err error
-		if cfg.RecordedMax, err = c.log.LastRecorded(); err != nil {
+		if cfg.RecordedMax, err = recordedMax(c.log); err != nil {
 			return err
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coagent/coagent/coordinator/engine"
-	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -136,33 +134,5 @@ func TestServiceKillAPI(t *testing.T) {
 	}
 	t.Logf("%d intents decided; %d sent again with the same id, %d answered as duplicates", total, tr.republished.Load(), tr.duplicates.Load())
 	liveHash, liveRev := child.stop(t)
-
-	log, err := eventlog.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	changes, finals := appliedAndDecided(t, log)
-	for id := range tr.all {
-		if changes[id] != 1 || finals[id] != 1 {
-			t.Errorf("intent %s: %d changes and %d final decisions in the log, want 1 and 1", id, changes[id], finals[id])
-		}
-	}
-	if len(changes) != total || len(finals) != total {
-		t.Errorf("the log has changes for %d intent ids and final decisions for %d, want %d each", len(changes), len(finals), total)
-	}
-	if _, err := Verify(log, engine.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := ReplayUntil(log, engine.Config{}, 0, time.Time{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree := eng.State()
-	if h := Hash(tree); h != liveHash || tree.Rev() != liveRev {
-		t.Errorf("replay: hash %s at rev %d, the child had %s at rev %d", h, tree.Rev(), liveHash, liveRev)
-	}
-	if v, _ := json.Marshal(tree.Lookup("ctr.n").Value); string(v) != strconv.Itoa(total) {
-		t.Errorf("replay: ctr.n = %s, want %d", v, total)
-	}
+	checkKillLog(t, dir, tr, total, liveHash, liveRev)
 }

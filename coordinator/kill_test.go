@@ -514,7 +514,17 @@ func TestServiceKill(t *testing.T) {
 		t.Errorf("the child shut down at rev %d, state.get said %d", liveRev, st.Rev)
 	}
 
-	// The log: exactly once.
+	lastSeq, rev := checkKillLog(t, dir, tr, total, liveHash, liveRev)
+	t.Logf("log ends at %d, rev %d; %s in all", lastSeq, rev, time.Since(began).Round(time.Millisecond))
+}
+
+// checkKillLog checks the log a kill test left in dir, once its child has
+// stopped with liveHash at liveRev: exactly one change and one final
+// decision for each of the total intents tr saw, Verify passes, and the
+// replay is the child's state with the counter at total. It returns the
+// log's last seq and the replay's rev.
+func checkKillLog(t *testing.T, dir string, tr *killTracker, total int, liveHash string, liveRev uint64) (uint64, uint64) {
+	t.Helper()
 	log, err := eventlog.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -543,7 +553,7 @@ func TestServiceKill(t *testing.T) {
 	if v, _ := json.Marshal(tree.Lookup("ctr.n").Value); string(v) != strconv.Itoa(total) {
 		t.Errorf("replay: ctr.n = %s, want %d", v, total)
 	}
-	t.Logf("log ends at %d, rev %d; %s in all", log.LastSeq(), tree.Rev(), time.Since(began).Round(time.Millisecond))
+	return log.LastSeq(), tree.Rev()
 }
 
 // fakeClock is a clock that moves only when told.

@@ -61,9 +61,12 @@ type conflictKey struct {
 	c      intents.Conflict
 }
 
-// AddDecision counts d, unless it is a duplicate or was counted already.
+// AddDecision counts d, unless the same outcome of its intent was counted
+// already. A duplicate counts when it is the first of its outcome: the
+// answer to an intent sent again is the recorded decision, marked
+// duplicate, and may be how its agent first learns of it.
 func (s *Stats) AddDecision(d *intents.Decision) {
-	if d == nil || d.Duplicate {
+	if d == nil {
 		return
 	}
 	if s.decisionSeen == nil {

@@ -120,6 +120,13 @@ func TestStatsCountsEachDecisionOnce(t *testing.T) {
 	if !s.SameDecisions(&o) {
 		t.Errorf("the same decisions in another order compare unequal:\n%+v\n%+v", s, o)
 	}
+	// The recorded decision sent again (duplicate) is how an agent that
+	// asked again may first learn of it: it counts, once.
+	var first Stats
+	first.AddDecision(&intents.Decision{Intent: "x", Outcome: intents.OutcomeRejected, Reason: intents.ReasonArbiterRejected, Duplicate: true})
+	if first.Decisions != 1 || first.Reasons[intents.ReasonArbiterRejected] != 1 {
+		t.Errorf("a first duplicate is not counted: %+v", first)
+	}
 	o.AddDecision(&intents.Decision{Intent: "c", Outcome: intents.OutcomeApplied})
 	if s.SameDecisions(&o) {
 		t.Error("different decisions compare equal")

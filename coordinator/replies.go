@@ -50,6 +50,10 @@ func (r *replies) add(subs []*submit) {
 			sub.answer(sub.own)
 			continue
 		}
+		// Its own decision is durable with the group: what it is answered
+		// with at its deadline unless a later one comes, even if the
+		// deadline has passed before the group's decisions are handed out.
+		sub.last = sub.own
 		r.mu.byID[sub.id] = append(r.mu.byID[sub.id], sub)
 		heap.Push(&r.mu.due, sub)
 	}

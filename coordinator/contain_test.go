@@ -195,3 +195,37 @@ func TestPanicContainedInTimers(t *testing.T) {
 		t.Fatalf("once the fault is gone the deadline settles the case: %+v", final)
 	}
 }
+
+// The decision of the intent a Decide was for is routed by how that intent
+// came, even when others come first among its events: an apply that
+// preempts a transaction is answered with its own decision, and the
+// preempted propose's aborted one goes where its own intent came.
+func TestRouteOwnDecisionAfterOthers(t *testing.T) {
+	core, err := OpenCore(t.TempDir(), CoreOptions{Log: eventlog.Options{NoSync: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer core.Close()
+	if _, err := core.SetRules(t0, []byte(`{"rules":[{"pattern":"board.**","preempt":["lead"]}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	core.Decide(t0, "w", []byte(`{"id":"01JD0000000000000000000001","agent":"w","kind":"propose","writes":[{"path":"board.x","op":"set"}]}`), ViaStream)
+	evs := core.Decide(t0, "lead", []byte(`{"id":"01JD0000000000000000000002","agent":"lead","kind":"apply","writes":[{"path":"board.x","op":"set","value":1}]}`), ViaAPI)
+	if d := submittedDecision(evs); d == nil || d.Intent != "01JD0000000000000000000002" || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the submitted intent's decision: %+v", d)
+	}
+	g, err := core.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := map[string]Routed{}
+	for _, r := range g.Decisions {
+		routes[r.Decision.Intent+" "+string(r.Decision.Outcome)] = r
+	}
+	if r := routes["01JD0000000000000000000002 applied"]; !r.Known || r.Via != ViaAPI || r.Store() {
+		t.Fatalf("the preempting apply's decision: %+v", r)
+	}
+	if r := routes["01JD0000000000000000000001 aborted"]; !r.Store() {
+		t.Fatalf("the preempted propose's aborted decision: %+v, want it stored for its agent", r)
+	}
+}

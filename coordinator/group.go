@@ -80,26 +80,25 @@ func (g *Group) Wait(ctx context.Context) error { return g.pending.Wait(ctx) }
 // Last is the sequence number of the group's last event.
 func (g *Group) Last() uint64 { return g.pending.Last() }
 
-// route notes where the decisions among evs go: the first decision after
-// the received event of an intent that came by via (known false: evs
-// decided no intent, as Tick's) goes by via, and every other decision (a
-// waiter freed, a timer that fired) where its intent came, as far as the
-// Core knows. It remembers how each intent still waiting for its final
+// route notes where the decisions among evs go: the decision of the
+// intent evs were decided for, which came by via (known false: evs decided
+// no intent, as Tick's), goes by via (see ownDecision), and every other
+// decision (a transaction it preempted, a waiter freed, a timer that
+// fired) where its intent came, as far as the Core knows. It remembers how each intent still waiting for its final
 // decision came; a duplicate's does not change that.
 func (c *Core) route(evs []*intents.Event, via Via, known bool) {
-	received, owned := false, false
-	for _, ev := range evs {
-		if ev.Type == intents.EventIntent {
-			received = true
-			continue
-		}
+	own := -1
+	if known {
+		own = ownDecision(evs)
+	}
+	for i, ev := range evs {
 		d := ev.Decision
 		if d == nil {
 			continue
 		}
 		var r Routed
-		if known && received && !owned {
-			r, owned = Routed{Decision: d, Via: via, Known: true}, true
+		if i == own {
+			r = Routed{Decision: d, Via: via, Known: true}
 		} else {
 			r.Decision = d
 			r.Via, r.Known = c.via[d.Intent]

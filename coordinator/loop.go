@@ -230,16 +230,28 @@ func submittedID(evs []*intents.Event) string {
 }
 
 // submittedDecision returns the decision of the intent evs were decided
-// for (see submittedID): the first decision after its received event.
+// for (see submittedID): after its received event, the first decision of
+// its id; of one with no usable id, the first decision. Others may come
+// between: the end of a transaction it preempted, a waiter it freed.
 func submittedDecision(evs []*intents.Event) *intents.Decision {
-	seen := false
-	for _, ev := range evs {
+	i := ownDecision(evs)
+	if i < 0 {
+		return nil
+	}
+	return evs[i].Decision
+}
+
+// ownDecision returns the index in evs of the decision of the intent evs
+// were decided for (see submittedDecision), or -1.
+func ownDecision(evs []*intents.Event) int {
+	received, id := false, ""
+	for i, ev := range evs {
 		switch {
-		case ev.Type == intents.EventIntent:
-			seen = true
-		case seen && ev.Decision != nil:
-			return ev.Decision
+		case !received && ev.Type == intents.EventIntent:
+			received, id = true, ev.Intent
+		case received && ev.Decision != nil && (id == "" || ev.Decision.Intent == id):
+			return i
 		}
 	}
-	return nil
+	return -1
 }

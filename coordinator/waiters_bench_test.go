@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -27,8 +29,9 @@ const (
 // arrive at once with on_conflict wait and are answered queued, then the
 // holder aborts, and every waiter is decided again and applied. It reports
 // the seconds to park them all (park-s) and to free them all (free-s) per
-// run, by path: api (request/reply, answered queued) and stream (published
-// on the intents stream).
+// run, by path: api (request/reply, answered queued at once; the applied
+// decision, which no request waits for, is stored for the agent) and
+// stream (published on the intents stream).
 func BenchmarkParkWaiters(b *testing.B) {
 	for _, path := range []string{"api", "stream"} {
 		b.Run(path, func(b *testing.B) {
@@ -69,7 +72,7 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 		if err != nil {
 			b.Fatal(err)
 		}
-		replies, err := nc.SubscribeSync(intents.InboxPrefix(agent) + ".park")
+		replies, err := nc.SubscribeSync(intents.InboxPrefix(agent) + ".park.*")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -80,30 +83,53 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 		done.Go(func() {
 			ready.Done()
 			<-start
-			for j := range parkPerAgent {
-				raw := fmt.Appendf(nil, `{"id":%q,"agent":%q,"kind":"apply","on_conflict":"wait","wait_ms":600000,"writes":[{"path":"%s.%s_%d","op":"set","value":%d}]}`,
-					ulid.Make(), agent, doc, agent, j, j)
-				var err error
-				if path == "api" {
-					m := nats.NewMsg(subj.Submit(agent))
-					m.Header.Set(intents.HeaderWait, "0")
-					m.Reply, m.Data = replies.Subject, raw
-					err = nc.PublishMsg(m)
-				} else {
-					err = nc.Publish(subj.Intents(agent), raw)
+			raws := make([][]byte, parkPerAgent)
+			send := func(j int) error {
+				if path == "stream" {
+					return nc.Publish(subj.Intents(agent), raws[j])
 				}
-				if err != nil {
+				m := nats.NewMsg(subj.Submit(agent))
+				m.Header.Set(intents.HeaderWait, "0")
+				m.Reply, m.Data = replies.Subject[:len(replies.Subject)-1]+strconv.Itoa(j), raws[j]
+				return nc.PublishMsg(m)
+			}
+			for j := range parkPerAgent {
+				raws[j] = fmt.Appendf(nil, `{"id":%q,"agent":%q,"kind":"apply","on_conflict":"wait","wait_ms":600000,"writes":[{"path":"%s.%s_%d","op":"set","value":%d}]}`,
+					ulid.Make(), agent, doc, agent, j, j)
+				if err := send(j); err != nil {
 					errs <- err
 					return
 				}
 			}
-			// Every intent gets a queued decision, then an applied one.
-			for range 2 * parkPerAgent {
-				m, err := decs.NextMsg(time.Minute)
+			// Every intent gets a queued decision, then an applied one: on
+			// the API path the queued one is the reply, and the applied
+			// one, which no request waits for any more, is stored on the
+			// agent's decisions. A submit answered unavailable (the
+			// coordinator's intake is full: 10,000 arrive at once) is sent
+			// again, as a client does.
+			for n := 0; n < 2*parkPerAgent; {
+				sub := decs
+				if path == "api" && n < parkPerAgent {
+					sub = replies
+				}
+				m, err := sub.NextMsg(time.Minute)
 				if err != nil {
 					errs <- fmt.Errorf("agent %s: %w", agent, err)
 					return
 				}
+				if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+					j, _ := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+					if code != "unavailable" {
+						errs <- fmt.Errorf("agent %s: intent %d: %s %s", agent, j, code, m.Header.Get(micro.ErrorHeader))
+						return
+					}
+					if err := send(j); err != nil {
+						errs <- err
+						return
+					}
+					continue
+				}
+				n++
 				var d intents.Decision
 				if err := json.Unmarshal(m.Data, &d); err != nil {
 					errs <- err

@@ -303,7 +303,7 @@ func (a *arbiterRun) resolve(ctx context.Context, res *intents.Resolution) error
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.resolveTimeout)
 	defer cancel()
-	reply, err := a.nc.RequestWithContext(rctx, a.subj.API("arbiter.resolve"), data)
+	reply, err := a.nc.RequestWithContext(rctx, a.subj.API(intents.APIArbiterResolve), data)
 	if err != nil {
 		return fmt.Errorf("agents: arbiter.resolve: %w", err)
 	}

@@ -144,7 +144,7 @@ func (b *arbiterLogs) logger() *slog.Logger { return slog.New(slog.NewTextHandle
 
 func (w *arbiterWorld) stateOf(path string) any {
 	w.t.Helper()
-	r, err := w.nc.Request(w.subj.API("state.get"), []byte(`{"paths":["`+path+`"]}`), 10*time.Second)
+	r, err := w.nc.Request(w.subj.API(intents.APIStateGet), []byte(`{"paths":["`+path+`"]}`), 10*time.Second)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestRunArbiterPriority(t *testing.T) {
 		t.Fatalf("newcomer: %+v", d)
 	}
 	// The holder kept its grant.
-	r, err := w.nc.Request(w.subj.API("txn.list"), []byte(`{"agent":"w1"}`), 10*time.Second)
+	r, err := w.nc.Request(w.subj.API(intents.APITxnList), []byte(`{"agent":"w1"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestRunArbiterDropsASettledCase(t *testing.T) {
 	var logs arbiterLogs
 	dropped := w.terminated()
 	w.runArbiter(w.connect(), "slow", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
-		r, err := w.nc.Request(w.subj.API("arbiter.resolve"),
+		r, err := w.nc.Request(w.subj.API(intents.APIArbiterResolve),
 			[]byte(`{"escalation":"`+c.ID+`","arbiter":"rival","losers":["`+c.ID+`"],"rationale":"the rival was faster"}`), 10*time.Second)
 		if err != nil || string(r.Data) != `{"ok":true}` {
 			t.Errorf("the rival's resolution: %v %v", r, err)

@@ -602,7 +602,7 @@ func (c *Client) Read(ctx context.Context, paths ...string) (*State, error) {
 		Rev    uint64           `json:"rev"`
 		Values map[string]Value `json:"values"`
 	}
-	if err := c.request(ctx, "state.get", map[string][]string{"paths": paths}, &out); err != nil {
+	if err := c.request(ctx, intents.APIStateGet, map[string][]string{"paths": paths}, &out); err != nil {
 		return nil, err
 	}
 	if out.Values == nil {

@@ -485,7 +485,7 @@ func TestResendGetsRecordedDecision(t *testing.T) {
 	// Submitted and decided before any client of "late" listens: the
 	// decision was the reply to another connection's request.
 	nc := w.connect()
-	reply, err := nc.Request(intents.Subjects{}.API("submit"), raw, 10*time.Second)
+	reply, err := nc.Request(intents.Subjects{}.API(intents.APISubmit), raw, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func (c *Client) recorded(ctx context.Context, id string) (*intents.Decision, er
 	if err != nil {
 		return nil, fmt.Errorf("agents: decision.get: %w", err)
 	}
-	reply, err := c.nc.RequestWithContext(rctx, c.subj.API("decision.get"), body)
+	reply, err := c.nc.RequestWithContext(rctx, c.subj.API(intents.APIDecisionGet), body)
 	if err != nil {
 		return nil, fmt.Errorf("agents: decision.get: %w", err)
 	}

@@ -154,7 +154,7 @@ func TestReadersOnEveryRead(t *testing.T) {
 	}
 	query := func(nc *nats.Conn, q string) page {
 		t.Helper()
-		m, err := nc.Request(intents.Subjects{}.API("log.query"), []byte(q), 10*time.Second)
+		m, err := nc.Request(intents.Subjects{}.API(intents.APILogQuery), []byte(q), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestReadersOnEveryRead(t *testing.T) {
 
 	// decision.get: an agent's own decisions only.
 	for who, want := range map[*nats.Conn]string{anc: "not_found", onc: ""} {
-		m, err := who.Request(intents.Subjects{}.API("decision.get"), []byte(`{"intent":"`+secret.Intent+`"}`), 10*time.Second)
+		m, err := who.Request(intents.Subjects{}.API(intents.APIDecisionGet), []byte(`{"intent":"`+secret.Intent+`"}`), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestReadersOnEveryRead(t *testing.T) {
 	defer tx.Abort(ctx)
 	txns := func(nc *nats.Conn) []map[string]any {
 		t.Helper()
-		m, err := nc.Request(intents.Subjects{}.API("txn.list"), []byte(`{}`), 10*time.Second)
+		m, err := nc.Request(intents.Subjects{}.API(intents.APITxnList), []byte(`{}`), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ func TestReadersOnEveryRead(t *testing.T) {
 	}
 	spots := func(nc *nats.Conn) []string {
 		t.Helper()
-		m, err := nc.Request(intents.Subjects{}.API("conflicts.top"), []byte(`{"limit":50}`), 10*time.Second)
+		m, err := nc.Request(intents.Subjects{}.API(intents.APIConflictsTop), []byte(`{"limit":50}`), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -145,7 +145,7 @@ func (f *feed) follow(ctx context.Context, start uint64) error {
 	if start > 0 {
 		q["start_seq"] = start
 	}
-	if err := f.c.request(ctx, "feed.follow", q, &r); err != nil {
+	if err := f.c.request(ctx, intents.APIFeedFollow, q, &r); err != nil {
 		return err
 	}
 	cons, err := f.c.js.Consumer(ctx, r.Stream, r.Consumer)
@@ -266,7 +266,7 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *f
 		if subtree != "" {
 			q["path"] = subtree
 		}
-		err := c.request(ctx, "log.query", q, &page)
+		err := c.request(ctx, intents.APILogQuery, q, &page)
 		return page.Events, page.Next, err
 	}
 	// Catch up from the log.

@@ -37,20 +37,20 @@ func (s *Service) startAPI() (micro.Service, error) {
 		name, subject string
 		handler       micro.HandlerFunc
 	}{
-		{"submit", "submit", s.handleSubmit},
+		{"submit", intents.APISubmit, s.handleSubmit},
 		// The same, as the agent the last token names: under auth the
 		// server lets an agent publish only on its own, so the identity is
 		// checked as on coagent.intents.<agent>.
-		{"submit_agent", "submit.*", s.handleSubmit},
-		{"state_get", "state.get", s.handleStateGet},
-		{"txn_list", "txn.list", s.handleTxnList},
-		{"log_query", "log.query", s.handleLogQuery},
-		{"arbiter_resolve", "arbiter.resolve", s.handleResolve},
-		{"conflicts_top", "conflicts.top", s.handleConflictsTop},
-		{"feed_follow", "feed.follow", s.handleFollow},
-		{"decision_get", "decision.get", s.handleDecisionGet},
-		{"rules_get", "rules.get", s.handleRulesGet},
-		{"rules_set", "rules.set", s.handleRulesSet},
+		{"submit_agent", intents.APISubmit + ".*", s.handleSubmit},
+		{"state_get", intents.APIStateGet, s.handleStateGet},
+		{"txn_list", intents.APITxnList, s.handleTxnList},
+		{"log_query", intents.APILogQuery, s.handleLogQuery},
+		{"arbiter_resolve", intents.APIArbiterResolve, s.handleResolve},
+		{"conflicts_top", intents.APIConflictsTop, s.handleConflictsTop},
+		{"feed_follow", intents.APIFeedFollow, s.handleFollow},
+		{"decision_get", intents.APIDecisionGet, s.handleDecisionGet},
+		{"rules_get", intents.APIRulesGet, s.handleRulesGet},
+		{"rules_set", intents.APIRulesSet, s.handleRulesSet},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {

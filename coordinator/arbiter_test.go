@@ -74,7 +74,7 @@ func TestArbiterOverTheWire(t *testing.T) {
 	}
 	resolve := func(body string) *nats.Msg {
 		t.Helper()
-		r, err := nc.Request(subj.API("arbiter.resolve"), []byte(body), 10*time.Second)
+		r, err := nc.Request(subj.API(intents.APIArbiterResolve), []byte(body), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +110,7 @@ func TestArbiterCaseSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := ulid.Make().String()
-	r, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+holder+`","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second)
+	r, err := nc.Request(subj.API(intents.APISubmit), []byte(`{"id":"`+holder+`","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestArbiterCaseSurvivesRestart(t *testing.T) {
 	if info, err := st.Info(context.Background()); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("arbiter stream holds %d cases, want 1 (%v)", info.State.Msgs, err)
 	}
-	resp, err := nc.Request(subj.API("arbiter.resolve"), []byte(`{"escalation":"`+esc+`","arbiter":"judge","losers":["`+esc+`"],"rationale":"w1 holds it"}`), 10*time.Second)
+	resp, err := nc.Request(subj.API(intents.APIArbiterResolve), []byte(`{"escalation":"`+esc+`","arbiter":"judge","losers":["`+esc+`"],"rationale":"w1 holds it"}`), 10*time.Second)
 	if err != nil || resp.Header.Get(micro.ErrorCodeHeader) != "" {
 		t.Fatalf("resolve after restart: %v %v", err, resp.Header)
 	}
@@ -178,7 +178,7 @@ func TestArbiterReplacementRejected(t *testing.T) {
 		t.Helper()
 		return natstest.Next[intents.Decision](t, s)
 	}
-	if _, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
+	if _, err := nc.Request(subj.API(intents.APISubmit), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	esc := ulid.Make().String()
@@ -187,7 +187,7 @@ func TestArbiterReplacementRejected(t *testing.T) {
 		t.Fatalf("escalate: %+v", d)
 	}
 	repl := ulid.Make().String()
-	resp, err := nc.Request(subj.API("arbiter.resolve"), []byte(`{"escalation":"`+esc+`","arbiter":"judge","rationale":"merge them",
+	resp, err := nc.Request(subj.API(intents.APIArbiterResolve), []byte(`{"escalation":"`+esc+`","arbiter":"judge","rationale":"merge them",
 		"replacement":{"id":"`+repl+`","agent":"judge","kind":"apply","pre":["state.doc.x == \"draft\""],"writes":[{"path":"doc.x","op":"set","value":2}]}}`), 10*time.Second)
 	if err != nil || resp.Header.Get(micro.ErrorCodeHeader) != "" {
 		t.Fatalf("resolve: %v %v", err, resp.Header)

@@ -112,7 +112,7 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 		t.Fatalf("the intent after the restart: %+v", d)
 	}
 	nc := natstest.Connect(t, ns)
-	m, err := nc.Request(intents.Subjects{}.API("state.get"), []byte(`{"paths":["n.i","n"]}`), 10*time.Second)
+	m, err := nc.Request(intents.Subjects{}.API(intents.APIStateGet), []byte(`{"paths":["n.i","n"]}`), 10*time.Second)
 	if err != nil || m.Header.Get(protoHdrErrCode) != "" {
 		t.Fatalf("state.get after the poison: %v %v", err, m.Header)
 	}
@@ -173,7 +173,7 @@ func TestWaiterNeverLate(t *testing.T) {
 			if d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonWaitTimeout {
 				t.Fatalf("the waiter after the coordinator %s: %+v, want wait_timeout", how, d)
 			}
-			m, err := nc.Request(intents.Subjects{}.API("state.get"), []byte(`{"paths":["doc.x"]}`), 10*time.Second)
+			m, err := nc.Request(intents.Subjects{}.API(intents.APIStateGet), []byte(`{"paths":["doc.x"]}`), 10*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -498,7 +498,7 @@ func TestServiceKill(t *testing.T) {
 
 	// The live child's counter.
 	nc := natstest.Connect(t, ns)
-	resp, err := nc.Request(intents.Subjects{}.API("state.get"), []byte(`{"paths":["ctr.n"]}`), 10*time.Second)
+	resp, err := nc.Request(intents.Subjects{}.API(intents.APIStateGet), []byte(`{"paths":["ctr.n"]}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +589,7 @@ func TestLeaseExpiresWhileDown(t *testing.T) {
 	nc := natstest.Connect(t, ns)
 	submit := func(in string) *intents.Decision {
 		t.Helper()
-		resp, err := nc.Request(subj.API("submit"), []byte(in), 10*time.Second)
+		resp, err := nc.Request(subj.API(intents.APISubmit), []byte(in), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -678,7 +678,7 @@ func TestLeaseExpiresWhileDown(t *testing.T) {
 	if c.Outcome != intents.OutcomeRejected || c.Reason != intents.ReasonFenced || c.Txn != g.Txn {
 		t.Fatalf("commit after the lease ran out while down: %+v", c)
 	}
-	resp, err := nc.Request(subj.API("state.get"), []byte(`{"paths":["doc.x"]}`), 10*time.Second)
+	resp, err := nc.Request(subj.API(intents.APIStateGet), []byte(`{"paths":["doc.x"]}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

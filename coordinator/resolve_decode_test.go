@@ -25,7 +25,7 @@ func TestArbiterResolveStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Request(subj.API("submit"), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
+	if _, err := nc.Request(subj.API(intents.APISubmit), []byte(`{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","writes":[{"path":"doc.x","op":"set"}]}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	esc := ulid.Make().String()
@@ -35,7 +35,7 @@ func TestArbiterResolveStrict(t *testing.T) {
 	}
 	resolve := func(replacement string) (code, detail string) {
 		t.Helper()
-		resp, err := nc.Request(subj.API("arbiter.resolve"), []byte(`{"escalation":"`+esc+`","arbiter":"judge","rationale":"r",
+		resp, err := nc.Request(subj.API(intents.APIArbiterResolve), []byte(`{"escalation":"`+esc+`","arbiter":"judge","rationale":"r",
 			"replacement":`+replacement+`}`), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)

@@ -53,7 +53,7 @@ func TestServiceSmoke(t *testing.T) {
 		t.Fatalf("header %v", msg.Header)
 	}
 	// The API: state.get sees it.
-	resp, err := nc.Request(subj.API("state.get"), []byte(`{"paths":["doc.x","doc.y"]}`), 5*time.Second)
+	resp, err := nc.Request(subj.API(intents.APIStateGet), []byte(`{"paths":["doc.x","doc.y"]}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestServiceSmoke(t *testing.T) {
 		t.Fatalf("state.get: %s, %v", resp.Data, err)
 	}
 	// submit through the API answers with the decision.
-	resp, err = nc.Request(subj.API("submit"), []byte(`{"id":"01JD0000000000000000000002","agent":"w2","kind":"apply","writes":[{"path":"doc.x","op":"incr"}]}`), 5*time.Second)
+	resp, err = nc.Request(subj.API(intents.APISubmit), []byte(`{"id":"01JD0000000000000000000002","agent":"w2","kind":"apply","writes":[{"path":"doc.x","op":"incr"}]}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 		t.Helper()
 		in := fmt.Sprintf(`{"id":"%s","agent":"w1","kind":"apply","writes":[{"path":"doc.a%d","op":"set","value":%d},{"path":"doc.b%d","op":"set","value":%d}]}`,
 			ulid.Make(), i, i, i, i)
-		if _, err := nc.Request(subj.API("submit"), []byte(in), 5*time.Second); err != nil {
+		if _, err := nc.Request(subj.API(intents.APISubmit), []byte(in), 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -101,8 +101,22 @@ func (s Subjects) Escalations() string { return s.p() + ".arbiter.escalations" }
 // DeadLetters is where cases no arbiter resolved in time are kept.
 func (s Subjects) DeadLetters() string { return s.p() + ".arbiter.dlq" }
 
-// API is the subject of an API endpoint: "submit", "state.get", "txn.list",
-// "arbiter.resolve", "log.query".
+// The endpoints of the API (SPEC §6), each at <prefix>.api.<endpoint>.
+// These are their only spellings; Subjects.API makes the subject.
+const (
+	APISubmit         = "submit"          // an intent by request/reply; the reply is its decision
+	APIStateGet       = "state.get"       // values and versions of paths
+	APITxnList        = "txn.list"        // open transactions
+	APILogQuery       = "log.query"       // a page of the event log
+	APIDecisionGet    = "decision.get"    // the recorded decision of an intent
+	APIArbiterResolve = "arbiter.resolve" // an arbiter's resolution of a case
+	APIConflictsTop   = "conflicts.top"   // where conflicts happen most
+	APIFeedFollow     = "feed.follow"     // a pull consumer on the changes of a subtree
+	APIRulesGet       = "rules.get"       // the board rules in force
+	APIRulesSet       = "rules.set"       // new board rules (observers only)
+)
+
+// API is the subject of an API endpoint, one of the API… constants.
 func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoint }
 
 // Submit is the API's submit endpoint for agent: <prefix>.api.submit.<agent>,
@@ -110,18 +124,18 @@ func (s Subjects) API(endpoint string) string { return s.p() + ".api." + endpoin
 // <prefix>.api.submit for "".
 func (s Subjects) Submit(agent string) string {
 	if agent == "" {
-		return s.API("submit")
+		return s.API(APISubmit)
 	}
-	return s.API("submit." + agent)
+	return s.API(APISubmit + "." + agent)
 }
 
 // SubmitAgent returns the agent a submit subject names ("" for the
 // anonymous one), and whether subject is a submit subject at all.
 func (s Subjects) SubmitAgent(subject string) (string, bool) {
-	if subject == s.API("submit") {
+	if subject == s.API(APISubmit) {
 		return "", true
 	}
-	rest, ok := strings.CutPrefix(subject, s.API("submit."))
+	rest, ok := strings.CutPrefix(subject, s.API(APISubmit+"."))
 	if !ok || rest == "" || strings.Contains(rest, ".") {
 		return "", false
 	}

@@ -33,7 +33,7 @@ func stateGet(ctx context.Context, nc *nats.Conn, subj intents.Subjects, paths [
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := nc.RequestWithContext(rctx, subj.API("state.get"), body)
+	reply, err := nc.RequestWithContext(rctx, subj.API(intents.APIStateGet), body)
 	if err != nil {
 		return nil, fmt.Errorf("state.get: %w", err)
 	}

@@ -136,7 +136,7 @@ type streamSubmitter struct {
 }
 
 func newStreamSubmitter(cfg Config, nc *nats.Conn, subj intents.Subjects, agent string) (*streamSubmitter, error) {
-	s := &streamSubmitter{nc: nc, subject: subj.Intents(agent), lookup: subj.API("decision.get"),
+	s := &streamSubmitter{nc: nc, subject: subj.Intents(agent), lookup: subj.API(intents.APIDecisionGet),
 		timeout: cfg.RequestTimeout, decisions: make(chan *intents.Decision, 64), done: make(chan struct{})}
 	sub, err := nc.Subscribe(subj.Decisions(agent), func(m *nats.Msg) {
 		var d intents.Decision

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
 
@@ -36,7 +37,7 @@ func (c *conflictsCommand) Run(ctx context.Context, args []string, _ io.Reader, 
 		return errUsage
 	}
 	body, _ := json.Marshal(map[string]int{"limit": *limit})
-	data, err := conn.request(ctx, "coagent conflicts", conn.subjects().API("conflicts.top"), body)
+	data, err := conn.request(ctx, "coagent conflicts", conn.subjects().API(intents.APIConflictsTop), body)
 	if err != nil {
 		return fmt.Errorf("conflicts top: %w", err)
 	}

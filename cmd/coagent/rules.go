@@ -38,7 +38,7 @@ func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	subj := conn.subjects()
 	switch verb := fs.Arg(0); {
 	case verb == "get" && fs.NArg() == 1:
-		data, err := conn.request(ctx, "coagent rules", subj.API("rules.get"), nil)
+		data, err := conn.request(ctx, "coagent rules", subj.API(intents.APIRulesGet), nil)
 		if err != nil {
 			return fmt.Errorf("rules get: %w", err)
 		}
@@ -66,7 +66,7 @@ func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 			fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(1))
 			return nil
 		}
-		m := nats.NewMsg(subj.API("rules.set"))
+		m := nats.NewMsg(subj.API(intents.APIRulesSet))
 		m.Data = file
 		m.Header.Set(coordinator.HeaderRulesSource, fs.Arg(1))
 		body, err := conn.requestMsg(ctx, "coagent rules", m)

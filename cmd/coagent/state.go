@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 )
 
@@ -32,7 +33,7 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		return errUsage
 	}
 	body, _ := json.Marshal(map[string][]string{"paths": fs.Args()})
-	data, err := conn.request(ctx, "coagent state", conn.subjects().API("state.get"), body)
+	data, err := conn.request(ctx, "coagent state", conn.subjects().API(intents.APIStateGet), body)
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}

@@ -154,11 +154,11 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 	pub := []string{
 		s.Intents(agent),
 		s.Submit(agent),
-		s.API("state.get"), s.API("txn.list"), s.API("log.query"), s.API("conflicts.top"), s.API("rules.get"),
-		s.API("decision.get"),
+		s.API(intents.APIStateGet), s.API(intents.APITxnList), s.API(intents.APILogQuery), s.API(intents.APIConflictsTop), s.API(intents.APIRulesGet),
+		s.API(intents.APIDecisionGet),
 		// The change feed (Watch): a consumer made by feed.follow, whose
 		// name the agent is told and nobody can guess.
-		s.API("feed.follow"),
+		s.API(intents.APIFeedFollow),
 		"$JS.API.CONSUMER.INFO." + events + ".*",
 		"$JS.API.CONSUMER.MSG.NEXT." + events + ".*",
 	}
@@ -174,7 +174,7 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 	if slices.Contains(roles, RoleArbiter) {
 		arb, cons := s.Stream(intents.StreamArbiter), intents.ArbitersConsumer
 		pub = append(pub,
-			s.API("arbiter.resolve"),
+			s.API(intents.APIArbiterResolve),
 			"$JS.API.CONSUMER.INFO."+arb+"."+cons,
 			"$JS.API.CONSUMER.MSG.NEXT."+arb+"."+cons,
 			"$JS.ACK."+arb+"."+cons+".>",

@@ -152,7 +152,7 @@ type stateValue struct {
 func stateGet(t *testing.T, nc *nats.Conn, paths ...string) map[string]stateValue {
 	t.Helper()
 	req, _ := json.Marshal(map[string]any{"paths": paths})
-	m, err := nc.Request(intents.Subjects{}.API("state.get"), req, 5*time.Second)
+	m, err := nc.Request(intents.Subjects{}.API(intents.APIStateGet), req, 5*time.Second)
 	if err != nil {
 		t.Fatalf("state.get: %v", err)
 	}

@@ -1,24 +1,56 @@
-// Package coordinator puts the decision engine on the wire and on disk.
+// Package coordinator puts the decision engine on the wire and on disk: it
+// takes intents from NATS, has the pure engine decide them, makes every
+// decision durable in the event log, and only then tells anyone.
 //
-// Core pairs the pure engine with the event log: every decision is in the
-// log before anyone may act on it, and a coordinator killed at any instant
-// reopens with the same state, transactions, leases and parked intents.
+// # One intent, end to end
 //
-//	core, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
-//	evs := core.Decide(time.Now(), "writer-1", rawIntent) // as many as arrived
-//	pending, err := core.Commit()                          // one synced write for all
-//	err = pending.Wait(ctx)                                // durable: now tell the agents
+// An agent sends an intent by request/reply on coagent.api.submit.<agent>
+// (api.go) or stores it on the COAGENT_INTENTS stream (streams.go). Either
+// way it enters one bounded intake; a full intake answers unavailable at
+// once, and the agent sends the same intent again.
 //
-// Rebuild, ReplayUntil and Verify rebuild state from the log alone, for
-// `coagent replay` and `coagent verify` on a stopped server's data
-// directory.
+// The loop (loop.go) is the only goroutine that touches the Core. It
+// drains the intake in arrival order and hands each raw intent to
+// Core.Decide, which decodes it, has the engine decide and fold it, and
+// contains a panic as that intent's rejection. What arrives while the log
+// is busy is decided into the same batch, and one Core.Commit enqueues the
+// whole batch in the log as one Group (group.go): the events, the state
+// they leave, and what is to be done once they are durable — each
+// decision with its route (a reply, the decisions stream), the changes for
+// the feed, the notices, the arbiter cases and dead letters, the next
+// timer.
 //
-// Service runs a Core on NATS JetStream (SPEC §6): it consumes
-// coagent.intents.<agent>, decides batches in stream order on one goroutine,
-// and once each batch is durable publishes the decisions, notices, events
-// and arbiter cases, then acknowledges the intents; it serves the API as the
-// micro service "coagent".
+// The output stage (output.go) waits for each group to be durable, then
+// does what the group says and derives nothing: it answers the waiting
+// submits (replies.go), stores the decisions of stream intents on
+// COAGENT_DECISIONS, publishes changes on COAGENT_EVENTS and the other
+// events live on core NATS, queues arbiter cases, and acknowledges the
+// batch's stream messages with one AckAll once their decisions are
+// stored. A coordinator killed at any instant has told nobody anything
+// the log does not hold; the intents it had not acknowledged come again
+// and are answered from their recorded decisions.
 //
 //	svc, err := coordinator.Start(ctx, nc, dir, coordinator.Options{})
-//	defer svc.Shutdown(ctx) // finishes the batch in hand, then closes the log
+//	defer svc.Shutdown(ctx) // decides what arrived, then closes the log
+//
+// # Reads
+//
+// The API's reads (state.get, log.query, txn.list, decision.get,
+// conflicts.top, feed.follow) are answered as the board rules let the
+// requesting agent see (view.go); without authentication, as to anyone.
+//
+// # Without NATS
+//
+// Core pairs the engine with the log for callers that bring their own
+// transport, and Rebuild, ReplayUntil and Verify rebuild state from the
+// log alone, for `coagent replay` and `coagent verify` on a stopped
+// coordinator's data directory.
+//
+//	core, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
+//	evs := core.Decide(time.Now(), "writer-1", rawIntent, coordinator.ViaAPI)
+//	g, err := core.Commit() // one synced write for all decided since
+//	err = g.Wait(ctx)       // durable: now tell the agents
+//
+// A data directory and JetStream store written under wire contract v1 are
+// migrated at start (migrate.go).
 package coordinator

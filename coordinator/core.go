@@ -20,9 +20,16 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// CoreOptions configures a Core. The zero value works.
+// CoreOptions configures a Core. The zero value works: every field
+// documents its default, applied by EnsureDefaults, and OpenCore refuses
+// options Validate finds wrong.
 type CoreOptions struct {
-	// Engine configures the decision engine; see engine.Config.
+	// Engine configures the decision engine; see engine.Config for its
+	// defaults, but for two the Core sets: Engine.NewID defaults to ULIDs
+	// with random entropy, monotonic within a millisecond, so that ids stay
+	// unique across restarts even when the clock has not moved past the
+	// last logged event; and Engine.Recorded, if nil, answers from the
+	// log's idempotency records (with Engine.RecordedMax kept to the log).
 	Engine engine.Config
 	// Log configures the event log; see eventlog.Options.
 	Log eventlog.Options
@@ -36,6 +43,37 @@ type CoreOptions struct {
 
 	// recordedMax says the Core keeps Engine.RecordedMax to the log.
 	recordedMax bool
+}
+
+// EnsureDefaults fills every zero field with its default, Engine's and
+// Log's included. Engine.Recorded is left as it is: its default needs the
+// open log, and OpenCore sets it.
+func (o *CoreOptions) EnsureDefaults() {
+	if o.SnapshotEvery == 0 {
+		o.SnapshotEvery = 100000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Engine.NewID == nil {
+		entropy := ulid.Monotonic(rand.Reader, 0)
+		o.Engine.NewID = func(t time.Time) ulid.ULID {
+			id, err := ulid.New(ulid.Timestamp(t), entropy)
+			if err != nil { // the monotonic entropy ran out inside one millisecond
+				id = ulid.MustNew(ulid.Timestamp(t), rand.Reader)
+			}
+			return id
+		}
+	}
+	o.Engine.EnsureDefaults()
+	o.Log.EnsureDefaults()
+}
+
+// Validate reports every problem of the options at once, Engine's and
+// Log's included, each naming the field and its value. OpenCore calls
+// EnsureDefaults, then Validate.
+func (o *CoreOptions) Validate() error {
+	return errors.Join(o.Engine.Validate(), o.Log.Validate())
 }
 
 // Core is the engine made durable. It is not safe for concurrent use: one
@@ -64,28 +102,13 @@ type Core struct {
 // OpenCore opens the event log in dir and rebuilds the engine from it: the
 // latest snapshot, then every event after it.
 func OpenCore(dir string, opts CoreOptions) (*Core, error) {
-	if opts.SnapshotEvery == 0 {
-		opts.SnapshotEvery = 100000
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("coordinator: open the core in %s: %w", dir, err)
 	}
 	log, err := eventlog.Open(dir, &opts.Log)
 	if err != nil {
 		return nil, err
-	}
-	if opts.Engine.NewID == nil {
-		// Ids must stay unique across restarts, even when the clock has not
-		// moved past the last logged event: random entropy, monotonic
-		// within a millisecond.
-		entropy := ulid.Monotonic(rand.Reader, 0)
-		opts.Engine.NewID = func(t time.Time) ulid.ULID {
-			id, err := ulid.New(ulid.Timestamp(t), entropy)
-			if err != nil { // the monotonic entropy ran out inside one millisecond
-				id = ulid.MustNew(ulid.Timestamp(t), rand.Reader)
-			}
-			return id
-		}
 	}
 	if opts.Engine.Recorded == nil {
 		// Duplicates older than the engine's window are answered from the

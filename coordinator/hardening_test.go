@@ -151,13 +151,8 @@ func TestServiceStopsWhenItsLogFails(t *testing.T) {
 		return nil
 	})}
 	ns := natstest.Run(t)
-	nc := natstest.Connect(t, ns)
-	svc, err := Start(context.Background(), nc, t.TempDir(), Options{Core: CoreOptions{
+	svc := startService(t, ns, t.TempDir(), Options{Core: CoreOptions{
 		Log: eventlog.Options{Pebble: &pebble.Options{FS: errorfs.Wrap(vfs.Default, full), MemTableSize: 256 << 10}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Shutdown(context.Background())
 	client := natstest.Connect(t, ns)
 	full.On()
 	value := `"` + strings.Repeat("x", 4096) + `"`

@@ -583,9 +583,9 @@ func TestLeaseExpiresWhileDown(t *testing.T) {
 	dir := t.TempDir()
 	clk := &fakeClock{now: t0}
 	subj := intents.Subjects{}
-	// The requests go on the service's own connection: Start does not flush
-	// it, so it may return before the server has the API's subscriptions,
-	// and a request on another connection can then find no responders.
+	// The test's requests go on a connection of its own: Start flushes the
+	// service's before it returns, so the API answers a request sent at
+	// once.
 	nc := natstest.Connect(t, ns)
 	submit := func(in string) *intents.Decision {
 		t.Helper()
@@ -600,22 +600,12 @@ func TestLeaseExpiresWhileDown(t *testing.T) {
 		return &d
 	}
 
-	svc, err := Start(context.Background(), nc, dir, Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := false
-	t.Cleanup(func() {
-		if !down {
-			svc.Shutdown(context.Background())
-		}
-	})
+	svc := startService(t, ns, dir, Options{Now: clk.Now})
 	g := submit(`{"id":"01JD0000000000000000000001","agent":"a1","kind":"propose","lease_ms":1000,"writes":[{"path":"doc.x","op":"set"}]}`)
 	if g.Outcome != intents.OutcomeGranted || g.Txn == "" || g.Fence == 0 || g.LeaseExpires == nil ||
 		!g.LeaseExpires.Equal(t0.Add(time.Second)) {
 		t.Fatalf("propose: %+v", g)
 	}
-	down = true
 	if err := svc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -633,11 +623,7 @@ func TestLeaseExpiresWhileDown(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	svc2, err := Start(context.Background(), nc, dir, Options{Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc2.Shutdown(context.Background()) })
+	startService(t, ns, dir, Options{Now: clk.Now})
 
 	m, err := expires.NextMsg(10 * time.Second)
 	if err != nil {

@@ -91,14 +91,10 @@ func newProtoWireOn(t *testing.T, ns *server.Server, opts Options) *protoWire {
 	t.Helper()
 	clock := &protoClock{}
 	opts.Now = clock.Now
-	svc := startService(t, ns, t.TempDir(), opts)
-	// Start returns before the server has surely seen the API's
-	// subscriptions (it does not flush its connection: reported), so a
-	// request sent at once may find no responders. One round trip on the
-	// service's connection settles it.
-	if err := svc.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	// Start flushes its connection before it returns, so the server has
+	// the API's subscriptions and a request sent at once on another
+	// connection finds a responder.
+	startService(t, ns, t.TempDir(), opts)
 	return &protoWire{t: t, nc: natstest.Connect(t, ns), clock: clock,
 		dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}, waiting: map[string][]string{}}
 }

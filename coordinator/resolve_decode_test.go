@@ -1,4 +1,4 @@
-package coordinator
+package coordinator_test
 
 import (
 	"strings"
@@ -8,9 +8,14 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 )
+
+// The tests of this file see the coordinator only through the wire, as a
+// client in any language would, so they live outside the package.
 
 // arbiter.resolve decodes its body as strictly as an intent is decoded: a
 // replacement naming its path twice (the last would have won) or a field in
@@ -18,7 +23,7 @@ import (
 // open for a resolution that is well formed.
 func TestArbiterResolveStrict(t *testing.T) {
 	ns := natstest.Run(t)
-	startService(t, ns, t.TempDir(), Options{})
+	coordtest.Start(t, ns, coordinator.Options{})
 	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 	sub, err := nc.SubscribeSync(subj.Decisions("w2"))

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/coordinator/rules"
@@ -18,11 +20,16 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Options configures a Service. The zero value works.
+// Options configures a Service. The zero value works: every field
+// documents its default, applied by EnsureDefaults, and Start refuses
+// options Validate finds wrong.
 type Options struct {
-	// Prefix is the subject prefix. The default is "coagent".
+	// Prefix is the subject prefix: one or more dot-separated tokens, none
+	// empty, with no wildcard (* or >) and no white space. The default is
+	// "coagent" (intents.DefaultPrefix).
 	Prefix string
-	// Core configures the engine and the log; see CoreOptions.
+	// Core configures the engine and the log; see CoreOptions. Its Logger
+	// defaults to Logger.
 	Core CoreOptions
 	// MaxBatch bounds how many intents are decided and made durable in one
 	// synced write. The default is 1024.
@@ -70,29 +77,34 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) ensureDefaults() {
-	if o.MaxBatch <= 0 {
+// EnsureDefaults fills every zero field with its default, Core's
+// included.
+func (o *Options) EnsureDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = intents.DefaultPrefix
+	}
+	if o.MaxBatch == 0 {
 		o.MaxBatch = 1024
 	}
-	if o.MaxIntake <= 0 {
+	if o.MaxIntake == 0 {
 		o.MaxIntake = 8192
 	}
-	if o.MaxAckPending <= 0 {
+	if o.MaxAckPending == 0 {
 		o.MaxAckPending = 4096
 	}
-	if o.AckWait <= 0 {
+	if o.AckWait == 0 {
 		o.AckWait = 5 * time.Second
 	}
-	if o.DecisionsMaxAge <= 0 {
+	if o.DecisionsMaxAge == 0 {
 		o.DecisionsMaxAge = 24 * time.Hour
 	}
-	if o.EventsMaxAge <= 0 {
+	if o.EventsMaxAge == 0 {
 		o.EventsMaxAge = 24 * time.Hour
 	}
-	if o.SubmitWait <= 0 {
+	if o.SubmitWait == 0 {
 		o.SubmitWait = 10 * time.Second
 	}
-	if o.MaxSubmits <= 0 {
+	if o.MaxSubmits == 0 {
 		o.MaxSubmits = 10000
 	}
 	if o.Now == nil {
@@ -101,6 +113,59 @@ func (o *Options) ensureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Core.Logger == nil {
+		o.Core.Logger = o.Logger
+	}
+	o.Core.EnsureDefaults()
+}
+
+// Validate reports every problem of the options at once, Core's included,
+// each naming the field and its value. A zero field is not a problem: it
+// takes its default. Start calls EnsureDefaults, then Validate.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Prefix != "" {
+		if err := validPrefix(o.Prefix); err != nil {
+			errs = append(errs, fmt.Errorf("coordinator options: Prefix %q: %w", o.Prefix, err))
+		}
+	}
+	count := func(name string, n int) {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("coordinator options: %s is negative (%d)", name, n))
+		}
+	}
+	count("MaxBatch", o.MaxBatch)
+	count("MaxIntake", o.MaxIntake)
+	count("MaxAckPending", o.MaxAckPending)
+	count("MaxSubmits", o.MaxSubmits)
+	dur := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("coordinator options: %s is negative (%s)", name, d))
+		}
+	}
+	dur("AckWait", o.AckWait)
+	dur("DecisionsMaxAge", o.DecisionsMaxAge)
+	dur("EventsMaxAge", o.EventsMaxAge)
+	dur("SubmitWait", o.SubmitWait)
+	errs = append(errs, o.Core.Validate())
+	return errors.Join(errs...)
+}
+
+// validPrefix says what is wrong with a subject prefix: the coordinator
+// subscribes under it, so a wildcard would take in other subjects, and an
+// empty token or white space makes subjects the server refuses.
+func validPrefix(p string) error {
+	for _, tok := range strings.Split(p, ".") {
+		switch {
+		case tok == "":
+			return errors.New("an empty token")
+		case tok == "*" || tok == ">" || strings.ContainsAny(tok, "*>"):
+			return errors.New("a wildcard")
+		case strings.ContainsFunc(tok, unicode.IsSpace):
+			return errors.New("white space")
+		}
+	}
+	return nil
 }
 
 // Service is the coordinator on NATS (SPEC §6, version 2). API submits and
@@ -166,9 +231,9 @@ type Service struct {
 // missing, starts the API and begins consuming. It returns once it is
 // serving.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
-	opts.ensureDefaults()
-	if opts.Core.Logger == nil {
-		opts.Core.Logger = opts.Logger
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("coordinator: start: %w", err)
 	}
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
 		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),

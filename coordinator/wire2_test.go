@@ -225,11 +225,7 @@ func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
 func TestIntentPublishedWhileNoCoordinatorRuns(t *testing.T) {
 	ns := natstest.Run(t)
 	dir := t.TempDir()
-	nc := natstest.Connect(t, ns)
-	svc, err := Start(context.Background(), nc, dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := startService(t, ns, dir, Options{})
 	if err := svc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,10 @@ func (benchLogger) Fatalf(format string, args ...any) {
 
 // benchSyncFS counts the fsyncs Pebble makes, and their time: of WAL files
 // (*.log), which every synced commit waits on, and of everything else
-// (sstables, manifests, directories), which it does not.
+// (sstables, manifests, directories), which it does not. It injects no
+// fault, so it is written by hand rather than with vfs/errorfs: an errorfs
+// Injector is called before each operation and never sees it end, so it
+// could count the fsyncs but not time them.
 type benchSyncFS struct {
 	vfs.FS
 	walSyncs, otherSyncs atomic.Int64

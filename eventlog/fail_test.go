@@ -9,60 +9,29 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-// failFS fails every write and sync of the WAL once broken is set, as a
-// full or failing disk would.
-type failFS struct {
-	vfs.FS
-	broken atomic.Bool
-}
 
 var errDisk = errors.New("injected disk failure")
 
-type failFile struct {
-	vfs.File
-	fs *failFS
+// walFails fails every write and sync of the WAL (*.log) once it is on,
+// as a full or failing disk would.
+func walFails() *errorfs.Toggle {
+	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") {
+				return errDisk
+			}
+		}
+		return nil
+	})}
 }
-
-func (fs *failFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return &failFile{File: f, fs: fs}, nil
-}
-
-func (fs *failFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (fs *failFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(old, name, c)
-	return fs.wrap(name, f, err)
-}
-
-func (f *failFile) Write(p []byte) (int, error) {
-	if f.fs.broken.Load() {
-		return 0, errDisk
-	}
-	return f.File.Write(p)
-}
-
-func (f *failFile) Sync() error {
-	if f.fs.broken.Load() {
-		return errDisk
-	}
-	return f.File.Sync()
-}
-
-func (f *failFile) SyncData() error { return f.Sync() }
 
 // envFailDir makes TestWriteFailureChild run: the log it writes to.
 const envFailDir = "COAGENT_FAIL_DIR"
@@ -76,8 +45,8 @@ func TestWriteFailureChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestWriteFailure")
 	}
-	fs := &failFS{FS: vfs.Default}
-	l, err := Open(dir, &Options{IndexEvery: 10, Pebble: &pebble.Options{FS: fs}})
+	broken := walFails()
+	l, err := Open(dir, &Options{IndexEvery: 10, Pebble: &pebble.Options{FS: errorfs.Wrap(vfs.Default, broken)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +58,7 @@ func TestWriteFailureChild(t *testing.T) {
 		}
 		fmt.Printf("ack %d\n", b.Events[len(b.Events)-1].Seq)
 	}
-	fs.broken.Store(true)
+	broken.On()
 	fmt.Println("broken")
 	for range 1000 {
 		b := g.batch(3)

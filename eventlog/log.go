@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,7 +23,9 @@ var (
 	ErrNotFound  = errors.New("eventlog: not found")
 )
 
-// Options tunes a log. The zero value works.
+// Options tunes a log. The zero value works: every field documents its
+// default, applied by EnsureDefaults, and Open refuses options Validate
+// finds wrong.
 type Options struct {
 	// NoSync leaves commits unsynced: for tests and benchmarks that measure
 	// everything but the disk. The default syncs every commit.
@@ -48,9 +49,39 @@ type Options struct {
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
 	// quiet one unless set, a zero MemTableSize and FormatMajorVersion by
 	// the log's defaults, and its EventListener is teed with the log's
-	// own). The default is Pebble's defaults with a 64 MB memtable and
-	// FormatWALSyncChunks.
+	// own); Pebble validates it when the store opens. The default (nil) is
+	// Pebble's defaults with a 64 MB memtable and FormatWALSyncChunks.
 	Pebble *pebble.Options
+}
+
+// EnsureDefaults fills every zero field with its default. Pebble stays as
+// it is: Open applies the log's defaults to a copy of it.
+func (o *Options) EnsureDefaults() {
+	if o.IndexEvery == 0 {
+		o.IndexEvery = 4096
+	}
+	if o.indexIdle == 0 {
+		o.indexIdle = indexIdle
+	}
+	if o.retryPause == 0 {
+		o.retryPause = retryPause
+	}
+}
+
+// Validate reports every problem of the options at once, each naming the
+// field and its value. Open calls EnsureDefaults, then Validate.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.IndexEvery < 0 {
+		errs = append(errs, fmt.Errorf("eventlog options: IndexEvery is negative (%d)", o.IndexEvery))
+	}
+	if o.indexIdle < 0 {
+		errs = append(errs, fmt.Errorf("eventlog options: indexIdle is negative (%s)", o.indexIdle))
+	}
+	if o.retryPause < 0 {
+		errs = append(errs, fmt.Errorf("eventlog options: retryPause is negative (%s)", o.retryPause))
+	}
+	return errors.Join(errs...)
 }
 
 // Log is the event log in a Pebble directory. Appends go through one
@@ -170,8 +201,14 @@ func (p *Pending) Last() uint64 { return p.last }
 // log (see watcher.openStore: Open then returns at once, and the store
 // recovers in the background once there is room).
 func Open(dir string, opts *Options) (*Log, error) {
-	if opts == nil {
-		opts = &Options{}
+	o := Options{}
+	if opts != nil {
+		o = *opts // the caller's stay as they are
+	}
+	opts = &o
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("eventlog: open %s: %w", dir, err)
 	}
 	// A larger memtable than Pebble's 4 MB default: every decision writes
 	// several keys, and with small memtables flushes and compactions take
@@ -197,7 +234,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if po.FS == nil {
 		po.FS = vfs.Default
 	}
-	w := newWatcher(dir, po.FS, cmp.Or(opts.retryPause, retryPause))
+	w := newWatcher(dir, po.FS, opts.retryPause)
 	po.FS = walWatchFS{FS: po.FS, w: w}
 	po.EventListener = w.listener(po.EventListener)
 	db, err := w.openStore(po)
@@ -237,11 +274,8 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.last.Store(last)
 	l.mu.next = last + 1
 	l.mu.wake = make(chan struct{}, 1)
-	l.indexEvery = 4096
-	if opts.IndexEvery != 0 {
-		l.indexEvery = uint64(max(opts.IndexEvery, 1))
-	}
-	l.indexIdle, l.indexWritten = cmp.Or(opts.indexIdle, indexIdle), opts.indexWritten
+	l.indexEvery = uint64(opts.IndexEvery)
+	l.indexIdle, l.indexWritten = opts.indexIdle, opts.indexWritten
 	if err := l.catchUpIndex(); err != nil {
 		return fail(err)
 	}

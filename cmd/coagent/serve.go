@@ -21,9 +21,9 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -67,10 +67,10 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	// The registry gives the server its users and the rules their roles;
 	// it is read once for both, here and at each SIGHUP.
 	reloadable := *rulesFile != "" || *authOn
-	var reg *auth.Registry
+	var reg *natsauth.Registry
 	if reloadable {
 		var err error
-		if reg, err = auth.Load(auth.RegistryPath(*data)); err != nil {
+		if reg, err = natsauth.Load(natsauth.RegistryPath(*data)); err != nil {
 			return err
 		}
 	}
@@ -158,7 +158,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		case <-hup:
 			// A file that cannot be read or does not compile is reported
 			// and changes nothing: the agents and rules in force stay.
-			reg, err := auth.Load(auth.RegistryPath(*data))
+			reg, err := natsauth.Load(natsauth.RegistryPath(*data))
 			if err != nil {
 				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
 				continue
@@ -196,7 +196,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 // loadRules puts the rules file at path in force, with the roles of the
 // agent registry merged into its agents, unless the same rules are in force
 // already (a restart records no new rules event).
-func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, reg *auth.Registry, stdout io.Writer) error {
+func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, reg *natsauth.Registry, stdout io.Writer) error {
 	var file []byte
 	if path != "" {
 		var err error
@@ -209,7 +209,7 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 		return fmt.Errorf("rules %s: %w", path, err)
 	}
 	if path == "" {
-		path = auth.RegistryPath(data)
+		path = natsauth.RegistryPath(data)
 	}
 	if cur, err := svc.Rules(ctx); err == nil && cur != nil && cur.Hash == engine.RulesHash(file) {
 		fmt.Fprintf(stdout, "coagent: rules %s (%.12s) already in force\n", path, cur.Hash)
@@ -302,7 +302,7 @@ func newIdentity() (*identity, error) {
 }
 
 // reloadAgents gives the running embedded server the registry as it is now.
-func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity, reg *auth.Registry) error {
+func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity, reg *natsauth.Registry) error {
 	host, _, _ := net.SplitHostPort(listen)
 	port := ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
 	return ns.ReloadOptions(serverOptions(host, port, filepath.Join(data, "jetstream"), reg.Users(prefix, self.pub)))

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
-	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 )
 
@@ -120,7 +120,7 @@ func TestServeAuthAndRules(t *testing.T) {
 
 	submit := func(agent, id, path string) (string, error) {
 		in := `{"id":"` + id + `","agent":"` + agent + `","kind":"apply","writes":[{"path":"` + path + `","op":"set","value":1}]}`
-		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", auth.SeedPath(data, agent), "-")
+		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", natsauth.SeedPath(data, agent), "-")
 		return out, err
 	}
 	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.Contains(out, `"applied"`) {
@@ -144,7 +144,7 @@ func TestServeAuthAndRules(t *testing.T) {
 		t.Fatalf("carol before the reload: %v", err)
 	}
 	writeFile(t, rulesFile, `{"rules":[]}`)
-	opts, err := agents.AuthOptions("auditor", auth.SeedPath(data, "auditor"))
+	opts, err := agents.AuthOptions("auditor", natsauth.SeedPath(data, "auditor"))
 	if err != nil {
 		t.Fatal(err)
 	}

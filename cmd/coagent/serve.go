@@ -3,17 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,7 +22,6 @@ import (
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 )
 
 // serveCommand runs the coordinator, on an embedded NATS server with
@@ -62,8 +57,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	}
 	var nc *nats.Conn
 	var where string
-	var ns *server.Server
-	var self *identity
+	var srv *natsauth.Server
 	// The registry gives the server its users and the rules their roles;
 	// it is read once for both, here and at each SIGHUP.
 	reloadable := *rulesFile != "" || *authOn
@@ -75,29 +69,21 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 	}
 	if conn.url == "" {
-		var users []*server.NkeyUser
+		cfg := natsauth.ServerConfig{Listen: *listen, Store: filepath.Join(*data, "jetstream"),
+			MaxPayload: coordinator.MaxWireMessage, Prefix: conn.prefix}
 		if *authOn {
-			var err error
-			if self, err = newIdentity(); err != nil {
-				return err
-			}
-			users = reg.Users(conn.prefix, self.pub)
+			cfg.Agents = reg
 		}
 		var err error
-		ns, err = embedded(*listen, filepath.Join(*data, "jetstream"), users...)
-		if err != nil {
+		if srv, err = natsauth.StartServer(cfg); err != nil {
 			return err
 		}
-		defer ns.Shutdown()
-		opts := []nats.Option{nats.InProcessServer(ns), nats.Name("coagent serve")}
-		if self != nil {
-			opts = append(opts, nats.Nkey(self.pub, self.kp.Sign))
+		defer srv.Shutdown()
+		if nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
+			return err
 		}
-		if nc, err = nats.Connect(ns.ClientURL(), opts...); err != nil {
-			return fmt.Errorf("connect to the embedded server: %w", err)
-		}
-		where = ns.ClientURL() + " (embedded NATS with JetStream)"
-		if self != nil {
+		where = srv.NATS().ClientURL() + " (embedded NATS with JetStream)"
+		if srv.Authenticated() {
 			where += ", agents authenticated"
 		}
 	} else {
@@ -129,8 +115,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 		opts.Core.Engine.Fallback = func(c *intents.Escalation) *intents.Resolution { return policy(engine.FallbackArbiter, c) }
 	}
-	if ns != nil {
-		opts.Interest = coordinator.InterestOf(ns)
+	if srv != nil {
+		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
 	if err != nil {
@@ -163,8 +149,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
 				continue
 			}
-			if self != nil {
-				if err := reloadAgents(ns, *listen, *data, conn.prefix, self, reg); err != nil {
+			if srv != nil && srv.Authenticated() {
+				if err := srv.Reload(reg); err != nil {
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
 				}
 			}
@@ -204,7 +190,7 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 			return fmt.Errorf("rules: %w", err)
 		}
 	}
-	file, err := withRoles(file, reg.Roles())
+	file, err := natsauth.MergeRoles(file, reg.Roles())
 	if err != nil {
 		return fmt.Errorf("rules %s: %w", path, err)
 	}
@@ -223,111 +209,14 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 	return nil
 }
 
-// serverOptions are the embedded server's options; users, when given, are
-// the only ones it lets in.
-func serverOptions(host string, port int, store string, users []*server.NkeyUser) *server.Options {
-	return &server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-		MaxPayload: coordinator.MaxWireMessage, NoLog: true, NoSigs: true, Nkeys: users}
-}
-
-// withRoles merges roles into the agents of a rules file: the registry
-// gives agents their roles as well as the file does. It touches only the
-// roles, so whatever else the file says, right or wrong, reaches the rules'
-// own checks as written.
-func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
-	if len(roles) == 0 {
-		return file, nil
-	}
-	doc := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(file)) > 0 {
-		if err := json.Unmarshal(file, &doc); err != nil {
-			return nil, err
-		}
-	}
-	agents := map[string]map[string]json.RawMessage{}
-	if raw, ok := doc["agents"]; ok {
-		if err := json.Unmarshal(raw, &agents); err != nil {
-			return nil, fmt.Errorf("agents: %w", err)
-		}
-	}
-	for name, rs := range roles {
-		a := agents[name]
-		if a == nil {
-			a = map[string]json.RawMessage{}
-		}
-		var have []string
-		if raw, ok := a["roles"]; ok {
-			if err := json.Unmarshal(raw, &have); err != nil {
-				return nil, fmt.Errorf("agents.%s.roles: %w", name, err)
-			}
-		}
-		for _, r := range rs {
-			if !slices.Contains(have, r) {
-				have = append(have, r)
-			}
-		}
-		slices.Sort(have)
-		raw, err := json.Marshal(have)
-		if err != nil {
-			return nil, err
-		}
-		a["roles"] = raw
-		agents[name] = a
-	}
-	raw, err := json.Marshal(agents)
+// embedded starts an embedded server with JetStream on addr that admits
+// anyone, as bench and demo run.
+func embedded(addr, store string) (*server.Server, error) {
+	srv, err := natsauth.StartServer(natsauth.ServerConfig{Listen: addr, Store: store, MaxPayload: coordinator.MaxWireMessage})
 	if err != nil {
 		return nil, err
 	}
-	doc["agents"] = raw
-	return json.Marshal(doc)
-}
-
-// identity is the coordinator's own key on a server with --auth, made anew
-// at every start: only this process holds it.
-type identity struct {
-	kp  nkeys.KeyPair
-	pub string
-}
-
-func newIdentity() (*identity, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("coordinator key: %w", err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	return &identity{kp: kp, pub: pub}, nil
-}
-
-// reloadAgents gives the running embedded server the registry as it is now.
-func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity, reg *natsauth.Registry) error {
-	host, _, _ := net.SplitHostPort(listen)
-	port := ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
-	return ns.ReloadOptions(serverOptions(host, port, filepath.Join(data, "jetstream"), reg.Users(prefix, self.pub)))
-}
-
-// embedded starts an in-process NATS server with JetStream on addr.
-func embedded(addr, store string, users ...*server.NkeyUser) (*server.Server, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %q: %w", addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %q: port: %w", addr, err)
-	}
-	ns, err := server.NewServer(serverOptions(host, port, store, users))
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS server: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server did not start on %s", addr)
-	}
-	return ns, nil
+	return srv.NATS(), nil
 }
 
 // natsFlags are the options of a connection to an existing NATS server.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
-	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
@@ -171,29 +169,6 @@ func TestServeAuthAndRules(t *testing.T) {
 	}
 	if out, err := submit("carol", "01JD0000000000000000000B05", "tasks.t5"); err != nil || !strings.Contains(out, `"applied"`) {
 		t.Fatalf("carol after the reload: %q %v", out, err)
-	}
-}
-
-// withRoles adds the registry's roles and leaves the rest of the file as
-// written, so a mistake in it still meets the rules' own checks.
-func TestWithRoles(t *testing.T) {
-	file := []byte(`{"agents":{"boss":{"role":["lead"]},"alice":{"roles":["b"]}},"rules":[]}`)
-	merged, err := withRoles(file, map[string][]string{"alice": {"a", "b"}, "carol": {"c"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Agents map[string]map[string]any `json:"agents"`
-	}
-	if err := json.Unmarshal(merged, &doc); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]map[string]any{"boss": {"role": []any{"lead"}}, "alice": {"roles": []any{"a", "b"}}, "carol": {"roles": []any{"c"}}}
-	if !reflect.DeepEqual(doc.Agents, want) {
-		t.Fatalf("merged agents %v, want %v", doc.Agents, want)
-	}
-	if _, err := rules.Compile(merged, intents.NewCompiler(intents.CompilerOptions{})); err == nil || !strings.Contains(err.Error(), "role") {
-		t.Fatalf("the misspelt field compiled: %v", err)
 	}
 }
 

@@ -1,13 +1,3 @@
-// Package natsauth gives agents identities that the NATS server itself enforces.
-// An agent registry (a JSON file beside the data) lists each agent's roles
-// and the public half of its nkey; the agent keeps the seed. From the
-// registry, the embedded server gets one user per agent whose permissions
-// let it publish intents only on coagent.intents.<itself>, read only its
-// own decisions and notices, follow the change feed, call the read-only
-// API and the identity-checked submit, and, for arbiters, work the arbiter
-// queue. The coordinator itself connects with a key of its own, made fresh
-// at every start. With an external NATS server, the same permissions are
-// the operator's to set (the README gives them).
 package natsauth
 
 import (

@@ -21,7 +21,7 @@ import (
 )
 
 // authWorld is an embedded server that admits only registered agents, each
-// with the permissions of package auth, and a coordinator with its own key.
+// with the permissions of package natsauth, and a coordinator with its own key.
 type authWorld struct {
 	t     *testing.T
 	ns    *server.Server

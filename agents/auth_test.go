@@ -12,8 +12,8 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -21,7 +21,7 @@ import (
 )
 
 // authWorld is an embedded server that admits only registered agents, each
-// with the permissions of package auth, and a coordinator with its own key.
+// with the permissions of package natsauth, and a coordinator with its own key.
 type authWorld struct {
 	t     *testing.T
 	ns    *server.Server
@@ -32,7 +32,7 @@ type authWorld struct {
 func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 	t.Helper()
 	dir := t.TempDir()
-	reg := &auth.Registry{Agents: map[string]auth.Agent{}}
+	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
 	w := &authWorld{t: t, seeds: map[string]string{}}
 	for name, roles := range agentRoles {
 		seed, err := reg.Add(name, roles)
@@ -94,7 +94,7 @@ func awaitRefusal(t *testing.T, refused <-chan error, what string) {
 // subjects; the server refuses her publishing as bob or reading bob's
 // decisions; an arbiter works the arbiter queue.
 func TestAuthenticatedAgents(t *testing.T) {
-	w := newAuthWorld(t, map[string][]string{"alice": {"writer"}, "bob": {"writer"}, "judge": {auth.RoleArbiter}})
+	w := newAuthWorld(t, map[string][]string{"alice": {"writer"}, "bob": {"writer"}, "judge": {natsauth.RoleArbiter}})
 	ctx := ctxFor(t, 60*time.Second)
 
 	anc, refused := w.connect("alice")

@@ -485,7 +485,7 @@ func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*in
 	}
 	var d intents.Decision
 	if err := json.Unmarshal(reply.Data, &d); err != nil {
-		return nil, fmt.Errorf("agents: submit reply %q: %w", clipText(string(reply.Data), 200), err)
+		return nil, fmt.Errorf("agents: submit reply %q: %w", intents.Clip(string(reply.Data), 200), err)
 	}
 	if d.Intent != id {
 		return nil, fmt.Errorf("agents: the reply to intent %s is the decision of intent %q", id, d.Intent)
@@ -529,7 +529,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 		return err
 	}
 	if err := json.Unmarshal(reply.Data, out); err != nil {
-		return fmt.Errorf("agents: %s reply %q: %w", endpoint, clipText(string(reply.Data), 200), err)
+		return fmt.Errorf("agents: %s reply %q: %w", endpoint, intents.Clip(string(reply.Data), 200), err)
 	}
 	return nil
 }

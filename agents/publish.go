@@ -151,7 +151,7 @@ func (c *Client) recorded(ctx context.Context, id string) (*intents.Decision, er
 	}
 	var d intents.Decision
 	if err := json.Unmarshal(reply.Data, &d); err != nil {
-		return nil, fmt.Errorf("agents: decision.get reply %q: %w", clipText(string(reply.Data), 200), err)
+		return nil, fmt.Errorf("agents: decision.get reply %q: %w", intents.Clip(string(reply.Data), 200), err)
 	}
 	if d.Intent != id {
 		return nil, fmt.Errorf("agents: decision.get of intent %s answered the decision of intent %q", id, d.Intent)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
-	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 )
 
@@ -28,7 +28,7 @@ const readersRules = `{
 // a secret and a report with notes written by judge.
 func readersWorld(t *testing.T) (*authWorld, map[string]*agents.Client) {
 	t.Helper()
-	w := newAuthWorld(t, map[string][]string{"alice": {"coder"}, "judge": nil, "obs": {auth.RoleObserver}, "arb": {auth.RoleArbiter}})
+	w := newAuthWorld(t, map[string][]string{"alice": {"coder"}, "judge": nil, "obs": {natsauth.RoleObserver}, "arb": {natsauth.RoleArbiter}})
 	ctx := ctxFor(t, 30*time.Second)
 	if _, err := w.svc.SetRules(ctx, []byte(readersRules), "test"); err != nil {
 		t.Fatal(err)

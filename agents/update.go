@@ -46,7 +46,7 @@ func UpdateJSON[T any](ctx context.Context, c *Client, path string, fn func(old 
 			cur := st.Values[path]
 			var old T
 			if err := cur.Decode(&old); err != nil {
-				return nil, fmt.Errorf("agents: update %q: value %s: %w", path, clipText(string(cur.Value), 200), err)
+				return nil, fmt.Errorf("agents: update %q: value %s: %w", path, intents.Clip(string(cur.Value), 200), err)
 			}
 			if next, err = fn(old, cur.Exists); err != nil {
 				return nil, err

@@ -527,11 +527,18 @@ func Hash(t *state.Tree) string {
 
 // MismatchError is what Verify reports: the first path (in path order) where
 // the materialized state differs from the fold of the log.
+//
+// It carries no hash of the materialized state: the store keeps each
+// path's entry but neither the rev nor the root, so no such hash exists to
+// compare, and Path already says where the two differ.
 type MismatchError struct {
-	Path         string
-	Log, Folded  string // each side's entry, described
-	LogHash      string
-	FoldedHash   string
+	Path        string
+	Log, Folded string // each side's entry at Path, described ("nothing" for none)
+	// FoldedHash is the hash of the fold (Hash), what Verify returns when
+	// the two agree: the state the log says there is.
+	FoldedHash string
+	// FoldedRev is the fold's rev, and LogLastEvent the last event it
+	// folded.
 	FoldedRev    uint64
 	LogLastEvent uint64
 }
@@ -578,7 +585,7 @@ func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
 	}
 	i := 0
 	err = log.Entries("", func(got eventlog.Entry) error {
-		for i < len(paths) && paths[i] < got.Path {
+		if i < len(paths) && paths[i] < got.Path { // a path the store lacks
 			want := foldedEntry(tree, paths[i])
 			return mismatch(paths[i], nil, &want)
 		}

@@ -204,19 +204,19 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 		return nil, invalid("", quote(src), "%v", p.err)
 	}
 	if err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
 	}
 	cp := &costPatcher{slots: map[pathRef]int{}, slotsOnly: c.uncosted}
 	ast.Walk(&tree.Node, cp)
 	if _, err := checker.Check(tree, config); err != nil {
-		return nil, invalid("", quote(src), "does not compile once costed: %s", oneLine(err.Error()))
+		return nil, invalid("", quote(src), "does not compile once costed: %s", firstLine(err.Error()))
 	}
 	if err := optimizer.Optimize(&tree.Node, config); err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
 	}
 	prog, err := compiler.Compile(tree, config)
 	if err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", oneLine(err.Error()))
+		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
 	}
 	// A result type known at compile time must be bool; one known only at
 	// run time (a state value) is checked after each run.
@@ -267,7 +267,9 @@ func stateFunctions() []expr.Option {
 	}
 }
 
-func oneLine(s string) string {
+// firstLine is the first line of an expr error: the lines after it repeat
+// the source with a caret under the fault, which the error quotes already.
+func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
 	}
@@ -588,7 +590,7 @@ func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool
 		if errors.As(err, &be) {
 			return false, be
 		}
-		return false, errors.New(oneLine(err.Error()))
+		return false, errors.New(firstLine(err.Error()))
 	}
 	b, isBool := out.(bool)
 	if !isBool {

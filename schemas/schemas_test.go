@@ -134,14 +134,8 @@ func examples(t *testing.T, dir string, f func(t *testing.T, name string, data [
 	return len(files)
 }
 
-// oneLine shortens a validator's multi-line error for a test message.
-func oneLine(err error) string {
-	s := strings.Join(strings.Fields(err.Error()), " ")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
+// short shortens a validator's multi-line error for a test message.
+func short(err error) string { return intents.Clip(intents.OneLine(err.Error()), 300) }
 
 func TestSchemaFiles(t *testing.T) {
 	want := []string{"decision.json", "escalation.json", "event.json", "intent.json", "resolution.json", "rules.json"}
@@ -199,7 +193,7 @@ func TestIntentExamples(t *testing.T) {
 
 	n := examples(t, "intent/valid", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it: %s", oneLine(err))
+			t.Errorf("schema rejects it: %s", short(err))
 		}
 		in, err := intents.Decode(data)
 		if err != nil {
@@ -230,7 +224,7 @@ func TestIntentExamples(t *testing.T) {
 
 	examples(t, "intent/invalid-go-only", func(t *testing.T, name string, data []byte) {
 		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it (%s): move it to testdata/intent/invalid", oneLine(err))
+			t.Errorf("schema rejects it (%s): move it to testdata/intent/invalid", short(err))
 		}
 		_, err := intents.Decode(data)
 		gap, known := knownDecodeGaps[name]
@@ -273,7 +267,7 @@ func TestRulesExamples(t *testing.T) {
 
 	n := examples(t, "rules/valid", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it: %s", oneLine(err))
+			t.Errorf("schema rejects it: %s", short(err))
 		}
 		if err := compileRules(t, data); err != nil {
 			t.Fatalf("rules.Compile rejects it: %v", err)
@@ -288,7 +282,7 @@ func TestRulesExamples(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := validate(sch, out); err != nil {
-			t.Errorf("schema rejects the re-encoded file %s: %s", out, oneLine(err))
+			t.Errorf("schema rejects the re-encoded file %s: %s", out, short(err))
 		}
 		if err := compileRules(t, out); err != nil {
 			t.Errorf("rules.Compile rejects the re-encoded file %s: %v", out, err)
@@ -319,7 +313,7 @@ func TestRulesExamples(t *testing.T) {
 
 	n = examples(t, "rules/invalid-go-only", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it (%s): move it to testdata/rules/invalid", oneLine(err))
+			t.Errorf("schema rejects it (%s): move it to testdata/rules/invalid", short(err))
 		}
 		if err := compileRules(t, data); err == nil {
 			t.Error("rules.Compile wrongly accepts it")
@@ -357,7 +351,7 @@ func roundTrip(t *testing.T, sch *jsonschema.Schema, in *intents.Intent) {
 		t.Fatal(err)
 	}
 	if err := validate(sch, out); err != nil {
-		t.Errorf("schema rejects the re-encoded intent %s: %s", out, oneLine(err))
+		t.Errorf("schema rejects the re-encoded intent %s: %s", out, short(err))
 	}
 	again, err := intents.Decode(out)
 	if err != nil {
@@ -381,7 +375,7 @@ func messageExamples[T any](t *testing.T, name string, embedded func(*T) []*inte
 	var decoded []*T
 	n := examples(t, name+"/valid", func(t *testing.T, _ string, data []byte) {
 		if err := validate(sch, data); err != nil {
-			t.Errorf("schema rejects it: %s", oneLine(err))
+			t.Errorf("schema rejects it: %s", short(err))
 		}
 		v := new(T)
 		if err := strictDecode(data, v); err != nil {
@@ -403,7 +397,7 @@ func messageExamples[T any](t *testing.T, name string, embedded func(*T) []*inte
 			t.Fatal(err)
 		}
 		if err := validate(sch, out); err != nil {
-			t.Errorf("schema rejects the re-encoded %s %s: %s", typ, out, oneLine(err))
+			t.Errorf("schema rejects the re-encoded %s %s: %s", typ, out, short(err))
 		}
 	})
 	if n == 0 {

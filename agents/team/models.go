@@ -70,7 +70,7 @@ func complete(ctx context.Context, m agents.Model, prompt string) (string, error
 	}
 	out = strings.TrimSpace(out)
 	if out == "" {
-		return "", fmt.Errorf("model: empty answer to %q", clip(prompt, 80))
+		return "", fmt.Errorf("model: empty answer to %q", intents.Clip(prompt, 80))
 	}
 	return out, nil
 }
@@ -310,11 +310,4 @@ func proposedText(in *intents.Intent) string {
 	}
 	json.Unmarshal(in.Meta, &meta)
 	return meta.Draft
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -190,7 +190,7 @@ func (t *teamRun) review(ctx context.Context, e *member, o *outline) (*material,
 			return &mats[i], why, nil
 		}
 	}
-	return nil, "", fmt.Errorf("team: editor: the model named %q, which is not a material (%s)", id, clip(ans, 80))
+	return nil, "", fmt.Errorf("team: editor: the model named %q, which is not a material (%s)", id, intents.Clip(ans, 80))
 }
 
 // write is the writers writing their sections, each in a transaction that

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/coagent/coagent/coordinator/auth"
+	"github.com/coagent/coagent/internal/natsauth"
 )
 
 // agentsCommand manages the agent registry that `coagent serve --auth`
@@ -53,7 +53,7 @@ func (c *agentsCommand) Run(ctx context.Context, args []string, _ io.Reader, std
 			usage()
 			return errUsage
 		}
-		reg, err := auth.Load(auth.RegistryPath(*data))
+		reg, err := natsauth.Load(natsauth.RegistryPath(*data))
 		if err != nil {
 			return err
 		}
@@ -68,8 +68,8 @@ func (c *agentsCommand) Run(ctx context.Context, args []string, _ io.Reader, std
 }
 
 func addAgent(data, name string, roles []string, stdout io.Writer) error {
-	path := auth.RegistryPath(data)
-	reg, err := auth.Load(path)
+	path := natsauth.RegistryPath(data)
+	reg, err := natsauth.Load(path)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func addAgent(data, name string, roles []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	seedPath := auth.SeedPath(data, name)
+	seedPath := natsauth.SeedPath(data, name)
 	if err := os.MkdirAll(filepath.Dir(seedPath), 0o700); err != nil {
 		return err
 	}

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coagent/coagent/agents/loadgen"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/loadgen"
 	"github.com/nats-io/nats.go"
 )
 

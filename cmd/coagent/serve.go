@@ -3,30 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/auth"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 )
 
 // serveCommand runs the coordinator, on an embedded NATS server with
@@ -62,42 +55,33 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	}
 	var nc *nats.Conn
 	var where string
-	var ns *server.Server
-	var self *identity
+	var srv *natsauth.Server
 	// The registry gives the server its users and the rules their roles;
 	// it is read once for both, here and at each SIGHUP.
 	reloadable := *rulesFile != "" || *authOn
-	var reg *auth.Registry
+	var reg *natsauth.Registry
 	if reloadable {
 		var err error
-		if reg, err = auth.Load(auth.RegistryPath(*data)); err != nil {
+		if reg, err = natsauth.Load(natsauth.RegistryPath(*data)); err != nil {
 			return err
 		}
 	}
 	if conn.url == "" {
-		var users []*server.NkeyUser
+		cfg := natsauth.ServerConfig{Listen: *listen, Store: filepath.Join(*data, "jetstream"),
+			MaxPayload: coordinator.MaxWireMessage, Prefix: conn.prefix}
 		if *authOn {
-			var err error
-			if self, err = newIdentity(); err != nil {
-				return err
-			}
-			users = reg.Users(conn.prefix, self.pub)
+			cfg.Agents = reg
 		}
 		var err error
-		ns, err = embedded(*listen, filepath.Join(*data, "jetstream"), users...)
-		if err != nil {
+		if srv, err = natsauth.StartServer(cfg); err != nil {
 			return err
 		}
-		defer ns.Shutdown()
-		opts := []nats.Option{nats.InProcessServer(ns), nats.Name("coagent serve")}
-		if self != nil {
-			opts = append(opts, nats.Nkey(self.pub, self.kp.Sign))
+		defer srv.Shutdown()
+		if nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
+			return err
 		}
-		if nc, err = nats.Connect(ns.ClientURL(), opts...); err != nil {
-			return fmt.Errorf("connect to the embedded server: %w", err)
-		}
-		where = ns.ClientURL() + " (embedded NATS with JetStream)"
-		if self != nil {
+		where = srv.NATS().ClientURL() + " (embedded NATS with JetStream)"
+		if srv.Authenticated() {
 			where += ", agents authenticated"
 		}
 	} else {
@@ -129,8 +113,8 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 		opts.Core.Engine.Fallback = func(c *intents.Escalation) *intents.Resolution { return policy(engine.FallbackArbiter, c) }
 	}
-	if ns != nil {
-		opts.Interest = coordinator.InterestOf(ns)
+	if srv != nil {
+		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
 	if err != nil {
@@ -158,13 +142,13 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		case <-hup:
 			// A file that cannot be read or does not compile is reported
 			// and changes nothing: the agents and rules in force stay.
-			reg, err := auth.Load(auth.RegistryPath(*data))
+			reg, err := natsauth.Load(natsauth.RegistryPath(*data))
 			if err != nil {
 				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
 				continue
 			}
-			if self != nil {
-				if err := reloadAgents(ns, *listen, *data, conn.prefix, self, reg); err != nil {
+			if srv != nil && srv.Authenticated() {
+				if err := srv.Reload(reg); err != nil {
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
 				}
 			}
@@ -196,7 +180,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 // loadRules puts the rules file at path in force, with the roles of the
 // agent registry merged into its agents, unless the same rules are in force
 // already (a restart records no new rules event).
-func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, reg *auth.Registry, stdout io.Writer) error {
+func loadRules(ctx context.Context, svc *coordinator.Service, path, data string, reg *natsauth.Registry, stdout io.Writer) error {
 	var file []byte
 	if path != "" {
 		var err error
@@ -204,12 +188,12 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 			return fmt.Errorf("rules: %w", err)
 		}
 	}
-	file, err := withRoles(file, reg.Roles())
+	file, err := natsauth.MergeRoles(file, reg.Roles())
 	if err != nil {
 		return fmt.Errorf("rules %s: %w", path, err)
 	}
 	if path == "" {
-		path = auth.RegistryPath(data)
+		path = natsauth.RegistryPath(data)
 	}
 	if cur, err := svc.Rules(ctx); err == nil && cur != nil && cur.Hash == engine.RulesHash(file) {
 		fmt.Fprintf(stdout, "coagent: rules %s (%.12s) already in force\n", path, cur.Hash)
@@ -223,190 +207,12 @@ func loadRules(ctx context.Context, svc *coordinator.Service, path, data string,
 	return nil
 }
 
-// serverOptions are the embedded server's options; users, when given, are
-// the only ones it lets in.
-func serverOptions(host string, port int, store string, users []*server.NkeyUser) *server.Options {
-	return &server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-		MaxPayload: coordinator.MaxWireMessage, NoLog: true, NoSigs: true, Nkeys: users}
-}
-
-// withRoles merges roles into the agents of a rules file: the registry
-// gives agents their roles as well as the file does. It touches only the
-// roles, so whatever else the file says, right or wrong, reaches the rules'
-// own checks as written.
-func withRoles(file []byte, roles map[string][]string) ([]byte, error) {
-	if len(roles) == 0 {
-		return file, nil
-	}
-	doc := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(file)) > 0 {
-		if err := json.Unmarshal(file, &doc); err != nil {
-			return nil, err
-		}
-	}
-	agents := map[string]map[string]json.RawMessage{}
-	if raw, ok := doc["agents"]; ok {
-		if err := json.Unmarshal(raw, &agents); err != nil {
-			return nil, fmt.Errorf("agents: %w", err)
-		}
-	}
-	for name, rs := range roles {
-		a := agents[name]
-		if a == nil {
-			a = map[string]json.RawMessage{}
-		}
-		var have []string
-		if raw, ok := a["roles"]; ok {
-			if err := json.Unmarshal(raw, &have); err != nil {
-				return nil, fmt.Errorf("agents.%s.roles: %w", name, err)
-			}
-		}
-		for _, r := range rs {
-			if !slices.Contains(have, r) {
-				have = append(have, r)
-			}
-		}
-		slices.Sort(have)
-		raw, err := json.Marshal(have)
-		if err != nil {
-			return nil, err
-		}
-		a["roles"] = raw
-		agents[name] = a
-	}
-	raw, err := json.Marshal(agents)
+// embedded starts an embedded server with JetStream on addr that admits
+// anyone, as bench and demo run.
+func embedded(addr, store string) (*server.Server, error) {
+	srv, err := natsauth.StartServer(natsauth.ServerConfig{Listen: addr, Store: store, MaxPayload: coordinator.MaxWireMessage})
 	if err != nil {
 		return nil, err
 	}
-	doc["agents"] = raw
-	return json.Marshal(doc)
-}
-
-// identity is the coordinator's own key on a server with --auth, made anew
-// at every start: only this process holds it.
-type identity struct {
-	kp  nkeys.KeyPair
-	pub string
-}
-
-func newIdentity() (*identity, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, fmt.Errorf("coordinator key: %w", err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	return &identity{kp: kp, pub: pub}, nil
-}
-
-// reloadAgents gives the running embedded server the registry as it is now.
-func reloadAgents(ns *server.Server, listen, data, prefix string, self *identity, reg *auth.Registry) error {
-	host, _, _ := net.SplitHostPort(listen)
-	port := ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
-	return ns.ReloadOptions(serverOptions(host, port, filepath.Join(data, "jetstream"), reg.Users(prefix, self.pub)))
-}
-
-// embedded starts an in-process NATS server with JetStream on addr.
-func embedded(addr, store string, users ...*server.NkeyUser) (*server.Server, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %q: %w", addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("--listen %q: port: %w", addr, err)
-	}
-	ns, err := server.NewServer(serverOptions(host, port, store, users))
-	if err != nil {
-		return nil, fmt.Errorf("embedded NATS server: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server did not start on %s", addr)
-	}
-	return ns, nil
-}
-
-// natsFlags are the options of a connection to an existing NATS server.
-type natsFlags struct {
-	url, creds, ca, cert, key, nkey string
-	prefix                          string
-}
-
-// subjects are the coordinator's subjects under --prefix.
-func (f *natsFlags) subjects() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
-
-func (f *natsFlags) register(fs *flag.FlagSet, def string) {
-	fs.StringVar(&f.url, "nats", def, "NATS server URL(s), comma separated")
-	fs.StringVar(&f.prefix, "prefix", "", "subject prefix (default coagent)")
-	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
-	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")
-	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")
-	fs.StringVar(&f.key, "tls-key", "", "client key for TLS")
-	fs.StringVar(&f.nkey, "nkey", "", "an agent's nkey seed file (coagent agents add writes DATA/agents/NAME.nk), for a server with --auth")
-}
-
-func (f *natsFlags) connect(name string) (*nats.Conn, error) {
-	var opts []nats.Option
-	if f.nkey != "" {
-		// The agent is named by its seed file.
-		ao, err := agents.AuthOptions(f.agent(), f.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("--nkey %s: %w", f.nkey, err)
-		}
-		opts = ao
-	}
-	opts = append(opts, nats.Name(name)) // after the agent's own name
-	if f.creds != "" {
-		opts = append(opts, nats.UserCredentials(f.creds))
-	}
-	if f.ca != "" {
-		opts = append(opts, nats.RootCAs(f.ca))
-	}
-	if f.cert != "" || f.key != "" {
-		opts = append(opts, nats.ClientCert(f.cert, f.key))
-	}
-	nc, err := nats.Connect(f.url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
-	}
-	return nc, nil
-}
-
-// agent is the agent an --nkey seed file names (NAME.nk), or "".
-func (f *natsFlags) agent() string {
-	if f.nkey == "" {
-		return ""
-	}
-	return strings.TrimSuffix(filepath.Base(f.nkey), ".nk")
-}
-
-// request sends one API request and returns the reply's body, or the
-// micro error it carries as an error naming its code.
-func (f *natsFlags) request(ctx context.Context, name, subject string, body []byte) ([]byte, error) {
-	m := nats.NewMsg(subject)
-	m.Data = body
-	return f.requestMsg(ctx, name, m)
-}
-
-// requestMsg is request for a message with headers.
-func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([]byte, error) {
-	nc, err := f.connect(name)
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := nc.RequestMsgWithContext(reqCtx, m)
-	if err != nil {
-		return nil, err
-	}
-	if err := apiError(resp); err != nil {
-		return nil, err
-	}
-	return resp.Data, nil
+	return srv.NATS(), nil
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -16,9 +15,8 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
-	"github.com/coagent/coagent/coordinator/auth"
-	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 )
 
@@ -120,7 +118,7 @@ func TestServeAuthAndRules(t *testing.T) {
 
 	submit := func(agent, id, path string) (string, error) {
 		in := `{"id":"` + id + `","agent":"` + agent + `","kind":"apply","writes":[{"path":"` + path + `","op":"set","value":1}]}`
-		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", auth.SeedPath(data, agent), "-")
+		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", natsauth.SeedPath(data, agent), "-")
 		return out, err
 	}
 	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.Contains(out, `"applied"`) {
@@ -144,7 +142,7 @@ func TestServeAuthAndRules(t *testing.T) {
 		t.Fatalf("carol before the reload: %v", err)
 	}
 	writeFile(t, rulesFile, `{"rules":[]}`)
-	opts, err := agents.AuthOptions("auditor", auth.SeedPath(data, "auditor"))
+	opts, err := agents.AuthOptions("auditor", natsauth.SeedPath(data, "auditor"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,29 +169,6 @@ func TestServeAuthAndRules(t *testing.T) {
 	}
 	if out, err := submit("carol", "01JD0000000000000000000B05", "tasks.t5"); err != nil || !strings.Contains(out, `"applied"`) {
 		t.Fatalf("carol after the reload: %q %v", out, err)
-	}
-}
-
-// withRoles adds the registry's roles and leaves the rest of the file as
-// written, so a mistake in it still meets the rules' own checks.
-func TestWithRoles(t *testing.T) {
-	file := []byte(`{"agents":{"boss":{"role":["lead"]},"alice":{"roles":["b"]}},"rules":[]}`)
-	merged, err := withRoles(file, map[string][]string{"alice": {"a", "b"}, "carol": {"c"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Agents map[string]map[string]any `json:"agents"`
-	}
-	if err := json.Unmarshal(merged, &doc); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]map[string]any{"boss": {"role": []any{"lead"}}, "alice": {"roles": []any{"a", "b"}}, "carol": {"roles": []any{"c"}}}
-	if !reflect.DeepEqual(doc.Agents, want) {
-		t.Fatalf("merged agents %v, want %v", doc.Agents, want)
-	}
-	if _, err := rules.Compile(merged, intents.NewCompiler(intents.CompilerOptions{})); err == nil || !strings.Contains(err.Error(), "role") {
-		t.Fatalf("the misspelt field compiled: %v", err)
 	}
 }
 

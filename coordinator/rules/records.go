@@ -61,7 +61,7 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 	}
 	rec, ok := nv.(map[string]any)
 	if !ok {
-		return refuse(intents.ReasonInvalid, "a %s is an object, not %s", r.Kind, clip(format(nv), 80))
+		return refuse(intents.ReasonInvalid, "a %s is an object, not %s", r.Kind, intents.Clip(format(nv), 80))
 	}
 	switch r.Kind {
 	case KindFact:
@@ -76,7 +76,7 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 			h, exists := before.Get(path)
 			hyp, _ := h.(map[string]any)
 			if path == "" || !exists || hyp == nil || !equalJSON(hyp["claim"], rec["claim"]) {
-				return refuse(intents.ReasonInvalid, "promoted_from %s names no existing record with the same claim", clip(format(from), 80))
+				return refuse(intents.ReasonInvalid, "promoted_from %s names no existing record with the same claim", intents.Clip(format(from), 80))
 			}
 		}
 		// Last of a fact's checks: a contradiction leaves nothing of the
@@ -87,14 +87,14 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 			}
 			return &Violation{Contradiction: true, Path: p, Detail: fmt.Sprintf(
 				"%s: the claim %s contradicts the fact in force, %s (version %d); a fact that supersedes it names that version in supersedes",
-				p, clip(format(rec["claim"]), 80), clip(format(old["claim"]), 80), before.Version(p))}
+				p, intents.Clip(format(rec["claim"]), 80), intents.Clip(format(old["claim"]), 80), before.Version(p))}
 		}
 	case KindHypothesis:
 		if _, ok := rec["claim"]; !ok {
 			return refuse(intents.ReasonInvalid, "a hypothesis states a claim")
 		}
 		if c, ok := rec["confidence"].(float64); !ok || c < 0 || c > 1 {
-			return refuse(intents.ReasonInvalid, "a hypothesis carries a confidence between 0 and 1, not %s", clip(format(rec["confidence"]), 40))
+			return refuse(intents.ReasonInvalid, "a hypothesis carries a confidence between 0 and 1, not %s", intents.Clip(format(rec["confidence"]), 40))
 		}
 	case KindTask:
 		was, now := str(old, "owner"), str(rec, "owner")
@@ -136,7 +136,7 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 		if rv, ok := rec["revokes"]; ok {
 			path, _ := rv.(string)
 			if _, exists := before.Get(path); path == "" || !exists {
-				return refuse(intents.ReasonInvalid, "revokes %s names no existing record", clip(format(rv), 80))
+				return refuse(intents.ReasonInvalid, "revokes %s names no existing record", intents.Clip(format(rv), 80))
 			}
 		}
 	}

@@ -563,7 +563,7 @@ func (r *compiled) check(p, agent string, before, after intents.Reader) *Violati
 		if err := r.schema.Validate(nv); err != nil {
 			return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
 				"%s = %s does not satisfy the schema of rules[%d] (%s): %s",
-				p, clip(format(nv), 200), r.index, r.Pattern, schemaMessage(err))}
+				p, intents.Clip(format(nv), 200), r.index, r.Pattern, schemaMessage(err))}
 		}
 	}
 	return contra
@@ -629,24 +629,13 @@ func equalJSON(a, b any) bool {
 	return format(a) == format(b)
 }
 
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
 // schemaMessage is a validation error without the library's preamble
 // ("jsonschema validation failed with 'urn:…#' - "), which names our
 // internal resource and not the rule.
 func schemaMessage(err error) string {
-	msg := oneLine(err.Error())
+	msg := intents.OneLine(err.Error())
 	if _, rest, ok := strings.Cut(msg, "' - "); ok {
 		return rest
 	}
 	return msg
-}
-
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
 }

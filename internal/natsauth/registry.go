@@ -1,14 +1,4 @@
-// Package auth gives agents identities that the NATS server itself enforces.
-// An agent registry (a JSON file beside the data) lists each agent's roles
-// and the public half of its nkey; the agent keeps the seed. From the
-// registry, the embedded server gets one user per agent whose permissions
-// let it publish intents only on coagent.intents.<itself>, read only its
-// own decisions and notices, follow the change feed, call the read-only
-// API and the identity-checked submit, and, for arbiters, work the arbiter
-// queue. The coordinator itself connects with a key of its own, made fresh
-// at every start. With an external NATS server, the same permissions are
-// the operator's to set (the README gives them).
-package auth
+package natsauth
 
 import (
 	"encoding/json"
@@ -48,7 +38,7 @@ type Agent struct {
 }
 
 // ErrExists is returned by Add for a name already registered.
-var ErrExists = errors.New("auth: agent already registered")
+var ErrExists = errors.New("natsauth: agent already registered")
 
 // Load reads a registry; a missing file is an empty registry.
 func Load(path string) (*Registry, error) {
@@ -58,20 +48,20 @@ func Load(path string) (*Registry, error) {
 		return r, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("auth: read registry %s: %w", path, err)
+		return nil, fmt.Errorf("natsauth: read registry %s: %w", path, err)
 	}
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("auth: registry %s: %w", path, err)
+		return nil, fmt.Errorf("natsauth: registry %s: %w", path, err)
 	}
 	if r.Agents == nil {
 		r.Agents = map[string]Agent{}
 	}
 	for name, a := range r.Agents {
 		if !intents.ValidSegment(name) {
-			return nil, fmt.Errorf("auth: registry %s: %q is not an agent name", path, name)
+			return nil, fmt.Errorf("natsauth: registry %s: %q is not an agent name", path, name)
 		}
 		if !nkeys.IsValidPublicUserKey(a.Nkey) {
-			return nil, fmt.Errorf("auth: registry %s: agent %s: %q is not a public user nkey", path, name, a.Nkey)
+			return nil, fmt.Errorf("natsauth: registry %s: agent %s: %q is not a public user nkey", path, name, a.Nkey)
 		}
 	}
 	return r, nil
@@ -86,10 +76,10 @@ func (r *Registry) Save(path string) error {
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("auth: write registry: %w", err)
+		return fmt.Errorf("natsauth: write registry: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("auth: write registry: %w", err)
+		return fmt.Errorf("natsauth: write registry: %w", err)
 	}
 	return nil
 }
@@ -98,11 +88,11 @@ func (r *Registry) Save(path string) error {
 // the agent authenticates with. It changes only r; Save persists it.
 func (r *Registry) Add(name string, roles []string) ([]byte, error) {
 	if !intents.ValidSegment(name) {
-		return nil, fmt.Errorf("auth: %q is not an agent name", name)
+		return nil, fmt.Errorf("natsauth: %q is not an agent name", name)
 	}
 	for _, role := range roles {
 		if !intents.ValidSegment(role) {
-			return nil, fmt.Errorf("auth: %q is not a role name", role)
+			return nil, fmt.Errorf("natsauth: %q is not a role name", role)
 		}
 	}
 	if _, ok := r.Agents[name]; ok {
@@ -110,7 +100,7 @@ func (r *Registry) Add(name string, roles []string) ([]byte, error) {
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
-		return nil, fmt.Errorf("auth: create a key for %s: %w", name, err)
+		return nil, fmt.Errorf("natsauth: create a key for %s: %w", name, err)
 	}
 	pub, err := kp.PublicKey()
 	if err != nil {

@@ -1,6 +1,9 @@
 // Package loadgen is the load generator behind `coagent bench`: a number
 // of agents, each on its own NATS connection, send intents over the wire as
 // fast as their decisions come back, and measure throughput and latency.
+// The agents speak the wire themselves, not through the SDK (package
+// agents), so that what is measured is the coordinator and the server; and
+// the package is internal because nothing but `coagent bench` runs it.
 //
 // An agent reaches the coordinator by one of the two paths of SPEC §6
 // (Path): request/reply on coagent.api.submit.<agent>, the reply being the

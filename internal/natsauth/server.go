@@ -1,0 +1,129 @@
+package natsauth
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// ServerConfig is what StartServer starts an embedded server with.
+type ServerConfig struct {
+	// Listen is the host:port clients connect to; port -1 takes any free
+	// port (Server.NATS().Addr() tells which).
+	Listen string
+	// Store is the directory of the server's JetStream store.
+	Store string
+	// MaxPayload is the largest message the server accepts. The default
+	// (0) is the server's own, 1 MiB.
+	MaxPayload int32
+	// Agents, when not nil, are the only clients the server admits besides
+	// the coordinator: each with its nkey and the Permissions of its roles
+	// under Prefix. Nil admits anyone, with no permissions checked.
+	Agents *Registry
+	// Prefix is the coordinator's subject prefix, under which the agents'
+	// permissions are given. The default is that of intents.Subjects.
+	Prefix string
+}
+
+// Server is an embedded NATS server with JetStream, the one `coagent
+// serve` (and `bench` and `demo`) run in-process. With a registry its users
+// are the registry's agents and the coordinator, whose key it makes at
+// start and keeps: only this process can connect as the coordinator.
+//
+// Its methods are safe for concurrent use.
+type Server struct {
+	ns *server.Server
+	// opts are the options it was started with, its port resolved: a
+	// reload gives the server all its options again, not only its users.
+	opts   server.Options
+	prefix string
+	self   nkeys.KeyPair // the coordinator's key; nil without a registry
+	pub    string        // self's public key
+}
+
+// ErrNoRegistry is returned by Server.Reload on a server started without
+// a registry: it admits anyone, and reloading users would shut them out.
+var ErrNoRegistry = errors.New("natsauth: the server was started without an agent registry")
+
+// StartServer starts an embedded server and waits until it accepts
+// connections. Its errors name the listen address.
+func StartServer(cfg ServerConfig) (*Server, error) {
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: listen address %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: listen address %q: port: %w", cfg.Listen, err)
+	}
+	s := &Server{prefix: cfg.Prefix, opts: server.Options{Host: host, Port: port, JetStream: true,
+		StoreDir: cfg.Store, MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true}}
+	if cfg.Agents != nil {
+		if s.self, err = nkeys.CreateUser(); err != nil {
+			return nil, fmt.Errorf("natsauth: coordinator key: %w", err)
+		}
+		if s.pub, err = s.self.PublicKey(); err != nil {
+			return nil, fmt.Errorf("natsauth: coordinator key: %w", err)
+		}
+		s.opts.Nkeys = cfg.Agents.Users(cfg.Prefix, s.pub)
+	}
+	opts := s.opts // the server keeps and changes the options it is given
+	if s.ns, err = server.NewServer(&opts); err != nil {
+		return nil, fmt.Errorf("natsauth: embedded NATS server: %w", err)
+	}
+	go s.ns.Start()
+	if !s.ns.ReadyForConnections(10 * time.Second) {
+		s.ns.Shutdown()
+		return nil, fmt.Errorf("natsauth: embedded NATS server did not start on %s", cfg.Listen)
+	}
+	s.opts.Port = s.ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
+	return s, nil
+}
+
+// NATS is the running server, for what needs it itself: an in-process
+// connection, its client URL, the coordinator's interest check.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Authenticated reports whether the server admits only its registry's
+// agents and the coordinator.
+func (s *Server) Authenticated() bool { return s.self != nil }
+
+// Connect makes an in-process connection as the coordinator: with its key
+// on an authenticated server, on which it may do anything.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)
+	if s.self != nil {
+		opts = append(opts, nats.Nkey(s.pub, s.self.Sign))
+	}
+	nc, err := nats.Connect(s.ns.ClientURL(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsauth: connect to the embedded server: %w", err)
+	}
+	return nc, nil
+}
+
+// Reload gives the running server the agents of reg as its users, in place
+// of those it had: an agent added since is let in, one removed is shut out.
+// The coordinator keeps its key. It returns ErrNoRegistry on a server
+// started without a registry, and the server's error if it refuses the
+// reload, in which case the users in force stay.
+func (s *Server) Reload(reg *Registry) error {
+	if s.self == nil {
+		return ErrNoRegistry
+	}
+	opts := s.opts
+	opts.Nkeys = reg.Users(s.prefix, s.pub)
+	if err := s.ns.ReloadOptions(&opts); err != nil {
+		return fmt.Errorf("natsauth: reload users: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the server; it is safe to call more than once.
+func (s *Server) Shutdown() { s.ns.Shutdown() }

@@ -35,8 +35,8 @@ func main() {
 	}
 }
 
-// docs:begin sdk
 func run(ctx context.Context, url string, out io.Writer) error {
+	// docs:begin connect
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
@@ -47,7 +47,9 @@ func run(ctx context.Context, url string, out io.Writer) error {
 		return err
 	}
 	defer c.Close()
+	// docs:end connect
 
+	// docs:begin tour
 	// Claim: exactly one writer wins; the others get ErrPreconditionFailed.
 	d, err := c.Apply(ctx, intents.Apply("claim").
 		Set("report.sections.intro.owner", c.Name()).
@@ -86,6 +88,7 @@ func run(ctx context.Context, url string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out, "count:", d.Outcome, "at rev", d.Rev)
+	// docs:end tour
 
 	// Every change under report from rev 0, then live, with no gaps (here
 	// until the commit's). A value is JSON text.
@@ -132,5 +135,3 @@ func run(ctx context.Context, url string, out io.Writer) error {
 	}
 	return nil
 }
-
-// docs:end sdk

@@ -2,10 +2,11 @@ package agents_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
+	"time"
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
@@ -13,29 +14,82 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// An arbiter that settles every case by the priority rule, until
-// interrupted. Run as many as you like: each case goes to one of them, and
-// to another if that one dies. (It needs a NATS server with a coordinator,
-// so it is compiled but not run here; `coagent arbiter --policy priority`
-// is this program.)
+// An arbiter that settles every case by the priority rule, until its
+// context ends. Run as many as you like: each case goes to one of them,
+// and to another if that one dies; `coagent arbiter --policy priority` is
+// this program. Here writer-2's rewrite, of a higher priority, escalates
+// against writer-1's transaction, and the arbiter lets it win: writer-1's
+// transaction is preempted, and its commit is refused.
 func ExampleRunArbiter() {
-	nc, err := nats.Connect(nats.DefaultURL)
+	url, stop, err := startCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 
 	decide := func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
 		return arbiter.Priority("judge", c), nil
 	}
-	err = agents.RunArbiter(ctx, nc, "judge", decide,
-		agents.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	arbiterCtx, stopArbiter := context.WithCancel(ctx)
+	defer stopArbiter()
+	done := make(chan error, 1)
+	go func() {
+		done <- agents.RunArbiter(arbiterCtx, nc, "judge", decide,
+			agents.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	}()
+
+	w1, err := agents.Connect(ctx, nc, "writer-1")
 	if err != nil {
 		fmt.Println(err)
+		return
 	}
+	defer w1.Close()
+	w2, err := agents.Connect(ctx, nc, "writer-2")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer w2.Close()
+
+	tx, err := w1.Propose(ctx, intents.Propose("rewrite_intro").Write("report.intro", intents.OpSet))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("writer-1:", tx.Grant().Outcome)
+	d, err := w2.Apply(ctx, intents.Apply("rewrite_intro").
+		Set("report.intro", "a shorter intro").
+		Priority(5).
+		Escalate())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("writer-2:", d.Outcome, "after the arbiter's resolution")
+	// writer-1 is told its transaction was preempted; a commit would be
+	// refused.
+	<-tx.Lost()
+	fmt.Println("writer-1's transaction preempted:", errors.Is(tx.Err(), agents.ErrPreempted))
+	_, err = tx.Commit(ctx, intents.Apply("rewrite_intro").Set("report.intro", "a longer intro"))
+	fmt.Println("writer-1's commit refused:", errors.Is(err, agents.ErrPreempted))
+
+	stopArbiter()
+	fmt.Println("arbiter stopped:", <-done)
+	// Output:
+	// writer-1: granted
+	// writer-2: applied after the arbiter's resolution
+	// writer-1's transaction preempted: true
+	// writer-1's commit refused: true
+	// arbiter stopped: <nil>
 }
 
 // A model-backed arbiter decides a case: the case is rendered as a prompt,

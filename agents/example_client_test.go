@@ -4,21 +4,75 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
+// startCoordinator runs in this process what `coagent serve` runs: a NATS
+// server with JetStream on a free loopback port and a coordinator on it,
+// both in a temporary directory. It returns the server's URL and the
+// function that stops both and removes the directory. The examples use it
+// so that they run; an agent of a real team connects to a server that
+// already runs a coordinator (nats.Connect(url)) and needs none of this.
+func startCoordinator() (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "coagent-example-")
+	if err != nil {
+		return "", nil, err
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: filepath.Join(dir, "jetstream"), NoLog: true, NoSigs: true})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		os.RemoveAll(dir)
+		return "", nil, errors.New("nats server did not start")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		ns.Shutdown()
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "eventlog"), coordinator.Options{})
+	if err != nil {
+		nc.Close()
+		ns.Shutdown()
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return ns.ClientURL(), func() {
+		svc.Shutdown(context.Background())
+		nc.Close()
+		ns.Shutdown()
+		os.RemoveAll(dir)
+	}, nil
+}
+
 // A writer claims a section, writes it in a transaction that cites a
 // material (so an editor changing that material waits for it), and counts
-// its work. It needs a running coordinator (`coagent serve`), so it is
-// compiled but not run here.
+// its work; a second writer's claim of the same section loses.
 func ExampleClient() {
+	url, stop, err := startCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(nats.DefaultURL)
+
+	nc, err := nats.Connect(url)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -32,16 +86,15 @@ func ExampleClient() {
 	defer c.Close()
 
 	// Claim: exactly one writer wins; the others see ErrPreconditionFailed.
-	_, err = c.Apply(ctx, intents.Apply("claim").
+	claim := intents.Apply("claim").
 		Set("report.sections.intro.owner", c.Name()).
-		Pre("state.report.sections.intro.owner == nil"))
-	if errors.Is(err, agents.ErrPreconditionFailed) {
-		fmt.Println("someone else writes the intro")
-		return
-	} else if err != nil {
+		Pre("state.report.sections.intro.owner == nil")
+	d, err := c.Apply(ctx, claim)
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	fmt.Println("writer-1 claims the intro:", d.Outcome)
 
 	// Write: the transaction reads the material it cites and holds the
 	// section; its lease is renewed in the background while the text is
@@ -54,28 +107,66 @@ func ExampleClient() {
 		fmt.Println(err)
 		return
 	}
+	fmt.Println("writer-1 opens a transaction:", tx.Grant().Outcome)
 	text := "CoAgent decides every intent against the state and the work in flight."
-	if _, err := tx.Commit(ctx, intents.Apply("write_intro").
+	d, err = tx.Commit(ctx, intents.Apply("write_intro").
 		Set("report.sections.intro.text", text).
-		Post("len(state.report.sections.intro.text) > 0")); err != nil {
+		Post("len(state.report.sections.intro.text) > 0"))
+	if err != nil {
 		fmt.Println(err)
 		tx.Abort(ctx)
 		return
 	}
+	fmt.Println("writer-1 commits:", d.Outcome)
 
 	// Count: read-modify-write that never loses an update.
-	if _, err := agents.UpdateJSON(ctx, c, "stats.sections_written", func(n float64, _ bool) (float64, error) {
+	d, err = agents.UpdateJSON(ctx, c, "stats.sections_written", func(n float64, _ bool) (float64, error) {
 		return n + 1, nil
-	}); err != nil {
+	})
+	if err != nil {
 		fmt.Println(err)
+		return
 	}
+	fmt.Println("writer-1 counts:", d.Outcome)
+
+	// Another writer's claim of the same section is rejected, with the
+	// reason and what the precondition saw.
+	c2, err := agents.Connect(ctx, nc, "writer-2")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c2.Close()
+	d, err = c2.Apply(ctx, intents.Apply("claim").
+		Set("report.sections.intro.owner", c2.Name()).
+		Pre("state.report.sections.intro.owner == nil"))
+	if errors.Is(err, agents.ErrPreconditionFailed) {
+		fmt.Println("writer-2 claims the intro:", d.Reason)
+		fmt.Println(d.Detail)
+	} else {
+		fmt.Println("writer-2 claims the intro:", d, err)
+	}
+	// Output:
+	// writer-1 claims the intro: applied
+	// writer-1 opens a transaction: granted
+	// writer-1 commits: committed
+	// writer-1 counts: applied
+	// writer-2 claims the intro: precondition_failed
+	// pre[0] `state.report.sections.intro.owner == nil` is false; it saw report.sections.intro.owner = "writer-1"
 }
 
-// Follow every change under report from revision 0, then live.
+// Follow every change under report from revision 0, then live. A value is
+// JSON text.
 func ExampleClient_Watch() {
-	ctx, cancel := context.WithCancel(context.Background())
+	url, stop, err := startCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(nats.DefaultURL)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -87,17 +178,39 @@ func ExampleClient_Watch() {
 		return
 	}
 	defer c.Close()
+
+	// Two commits before the watch starts, one after: the watch catches up
+	// from the log, then follows the feed.
+	for _, title := range []string{"Draft", "Q3 report"} {
+		if _, err := c.Apply(ctx, intents.Apply("title").Set("report.title", title)); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
 	w, err := c.Watch(ctx, "report", 0)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	for ch := range w.Changes() {
+	defer w.Stop()
+	if _, err := c.Apply(ctx, intents.Apply("pages").Incr("report.pages", 12)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for seen := 0; seen < 3; seen++ {
+		ch, ok := <-w.Changes()
+		if !ok {
+			fmt.Println("watch ended:", w.Err())
+			return
+		}
 		for _, wr := range ch.Writes {
-			fmt.Printf("rev %d: %s %s %s\n", ch.Rev, ch.Agent, wr.Op, wr.Path)
+			fmt.Printf("rev %d: %s %s %s = %s (version %d)\n", ch.Rev, ch.Agent, wr.Op, wr.Path, wr.Value, wr.NewVersion)
 		}
 	}
-	fmt.Println("watch ended:", w.Err())
+	// Output:
+	// rev 2: reader set report.title = "Draft" (version 1)
+	// rev 5: reader set report.title = "Q3 report" (version 2)
+	// rev 8: reader incr report.pages = 12 (version 1)
 }
 
 // Store and forward: an indexer publishes its count and moves on; it
@@ -106,9 +219,15 @@ func ExampleClient_Watch() {
 // or not a coordinator runs at the time; Decision finds a decision made
 // while the agent was away in the coordinator's record.
 func ExampleClient_Publish() {
+	url, stop, err := startCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(nats.DefaultURL)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -131,7 +250,7 @@ func ExampleClient_Publish() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("stored", id)
+	fmt.Println("stored; its id has", len(id), "characters") // a ULID: ids sort by time
 
 	// … later, or in another run of the same agent:
 	d, err := c.Decision(ctx, id)
@@ -140,4 +259,7 @@ func ExampleClient_Publish() {
 		return
 	}
 	fmt.Println(d.Outcome, "at revision", d.Rev)
+	// Output:
+	// stored; its id has 26 characters
+	// applied at revision 2
 }

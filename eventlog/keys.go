@@ -41,7 +41,7 @@ import (
 // "indexed" and the events after it. One key per term and index batch,
 // rather than per event or per commit group, is what lets group commit
 // scale: the random-place inserts of index keys were most of the
-// committer's memtable work (see BenchmarkAppendSynced in the README).
+// committer's memtable work (see BenchmarkAppendSynced in docs/performance.md).
 // Logs written before "indexed" existed were indexed with every group:
 // Open finds no mark and records that they are complete.
 const (

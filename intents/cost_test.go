@@ -267,7 +267,7 @@ func TestBudgetOrdinaryCheap(t *testing.T) {
 		`intent.kind == "apply"`,
 		`all(state.items.list, {# > 0})`,
 		`count(values(state.tasks), .status == "RUNNING") <= 200`,
-		`count(values(state.tasks), .lane == "coder" && .status == "RUNNING") <= 2`, // the README's wip invariant
+		`count(values(state.tasks), .lane == "coder" && .status == "RUNNING") <= 2`, // docs/rules.md's wip invariant
 		`state.report.sections.intro.owner == nil`,                                  // the README's precondition
 		`state.doc.body contains "word" && len(state.doc.body) > 100`,
 		`state.report.status in ["draft", "review"]`,

@@ -6,7 +6,7 @@
 // rules.json (the board rules file given to `coagent serve --rules` and to
 // the rules.set API: who may write and read where, state machines, value
 // schemas, invariants and quotas). They are what a client in another
-// language validates against — the README points at them — and the binary
+// language validates against — docs/wire.md points at them — and the binary
 // embeds and serves them byte for byte, so the files in this directory are
 // the published contract. Each schema's title is the name of the Go type
 // that carries the document, in package intents or, for rules.json,

@@ -41,7 +41,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	rulesFile := fs.String("rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
-	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see the README)")
+	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
 		fs.PrintDefaults()
@@ -92,7 +92,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		where = nc.ConnectedUrlRedacted()
 		if *authOn {
 			// The server is the operator's: it must give each agent the
-			// permissions the README lists, its inbox prefix among them.
+			// permissions docs/auth.md lists, its inbox prefix among them.
 			where += ", reads answered per agent (the server must keep each agent to its own inbox prefix)"
 		}
 	}

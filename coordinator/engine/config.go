@@ -42,7 +42,7 @@ type Config struct {
 	// of), the oldest forgotten first. A duplicate within it gets the
 	// recorded decision from the engine itself; an older one from Recorded,
 	// the event log's records. A larger window costs memory and, through the
-	// garbage collector, throughput (see the README's performance section).
+	// garbage collector, throughput (see docs/performance.md).
 	// The default is 10,000.
 	DedupWindow int
 	// Fallback, if set, settles an escalated intent no arbiter resolved by

@@ -441,44 +441,6 @@ func sampleArbiterCase() *intents.Escalation {
 		State:  map[string]intents.PathState{"report.intro": {Exists: true, Value: "draft", Version: 2}}}
 }
 
-func TestParseModelAnswer(t *testing.T) {
-	c := sampleArbiterCase()
-	const esc, hold = "01JD00000000000000000000E5", "01JD00000000000000000000H1"
-	for _, tc := range []struct {
-		answer string
-		bad    string // what the error says; "" for a good answer
-	}{
-		{answer: `{"winners":["` + esc + `"],"losers":["` + hold + `"],"rationale":"newer is better"}`},
-		{answer: "Sure.\n```json\n{\"losers\": [\"" + esc + "\"], \"rationale\": \"w1 was first\"}\n```\nHope this helps."},
-		{answer: ``, bad: "no JSON object"},
-		{answer: `I pick w2.`, bad: "no JSON object"},
-		{answer: `{"winners": ["` + esc + `"`, bad: "no JSON object"},
-		{answer: `{"winners": ["` + esc + `"], "rationale": }`, bad: "invalid character"},
-		{answer: `{"winners":["` + esc + `"],"rationale":"r","replacement":{}}`, bad: `unknown field "replacement"`},
-		{answer: `{"winners":["` + esc + `"],"rationale":"r"} {"losers":[]}`, bad: "more than one JSON object"},
-		{answer: `{"winners":"` + esc + `","rationale":"r"}`, bad: "cannot unmarshal string"},
-		{answer: `{"winners":["w2"],"rationale":"r"}`, bad: `"w2" is not an intent of the case`},
-		{answer: `{"winners":["` + esc + `"],"losers":["` + esc + `"],"rationale":"r"}`, bad: "both wins and loses"},
-		{answer: `{"winners":["` + esc + `","` + hold + `"],"rationale":"r"}`, bad: "cannot both win"},
-		{answer: `{"winners":["` + esc + `"],"rationale":"  "}`, bad: "no rationale"},
-		{answer: `{"rationale":"nobody"}`, bad: "no winner, no loser"},
-	} {
-		res, err := agents.ParseModelAnswer(c, tc.answer)
-		if tc.bad == "" {
-			if err != nil || res.Escalation != esc || res.Arbiter != "" || res.Rationale == "" {
-				t.Errorf("%q: %+v, %v", tc.answer, res, err)
-			}
-			continue
-		}
-		if !errors.Is(err, agents.ErrModelOutput) || !strings.Contains(err.Error(), tc.bad) {
-			t.Errorf("%q: error %v, want ErrModelOutput saying %q", tc.answer, err, tc.bad)
-		}
-		if res != nil {
-			t.Errorf("%q: a resolution with an error", tc.answer)
-		}
-	}
-}
-
 func TestModelArbiterDecide(t *testing.T) {
 	c := sampleArbiterCase()
 	ctx := context.Background()
@@ -488,8 +450,16 @@ func TestModelArbiterDecide(t *testing.T) {
 		return `{"losers":["01JD00000000000000000000E5"],"rationale":"the draft stands"}`, nil
 	}}
 	res, err := agents.ModelArbiter(m)(ctx, c)
-	if err != nil || len(res.Losers) != 1 || seen != agents.CasePrompt(c) || !strings.Contains(seen, `- report.intro = "draft" (version 2)`) {
+	if err != nil || len(res.Losers) != 1 || seen != arbiter.Prompt(c) || !strings.Contains(seen, `- report.intro = "draft" (version 2)`) {
 		t.Fatalf("%+v, %v; prompt:\n%s", res, err, seen)
+	}
+	// An answer that reads but does not fit the case: both sentinels, and
+	// the answer quoted.
+	_, err = agents.ModelArbiter(&agents.ScriptedModel{Replies: []string{`{"winners":["w2"],"rationale":"r"}`}})(ctx, c)
+	if !errors.Is(err, arbiter.ErrModelOutput) || !errors.Is(err, arbiter.ErrBadResolution) ||
+		!strings.HasPrefix(err.Error(), "agents: model answer is not a resolution: w2 is neither") ||
+		!strings.HasSuffix(err.Error(), `the answer was "{\"winners\":[\"w2\"],\"rationale\":\"r\"}"`) {
+		t.Fatalf("an answer naming an intent the case does not: %v", err)
 	}
 	_, err = agents.ModelArbiter(&agents.ScriptedModel{})(ctx, c)
 	if !errors.Is(err, agents.ErrScriptEnded) {
@@ -504,27 +474,5 @@ func TestModelArbiterDecide(t *testing.T) {
 	cancel()
 	if _, err := agents.ModelArbiter(&agents.ScriptedModel{Replies: []string{"{}"}})(cancelled, c); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled context: %v", err)
-	}
-}
-
-func TestCheckResolution(t *testing.T) {
-	c := sampleArbiterCase()
-	const esc = "01JD00000000000000000000E5"
-	good := &intents.Resolution{Escalation: esc, Arbiter: "judge", Losers: []string{esc}, Rationale: "r"}
-	if err := agents.CheckResolution(c, good); err != nil {
-		t.Fatal(err)
-	}
-	replacement := &intents.Intent{ID: "01JD00000000000000000000R1", Agent: "judge", Kind: intents.KindPropose,
-		Writes: []intents.Write{{Path: "report.intro", Op: intents.OpSet, Value: json.RawMessage(`"merged"`)}}}
-	bad := &intents.Resolution{Escalation: "other", Arbiter: "a b", Winners: []string{esc}, Replacement: replacement}
-	err := agents.CheckResolution(c, bad)
-	if !errors.Is(err, agents.ErrBadResolution) {
-		t.Fatalf("%v", err)
-	}
-	// Every problem at once.
-	for _, want := range []string{`escalation "other"`, `arbiter "a b"`, "no rationale", "kind propose", "both win and be replaced"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%v lacks %q", err, want)
-		}
 	}
 }

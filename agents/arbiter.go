@@ -60,17 +60,16 @@ const arbiterFetchWait = 5 * time.Second
 //
 // The stream must exist: the coordinator creates it at start. RunArbiter
 // returns an error if it cannot set up the consumer or if nc is closed.
-func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...Option) error {
+func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...ArbiterOption) error {
 	if !intents.ValidSegment(name) {
 		return fmt.Errorf("agents: arbiter name %q is not an agent name", name)
 	}
 	if nc == nil || decide == nil {
 		return errors.New("agents: RunArbiter needs a connection and a Decide")
 	}
-	cfg := newConfig(opts)
-	if cfg.ackWait <= 0 || cfg.retryDelay < 0 || cfg.resolveTimeout <= 0 {
-		return fmt.Errorf("agents: arbiter options: ack wait %s and resolve timeout %s must be positive, retry delay %s not negative",
-			cfg.ackWait, cfg.resolveTimeout, cfg.retryDelay)
+	cfg, err := newArbiterConfig(opts)
+	if err != nil {
+		return err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -124,7 +123,7 @@ type arbiterRun struct {
 	js     jetstream.JetStream
 	name   string
 	decide Decide
-	cfg    config
+	cfg    arbiterConfig
 	subj   intents.Subjects
 	log    *slog.Logger
 	// ackWait is the AckWait of the consumer in use: a case in hand is

@@ -90,7 +90,7 @@ func (w *arbiterWorld) publish(agent string, in map[string]any) {
 
 // runArbiter starts RunArbiter on a connection of its own. Cancelling the
 // returned context stops it; its result comes on the channel.
-func (w *arbiterWorld) runArbiter(nc *nats.Conn, name string, decide agents.Decide, opts ...agents.Option) (context.CancelFunc, <-chan error) {
+func (w *arbiterWorld) runArbiter(nc *nats.Conn, name string, decide agents.Decide, opts ...agents.ArbiterOption) (context.CancelFunc, <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -326,6 +326,43 @@ func TestModelArbiterBadOutput(t *testing.T) {
 	}
 }
 
+// A resolution that does not fit its case is caught by the arbiter's own
+// check (arbiter.Check) and the case handed back, never sent: the
+// coordinator would refuse it and the case would be dropped. The second
+// answer settles it.
+func TestRunArbiterChecksBeforeSending(t *testing.T) {
+	w := newArbiterWorld(t)
+	propose, esc, _ := w.conflict(3, 4)
+	var calls sync.Mutex
+	n := 0
+	var logs arbiterLogs
+	stop, done := w.runArbiter(w.connect(), "judge", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+		calls.Lock()
+		defer calls.Unlock()
+		n++
+		if n == 1 {
+			return &intents.Resolution{Winners: []string{esc, propose}, Rationale: "everybody wins"}, nil
+		}
+		return &intents.Resolution{Winners: []string{propose}, Losers: []string{esc}, Rationale: "w1 was first"}, nil
+	}, agents.WithLogger(logs.logger()), agents.WithRetryDelay(10*time.Millisecond))
+	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "w1 was first") {
+		t.Fatalf("newcomer: %+v", d)
+	}
+	stop()
+	if err := arbiterStopped(t, done); err != nil {
+		t.Fatalf("RunArbiter: %v", err)
+	}
+	out := logs.String()
+	for _, want := range []string{"no resolution; the case will come again", "cannot both win", "msg=resolved"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "resolution refused") {
+		t.Errorf("the bad resolution reached the coordinator:\n%s", out)
+	}
+}
+
 // A resolution the coordinator refuses because the case is settled already
 // (here by a rival arbiter) drops the case: it is not handed back.
 func TestRunArbiterDropsASettledCase(t *testing.T) {

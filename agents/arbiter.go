@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,17 +60,16 @@ const arbiterFetchWait = 5 * time.Second
 //
 // The stream must exist: the coordinator creates it at start. RunArbiter
 // returns an error if it cannot set up the consumer or if nc is closed.
-func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...Option) error {
+func RunArbiter(ctx context.Context, nc *nats.Conn, name string, decide Decide, opts ...ArbiterOption) error {
 	if !intents.ValidSegment(name) {
 		return fmt.Errorf("agents: arbiter name %q is not an agent name", name)
 	}
 	if nc == nil || decide == nil {
 		return errors.New("agents: RunArbiter needs a connection and a Decide")
 	}
-	cfg := newConfig(opts)
-	if cfg.ackWait <= 0 || cfg.retryDelay < 0 || cfg.resolveTimeout <= 0 {
-		return fmt.Errorf("agents: arbiter options: ack wait %s and resolve timeout %s must be positive, retry delay %s not negative",
-			cfg.ackWait, cfg.resolveTimeout, cfg.retryDelay)
+	cfg, err := newArbiterConfig(opts)
+	if err != nil {
+		return err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -126,7 +123,7 @@ type arbiterRun struct {
 	js     jetstream.JetStream
 	name   string
 	decide Decide
-	cfg    config
+	cfg    arbiterConfig
 	subj   intents.Subjects
 	log    *slog.Logger
 	// ackWait is the AckWait of the consumer in use: a case in hand is
@@ -266,7 +263,7 @@ func (a *arbiterRun) decideWhileAlive(ctx context.Context, m jetstream.Msg, c *i
 	if r.Arbiter == "" {
 		r.Arbiter = a.name
 	}
-	if err := CheckResolution(c, &r); err != nil {
+	if err := arbiter.Check(c, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -317,262 +314,6 @@ func (a *arbiterRun) resolve(ctx context.Context, res *intents.Resolution) error
 		return fmt.Errorf("agents: arbiter.resolve: unexpected reply %q", clipText(string(reply.Data), 200))
 	}
 	return nil
-}
-
-// ErrBadResolution is returned (wrapped) by CheckResolution.
-var ErrBadResolution = errors.New("agents: resolution does not fit its case")
-
-// CheckResolution reports what the coordinator would refuse in res as an
-// answer to c, short of what only it can know (whether the case is still
-// open, whether a replacement's id is taken): the escalation id, a
-// rationale, at least one winner, loser or replacement, intent ids the case
-// names, none both winning and losing, not the escalated intent and a
-// transaction both winning, and a replacement that is a valid apply. Every
-// problem found is reported, wrapped in ErrBadResolution.
-func CheckResolution(c *intents.Escalation, res *intents.Resolution) error {
-	probs := resolutionProblems(c, res)
-	if !intents.ValidSegment(res.Arbiter) {
-		probs = append(probs, fmt.Sprintf("arbiter %q is not an agent name", res.Arbiter))
-	}
-	if len(probs) > 0 {
-		return fmt.Errorf("%w: %s", ErrBadResolution, strings.Join(probs, "; "))
-	}
-	return nil
-}
-
-// resolutionProblems lists what CheckResolution finds wrong in res, save
-// its arbiter's name.
-func resolutionProblems(c *intents.Escalation, res *intents.Resolution) []string {
-	var probs []string
-	if res.Escalation != c.ID {
-		probs = append(probs, fmt.Sprintf("escalation %q, want %q", res.Escalation, c.ID))
-	}
-	if strings.TrimSpace(res.Rationale) == "" {
-		probs = append(probs, "no rationale")
-	}
-	if len(res.Winners)+len(res.Losers) == 0 && res.Replacement == nil {
-		probs = append(probs, "no winner, no loser and no replacement")
-	}
-	known := caseIntentIDs(c)
-	for _, id := range slices.Concat(res.Winners, res.Losers) {
-		if !slices.Contains(known, id) {
-			probs = append(probs, fmt.Sprintf("%q is not an intent of the case (those are %s)", id, strings.Join(known, ", ")))
-		}
-	}
-	for _, id := range res.Winners {
-		if slices.Contains(res.Losers, id) {
-			probs = append(probs, fmt.Sprintf("%s both wins and loses", id))
-		}
-	}
-	if slices.Contains(res.Winners, c.ID) && slices.ContainsFunc(res.Winners, func(id string) bool { return id != c.ID }) {
-		probs = append(probs, "the escalated intent and a transaction in flight cannot both win; write a replacement")
-	}
-	if r := res.Replacement; r != nil {
-		if err := r.Validate(); err != nil {
-			probs = append(probs, fmt.Sprintf("replacement: %v", err))
-		} else if r.Kind != intents.KindApply {
-			probs = append(probs, fmt.Sprintf("replacement: kind %s; a replacement is an apply", r.Kind))
-		}
-		if slices.Contains(res.Winners, c.ID) {
-			probs = append(probs, "the escalated intent cannot both win and be replaced")
-		}
-	}
-	return probs
-}
-
-// caseIntentIDs returns the ids a resolution may name: the escalated
-// intent's and those of the proposes it conflicts with.
-func caseIntentIDs(c *intents.Escalation) []string {
-	ids := []string{c.ID}
-	add := func(id string) {
-		if id != "" && !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	if c.Holder != nil {
-		add(c.Holder.Intent)
-	}
-	for _, in := range c.Intents {
-		if in != nil {
-			add(in.ID)
-		}
-	}
-	return ids
-}
-
-// Model is a language model as an arbiter needs it: a prompt in, a
-// completion out. Wrap any client in it.
-type Model interface {
-	Complete(ctx context.Context, prompt string) (string, error)
-}
-
-// ErrModelOutput is returned (wrapped) by a ModelArbiter's Decide when the
-// model's answer is not a resolution of the case.
-var ErrModelOutput = errors.New("agents: model answer is not a resolution")
-
-// ModelArbiter returns a Decide that asks m: it renders the case as a
-// prompt (see CasePrompt) and parses the answer, one JSON object
-// {"winners": [...], "losers": [...], "rationale": "..."}, possibly in a
-// code fence or among prose. An answer that is not such an object, names
-// ids the case does not, or otherwise does not fit the case is an error
-// wrapping ErrModelOutput (and ErrBadResolution where it applies) that
-// quotes the answer; RunArbiter then hands the case back, so that it comes
-// again and the model is asked again. The resolution's Arbiter is left for
-// RunArbiter to fill.
-func ModelArbiter(m Model) Decide {
-	return func(ctx context.Context, c *intents.Escalation) (*intents.Resolution, error) {
-		out, err := m.Complete(ctx, CasePrompt(c))
-		if err != nil {
-			return nil, fmt.Errorf("agents: model: %w", err)
-		}
-		return ParseModelAnswer(c, out)
-	}
-}
-
-// ParseModelAnswer reads a model's answer to the case c: one JSON object
-// with "winners", "losers" (intent ids) and "rationale", and no other
-// field, possibly wrapped in a code fence or prose. Errors wrap
-// ErrModelOutput and quote the answer.
-func ParseModelAnswer(c *intents.Escalation, out string) (*intents.Resolution, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s; the answer was %q", ErrModelOutput, fmt.Sprintf(format, args...), clipText(out, 300))
-	}
-	i, j := strings.Index(out, "{"), strings.LastIndex(out, "}")
-	if i < 0 || j < i {
-		return nil, bad("no JSON object")
-	}
-	var ans struct {
-		Winners   []string `json:"winners"`
-		Losers    []string `json:"losers"`
-		Rationale string   `json:"rationale"`
-	}
-	dec := json.NewDecoder(strings.NewReader(out[i : j+1]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&ans); err != nil {
-		return nil, bad("%v", err)
-	}
-	if dec.InputOffset() != int64(j+1-i) {
-		return nil, bad("more than one JSON object")
-	}
-	res := &intents.Resolution{Escalation: c.ID, Winners: ans.Winners, Losers: ans.Losers, Rationale: strings.TrimSpace(ans.Rationale)}
-	// The arbiter's name is RunArbiter's to fill; check the rest.
-	if probs := resolutionProblems(c, res); len(probs) > 0 {
-		return nil, fmt.Errorf("%w: %w: %s; the answer was %q", ErrModelOutput, ErrBadResolution, strings.Join(probs, "; "), clipText(out, 300))
-	}
-	return res, nil
-}
-
-// CasePrompt renders a case for a language model: the escalated intent,
-// the transactions in flight it conflicts with and their proposes, the
-// conflicts, the current values and versions of the paths involved, and
-// how to answer. The same case always renders the same prompt.
-func CasePrompt(c *intents.Escalation) string {
-	var b strings.Builder
-	js := func(v any) string {
-		data, err := json.MarshalIndent(v, "  ", "  ")
-		if err != nil {
-			return fmt.Sprintf("(unencodable: %v)", err)
-		}
-		return string(data)
-	}
-	fmt.Fprintf(&b, "You are an arbiter for CoAgent, which coordinates agents writing shared state.\n")
-	fmt.Fprintf(&b, "An agent's intent conflicts with a transaction in flight and asked for arbitration. Decide who wins.\n\n")
-	fmt.Fprintf(&b, "Case %s", c.ID)
-	if !c.Deadline.IsZero() {
-		fmt.Fprintf(&b, ", to be resolved by %s", c.Deadline.UTC().Format(time.RFC3339))
-	}
-	b.WriteString(".\n\n")
-	var others []*intents.Intent
-	for _, in := range c.Intents {
-		if in == nil {
-			continue
-		}
-		if in.ID == c.ID {
-			fmt.Fprintf(&b, "The escalated intent %s (agent %s, priority %d):\n  %s\n\n", in.ID, in.Agent, in.Priority, js(in))
-		} else {
-			others = append(others, in)
-		}
-	}
-	if h := c.Holder; h != nil {
-		fmt.Fprintf(&b, "The transaction in flight: %s of agent %s (fence %d), opened by propose %s, writing:\n  %s\n\n",
-			h.Txn, h.Agent, h.Fence, h.Intent, js(h.Writes))
-	}
-	for _, in := range others {
-		fmt.Fprintf(&b, "The propose %s that opened a transaction in flight (agent %s, priority %d):\n  %s\n\n", in.ID, in.Agent, in.Priority, js(in))
-	}
-	if len(c.Conflicts) > 0 {
-		b.WriteString("Conflicts:\n")
-		for _, cf := range c.Conflicts {
-			fmt.Fprintf(&b, "- %s on %s with transaction %s of agent %s\n", cf.Kind, cf.Path, cf.WithTxn, cf.WithAgent)
-		}
-		b.WriteString("\n")
-	}
-	if len(c.State) > 0 {
-		b.WriteString("Current state of the paths involved:\n")
-		for _, p := range slices.Sorted(maps.Keys(c.State)) {
-			st := c.State[p]
-			if !st.Exists {
-				fmt.Fprintf(&b, "- %s: absent\n", p)
-				continue
-			}
-			v, _ := json.Marshal(st.Value)
-			fmt.Fprintf(&b, "- %s = %s (version %d)\n", p, v, st.Version)
-		}
-		b.WriteString("\n")
-	}
-	ids := caseIntentIDs(c)
-	fmt.Fprintf(&b, "Answer with one JSON object and nothing else:\n")
-	fmt.Fprintf(&b, "{\"winners\": [intent ids], \"losers\": [intent ids], \"rationale\": \"one sentence saying why\"}\n")
-	fmt.Fprintf(&b, "The intent ids you may name: %s.\n", strings.Join(ids, ", "))
-	fmt.Fprintf(&b, "A losing escalated intent is rejected; a losing propose has its transaction aborted. ")
-	fmt.Fprintf(&b, "The escalated intent and a transaction in flight cannot both win.\n")
-	return b.String()
-}
-
-// ScriptedModel is a deterministic Model for tests: it answers with Func if
-// set, and otherwise with Replies in turn, then ErrScriptEnded. It records
-// the prompts it was given. It is safe for concurrent use; do not copy it
-// once used.
-type ScriptedModel struct {
-	// Replies are the answers, one per call, in order.
-	Replies []string
-	// Func, if set, answers instead of Replies.
-	Func func(prompt string) (string, error)
-
-	mu      sync.Mutex
-	prompts []string
-}
-
-var _ Model = (*ScriptedModel)(nil)
-
-// ErrScriptEnded is returned by a ScriptedModel asked more often than it
-// has replies.
-var ErrScriptEnded = errors.New("agents: scripted model has no more replies")
-
-// Complete answers the next reply of the script; it fails if ctx has
-// ended.
-func (s *ScriptedModel) Complete(ctx context.Context, prompt string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	s.mu.Lock()
-	n := len(s.prompts)
-	s.prompts = append(s.prompts, prompt)
-	s.mu.Unlock()
-	if s.Func != nil {
-		return s.Func(prompt)
-	}
-	if n >= len(s.Replies) {
-		return "", fmt.Errorf("%w (%d given)", ErrScriptEnded, len(s.Replies))
-	}
-	return s.Replies[n], nil
-}
-
-// Prompts returns the prompts the model was given, in order.
-func (s *ScriptedModel) Prompts() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.prompts)
 }
 
 func clipText(s string, n int) string {

@@ -90,7 +90,7 @@ func (w *arbiterWorld) publish(agent string, in map[string]any) {
 
 // runArbiter starts RunArbiter on a connection of its own. Cancelling the
 // returned context stops it; its result comes on the channel.
-func (w *arbiterWorld) runArbiter(nc *nats.Conn, name string, decide agents.Decide, opts ...agents.Option) (context.CancelFunc, <-chan error) {
+func (w *arbiterWorld) runArbiter(nc *nats.Conn, name string, decide agents.Decide, opts ...agents.ArbiterOption) (context.CancelFunc, <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -326,6 +326,43 @@ func TestModelArbiterBadOutput(t *testing.T) {
 	}
 }
 
+// A resolution that does not fit its case is caught by the arbiter's own
+// check (arbiter.Check) and the case handed back, never sent: the
+// coordinator would refuse it and the case would be dropped. The second
+// answer settles it.
+func TestRunArbiterChecksBeforeSending(t *testing.T) {
+	w := newArbiterWorld(t)
+	propose, esc, _ := w.conflict(3, 4)
+	var calls sync.Mutex
+	n := 0
+	var logs arbiterLogs
+	stop, done := w.runArbiter(w.connect(), "judge", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+		calls.Lock()
+		defer calls.Unlock()
+		n++
+		if n == 1 {
+			return &intents.Resolution{Winners: []string{esc, propose}, Rationale: "everybody wins"}, nil
+		}
+		return &intents.Resolution{Winners: []string{propose}, Losers: []string{esc}, Rationale: "w1 was first"}, nil
+	}, agents.WithLogger(logs.logger()), agents.WithRetryDelay(10*time.Millisecond))
+	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "w1 was first") {
+		t.Fatalf("newcomer: %+v", d)
+	}
+	stop()
+	if err := arbiterStopped(t, done); err != nil {
+		t.Fatalf("RunArbiter: %v", err)
+	}
+	out := logs.String()
+	for _, want := range []string{"no resolution; the case will come again", "cannot both win", "msg=resolved"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "resolution refused") {
+		t.Errorf("the bad resolution reached the coordinator:\n%s", out)
+	}
+}
+
 // A resolution the coordinator refuses because the case is settled already
 // (here by a rival arbiter) drops the case: it is not handed back.
 func TestRunArbiterDropsASettledCase(t *testing.T) {
@@ -441,44 +478,6 @@ func sampleArbiterCase() *intents.Escalation {
 		State:  map[string]intents.PathState{"report.intro": {Exists: true, Value: "draft", Version: 2}}}
 }
 
-func TestParseModelAnswer(t *testing.T) {
-	c := sampleArbiterCase()
-	const esc, hold = "01JD00000000000000000000E5", "01JD00000000000000000000H1"
-	for _, tc := range []struct {
-		answer string
-		bad    string // what the error says; "" for a good answer
-	}{
-		{answer: `{"winners":["` + esc + `"],"losers":["` + hold + `"],"rationale":"newer is better"}`},
-		{answer: "Sure.\n```json\n{\"losers\": [\"" + esc + "\"], \"rationale\": \"w1 was first\"}\n```\nHope this helps."},
-		{answer: ``, bad: "no JSON object"},
-		{answer: `I pick w2.`, bad: "no JSON object"},
-		{answer: `{"winners": ["` + esc + `"`, bad: "no JSON object"},
-		{answer: `{"winners": ["` + esc + `"], "rationale": }`, bad: "invalid character"},
-		{answer: `{"winners":["` + esc + `"],"rationale":"r","replacement":{}}`, bad: `unknown field "replacement"`},
-		{answer: `{"winners":["` + esc + `"],"rationale":"r"} {"losers":[]}`, bad: "more than one JSON object"},
-		{answer: `{"winners":"` + esc + `","rationale":"r"}`, bad: "cannot unmarshal string"},
-		{answer: `{"winners":["w2"],"rationale":"r"}`, bad: `"w2" is not an intent of the case`},
-		{answer: `{"winners":["` + esc + `"],"losers":["` + esc + `"],"rationale":"r"}`, bad: "both wins and loses"},
-		{answer: `{"winners":["` + esc + `","` + hold + `"],"rationale":"r"}`, bad: "cannot both win"},
-		{answer: `{"winners":["` + esc + `"],"rationale":"  "}`, bad: "no rationale"},
-		{answer: `{"rationale":"nobody"}`, bad: "no winner, no loser"},
-	} {
-		res, err := agents.ParseModelAnswer(c, tc.answer)
-		if tc.bad == "" {
-			if err != nil || res.Escalation != esc || res.Arbiter != "" || res.Rationale == "" {
-				t.Errorf("%q: %+v, %v", tc.answer, res, err)
-			}
-			continue
-		}
-		if !errors.Is(err, agents.ErrModelOutput) || !strings.Contains(err.Error(), tc.bad) {
-			t.Errorf("%q: error %v, want ErrModelOutput saying %q", tc.answer, err, tc.bad)
-		}
-		if res != nil {
-			t.Errorf("%q: a resolution with an error", tc.answer)
-		}
-	}
-}
-
 func TestModelArbiterDecide(t *testing.T) {
 	c := sampleArbiterCase()
 	ctx := context.Background()
@@ -488,8 +487,16 @@ func TestModelArbiterDecide(t *testing.T) {
 		return `{"losers":["01JD00000000000000000000E5"],"rationale":"the draft stands"}`, nil
 	}}
 	res, err := agents.ModelArbiter(m)(ctx, c)
-	if err != nil || len(res.Losers) != 1 || seen != agents.CasePrompt(c) || !strings.Contains(seen, `- report.intro = "draft" (version 2)`) {
+	if err != nil || len(res.Losers) != 1 || seen != arbiter.Prompt(c) || !strings.Contains(seen, `- report.intro = "draft" (version 2)`) {
 		t.Fatalf("%+v, %v; prompt:\n%s", res, err, seen)
+	}
+	// An answer that reads but does not fit the case: both sentinels, and
+	// the answer quoted.
+	_, err = agents.ModelArbiter(&agents.ScriptedModel{Replies: []string{`{"winners":["w2"],"rationale":"r"}`}})(ctx, c)
+	if !errors.Is(err, arbiter.ErrModelOutput) || !errors.Is(err, arbiter.ErrBadResolution) ||
+		!strings.HasPrefix(err.Error(), "agents: model answer is not a resolution: w2 is neither") ||
+		!strings.HasSuffix(err.Error(), `the answer was "{\"winners\":[\"w2\"],\"rationale\":\"r\"}"`) {
+		t.Fatalf("an answer naming an intent the case does not: %v", err)
 	}
 	_, err = agents.ModelArbiter(&agents.ScriptedModel{})(ctx, c)
 	if !errors.Is(err, agents.ErrScriptEnded) {
@@ -504,27 +511,5 @@ func TestModelArbiterDecide(t *testing.T) {
 	cancel()
 	if _, err := agents.ModelArbiter(&agents.ScriptedModel{Replies: []string{"{}"}})(cancelled, c); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled context: %v", err)
-	}
-}
-
-func TestCheckResolution(t *testing.T) {
-	c := sampleArbiterCase()
-	const esc = "01JD00000000000000000000E5"
-	good := &intents.Resolution{Escalation: esc, Arbiter: "judge", Losers: []string{esc}, Rationale: "r"}
-	if err := agents.CheckResolution(c, good); err != nil {
-		t.Fatal(err)
-	}
-	replacement := &intents.Intent{ID: "01JD00000000000000000000R1", Agent: "judge", Kind: intents.KindPropose,
-		Writes: []intents.Write{{Path: "report.intro", Op: intents.OpSet, Value: json.RawMessage(`"merged"`)}}}
-	bad := &intents.Resolution{Escalation: "other", Arbiter: "a b", Winners: []string{esc}, Replacement: replacement}
-	err := agents.CheckResolution(c, bad)
-	if !errors.Is(err, agents.ErrBadResolution) {
-		t.Fatalf("%v", err)
-	}
-	// Every problem at once.
-	for _, want := range []string{`escalation "other"`, `arbiter "a b"`, "no rationale", "kind propose", "both win and be replaced"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%v lacks %q", err, want)
-		}
 	}
 }

@@ -41,7 +41,7 @@ type Client struct {
 	js   jetstream.JetStream
 	name string
 	subj intents.Subjects
-	cfg  config
+	cfg  clientConfig
 	log  *slog.Logger
 
 	decisions *nats.Subscription
@@ -79,10 +79,9 @@ func Connect(ctx context.Context, nc *nats.Conn, name string, opts ...Option) (*
 	if nc == nil {
 		return nil, errors.New("agents: Connect needs a NATS connection")
 	}
-	cfg := newConfig(opts)
-	if cfg.resend <= 0 || cfg.retries < 0 || cfg.backoffBase <= 0 || cfg.backoffMax < cfg.backoffBase {
-		return nil, fmt.Errorf("agents: options: resend %s and backoff base %s must be positive, max %s at least base, retries %d not negative",
-			cfg.resend, cfg.backoffBase, cfg.backoffMax, cfg.retries)
+	cfg, err := newClientConfig(opts)
+	if err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

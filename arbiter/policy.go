@@ -131,11 +131,7 @@ func candidates(c *intents.Escalation) []*intents.Intent {
 			out = append(out, in)
 		}
 	}
-	for _, in := range c.Intents {
-		if in != nil && in.ID == c.ID {
-			add(in)
-		}
-	}
+	add(c.Escalated())
 	add(&intents.Intent{ID: c.ID})
 	for _, in := range c.Intents {
 		add(in)

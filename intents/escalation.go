@@ -7,7 +7,11 @@ import "time"
 // versions of the paths involved, and the deadline for a resolution. Its id
 // is the escalated intent's id.
 type Escalation struct {
-	ID        string               `json:"id"`
+	ID string `json:"id"`
+	// Intents are the escalated intent (see Escalated) and the proposes
+	// that opened the transactions in flight it conflicts with (see
+	// Proposes). The coordinator puts the escalated intent first, but a
+	// reader finds it by its id.
 	Intents   []*Intent            `json:"intents"`
 	Holder    *Holder              `json:"holder,omitempty"`
 	State     map[string]PathState `json:"state"`
@@ -46,4 +50,28 @@ type Resolution struct {
 	Losers      []string `json:"losers,omitempty"`
 	Replacement *Intent  `json:"replacement,omitempty"`
 	Rationale   string   `json:"rationale"`
+}
+
+// Escalated returns the escalated intent: the one of c.Intents whose id is
+// the case's. It is nil only in a malformed case, which does not carry it.
+func (c *Escalation) Escalated() *Intent {
+	for _, in := range c.Intents {
+		if in != nil && in.ID == c.ID {
+			return in
+		}
+	}
+	return nil
+}
+
+// Proposes returns the other intents of the case, in their order: the
+// proposes that opened the transactions in flight the escalated intent
+// conflicts with. c.Holder is the first of those transactions.
+func (c *Escalation) Proposes() []*Intent {
+	var out []*Intent
+	for _, in := range c.Intents {
+		if in != nil && in.ID != c.ID {
+			out = append(out, in)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -25,8 +26,8 @@ type Models struct {
 	Writer agents.Model
 	// Editor names the weakest source, to be demoted.
 	Editor agents.Model
-	// Arbiter settles the rewrite clash (see agents.ModelArbiter for the
-	// prompt and the answer it wants).
+	// Arbiter settles the rewrite clash (see arbiter.Prompt and
+	// arbiter.ParseAnswer for the prompt and the answer it wants).
 	Arbiter agents.Model
 }
 
@@ -236,7 +237,7 @@ func scriptEditor(seed uint64, prompt string) (string, error) {
 	return fmt.Sprintf("%s: %s.", m[1], pick(r, doubts)), nil
 }
 
-// scriptArbiter reads the case prompt of agents.CasePrompt: the escalated
+// scriptArbiter reads the case prompt of arbiter.Prompt: the escalated
 // intent and the proposes in its way, each as JSON after its heading. It
 // keeps the longer text; the seed breaks a tie.
 func scriptArbiter(seed uint64, prompt string) (string, error) {
@@ -244,40 +245,15 @@ func scriptArbiter(seed uint64, prompt string) (string, error) {
 		in   *intents.Intent
 		text string
 	}
-	var escalated *entry
-	var holders []*entry
-	const escHead, proposeHead = "The escalated intent ", "The propose "
-	for rest := prompt; ; {
-		i, head := strings.Index(rest, escHead), escHead
-		if k := strings.Index(rest, proposeHead); k >= 0 && (i < 0 || k < i) {
-			i, head = k, proposeHead
-		}
-		if i < 0 {
-			break
-		}
-		rest = rest[i+len(head):]
-		j := strings.Index(rest, ":\n")
-		if j < 0 {
-			break
-		}
-		rest = rest[j+2:]
-		var in intents.Intent
-		dec := json.NewDecoder(strings.NewReader(rest))
-		if err := dec.Decode(&in); err != nil {
-			return "", fmt.Errorf("scripted arbiter: the intent after %q: %w", strings.TrimSpace(head), err)
-		}
-		rest = rest[dec.InputOffset():] // what the intents say is not read as headings
-		e := &entry{in: &in, text: proposedText(&in)}
-		if head == escHead {
-			escalated = e
-		} else {
-			holders = append(holders, e)
-		}
+	escIn, proposes, err := arbiter.PromptIntents(prompt)
+	if err != nil {
+		return "", fmt.Errorf("scripted arbiter: %w", err)
 	}
-	if escalated == nil || len(holders) == 0 {
-		return "", fmt.Errorf("scripted arbiter: the case names no escalated intent and transaction")
+	if len(proposes) == 0 {
+		return "", fmt.Errorf("scripted arbiter: the case names no transaction in flight")
 	}
-	holder := holders[0]
+	escalated := &entry{in: escIn, text: proposedText(escIn)}
+	holder := &entry{in: proposes[0], text: proposedText(proposes[0])}
 	win, lose := escalated, holder
 	if n, m := len(holder.text), len(escalated.text); n > m || n == m && seed%2 == 1 {
 		win, lose = holder, escalated

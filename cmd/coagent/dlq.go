@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,18 +91,14 @@ func (c *dlqCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout
 		fmt.Fprintln(stdout, string(b))
 		return nil
 	}
-	if len(found.c.Intents) == 0 {
-		return fmt.Errorf("dead letter %s holds no intent", id)
+	again, err := arbiter.Retry(found.c, ulid.Make().String())
+	if err != nil {
+		return fmt.Errorf("retry %s: %w", id, err)
 	}
-	again := *found.c.Intents[0]
-	again.ID = ulid.Make().String()
-	meta := map[string]any{}
-	if len(again.Meta) > 0 {
-		_ = json.Unmarshal(again.Meta, &meta)
+	data, err := json.Marshal(again)
+	if err != nil {
+		return fmt.Errorf("retry %s: %w", id, err)
 	}
-	meta["retry_of"] = id
-	again.Meta, _ = json.Marshal(meta)
-	data, _ := json.Marshal(&again)
 	if _, err := js.Publish(ctx, subj.Intents(again.Agent), data, jetstream.WithMsgID(again.ID)); err != nil {
 		return fmt.Errorf("retry %s: %w", id, err)
 	}
@@ -147,8 +144,7 @@ func deadLetters(ctx context.Context, stream jetstream.Stream) ([]deadLetter, er
 func describeCase(c *intents.Escalation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s deadline %s", c.ID, c.Deadline.Format(time.RFC3339))
-	if len(c.Intents) > 0 {
-		in := c.Intents[0]
+	if in := c.Escalated(); in != nil {
 		fmt.Fprintf(&b, " agent %s %s", in.Agent, in.Kind)
 		if in.Action != "" {
 			fmt.Fprintf(&b, " %s", in.Action)

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -81,48 +84,27 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		return refuse("escalation is missing")
 	case p == nil || !p.escalated:
 		return refuse("escalation %s is not open: unknown, already resolved, or past its deadline", res.Escalation)
-	case !intents.ValidSegment(res.Arbiter):
-		return refuse("arbiter %q is not an agent name", res.Arbiter)
-	case res.Rationale == "":
-		return refuse("rationale is missing")
-	case len(res.Winners)+len(res.Losers) == 0 && res.Replacement == nil:
-		return refuse("the resolution names no winner, no loser and no replacement")
 	}
-	esc := p.in.ID
-	holders := map[string]*txn{} // propose id → its transaction still in flight
-	for _, c := range p.conflicts {
-		if t := e.txns[c.WithTxn]; t != nil {
-			holders[t.propose.ID] = t
-		}
-	}
-	for _, id := range slices.Concat(res.Winners, res.Losers) {
-		if id != esc && holders[id] == nil {
-			return refuse("%s is neither the escalated intent nor the propose of a transaction it conflicts with", id)
-		}
-		if slices.Contains(res.Winners, id) && slices.Contains(res.Losers, id) {
-			return refuse("%s both wins and loses", id)
-		}
+	c, _ := e.Case(res.Escalation)
+	// The rule of what fits a case is the arbiters' as much as ours: one
+	// validator, which the SDK applies before it sends.
+	var bad *arbiter.ResolutionError
+	if errors.As(arbiter.Check(c, res), &bad) {
+		return refuse("%s", strings.Join(bad.Problems, "; "))
 	}
 	if res.Replacement != nil {
-		if err := res.Replacement.Validate(); err != nil {
-			return refuse("replacement: %v", err)
-		}
-		if res.Replacement.Kind != intents.KindApply {
-			return refuse("replacement: kind %s; a replacement is an apply", res.Replacement.Kind)
-		}
-		if slices.Contains(res.Winners, esc) {
-			return refuse("the escalated intent cannot both win and be replaced")
-		}
 		if _, taken := e.recorded(res.Replacement.ID); taken {
 			return refuse("replacement: intent id %s is already used", res.Replacement.ID)
 		}
 	}
-	holderLoses := slices.ContainsFunc(res.Losers, func(id string) bool { return holders[id] != nil })
-	escWins := slices.Contains(res.Winners, esc) ||
-		(!slices.Contains(res.Losers, esc) && holderLoses && res.Replacement == nil)
-	if escWins && slices.ContainsFunc(res.Winners, func(id string) bool { return holders[id] != nil }) {
-		return refuse("the escalated intent and a transaction it conflicts with cannot both win; write a replacement")
+	esc := p.in.ID
+	holders := map[string]*txn{} // propose id → its transaction still in flight
+	for _, cf := range p.conflicts {
+		if t := e.txns[cf.WithTxn]; t != nil {
+			holders[t.propose.ID] = t
+		}
 	}
+	escWins := arbiter.EscalatedWins(c, res)
 
 	why := fmt.Sprintf("arbiter %s: %s", res.Arbiter, res.Rationale)
 	e.emit(intents.Event{Type: intents.EventResolve, Agent: res.Arbiter, Intent: esc, Resolution: res})

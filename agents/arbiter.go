@@ -176,7 +176,7 @@ func (a *arbiterRun) pause(ctx context.Context) bool {
 func (a *arbiterRun) handle(ctx context.Context, m jetstream.Msg) {
 	var c intents.Escalation
 	if err := json.Unmarshal(m.Data(), &c); err != nil || c.ID == "" {
-		a.log.Error("dropped a message that is not a case", "err", err, "data", clipText(string(m.Data()), 200))
+		a.log.Error("dropped a message that is not a case", "err", err, "data", intents.Clip(string(m.Data()), 200))
 		a.settle(m, jetstream.Msg.Term, "term")
 		return
 	}
@@ -311,14 +311,7 @@ func (a *arbiterRun) resolve(ctx context.Context, res *intents.Resolution) error
 		OK bool `json:"ok"`
 	}
 	if err := json.Unmarshal(reply.Data, &ok); err != nil || !ok.OK {
-		return fmt.Errorf("agents: arbiter.resolve: unexpected reply %q", clipText(string(reply.Data), 200))
+		return fmt.Errorf("agents: arbiter.resolve: unexpected reply %q", intents.Clip(string(reply.Data), 200))
 	}
 	return nil
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -1,15 +1,3 @@
-// Package conflict holds the coordinator's view of what is in flight, for the
-// rules of SPEC §4. Index keeps every read and write path of the transactions
-// in flight in a trie over path segments, so checking a new intent costs the
-// depth of its paths plus the matches it finds, however many transactions are
-// in flight; it reports write-write, read-write and write-read conflicts and
-// the transactions an intent auto-merges with. Waits keeps the intents parked
-// with on_conflict=wait: a FIFO queue per transaction they wait on, so that a
-// transaction's end wakes its waiters in arrival order, and the agent-level
-// wait-for graph, so that a wait which would close a cycle between agents can
-// be refused as a deadlock. The package is pure and deterministic (no IO, no
-// clock, results in a defined order), so replaying the event log through it
-// reaches the same decisions the live coordinator made.
 package conflict
 
 import (

@@ -1,13 +1,3 @@
-// Package engine is CoAgent's decision engine: the pure, deterministic core
-// that decides every intent against the current state and the transactions in
-// flight (SPEC §2–4). It does no IO and reads no clock: each call is given
-// the time, and returns the events that record what it decided. The engine
-// changes its own state only by folding those same events (Apply), so the
-// event log is the whole truth: replaying it into a new engine rebuilds the
-// state, the transactions in flight with their leases and fences, the parked
-// intents and the recorded decisions exactly.
-//
-// An Engine is not safe for concurrent use; one goroutine owns it.
 package engine
 
 import (

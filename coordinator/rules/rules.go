@@ -1,13 +1,3 @@
-// Package rules is the governance of the shared state in one place: a rules
-// file says, per path pattern, which agents or roles may write or read
-// there, which transitions a value may make (a state machine), which JSON
-// Schema a written value must satisfy, and which conflict policy applies
-// when an intent names none; invariants are expressions over the state
-// that every commit touching their paths must leave true; quotas bound what
-// one agent or role may send. The decision engine asks a compiled Set at
-// each decision. Like the engine it is pure: a Set is a function of the
-// file's bytes, so a replay that meets the same rules event decides the
-// same.
 package rules
 
 import (

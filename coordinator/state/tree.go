@@ -1,8 +1,3 @@
-// Package state is the shared JSON tree of SPEC §1 with a version and a
-// mod_rev on every path that was ever written. It is a pure data structure:
-// the decision engine plans changes against it with Plan, and both the live
-// engine and a replay of the event log change it only through Apply, so the
-// state is by construction a fold of the committed changes.
 package state
 
 import (

@@ -1,19 +1,3 @@
-// Package schemas holds the JSON Schema (draft 2020-12) files of CoAgent's
-// wire contract: intent.json (what agents publish), decision.json (what the
-// coordinator answers), escalation.json (an arbiter's case),
-// resolution.json (an arbiter's answer), event.json (an entry of the event
-// log and its public feed, which refers to the others by $id) and
-// rules.json (the board rules file given to `coagent serve --rules` and to
-// the rules.set API: who may write and read where, state machines, value
-// schemas, invariants and quotas). They are what a client in another
-// language validates against — docs/wire.md points at them — and the binary
-// embeds and serves them byte for byte, so the files in this directory are
-// the published contract. Each schema's title is the name of the Go type
-// that carries the document, in package intents or, for rules.json,
-// coordinator/rules; the tests keep the two in agreement and list, in
-// testdata, the rules only the Go validation can enforce.
-//
-// The package is a leaf: it imports nothing from this module.
 package schemas
 
 import (

@@ -3,9 +3,18 @@
 // under the test's temporary directory, shut down when the test ends. It
 // is for tests only; `coagent serve` starts its coordinator itself.
 //
-// The coordinator's internal tests (package coordinator, not coordinator_test)
-// cannot import it, as it imports the coordinator; they have startService
-// in service_test.go, which does the same.
+// Start runs a coordinator on a connection of its own to the server, its
+// log in a new temporary directory; StartOn runs one on a given connection
+// and directory, for a test that restarts it on the same log or whose
+// server wants credentials. The coordinator's internal tests (package
+// coordinator, not coordinator_test) cannot import this package, as it
+// imports the coordinator; they have startService in service_test.go,
+// which does the same.
+//
+//	ns := natstest.Run(t)
+//	coordtest.Start(t, ns, coordinator.Options{})
+//	nc := natstest.Connect(t, ns)
+//	c, err := agents.Connect(ctx, nc, "w1") // an agent, as in production
 package coordtest
 
 import (

@@ -2,6 +2,18 @@
 // embedded, with JetStream, on a random loopback port, its store under the
 // test's temporary directory and gone with it, as nats-server's own tests
 // do. It is for tests only; `coagent serve` starts its server itself.
+//
+// Run starts a server (configure changes its options first: users, a
+// larger max_payload), Connect connects to it, and Next waits for the next
+// message of a subscription and decodes it; each ends what it made when
+// the test ends, and fails the test rather than return an error. Package
+// coordtest starts a coordinator on such a server.
+//
+//	ns := natstest.Run(t)
+//	nc := natstest.Connect(t, ns)
+//	sub, err := nc.SubscribeSync(intents.Subjects{}.Decisions("w1"))
+//	// … publish an intent of w1 on the stream path …
+//	d := natstest.Next[intents.Decision](t, sub) // fails the test after 10 s
 package natstest
 
 import (

@@ -6,8 +6,11 @@
 //
 // Each role thinks with a Model (agents.Model: a prompt in, a completion
 // out). Scripted gives deterministic ones, functions of a seed and the
-// prompt, so a run needs no network model and the same seed writes the same
-// report with the same decisions; a real model plugs in through Config.Models.
+// prompt, so a run needs no network model, and the same seed writes the
+// same report with the same counts of each decision; the races are real,
+// so which writer wins each and the order the steps interleave in (the
+// revisions, the ids, the timings) are not fixed by it. A real model plugs
+// in through Config.Models.
 //
 // What the scenario shows, in order:
 //
@@ -31,9 +34,15 @@
 //     agents.ModelArbiter) keeps one, and each writer is told its final
 //     decision — committed or preempted, applied or arbiter_rejected.
 //
-// Run plays it against a coordinator and returns the report, every
-// decision the agents were told (Stats) and how long each took. The order
-// of the steps is fixed by the agents waiting for each other in-process
-// (who holds what is announced on channels, never guessed with sleeps); the
-// races themselves are real.
+// Run plays it against a running coordinator, as Config says (the NATS
+// server, the seed, how many writers, the Models, an OnEvent to follow
+// along), and returns a Result: the report, every decision the members
+// were told (Result.Told, a Stats) and how long each took. The order of the
+// steps is fixed by the agents waiting for each other in-process (who holds
+// what is announced on channels, never guessed with sleeps); the races
+// themselves are real.
+//
+//	res, err := team.Run(ctx, team.Config{URL: nats.DefaultURL, Seed: 7,
+//		OnEvent: func(ev team.Event) { fmt.Println(ev.Agent, ev.Kind, ev.Text) }})
+//	fmt.Print(res.Report) // the same for every run with seed 7
 package team

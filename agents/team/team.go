@@ -25,7 +25,8 @@ type Config struct {
 	// Prefix is the coordinator's subject prefix. The default is "coagent".
 	Prefix string
 	// Seed seeds the scripted models: the same seed writes the same report
-	// with the same decisions.
+	// with the same count of each outcome, though which writer wins a race
+	// and the order of the steps are the scheduler's.
 	Seed uint64
 	// Writers is how many writers there are, at least 2 (two of them
 	// race for the first section and clash over the intro). There are as

@@ -26,16 +26,17 @@ func newVersionCmd(e *env) *cobra.Command {
 // `go install …@v1.2.3`), or the one the coordinator's micro service
 // reports when the build is of a source tree; then the Go version.
 func version() string {
-	v, rev := coordinator.Version, ""
+	v := coordinator.Version
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if m := bi.Main.Version; m != "" && m != "(devel)" {
-			v = m
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = " (" + s.Value[:12] + ")"
+			v = m // a tag, or a pseudo-version naming the commit
+		} else {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					v += " (" + s.Value[:12] + ")"
+				}
 			}
 		}
 	}
-	return fmt.Sprintf("coagent version %s%s\ngo version %s %s/%s\n", v, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("coagent version %s\ngo version %s %s/%s\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

@@ -47,7 +47,7 @@ func newAgentsCmd(e *env) *cobra.Command {
 		Short: "list the registered agents: name, roles and public nkey",
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return listAgents(data, out.json(), e.stdout)
+			return listAgents(data, out.json(), e.stdout, e.stderr)
 		},
 	}
 	out.register(list.Flags(), true)
@@ -60,8 +60,8 @@ func newAgentsCmd(e *env) *cobra.Command {
 }
 
 // listAgents prints the registry as a table with a header, or as a JSON
-// array, by name.
-func listAgents(data string, asJSON bool, stdout io.Writer) error {
+// array, by name; with none, stderr says so.
+func listAgents(data string, asJSON bool, stdout, stderr io.Writer) error {
 	reg, err := natsauth.Load(natsauth.RegistryPath(data))
 	if err != nil {
 		return err
@@ -76,6 +76,9 @@ func listAgents(data string, asJSON bool, stdout io.Writer) error {
 		a := reg.Agents[n]
 		rows = append(rows, row{Name: n, Roles: append([]string{}, a.Roles...), Nkey: a.Nkey})
 	}
+	if len(rows) == 0 {
+		fmt.Fprintf(stderr, "no agents registered in %s\n", natsauth.RegistryPath(data))
+	}
 	if asJSON {
 		b, err := json.Marshal(rows)
 		if err != nil {
@@ -83,6 +86,9 @@ func listAgents(data string, asJSON bool, stdout io.Writer) error {
 		}
 		_, err = fmt.Fprintln(stdout, string(b))
 		return err
+	}
+	if len(rows) == 0 {
+		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tROLES\tNKEY")

@@ -106,11 +106,16 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "agents", "add"}, "  coagent agents add NAME [--role ROLE]... [flags]"},
 		{[]string{"rules", "get", "-h"}, "  coagent rules get [flags]"},
 		{[]string{"conflicts", "top", "--help"}, "  coagent conflicts top [flags]"},
+		{[]string{"agents", "--help"}, "  coagent agents [command]"},
 	} {
 		p := runBin(t, nil, "", c.args...)
 		if p.status != 0 || p.stderr != "" || strings.Count(p.stdout, "Usage:") != 1 || !strings.Contains(p.stdout, "\n"+c.want+"\n") {
 			t.Errorf("coagent %s: exit %d, stderr %q, stdout:\n%s", strings.Join(c.args, " "), p.status, p.stderr, p.stdout)
 		}
+	}
+	// A group's usage is its subcommands alone.
+	if p := runBin(t, nil, "", "agents", "--help"); strings.Contains(p.stdout, "coagent agents [flags]") {
+		t.Errorf("agents --help offers agents without a subcommand:\n%s", p.stdout)
 	}
 	// Each command's own flags, with their defaults.
 	p := runBin(t, nil, "", "serve", "--help")
@@ -204,8 +209,13 @@ func TestAgentsAddRegistersNoFlag(t *testing.T) {
 	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &rows) != nil || len(rows) != 1 || rows[0].Name != "alice" || len(rows[0].Roles) != 1 {
 		t.Fatalf("agents list -o json: %+v", p)
 	}
-	if p := runBin(t, nil, "", "agents", "list", "--data", t.TempDir(), "--json"); p.status != 0 || p.stdout != "[]\n" {
+	empty := t.TempDir()
+	if p := runBin(t, nil, "", "agents", "list", "--data", empty, "--json"); p.status != 0 || p.stdout != "[]\n" ||
+		p.stderr != "no agents registered in "+filepath.Join(empty, "agents.json")+"\n" {
 		t.Fatalf("agents list --json of no agents: %+v", p)
+	}
+	if p := runBin(t, nil, "", "agents", "list", "--data", empty); p.status != 0 || p.stdout != "" || !strings.HasPrefix(p.stderr, "no agents registered") {
+		t.Fatalf("agents list of no agents: %+v", p)
 	}
 }
 

@@ -53,6 +53,9 @@ func newRoot(e *env) *cobra.Command {
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetVersionTemplate("{{.Version}}")
+	// The root and the groups run only to report a missing or unknown
+	// subcommand: their usage is `coagent agents [command]` alone.
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "Usage:{{if .Runnable}}", "Usage:{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{cmd: c, msg: err.Error()}
 	})

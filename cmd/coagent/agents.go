@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -11,63 +9,96 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/spf13/cobra"
 )
 
-// agentsCommand manages the agent registry that `coagent serve --auth`
-// admits: agents add NAME --role ROLE, agents list.
-type agentsCommand struct{}
-
-func (*agentsCommand) Synopsis() string {
-	return "register agents for serve --auth (agents add NAME --role ROLE) and list them"
+// newAgentsCmd is `coagent agents`: the agent registry that `coagent serve
+// --auth` admits.
+func newAgentsCmd(e *env) *cobra.Command {
+	var data string
+	var roles []string
+	var out output
+	add := &cobra.Command{
+		Use:   "add NAME [--role ROLE]...",
+		Short: "register an agent and write its nkey seed to DATA/agents/NAME.nk",
+		Args:  argsBetween(1, 1, "NAME"),
+		RunE: func(c *cobra.Command, args []string) error {
+			name := args[0]
+			// A name is a path segment, which may begin with '-'; such a
+			// name is a mistyped flag far more often than an agent.
+			if strings.HasPrefix(name, "-") || !intents.ValidSegment(name) {
+				return fmt.Errorf("agent name %q: want 1–%d letters, digits, '_' or '-', not beginning with '-'", name, intents.MaxSegmentLen)
+			}
+			for _, r := range roles {
+				if r == "" {
+					return usagef(c, "--role: empty role")
+				}
+			}
+			return addAgent(data, name, roles, e.stdout, e.stderr)
+		},
+	}
+	add.Flags().StringArrayVar(&roles, "role", nil, "a role of the agent (repeatable): arbiter, observer, or any role the rules name")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the registered agents: name, roles and public nkey",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return listAgents(data, out.json(), e.stdout, e.stderr)
+		},
+	}
+	out.register(list.Flags(), true)
+	c := group(&cobra.Command{
+		Use:   "agents",
+		Short: "register agents for serve --auth (agents add NAME --role ROLE) and list them",
+	}, add, list)
+	c.PersistentFlags().StringVar(&data, "data", defaultData, "data directory of the server")
+	return c
 }
 
-func (c *agentsCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	usage := func() {
-		fmt.Fprintln(stderr, "usage: coagent agents add NAME [--role ROLE]... [--data DIR]\n       coagent agents list [--data DIR]")
+// listAgents prints the registry as a table with a header, or as a JSON
+// array, by name; with none, stderr says so.
+func listAgents(data string, asJSON bool, stdout, stderr io.Writer) error {
+	reg, err := natsauth.Load(natsauth.RegistryPath(data))
+	if err != nil {
+		return err
 	}
-	if len(args) == 0 {
-		usage()
-		return errUsage
+	type row struct {
+		Name  string   `json:"name"`
+		Roles []string `json:"roles"`
+		Nkey  string   `json:"nkey"`
 	}
-	fs := flag.NewFlagSet("agents "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", defaultData, "data directory of the server")
-	var roles roleList
-	fs.Var(&roles, "role", "a role of the agent (repeatable): arbiter, observer, or any role the rules name")
-	switch args[0] {
-	case "add":
-		if len(args) < 2 {
-			usage()
-			return errUsage
-		}
-		name := args[1]
-		if err := fs.Parse(args[2:]); err != nil || fs.NArg() > 0 {
-			usage()
-			return errUsage
-		}
-		return addAgent(*data, name, roles, stdout)
-	case "list":
-		if err := fs.Parse(args[1:]); err != nil || fs.NArg() > 0 {
-			usage()
-			return errUsage
-		}
-		reg, err := natsauth.Load(natsauth.RegistryPath(*data))
+	rows := []row{}
+	for _, n := range slices.Sorted(maps.Keys(reg.Agents)) {
+		a := reg.Agents[n]
+		rows = append(rows, row{Name: n, Roles: append([]string{}, a.Roles...), Nkey: a.Nkey})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(stderr, "no agents registered in %s\n", natsauth.RegistryPath(data))
+	}
+	if asJSON {
+		b, err := json.Marshal(rows)
 		if err != nil {
 			return err
 		}
-		for _, n := range slices.Sorted(maps.Keys(reg.Agents)) {
-			a := reg.Agents[n]
-			fmt.Fprintf(stdout, "%-20s %-24s %s\n", n, strings.Join(a.Roles, ","), a.Nkey)
-		}
+		_, err = fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	if len(rows) == 0 {
 		return nil
 	}
-	usage()
-	return errUsage
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLES\tNKEY")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, orNone(r.Roles), r.Nkey)
+	}
+	return tw.Flush()
 }
 
-func addAgent(data, name string, roles []string, stdout io.Writer) error {
+func addAgent(data, name string, roles []string, stdout, stderr io.Writer) error {
 	path := natsauth.RegistryPath(data)
 	reg, err := natsauth.Load(path)
 	if err != nil {
@@ -90,7 +121,7 @@ func addAgent(data, name string, roles []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "agent %s registered (roles: %s); its nkey seed is in %s\n", name, orNone(roles), seedPath)
-	fmt.Fprintf(stdout, "a running coagent serve --auth admits it after SIGHUP; connect with --nkey %s\n", seedPath)
+	fmt.Fprintf(stderr, "a running coagent serve --auth admits it after SIGHUP; connect with --nkey %s\n", seedPath)
 	return nil
 }
 
@@ -99,17 +130,4 @@ func orNone(xs []string) string {
 		return "none"
 	}
 	return strings.Join(xs, ", ")
-}
-
-// roleList is a repeatable --role flag.
-type roleList []string
-
-func (r *roleList) String() string { return strings.Join(*r, ",") }
-
-func (r *roleList) Set(v string) error {
-	if v == "" {
-		return errors.New("empty role")
-	}
-	*r = append(*r, v)
-	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,57 +13,64 @@ import (
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// arbiterCommand runs a built-in rule arbiter until interrupted.
-type arbiterCommand struct{}
-
-func (*arbiterCommand) Synopsis() string {
-	return "run a rule arbiter (--policy " + strings.Join(arbiter.Policies, "|") + ") on the escalations"
+// arbiterFlags are the flags of `coagent arbiter`.
+type arbiterFlags struct {
+	policy, name string
+	conn         natsFlags
+	ackWait      time.Duration
 }
 
-func (c *arbiterCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("arbiter", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	policyName := fs.String("policy", "", "the rule: "+strings.Join(arbiter.Policies, ", ")+" (required)")
-	name := fs.String("name", "", "the arbiter's name in resolutions and the log (default the policy's name)")
-	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	ackWait := fs.Duration("ack-wait", 30*time.Second, "how long a case held by a silent arbiter waits before it goes to another")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent arbiter --policy "+strings.Join(arbiter.Policies, "|")+" [--name N] [--nats URL] [--prefix P]\n"+
-			"priority: the higher priority wins, a tie goes to the transaction in flight\n"+
-			"first:    the transaction in flight keeps its grant, the escalated intent loses\n"+
-			"reject:   the escalated intent loses\n"+
-			"runs until interrupted; logs each case to stderr")
-		fs.PrintDefaults()
+// newArbiterCmd is `coagent arbiter`: a built-in rule arbiter, until
+// interrupted.
+func newArbiterCmd(e *env) *cobra.Command {
+	var f arbiterFlags
+	c := &cobra.Command{
+		Use:   "arbiter --policy " + strings.Join(arbiter.Policies, "|"),
+		Short: "run a rule arbiter (--policy " + strings.Join(arbiter.Policies, "|") + ") on the escalations",
+		Long: "Run a rule arbiter on the escalations until interrupted; it logs each case to stderr.\n" +
+			"priority: the higher priority wins, a tie goes to the transaction in flight\n" +
+			"first:    the transaction in flight keeps its grant, the escalated intent loses\n" +
+			"reject:   the escalated intent loses",
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if f.policy == "" {
+				return usagef(c, "missing --policy (%s)", strings.Join(arbiter.Policies, ", "))
+			}
+			policy, err := arbiter.ByName(f.policy)
+			if err != nil {
+				return usagef(c, "--policy: %v", err)
+			}
+			return runArbiter(c.Context(), &f, policy, e.stdout, e.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *policyName == "" {
-		fs.Usage()
-		return errUsage
+	fs := c.Flags()
+	fs.StringVar(&f.policy, "policy", "", "the rule: "+strings.Join(arbiter.Policies, ", ")+" (required)")
+	fs.StringVar(&f.name, "name", "", "the arbiter's name in resolutions and the log (default the policy's name)")
+	f.conn.register(fs, e.defaultNATS())
+	fs.DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a case held by a silent arbiter waits before it goes to another")
+	return c
+}
+
+func runArbiter(ctx context.Context, f *arbiterFlags, policy arbiter.Policy, stdout, stderr io.Writer) error {
+	if f.name == "" {
+		f.name = f.policy
 	}
-	policy, err := arbiter.ByName(*policyName)
-	if err != nil {
-		fmt.Fprintln(stderr, "coagent arbiter:", err)
-		fs.Usage()
-		return errUsage
+	if !intents.ValidSegment(f.name) {
+		return fmt.Errorf("--name %q: not an agent name", f.name)
 	}
-	if *name == "" {
-		*name = *policyName
-	}
-	if !intents.ValidSegment(*name) {
-		return fmt.Errorf("--name %q: not an agent name", *name)
-	}
-	nc, err := conn.connect("coagent arbiter " + *name)
+	nc, err := f.conn.connect("coagent arbiter " + f.name)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	decide := func(_ context.Context, cs *intents.Escalation) (*intents.Resolution, error) {
-		return policy(*name, cs), nil
+		return policy(f.name, cs), nil
 	}
-	fmt.Fprintf(stdout, "coagent: arbiter %s (policy %s) on %s\n", *name, *policyName, nc.ConnectedUrlRedacted())
-	err = agents.RunArbiter(ctx, nc, *name, decide, agents.WithPrefix(conn.prefix), agents.WithAckWait(*ackWait),
+	fmt.Fprintf(stdout, "coagent: arbiter %s (policy %s) on %s\n", f.name, f.policy, nc.ConnectedUrlRedacted())
+	err = agents.RunArbiter(ctx, nc, f.name, decide, agents.WithPrefix(f.conn.prefix), agents.WithAckWait(f.ackWait),
 		agents.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
 	if err != nil {
 		return err

@@ -22,7 +22,7 @@ func TestArbiterUsage(t *testing.T) {
 		{"arbiter", "--policy", "first", "extra"},
 	} {
 		_, errOut, err := runCmd(t, "", args...)
-		if !errors.Is(err, errUsage) || !strings.Contains(errOut, "usage: coagent arbiter --policy priority|first|reject") {
+		if !errors.Is(err, errUsage) || !strings.HasSuffix(errOut, "\nrun 'coagent arbiter --help' for usage\n") || strings.Count(errOut, "\n") != 2 {
 			t.Errorf("%v: %v, %q", args, err, errOut)
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,41 +15,52 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/loadgen"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// benchCommand runs the load generator, against a coordinator of its own
-// (embedded NATS, a fresh data directory) unless --nats names one.
-type benchCommand struct{}
-
-func (*benchCommand) Synopsis() string {
-	return "measure throughput and latency against raw JetStream publish and raw request/reply, and check no update is lost"
+// benchFlags are the flags of `coagent bench`.
+type benchFlags struct {
+	conn                   natsFlags
+	path, workload, agents string
+	keys                   int
+	skew, propose          float64
+	duration               time.Duration
+	out                    output
+	cpuProfile             string
 }
 
-func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn natsFlags
-	conn.register(fs, "")
-	path := fs.String("path", string(loadgen.PathAPI), "how intents reach the coordinator: api (request/reply on coagent.api.submit.<agent>) or stream (coagent.intents.<agent>, decisions on coagent.decisions.<agent>)")
-	workload := fs.String("workload", string(loadgen.WorkloadApply), "what the agents do: apply (each sets its own path), rmw (state.get, then set value+1 with a versioned read), incr (incr 1, no read) or txn (propose, commit)")
-	agentList := fs.String("agents", "", "comma-separated numbers of concurrent agents, one run each (default 1,16,64 for apply, 50 for the others)")
-	keys := fs.Int("keys", 0, "number of shared keys (default 16 for rmw, incr and txn; for apply, 0 gives each agent its own path)")
-	skew := fs.Float64("skew", 0, "Zipf exponent of the choice among shared keys (> 1 makes hot keys; 0 is uniform)")
-	propose := fs.Float64("propose", 0, "with --workload apply, the share of updates made as propose+commit transactions (0..1)")
-	duration := fs.Duration("duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
-	asJSON := fs.Bool("json", false, "print one JSON result per run")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent bench [--nats URL] [--path api|stream] [--workload apply|rmw|incr|txn] [--agents 1,16,64] [--keys N] [--skew S] [--propose R] [--duration D] [--json] [--cpuprofile FILE]")
-		fs.PrintDefaults()
+// newBenchCmd is `coagent bench`: the load generator, against a
+// coordinator of its own (embedded NATS, a fresh data directory) unless
+// --nats names one.
+func newBenchCmd(e *env) *cobra.Command {
+	var f benchFlags
+	c := &cobra.Command{
+		Use:   "bench",
+		Short: "measure throughput and latency against raw JetStream publish and raw request/reply, and check no update is lost",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runBench(c.Context(), &f, e.stdout, e.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	cfg := loadgen.Config{Prefix: conn.prefix, Path: loadgen.Path(*path), Workload: loadgen.Workload(*workload),
-		Keys: *keys, Skew: *skew, ProposeRatio: *propose, Duration: *duration}
-	counts, err := benchAgents(cfg.Workload, *agentList)
+	fs := c.Flags()
+	f.conn.register(fs, "")
+	fs.StringVar(&f.path, "path", string(loadgen.PathAPI), "how intents reach the coordinator: api (request/reply on coagent.api.submit.<agent>) or stream (coagent.intents.<agent>, decisions on coagent.decisions.<agent>)")
+	fs.StringVar(&f.workload, "workload", string(loadgen.WorkloadApply), "what the agents do: apply (each sets its own path), rmw (state.get, then set value+1 with a versioned read), incr (incr 1, no read) or txn (propose, commit)")
+	fs.StringVar(&f.agents, "agents", "", "comma-separated numbers of concurrent agents, one run each (default 1,16,64 for apply, 50 for the others)")
+	fs.IntVar(&f.keys, "keys", 0, "number of shared keys (default 16 for rmw, incr and txn; for apply, 0 gives each agent its own path)")
+	fs.Float64Var(&f.skew, "skew", 0, "Zipf exponent of the choice among shared keys (> 1 makes hot keys; 0 is uniform)")
+	fs.Float64Var(&f.propose, "propose", 0, "with --workload apply, the share of updates made as propose+commit transactions (0..1)")
+	fs.DurationVar(&f.duration, "duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
+	f.out.register(fs, true)
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
+	return c
+}
+
+func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
+	conn := &f.conn
+	cfg := loadgen.Config{Prefix: conn.prefix, Path: loadgen.Path(f.path), Workload: loadgen.Workload(f.workload),
+		Keys: f.keys, Skew: f.skew, ProposeRatio: f.propose, Duration: f.duration}
+	counts, err := benchAgents(cfg.Workload, f.agents)
 	if err != nil {
 		return err
 	}
@@ -60,8 +70,8 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if err := early.Validate(); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if f.cpuProfile != "" {
+		f, err := os.Create(f.cpuProfile)
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
 		}
@@ -109,7 +119,7 @@ func (c *benchCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if f.out.json() {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
 				return err
 			}

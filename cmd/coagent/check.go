@@ -1,50 +1,44 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/spf13/cobra"
 )
 
-// checkCommand validates intent documents offline, exactly as the
-// coordinator would before deciding them: strict decoding, paths, ops and
-// values, and the compilation of every condition. It prints the read set the
-// coordinator will use, conditions included.
-type checkCommand struct{}
-
-func (*checkCommand) Synopsis() string {
-	return "validate intent files (or - for stdin) and print their read sets"
+// newCheckCmd is `coagent check`: intent documents validated offline,
+// exactly as the coordinator would before deciding them (strict decoding,
+// paths, ops and values, and the compilation of every condition), with the
+// read set the coordinator will use, conditions included.
+func newCheckCmd(e *env) *cobra.Command {
+	var out output
+	c := &cobra.Command{
+		Use:   "check FILE|-...",
+		Short: "validate intent files (or - for stdin) and print their read sets",
+		Long:  "Validate intent files (or - for stdin) as the coordinator would, with no server, and print their read sets;\nexits 1 if any is invalid. -o json prints one JSON object per file.",
+		Args:  argsBetween(1, -1, "FILE (or - for stdin)"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runCheck(args, out.json(), e.stdin, e.stdout)
+		},
+	}
+	out.register(c.Flags(), true)
+	return c
 }
 
-func (c *checkCommand) Run(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object per file")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent check [--json] FILE|- ...")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return errUsage
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
-	}
+func runCheck(files []string, asJSON bool, stdin io.Reader, stdout io.Writer) error {
 	comp := intents.NewCompiler(intents.CompilerOptions{})
 	failed := 0
-	for _, name := range fs.Args() {
+	for _, name := range files {
 		reads, err := checkFile(comp, name, stdin)
 		if err != nil {
 			failed++
 		}
-		if *asJSON {
+		if asJSON {
 			out := struct {
 				File  string   `json:"file"`
 				OK    bool     `json:"ok"`

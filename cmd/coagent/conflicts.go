@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -11,37 +10,41 @@ import (
 
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// conflictsCommand shows where conflicts happen.
-type conflictsCommand struct{}
-
-func (*conflictsCommand) Synopsis() string {
-	return "show the conflict hotspots: by board, document and pair of agents (conflicts top)"
+// newConflictsCmd is `coagent conflicts top`: where conflicts happen. Its
+// flags belong to the group, so that they may come before `top` too.
+func newConflictsCmd(e *env) *cobra.Command {
+	var conn natsFlags
+	var limit int
+	var out output
+	top := &cobra.Command{
+		Use:   "top",
+		Short: "the places with the most conflicts: by board, document and pair of agents",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runConflictsTop(c.Context(), &conn, limit, out.json(), e.stdout)
+		},
+	}
+	c := group(&cobra.Command{
+		Use:   "conflicts",
+		Short: "show the conflict hotspots: by board, document and pair of agents (conflicts top)",
+	}, top)
+	fs := c.PersistentFlags()
+	conn.register(fs, e.defaultNATS())
+	fs.IntVar(&limit, "limit", 20, "how many places")
+	out.register(fs, true)
+	return c
 }
 
-func (c *conflictsCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("conflicts", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	limit := fs.Int("limit", 20, "how many places")
-	asJSON := fs.Bool("json", false, "print the API's JSON answer")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent conflicts [--nats URL] [--limit N] [--json] top")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 || fs.Arg(0) != "top" {
-		fs.Usage()
-		return errUsage
-	}
-	body, _ := json.Marshal(map[string]int{"limit": *limit})
+func runConflictsTop(ctx context.Context, conn *natsFlags, limit int, asJSON bool, stdout io.Writer) error {
+	body, _ := json.Marshal(map[string]int{"limit": limit})
 	data, err := conn.request(ctx, "coagent conflicts", conn.subjects().API(intents.APIConflictsTop), body)
 	if err != nil {
 		return fmt.Errorf("conflicts top: %w", err)
 	}
-	if *asJSON {
+	if asJSON {
 		fmt.Fprintln(stdout, string(data))
 		return nil
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 )
 
 // natsFlags are the flags of a connection to an existing NATS server that
@@ -24,8 +24,15 @@ type natsFlags struct {
 // subjects are the coordinator's subjects under --prefix.
 func (f *natsFlags) subjects() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
 
-func (f *natsFlags) register(fs *flag.FlagSet, def string) {
-	fs.StringVar(&f.url, "nats", def, "NATS server URL(s), comma separated")
+// register adds the flags to fs. def is the default of --nats: a client
+// command's is $NATS_URL or nats.DefaultURL (env.defaultNATS); serve's and
+// bench's is "", their own embedded server.
+func (f *natsFlags) register(fs *pflag.FlagSet, def string) {
+	usage := "NATS server URL(s), comma separated"
+	if def != "" {
+		usage += " ($NATS_URL when set)"
+	}
+	fs.StringVar(&f.url, "nats", def, usage)
 	fs.StringVar(&f.prefix, "prefix", "", "subject prefix (default coagent)")
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")

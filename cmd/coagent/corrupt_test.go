@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,47 +14,6 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
 )
-
-// envMainArgs makes TestMainChild run coagent's main with these
-// arguments, as a JSON array.
-const envMainArgs = "COAGENT_MAIN_ARGS"
-
-// TestMainChild is coagent itself, for runMain.
-func TestMainChild(t *testing.T) {
-	args := os.Getenv(envMainArgs)
-	if args == "" {
-		t.Skip("run by runMain")
-	}
-	var list []string
-	if err := json.Unmarshal([]byte(args), &list); err != nil {
-		t.Fatal(err)
-	}
-	os.Args = append([]string{"coagent"}, list...)
-	main()
-	os.Exit(0)
-}
-
-// runMain runs coagent in a child process, as a user would, and returns
-// what it printed and its exit status.
-func runMain(t *testing.T, args ...string) (stdout, stderr string, status int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMainChild$")
-	list, _ := json.Marshal(args)
-	cmd.Env = append(os.Environ(), envMainArgs+"="+string(list))
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		status = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("coagent %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String(), errOut.String(), status
-}
 
 // writeBulkData writes a data directory whose store is mostly events, in
 // one table: 2,000 intents with 1 KB values, no snapshot (so a restart

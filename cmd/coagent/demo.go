@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -19,42 +18,42 @@ import (
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
-
-// demoCommand plays the reference scenario (SPEC §9) on a coordinator of
-// its own: an embedded NATS server on a free port and a fresh data
-// directory. It prints what happens as it happens, then the report, the
-// statistics of the run from the event log, and a replay of the log whose
-// state hash must equal the live one.
-type demoCommand struct{}
-
-func (*demoCommand) Synopsis() string {
-	return "run the content-team scenario end to end on a coordinator of its own, then replay its log"
-}
 
 // demoTimeout bounds the team's run: the scenario takes well under a
 // second, so this only turns a hang into an error.
 const demoTimeout = 2 * time.Minute
 
-func (c *demoCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	seed := fs.Uint64("seed", 1, "seed of the scripted models: the same seed gives the same report and decisions")
-	writers := fs.Int("writers", team.DefaultWriters, "number of writers (and sections), at least 2")
-	keep := fs.String("keep", "", "keep the data directory in `DIR` (new or empty) instead of a temporary one removed at the end")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent demo [--seed N] [--writers N] [--keep DIR]")
-		fs.PrintDefaults()
+// newDemoCmd is `coagent demo`: the reference scenario (SPEC §9) on a
+// coordinator of its own, an embedded NATS server on a free port and a
+// fresh data directory. It prints what happens as it happens, then the
+// report, the statistics of the run from the event log, and a replay of the
+// log whose state hash must equal the live one.
+func newDemoCmd(e *env) *cobra.Command {
+	var seed uint64
+	var writers int
+	var keep string
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "run the content-team scenario end to end on a coordinator of its own, then replay its log",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if writers < 2 {
+				return usagef(c, "--writers %d: want at least 2", writers)
+			}
+			return runDemo(c.Context(), seed, writers, keep, e.stdout)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	if *writers < 2 {
-		fmt.Fprintf(stderr, "coagent demo: --writers %d: want at least 2\n", *writers)
-		return errUsage
-	}
-	dir, cleanup, err := demoDir(*keep)
+	fs := c.Flags()
+	fs.Uint64Var(&seed, "seed", 1, "seed of the scripted models: the same seed gives the same report and decisions")
+	fs.IntVar(&writers, "writers", team.DefaultWriters, "number of writers (and sections), at least 2")
+	fs.StringVar(&keep, "keep", "", "keep the data directory in `DIR` (new or empty) instead of a temporary one removed at the end")
+	return c
+}
+
+func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout io.Writer) error {
+	dir, cleanup, err := demoDir(keep)
 	if err != nil {
 		return err
 	}
@@ -79,14 +78,14 @@ func (c *demoCommand) Run(ctx context.Context, args []string, _ io.Reader, stdou
 		return err
 	}
 	where := "removed at the end"
-	if *keep != "" {
+	if keep != "" {
 		where = "kept"
 	}
 	out.printf("coagent demo: seed %d, %d writers; coordinator on %s (embedded NATS with JetStream), data in %s (%s)\n\n",
-		*seed, *writers, ns.ClientURL(), dir, where)
+		seed, writers, ns.ClientURL(), dir, where)
 
 	rctx, cancel := context.WithTimeout(ctx, demoTimeout)
-	res, runErr := team.Run(rctx, team.Config{Connect: connect, Seed: *seed, Writers: *writers, OnEvent: func(ev team.Event) {
+	res, runErr := team.Run(rctx, team.Config{Connect: connect, Seed: seed, Writers: writers, OnEvent: func(ev team.Event) {
 		out.printf("  %8s  %-10s  %s\n", fmt.Sprintf("+%.1fms", float64(ev.At.Microseconds())/1000), ev.Agent, ev.Text)
 	}})
 	cancel()

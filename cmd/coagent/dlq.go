@@ -4,94 +4,165 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
 )
 
-// dlqCommand reads and retries the cases no arbiter resolved in time.
-type dlqCommand struct{}
-
-func (*dlqCommand) Synopsis() string {
-	return "list, show or retry the cases no arbiter resolved by their deadline"
+// newDLQCmd is `coagent dlq`: the cases no arbiter resolved in time, to
+// read and to retry. Its flags belong to the group, so that they may come
+// before the subcommand too.
+func newDLQCmd(e *env) *cobra.Command {
+	var conn natsFlags
+	var out output
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the dead letters, oldest first",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *dlqConn, letters []deadLetter) error {
+				return printDeadLetters(letters, out.json(), e.stdout, e.stderr)
+			})
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "print one dead letter, the case as JSON",
+		Args:  argsBetween(1, 1, "ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *dlqConn, letters []deadLetter) error {
+				l, err := findLetter(letters, args[0])
+				if err != nil {
+					return err
+				}
+				b, _ := json.MarshalIndent(l.c, "", "  ")
+				if out.json() {
+					b, _ = json.Marshal(l.c)
+				}
+				fmt.Fprintln(e.stdout, string(b))
+				return nil
+			})
+		},
+	}
+	retry := &cobra.Command{
+		Use:   "retry ID",
+		Short: "send the escalated intent of a dead letter again under a new id, and remove the dead letter",
+		Long: "Send the escalated intent again under a new id (meta.retry_of names the old one), so it is decided anew\n" +
+			"and escalates again if it still conflicts; the dead letter is removed.",
+		Args: argsBetween(1, 1, "ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runDLQ(c.Context(), &conn, func(ctx context.Context, dc *dlqConn, letters []deadLetter) error {
+				l, err := findLetter(letters, args[0])
+				if err != nil {
+					return err
+				}
+				return dc.retry(ctx, l, e.stdout)
+			})
+		},
+	}
+	c := group(&cobra.Command{
+		Use:   "dlq",
+		Short: "list, show or retry the cases no arbiter resolved by their deadline",
+	}, list, show, retry)
+	conn.register(c.PersistentFlags(), e.defaultNATS())
+	out.register(c.PersistentFlags(), true)
+	return c
 }
 
-func (c *dlqCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dlq", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent dlq [--nats URL] [--json] list | show ID | retry ID\n"+
-			"retry sends the escalated intent again under a new id (meta.retry_of names the old one),\n"+
-			"so it is decided anew and escalates again if it still conflicts; the dead letter is removed")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
-	}
-	verb := fs.Arg(0)
-	if (verb == "list") != (fs.NArg() == 1) || (verb != "list" && verb != "show" && verb != "retry") || fs.NArg() > 2 {
-		fs.Usage()
-		return errUsage
-	}
+// dlqConn is a connection to the dead-letter stream.
+type dlqConn struct {
+	subj   intents.Subjects
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// runDLQ connects to the dead-letter stream, reads every letter and hands
+// them to do.
+func runDLQ(ctx context.Context, conn *natsFlags, do func(context.Context, *dlqConn, []deadLetter) error) error {
 	nc, err := conn.connect("coagent dlq")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	subj := conn.subjects()
-	js, err := jetstream.New(nc)
-	if err != nil {
+	dc := &dlqConn{subj: conn.subjects()}
+	if dc.js, err = jetstream.New(nc); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, subj.Stream(intents.StreamDLQ))
-	if err != nil {
-		return fmt.Errorf("dead-letter stream %s: %w", subj.Stream(intents.StreamDLQ), err)
+	name := dc.subj.Stream(intents.StreamDLQ)
+	if dc.stream, err = dc.js.Stream(ctx, name); err != nil {
+		return fmt.Errorf("dead-letter stream %s: %w", name, err)
 	}
-	letters, err := deadLetters(ctx, stream)
+	letters, err := deadLetters(ctx, dc.stream)
 	if err != nil {
 		return err
 	}
-	if verb == "list" {
+	return do(ctx, dc, letters)
+}
+
+// printDeadLetters prints a table with a header, or a JSON array; with
+// none, stderr says so.
+func printDeadLetters(letters []deadLetter, asJSON bool, stdout, stderr io.Writer) error {
+	if len(letters) == 0 {
+		fmt.Fprintln(stderr, "no dead letters")
+	}
+	if asJSON {
+		cases := make([]*intents.Escalation, 0, len(letters))
 		for _, l := range letters {
-			if *asJSON {
-				b, _ := json.Marshal(l.c)
-				fmt.Fprintln(stdout, string(b))
-				continue
-			}
-			fmt.Fprintln(stdout, describeCase(l.c))
+			cases = append(cases, l.c)
 		}
+		b, err := json.Marshal(cases)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	if len(letters) == 0 {
 		return nil
 	}
-	id := fs.Arg(1)
-	var found *deadLetter
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tDEADLINE\tAGENT\tINTENT\tCONFLICTS")
+	for _, l := range letters {
+		agent, what := "-", "-"
+		if in := l.c.Escalated(); in != nil {
+			agent, what = in.Agent, string(in.Kind)
+			if in.Action != "" {
+				what += " " + in.Action
+			}
+		}
+		var cs []string
+		for _, cf := range l.c.Conflicts {
+			cs = append(cs, fmt.Sprintf("%s %s with %s", cf.Kind, cf.Path, cf.WithAgent))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.c.ID, l.c.Deadline.Format(time.RFC3339), agent, what, strings.Join(cs, "; "))
+	}
+	return tw.Flush()
+}
+
+func findLetter(letters []deadLetter, id string) (*deadLetter, error) {
 	for i := range letters {
 		if letters[i].c.ID == id {
-			found = &letters[i]
+			return &letters[i], nil
 		}
 	}
-	if found == nil {
-		return fmt.Errorf("no dead letter %s", id)
-	}
-	if verb == "show" {
-		b, _ := json.MarshalIndent(found.c, "", "  ")
-		fmt.Fprintln(stdout, string(b))
-		return nil
-	}
-	again, err := arbiter.Retry(found.c, ulid.Make().String())
+	return nil, fmt.Errorf("no dead letter %s", id)
+}
+
+// retry sends the letter's escalated intent again under a new id, then
+// removes the letter.
+func (dc *dlqConn) retry(ctx context.Context, l *deadLetter, stdout io.Writer) error {
+	id := l.c.ID
+	again, err := arbiter.Retry(l.c, ulid.Make().String())
 	if err != nil {
 		return fmt.Errorf("retry %s: %w", id, err)
 	}
@@ -99,10 +170,10 @@ func (c *dlqCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout
 	if err != nil {
 		return fmt.Errorf("retry %s: %w", id, err)
 	}
-	if _, err := js.Publish(ctx, subj.Intents(again.Agent), data, jetstream.WithMsgID(again.ID)); err != nil {
+	if _, err := dc.js.Publish(ctx, dc.subj.Intents(again.Agent), data, jetstream.WithMsgID(again.ID)); err != nil {
 		return fmt.Errorf("retry %s: %w", id, err)
 	}
-	if err := stream.DeleteMsg(ctx, found.seq); err != nil {
+	if err := dc.stream.DeleteMsg(ctx, l.seq); err != nil {
 		return fmt.Errorf("retry %s: sent as %s, but the dead letter stays: %w", id, again.ID, err)
 	}
 	fmt.Fprintf(stdout, "retried %s as intent %s of agent %s\n", id, again.ID, again.Agent)
@@ -139,19 +210,4 @@ func deadLetters(ctx context.Context, stream jetstream.Stream) ([]deadLetter, er
 		out = append(out, deadLetter{seq: seq, c: &c})
 	}
 	return out, nil
-}
-
-func describeCase(c *intents.Escalation) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s deadline %s", c.ID, c.Deadline.Format(time.RFC3339))
-	if in := c.Escalated(); in != nil {
-		fmt.Fprintf(&b, " agent %s %s", in.Agent, in.Kind)
-		if in.Action != "" {
-			fmt.Fprintf(&b, " %s", in.Action)
-		}
-	}
-	for _, cf := range c.Conflicts {
-		fmt.Fprintf(&b, "; %s %s with %s", cf.Kind, cf.Path, cf.WithAgent)
-	}
-	return b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func TestDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, esc) || !strings.Contains(out, "agent w2") {
+	if !regexp.MustCompile(`(?m)^ID +DEADLINE +AGENT +INTENT +CONFLICTS\n` + esc + ` +\S+ +w2 +apply +write-write doc\.x with w1`).MatchString(out) {
 		t.Fatalf("dlq list: %q", out)
 	}
 	if out, _, err = runCmd(t, "", "dlq", "--nats", url, "show", esc); err != nil || !strings.Contains(out, `"deadline"`) {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -12,43 +10,43 @@ import (
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/spf13/cobra"
 )
 
-// logCommand queries the audit trail from the log's indexes.
-type logCommand struct{}
-
-func (*logCommand) Synopsis() string {
-	return "query the audit trail by agent, path, type or transaction"
-}
-
-func (c *logCommand) Run(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("log", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", defaultData, "data directory of a stopped server")
+// newLogCmd is `coagent log`: the audit trail, from the log's indexes.
+func newLogCmd(e *env) *cobra.Command {
+	var data, typ string
 	var q eventlog.Query
-	var typ string
+	var out output
+	c := &cobra.Command{
+		Use:   "log",
+		Short: "query the audit trail by agent, path, type or transaction",
+		Long:  "Print the events of a stopped server's log that match every filter given, one a line (-o json: one JSON event a line);\nwhen more match than --limit, stderr says where to go on (more: --from SEQ).",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if typ != "" {
+				q.Type = intents.EventType(typ)
+				if !slices.Contains(intents.EventTypes, q.Type) {
+					return usagef(c, "--type %q: want one of %s", typ, typeNames())
+				}
+			}
+			return runLog(data, q, out.json(), e.stdout, e.stderr)
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&data, "data", defaultData, "data directory of a stopped server")
 	fs.StringVar(&q.Agent, "agent", "", "events of this agent")
 	fs.StringVar(&q.Path, "path", "", "events concerning this path, anything under it or an ancestor of it")
 	fs.StringVar(&typ, "type", "", "events of this type ("+typeNames()+")")
 	fs.StringVar(&q.Txn, "txn", "", "events of this transaction")
 	fs.Uint64Var(&q.From, "from", 0, "start at this sequence number")
 	fs.IntVar(&q.Limit, "limit", 100, "at most this many events")
-	asJSON := fs.Bool("json", false, "print one JSON event per line")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent log [--data DIR] [--agent A] [--path P] [--type T] [--txn X] [--from SEQ] [--limit N] [--json]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	if typ != "" {
-		q.Type = intents.EventType(typ)
-		if !slices.Contains(intents.EventTypes, q.Type) {
-			return fmt.Errorf("--type %q: want one of %s", typ, typeNames())
-		}
-	}
-	log, err := openLog(*data)
+	out.register(fs, true)
+	return c
+}
+
+func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer) error {
+	log, err := openLog(data)
 	if err != nil {
 		return err
 	}
@@ -59,7 +57,7 @@ func (c *logCommand) Run(_ context.Context, args []string, _ io.Reader, stdout, 
 	}
 	enc := json.NewEncoder(stdout)
 	for _, ev := range events {
-		if *asJSON {
+		if asJSON {
 			if err := enc.Encode(ev); err != nil {
 				return err
 			}

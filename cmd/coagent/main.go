@@ -1,5 +1,10 @@
 // Command coagent is CoAgent's command line: it wires flags, files and
 // signals to the packages that do the work, and holds no logic of its own.
+//
+// The commands are spf13/cobra commands, one file each: cobra gives each
+// command its own help on stdout, flags before or after the arguments,
+// shell completion and --version, as etcdctl has them. Each command's
+// RunE calls a plain function, so that tests run commands in-process too.
 package main
 
 import (
@@ -21,7 +26,7 @@ func main() {
 	case errors.As(err, &exit):
 		os.Exit(int(exit))
 	case errors.Is(err, errUsage):
-		os.Exit(2)
+		os.Exit(2) // run has said what was wrong and where the help is
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "coagent:", err)
 		os.Exit(1)
@@ -34,56 +39,21 @@ type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
+// errUsage is what every usage error wraps: the command line was wrong,
+// not what it asked for. It exits with status 2.
 var errUsage = errors.New("usage")
 
-// command is one subcommand: its own flags, its usage and what it does.
-type command interface {
-	Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
-	Synopsis() string
-}
-
-func commands() map[string]command {
-	return map[string]command{
-		"arbiter":   &arbiterCommand{},
-		"agents":    &agentsCommand{},
-		"bench":     &benchCommand{},
-		"check":     &checkCommand{},
-		"compact":   &compactCommand{},
-		"conflicts": &conflictsCommand{},
-		"demo":      &demoCommand{},
-		"dlq":       &dlqCommand{},
-		"log":       &logCommand{},
-		"replay":    &replayCommand{},
-		"rules":     &rulesCommand{},
-		"schema":    &schemaCommand{},
-		"serve":     &serveCommand{},
-		"state":     &stateCommand{},
-		"submit":    &submitCommand{},
-		"verify":    &verifyCommand{},
-	}
-}
-
+// run runs the command line args (without the program's name). A usage
+// error is reported here, on stderr, as one line and a hint, and comes
+// back wrapping errUsage; any other error is the caller's to print.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr, cmds)
-		if len(args) == 0 {
-			return errUsage
-		}
-		return nil
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr, natsURL: os.Getenv("NATS_URL")}
+	root := newRoot(e)
+	root.SetArgs(args)
+	_, err := root.ExecuteContextC(ctx)
+	var u *usageError
+	if errors.As(err, &u) {
+		fmt.Fprintf(stderr, "coagent: %s\nrun '%s --help' for usage\n", u.msg, u.cmd.CommandPath())
 	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "coagent: unknown command %q\n", args[0])
-		usage(stderr, cmds)
-		return errUsage
-	}
-	return cmd.Run(ctx, args[1:], stdin, stdout, stderr)
-}
-
-func usage(w io.Writer, cmds map[string]command) {
-	fmt.Fprintln(w, "usage: coagent <command> [arguments]\n\ncommands:")
-	for _, name := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact", "dlq", "conflicts", "rules", "agents", "bench", "demo"} {
-		fmt.Fprintf(w, "  %-8s %s\n", name, cmds[name].Synopsis())
-	}
+	return err
 }

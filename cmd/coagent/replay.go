@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,42 +9,42 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/spf13/cobra"
 )
 
-// replayCommand rebuilds the state at a point of the log from the log alone
-// and prints it with its rev and hash: the same hash the live coordinator's
-// state had then.
-type replayCommand struct{}
-
-func (*replayCommand) Synopsis() string {
-	return "rebuild the state at a point of the log and print it with its rev and sha256"
+// newReplayCmd is `coagent replay`: the state at a point of the log,
+// rebuilt from the log alone and printed with its rev and hash, the same
+// hash the live coordinator's state had then.
+func newReplayCmd(e *env) *cobra.Command {
+	var data, until string
+	var out output
+	c := &cobra.Command{
+		Use:   "replay",
+		Short: "rebuild the state at a point of the log and print it with its rev and sha256",
+		Args:  noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return runReplay(data, until, out.json(), e.stdout)
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&data, "data", defaultData, "data directory of a stopped server")
+	fs.StringVar(&until, "until", "", "a sequence number or an RFC 3339 time; the default is the end of the log")
+	out.register(fs, true)
+	return c
 }
 
-func (c *replayCommand) Run(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", defaultData, "data directory of a stopped server")
-	until := fs.String("until", "", "a sequence number or an RFC 3339 time; the default is the end of the log")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent replay [--data DIR] [--until SEQ|RFC3339] [--json]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
+func runReplay(data, until string, asJSON bool, stdout io.Writer) error {
 	var seq uint64
 	var at time.Time
-	if *until != "" {
+	if until != "" {
 		var err error
-		if seq, err = strconv.ParseUint(*until, 10, 64); err != nil {
-			if at, err = time.Parse(time.RFC3339Nano, *until); err != nil {
-				return fmt.Errorf("--until %q is neither a sequence number nor an RFC 3339 time", *until)
+		if seq, err = strconv.ParseUint(until, 10, 64); err != nil {
+			if at, err = time.Parse(time.RFC3339Nano, until); err != nil {
+				return fmt.Errorf("--until %q is neither a sequence number nor an RFC 3339 time", until)
 			}
 		}
 	}
-	log, err := openLog(*data)
+	log, err := openLog(data)
 	if err != nil {
 		return err
 	}
@@ -67,7 +65,7 @@ func (c *replayCommand) Run(_ context.Context, args []string, _ io.Reader, stdou
 	unencodable := func(err error) error {
 		return fmt.Errorf("the state at seq %d holds a number JSON cannot hold (an increment that overflowed, before such increments were refused); its sha256 is %s: %w", out.Seq, out.Hash, err)
 	}
-	if *asJSON {
+	if asJSON {
 		b, err := json.Marshal(out)
 		if err != nil {
 			return unencodable(err)

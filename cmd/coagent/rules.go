@@ -3,83 +3,170 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// rulesCommand shows the board rules in force, puts a file in force, or
-// checks one offline.
-type rulesCommand struct{}
-
-func (*rulesCommand) Synopsis() string {
-	return "show the board rules in force (rules get), put a file in force (rules set FILE), or check one (rules check FILE)"
-}
-
-func (c *rulesCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newRulesCmd is `coagent rules`: the board rules in force, a file put in
+// force, or one checked offline.
+func newRulesCmd(e *env) *cobra.Command {
 	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent rules [--nats URL] get | set FILE | check FILE")
-		fs.PrintDefaults()
+	var out output
+	get := &cobra.Command{
+		Use:   "get",
+		Short: "print the rules in force: a summary, or the rules file with -o json",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return runRulesGet(c.Context(), &conn, out.json(), e.stdout, e.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
+	out.register(get.Flags(), true)
+	set := &cobra.Command{
+		Use:   "set FILE",
+		Short: "put a rules file in force on the running coordinator",
+		Args:  argsBetween(1, 1, "FILE"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runRulesSet(c.Context(), &conn, args[0], e.stdout)
+		},
 	}
-	subj := conn.subjects()
-	switch verb := fs.Arg(0); {
-	case verb == "get" && fs.NArg() == 1:
-		data, err := conn.request(ctx, "coagent rules", subj.API(intents.APIRulesGet), nil)
-		if err != nil {
-			return fmt.Errorf("rules get: %w", err)
-		}
-		var cur intents.Rules
-		if err := json.Unmarshal(data, &cur); err != nil {
-			return fmt.Errorf("rules get: the coordinator answered %q: %w", data, err)
-		}
-		if cur.Hash == "" {
-			fmt.Fprintln(stdout, "no rules in force")
-			return nil
-		}
-		fmt.Fprintf(stdout, "rules %.12s from %s\n%s\n", cur.Hash, cur.Source, cur.File)
-		return nil
-	case (verb == "set" || verb == "check") && fs.NArg() == 2:
-		file, err := os.ReadFile(fs.Arg(1))
-		if err != nil {
-			return err
-		}
-		if verb == "check" {
+	check := &cobra.Command{
+		Use:   "check FILE",
+		Short: "check a rules file offline, as the coordinator would",
+		Args:  argsBetween(1, 1, "FILE"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			file, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
 			// The engine's own compiler: the same checks the coordinator
 			// makes, with no server.
 			if _, err := rules.Compile(file, intents.NewCompiler(intents.CompilerOptions{})); err != nil {
-				return fmt.Errorf("%s: %w", fs.Arg(1), err)
+				return fmt.Errorf("%s: %w", args[0], err)
 			}
-			fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(1))
+			fmt.Fprintf(e.stdout, "%s: ok\n", args[0])
 			return nil
+		},
+	}
+	c := group(&cobra.Command{
+		Use:   "rules",
+		Short: "show the board rules in force (rules get), put a file in force (rules set FILE), or check one (rules check FILE)",
+	}, get, set, check)
+	conn.register(c.PersistentFlags(), e.defaultNATS())
+	return c
+}
+
+// runRulesGet prints the rules in force: the file itself as JSON, or a
+// summary table, with the rules' hash and source on stderr.
+func runRulesGet(ctx context.Context, conn *natsFlags, asJSON bool, stdout, stderr io.Writer) error {
+	data, err := conn.request(ctx, "coagent rules", conn.subjects().API(intents.APIRulesGet), nil)
+	if err != nil {
+		return fmt.Errorf("rules get: %w", err)
+	}
+	var cur intents.Rules
+	if err := json.Unmarshal(data, &cur); err != nil {
+		return fmt.Errorf("rules get: the coordinator answered %q: %w", data, err)
+	}
+	if cur.Hash == "" || len(cur.File) == 0 {
+		fmt.Fprintln(stderr, "no rules in force")
+		if asJSON {
+			fmt.Fprintln(stdout, "{}") // an empty rules file: no rules
 		}
-		m := nats.NewMsg(subj.API(intents.APIRulesSet))
-		m.Data = file
-		m.Header.Set(coordinator.HeaderRulesSource, fs.Arg(1))
-		body, err := conn.requestMsg(ctx, "coagent rules", m)
-		if err != nil {
-			return fmt.Errorf("rules set: %w", err)
-		}
-		var rec struct{ Hash, Source string }
-		if err := json.Unmarshal(body, &rec); err != nil {
-			return fmt.Errorf("rules set: the coordinator answered %q: %w", body, err)
-		}
-		fmt.Fprintf(stdout, "rules %.12s from %s in force\n", rec.Hash, rec.Source)
 		return nil
 	}
-	fs.Usage()
-	return errUsage
+	fmt.Fprintf(stderr, "rules %.12s from %s\n", cur.Hash, cur.Source)
+	if asJSON {
+		_, err := fmt.Fprintf(stdout, "%s\n", cur.File)
+		return err
+	}
+	var f rules.File
+	if err := json.Unmarshal(cur.File, &f); err != nil {
+		return fmt.Errorf("rules get: the rules in force do not decode: %w", err)
+	}
+	return printRules(&f, stdout)
+}
+
+// printRules prints a rules file as tables: the rules in order, then the
+// invariants, the agents' roles and the quotas, where there are any.
+func printRules(f *rules.File, w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	dash := func(xs ...string) string {
+		if s := strings.Join(xs, ","); s != "" {
+			return s
+		}
+		return "-"
+	}
+	fmt.Fprintln(tw, "PATTERN\tKIND\tWRITERS\tREADERS\tON CONFLICT\tPREEMPT\tCHECKS")
+	for _, r := range f.Rules {
+		var checks []string
+		if len(r.Transitions) > 0 {
+			var ts []string
+			for _, from := range slices.Sorted(maps.Keys(r.Transitions)) {
+				ts = append(ts, from+"→"+strings.Join(r.Transitions[from], "|"))
+			}
+			checks = append(checks, "transitions "+strings.Join(ts, ", "))
+		}
+		if len(r.Initial) > 0 {
+			checks = append(checks, "initial "+strings.Join(r.Initial, "|"))
+		}
+		if len(r.Schema) > 0 {
+			checks = append(checks, "schema")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Pattern, dash(r.Kind), dash(r.Writers...), dash(r.Readers...),
+			dash(string(r.OnConflict)), dash(r.Preempt...), dash(strings.Join(checks, "; ")))
+	}
+	if len(f.Invariants) > 0 {
+		fmt.Fprintln(tw, "\nINVARIANT\tEXPR")
+		for _, inv := range f.Invariants {
+			fmt.Fprintf(tw, "%s\t%s\n", inv.Name, inv.Expr)
+		}
+	}
+	if len(f.Agents) > 0 {
+		fmt.Fprintln(tw, "\nAGENT\tROLES")
+		for _, name := range slices.Sorted(maps.Keys(f.Agents)) {
+			fmt.Fprintf(tw, "%s\t%s\n", name, dash(f.Agents[name].Roles...))
+		}
+	}
+	if len(f.Quotas) > 0 {
+		fmt.Fprintln(tw, "\nQUOTA\tINTENTS/S\tBURST\tMAX TXNS")
+		for _, who := range slices.Sorted(maps.Keys(f.Quotas)) {
+			q := f.Quotas[who]
+			fmt.Fprintf(tw, "%s\t%g\t%d\t%d\n", who, q.IntentsPerSecond, q.Burst, q.MaxTxns)
+		}
+	}
+	if l := f.Limits; l != nil {
+		b, _ := json.Marshal(l)
+		fmt.Fprintf(tw, "\nlimits %s\n", b)
+	}
+	return tw.Flush()
+}
+
+func runRulesSet(ctx context.Context, conn *natsFlags, path string, stdout io.Writer) error {
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(conn.subjects().API(intents.APIRulesSet))
+	m.Data = file
+	m.Header.Set(coordinator.HeaderRulesSource, path)
+	body, err := conn.requestMsg(ctx, "coagent rules", m)
+	if err != nil {
+		return fmt.Errorf("rules set: %w", err)
+	}
+	var rec struct{ Hash, Source string }
+	if err := json.Unmarshal(body, &rec); err != nil {
+		return fmt.Errorf("rules set: the coordinator answered %q: %w", body, err)
+	}
+	fmt.Fprintf(stdout, "rules %.12s from %s in force\n", rec.Hash, rec.Source)
+	return nil
 }

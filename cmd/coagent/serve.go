@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,37 +19,52 @@ import (
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// serveCommand runs the coordinator, on an embedded NATS server with
-// JetStream by default or on an existing server or cluster.
-type serveCommand struct{}
-
-func (*serveCommand) Synopsis() string {
-	return "run the coordinator (embedded NATS on 127.0.0.1:4222, or --nats URL)"
+// serveFlags are the flags of `coagent serve`.
+type serveFlags struct {
+	data, listen        string
+	conn                natsFlags
+	verbose             bool
+	arbiterTimeout      time.Duration
+	fallback, rulesFile string
+	authOn              bool
 }
 
-func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", defaultData, "data directory: the event log and the embedded server's JetStream store")
-	listen := fs.String("listen", "127.0.0.1:4222", "address of the embedded NATS server")
-	var conn natsFlags
-	conn.register(fs, "")
-	verbose := fs.Bool("v", false, "log operational messages to stderr")
-	arbiterTimeout := fs.Duration("arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
-	fallback := fs.String("arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
-	rulesFile := fs.String("rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
-	authOn := fs.Bool("auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent serve [--data DIR] [--listen ADDR | --nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]")
-		fs.PrintDefaults()
+// newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
+// server with JetStream by default or on an existing server or cluster.
+func newServeCmd(e *env) *cobra.Command {
+	var f serveFlags
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "run the coordinator (embedded NATS on 127.0.0.1:4222, or --nats URL)",
+		Long: "Run the coordinator until SIGINT or SIGTERM: on an embedded NATS server with JetStream (--listen),\n" +
+			"or on an existing server or cluster (--nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]).\n" +
+			"SIGHUP reloads --rules and the agents of --auth.",
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			// Every flag is checked before the data directory is touched.
+			if _, err := arbiter.ByName(f.fallback); err != nil {
+				return usagef(c, "--arbiter-fallback: %v", err)
+			}
+			return runServe(c.Context(), &f, e.stdout, e.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	if err := os.MkdirAll(*data, 0o755); err != nil {
+	fs := c.Flags()
+	fs.StringVar(&f.data, "data", defaultData, "data directory: the event log and the embedded server's JetStream store")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:4222", "address of the embedded NATS server")
+	f.conn.register(fs, "")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log operational messages to stderr")
+	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
+	fs.StringVar(&f.fallback, "arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
+	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
+	fs.BoolVar(&f.authOn, "auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
+	return c
+}
+
+func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) error {
+	if err := os.MkdirAll(f.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	var nc *nats.Conn
@@ -58,18 +72,18 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	var srv *natsauth.Server
 	// The registry gives the server its users and the rules their roles;
 	// it is read once for both, here and at each SIGHUP.
-	reloadable := *rulesFile != "" || *authOn
+	reloadable := f.rulesFile != "" || f.authOn
 	var reg *natsauth.Registry
 	if reloadable {
 		var err error
-		if reg, err = natsauth.Load(natsauth.RegistryPath(*data)); err != nil {
+		if reg, err = natsauth.Load(natsauth.RegistryPath(f.data)); err != nil {
 			return err
 		}
 	}
-	if conn.url == "" {
-		cfg := natsauth.ServerConfig{Listen: *listen, Store: filepath.Join(*data, "jetstream"),
-			MaxPayload: coordinator.MaxWireMessage, Prefix: conn.prefix}
-		if *authOn {
+	if f.conn.url == "" {
+		cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
+			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix}
+		if f.authOn {
 			cfg.Agents = reg
 		}
 		var err error
@@ -86,11 +100,11 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		}
 	} else {
 		var err error
-		if nc, err = conn.connect("coagent serve"); err != nil {
+		if nc, err = f.conn.connect("coagent serve"); err != nil {
 			return err
 		}
 		where = nc.ConnectedUrlRedacted()
-		if *authOn {
+		if f.authOn {
 			// The server is the operator's: it must give each agent the
 			// permissions docs/auth.md lists, its inbox prefix among them.
 			where += ", reads answered per agent (the server must keep each agent to its own inbox prefix)"
@@ -100,14 +114,14 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	// Errors (a contained panic, a failed log write) are always reported;
 	// -v adds the operational messages.
 	level := slog.LevelError
-	if *verbose {
+	if f.verbose {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := coordinator.Options{Prefix: conn.prefix, Logger: logger, Auth: *authOn}
-	opts.Core.Engine.ArbiterTimeout = *arbiterTimeout
-	if *fallback != "reject" {
-		policy, err := arbiter.ByName(*fallback)
+	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn}
+	opts.Core.Engine.ArbiterTimeout = f.arbiterTimeout
+	if f.fallback != "reject" {
+		policy, err := arbiter.ByName(f.fallback) // checked by newServeCmd
 		if err != nil {
 			return fmt.Errorf("--arbiter-fallback: %w", err)
 		}
@@ -116,7 +130,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if srv != nil {
 		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
-	svc, err := coordinator.Start(ctx, nc, logDir(*data), opts)
+	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
 	if err != nil {
 		return err
 	}
@@ -124,7 +138,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	// line follows the start-up line.
 	var rulesLine bytes.Buffer
 	if reloadable {
-		if err := loadRules(ctx, svc, *rulesFile, *data, reg, &rulesLine); err != nil {
+		if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &rulesLine); err != nil {
 			svc.Shutdown(context.Background())
 			return err
 		}
@@ -134,7 +148,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
-	abs, _ := filepath.Abs(*data)
+	abs, _ := filepath.Abs(f.data)
 	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
 	io.Copy(stdout, &rulesLine)
 	for ctx.Err() == nil {
@@ -142,7 +156,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 		case <-hup:
 			// A file that cannot be read or does not compile is reported
 			// and changes nothing: the agents and rules in force stay.
-			reg, err := natsauth.Load(natsauth.RegistryPath(*data))
+			reg, err := natsauth.Load(natsauth.RegistryPath(f.data))
 			if err != nil {
 				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
 				continue
@@ -152,7 +166,7 @@ func (c *serveCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
 				}
 			}
-			if err := loadRules(ctx, svc, *rulesFile, *data, reg, stdout); err != nil {
+			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
 			}
 		case <-svc.Done():

@@ -58,13 +58,13 @@ func TestServeSubmitState(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	url, stop := serve(t, data)
 	apply := `{"id":"01JD0000000000000000000A01","agent":"w1","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q3"}]}`
-	out, _, err := runCmd(t, apply, "submit", "--nats", url, "-")
+	out, _, err := runCmd(t, apply, "submit", "--nats", url, "-o", "json", "-")
 	var d struct{ Outcome, Reason string }
 	if err != nil || json.Unmarshal([]byte(out), &d) != nil || d.Outcome != "applied" {
 		t.Fatalf("submit: %q, %v", out, err)
 	}
 	failing := `{"id":"01JD0000000000000000000A02","agent":"w1","kind":"apply","pre":["state.report.title == \"Q4\""],"writes":[{"path":"report.title","op":"set","value":"Q5"}]}`
-	out, _, err = runCmd(t, failing, "submit", "--nats", url, "-")
+	out, _, err = runCmd(t, failing, "submit", "--nats", url, "--json", "-")
 	var exit exitError
 	if !errors.As(err, &exit) || exit != 1 || json.Unmarshal([]byte(out), &d) != nil || d.Reason != "precondition_failed" {
 		t.Fatalf("submit of a failing precondition: %q, %v", out, err)
@@ -121,10 +121,10 @@ func TestServeAuthAndRules(t *testing.T) {
 		out, _, err := runCmd(t, in, "submit", "--nats", url, "--nkey", natsauth.SeedPath(data, agent), "-")
 		return out, err
 	}
-	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.Contains(out, `"applied"`) {
+	if out, err := submit("alice", "01JD0000000000000000000B01", "tasks.t1"); err != nil || !strings.HasPrefix(out, "applied ") {
 		t.Fatalf("alice, a coder, on tasks: %q %v", out, err)
 	}
-	if out, _ := submit("bob", "01JD0000000000000000000B02", "tasks.t2"); !strings.Contains(out, `"unauthorized"`) {
+	if out, _ := submit("bob", "01JD0000000000000000000B02", "tasks.t2"); !strings.HasPrefix(out, "rejected 01JD0000000000000000000B02 unauthorized") {
 		t.Fatalf("bob, no coder, on tasks: %q", out)
 	}
 	if _, _, err := runCmd(t, "", "state", "--nats", url, "tasks.t1"); err == nil || !strings.Contains(err.Error(), "uthorization") {
@@ -164,10 +164,10 @@ func TestServeAuthAndRules(t *testing.T) {
 	if _, err := reloads.NextMsg(10 * time.Second); err != nil {
 		t.Fatalf("no rules event after SIGHUP: %v", err)
 	}
-	if out, err := submit("bob", "01JD0000000000000000000B03", "tasks.t3"); err != nil || !strings.Contains(out, `"applied"`) {
+	if out, err := submit("bob", "01JD0000000000000000000B03", "tasks.t3"); err != nil || !strings.HasPrefix(out, "applied ") {
 		t.Fatalf("bob after the reload: %q %v", out, err)
 	}
-	if out, err := submit("carol", "01JD0000000000000000000B05", "tasks.t5"); err != nil || !strings.Contains(out, `"applied"`) {
+	if out, err := submit("carol", "01JD0000000000000000000B05", "tasks.t5"); err != nil || !strings.HasPrefix(out, "applied ") {
 		t.Fatalf("carol after the reload: %q %v", out, err)
 	}
 }
@@ -192,8 +192,8 @@ func TestRulesCommand(t *testing.T) {
 	}
 	url, stop := serve(t, filepath.Join(dir, "data"))
 	defer stop()
-	if out, _, err := runCmd(t, "", "rules", "--nats", url, "get"); err != nil || !strings.Contains(out, "no rules") {
-		t.Fatalf("get before: %q %v", out, err)
+	if out, errOut, err := runCmd(t, "", "rules", "--nats", url, "get"); err != nil || out != "" || !strings.Contains(errOut, "no rules") {
+		t.Fatalf("get before: %q %q %v", out, errOut, err)
 	}
 	if _, _, err := runCmd(t, "", "rules", "--nats", url, "set", bad); err == nil || !strings.Contains(err.Error(), "rules[0].pattern") {
 		t.Fatalf("set bad: %v", err)
@@ -201,9 +201,16 @@ func TestRulesCommand(t *testing.T) {
 	if out, _, err := runCmd(t, "", "rules", "--nats", url, "set", good); err != nil || !strings.Contains(out, "in force") {
 		t.Fatalf("set good: %q %v", out, err)
 	}
-	out, _, err := runCmd(t, "", "rules", "--nats", url, "get")
-	if err != nil || !strings.Contains(out, "from "+good) || !strings.Contains(out, `"tasks.*.status"`) {
-		t.Fatalf("get after: %q %v", out, err)
+	// The summary on stdout, where the rules came from on stderr; -o json
+	// is the file itself.
+	out, errOut, err := runCmd(t, "", "rules", "--nats", url, "get")
+	if err != nil || !strings.Contains(errOut, "from "+good) || !regexp.MustCompile(`(?m)^tasks\.\*\.status +- .*transitions A→B$`).MatchString(out) {
+		t.Fatalf("get after: %q %q %v", out, errOut, err)
+	}
+	out, _, err = runCmd(t, "", "rules", "get", "--nats", url, "-o", "json")
+	var file struct{ Rules []struct{ Pattern string } }
+	if err != nil || json.Unmarshal([]byte(out), &file) != nil || len(file.Rules) != 1 || file.Rules[0].Pattern != "tasks.*.status" {
+		t.Fatalf("get -o json: %q %v", out, err)
 	}
 	in := `{"id":"01JD0000000000000000000C01","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1.status","op":"set","value":"C"}]}`
 	if out, _, _ := runCmd(t, in, "submit", "--nats", url, "-"); !strings.Contains(out, "illegal_transition") {

@@ -3,41 +3,38 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
 )
 
-// stateCommand prints the current values of paths with their versions.
-type stateCommand struct{}
-
-func (*stateCommand) Synopsis() string {
-	return "print the current values of paths with their versions and the rev"
+// newStateCmd is `coagent state`: the current values of paths, with their
+// versions and the rev they were read at.
+func newStateCmd(e *env) *cobra.Command {
+	var conn natsFlags
+	var out output
+	c := &cobra.Command{
+		Use:   "state PATH...",
+		Short: "print the current values of paths with their versions and the rev",
+		Args:  argsBetween(1, -1, "PATH"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runState(c.Context(), &conn, &out, args, e.stdout)
+		},
+	}
+	conn.register(c.Flags(), e.defaultNATS())
+	out.register(c.Flags(), true)
+	return c
 }
 
-func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("state", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	asJSON := fs.Bool("json", false, "print the API's JSON answer")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent state [--nats URL] [--json] PATH...")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		fs.Usage()
-		return errUsage
-	}
-	body, _ := json.Marshal(map[string][]string{"paths": fs.Args()})
+func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout io.Writer) error {
+	body, _ := json.Marshal(map[string][]string{"paths": paths})
 	data, err := conn.request(ctx, "coagent state", conn.subjects().API(intents.APIStateGet), body)
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	if *asJSON {
+	if format.json() {
 		fmt.Fprintln(stdout, string(data))
 		return nil
 	}
@@ -53,7 +50,7 @@ func (c *stateCommand) Run(ctx context.Context, args []string, _ io.Reader, stdo
 	if err := json.Unmarshal(data, &out); err != nil {
 		return fmt.Errorf("state: the coordinator answered %q: %w", data, err)
 	}
-	for _, p := range fs.Args() {
+	for _, p := range paths {
 		v := out.Values[p]
 		if !v.Exists {
 			fmt.Fprintf(stdout, "%s absent (version %d)\n", p, v.Version)

@@ -3,60 +3,87 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+	"github.com/spf13/cobra"
 )
 
-// submitCommand sends one intent to the API and prints its decision.
-type submitCommand struct{}
-
-func (*submitCommand) Synopsis() string {
-	return "submit an intent (FILE or - for stdin) and print its decision"
+// submitFlags are the flags of `coagent submit`.
+type submitFlags struct {
+	conn    natsFlags
+	timeout time.Duration
+	agent   string
+	out     output
 }
 
-func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn natsFlags
-	conn.register(fs, nats.DefaultURL)
-	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for a final decision")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent submit [--nats URL] [--timeout D] FILE|-\n"+
-			"sends the intent by request/reply on coagent.api.submit (the agent's own subject with --nkey), again while the coordinator is unavailable;\n"+
-			"exits 0 only for applied, granted or committed")
-		fs.PrintDefaults()
+// newSubmitCmd is `coagent submit`: one intent to the API, and its
+// decision.
+func newSubmitCmd(e *env) *cobra.Command {
+	var f submitFlags
+	c := &cobra.Command{
+		Use:   "submit FILE|-",
+		Short: "submit an intent (FILE or - for stdin) and print its decision",
+		Long: "Send the intent by request/reply on coagent.api.submit (the agent's own subject with --nkey), again while\n" +
+			"the coordinator is unavailable, and print its decision: one line, or the decision's JSON with -o json.\n" +
+			"An intent without an id is given a new ULID; --agent fills in its agent. Exits 0 only for applied, granted or committed.",
+		Args: argsBetween(1, 1, "FILE (or - for stdin)"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runSubmit(c.Context(), &f, args[0], e.stdin, e.stdout, e.stderr)
+		},
 	}
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fs.Usage()
-		return errUsage
-	}
+	fs := c.Flags()
+	f.conn.register(fs, e.defaultNATS())
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for a final decision")
+	fs.StringVar(&f.agent, "agent", "", "the intent's agent, where the intent names none (default the agent of --nkey)")
+	f.out.register(fs, true)
+	return c
+}
+
+func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader, stdout, stderr io.Writer) error {
 	var data []byte
 	var err error
-	if fs.Arg(0) == "-" {
+	if file == "-" {
 		data, err = io.ReadAll(io.LimitReader(stdin, intents.MaxIntentSize+1))
 	} else {
-		data, err = os.ReadFile(fs.Arg(0))
+		data, err = os.ReadFile(file)
 	}
 	if err != nil {
 		return fmt.Errorf("read intent: %w", err)
 	}
-	nc, err := conn.connect("coagent submit")
+	agent, from := f.agent, "--agent"
+	if nk := f.conn.agent(); nk != "" {
+		if agent != "" && agent != nk {
+			return fmt.Errorf("--agent %s, but --nkey %s is the key of agent %s", agent, f.conn.nkey, nk)
+		}
+		agent, from = nk, "--nkey "+f.conn.nkey
+	}
+	data, id, err := completeIntent(data, agent, from)
+	if err != nil {
+		return err
+	}
+	if id != "" {
+		fmt.Fprintf(stderr, "coagent submit: intent id %s\n", id)
+	}
+	nc, err := f.conn.connect("coagent submit")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	reqCtx, cancel := context.WithTimeout(ctx, *timeout)
+	reqCtx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	// An authenticated agent submits on its own subject.
-	resp, err := sendIntent(reqCtx, nc, conn.subjects().Submit(conn.agent()), data, stderr)
+	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(f.conn.agent()), data, stderr)
 	if err != nil {
 		return err
 	}
@@ -64,12 +91,108 @@ func (c *submitCommand) Run(ctx context.Context, args []string, stdin io.Reader,
 	if err := json.Unmarshal(resp.Data, &d); err != nil {
 		return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
 	}
-	out, _ := json.MarshalIndent(&d, "", "  ")
-	fmt.Fprintln(stdout, string(out))
+	if f.out.json() {
+		out, _ := json.MarshalIndent(&d, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+	} else {
+		fmt.Fprintln(stdout, describeDecision(&d))
+	}
 	if !d.Outcome.Success() {
 		return exitError(1)
 	}
 	return nil
+}
+
+// completeIntent gives the intent data a new ULID when it has no id, and
+// agent as its agent when it names none (agent may be ""); it returns the
+// intent and the id it made. An intent naming an agent other than agent is
+// an error naming both, and from, the flag that named agent. What is not a JSON object is left for the
+// coordinator to refuse, with the reasons it gives.
+func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil || fields == nil {
+		return data, "", nil
+	}
+	str := func(key string) (string, bool) {
+		raw, ok := fields[key]
+		if !ok || string(raw) == "null" {
+			return "", true
+		}
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return "", false // not a string: the coordinator says so
+		}
+		return v, true
+	}
+	changed, made := false, ""
+	if id, ok := str("id"); ok && id == "" {
+		made = ulid.Make().String()
+		fields["id"], _ = json.Marshal(made)
+		changed = true
+	}
+	if named, ok := str("agent"); ok && agent != "" {
+		switch named {
+		case "":
+			fields["agent"], _ = json.Marshal(agent)
+			changed = true
+		case agent:
+		default:
+			return nil, "", fmt.Errorf("the intent's agent is %s, but %s says %s", named, from, agent)
+		}
+	}
+	if !changed {
+		return data, "", nil // the bytes as written: the coordinator decodes them strictly
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode the intent: %w", err)
+	}
+	return out, made, nil
+}
+
+// describeDecision is a decision as one line a person reads:
+// `applied 01J… rev 7 (report.title v3)`.
+func describeDecision(d *intents.Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", d.Outcome, d.Intent)
+	if d.Reason != "" {
+		fmt.Fprintf(&b, " %s", d.Reason)
+	}
+	if d.Rev != 0 {
+		fmt.Fprintf(&b, " rev %d", d.Rev)
+	}
+	if len(d.Versions) > 0 {
+		var vs []string
+		for _, p := range slices.Sorted(maps.Keys(d.Versions)) {
+			vs = append(vs, fmt.Sprintf("%s v%d", p, d.Versions[p]))
+		}
+		fmt.Fprintf(&b, " (%s)", strings.Join(vs, ", "))
+	}
+	if d.Txn != "" {
+		fmt.Fprintf(&b, " txn %s fence %d", d.Txn, d.Fence)
+	}
+	if d.LeaseExpires != nil {
+		fmt.Fprintf(&b, " lease until %s", d.LeaseExpires.Format(time.RFC3339))
+	}
+	if d.Duplicate {
+		b.WriteString(" (duplicate)")
+	}
+	if d.Detail != "" {
+		fmt.Fprintf(&b, ": %s", d.Detail)
+	}
+	for _, c := range d.Conflicts {
+		fmt.Fprintf(&b, "; %s conflict on %s", c.Kind, c.Path)
+		if c.WithAgent != "" {
+			fmt.Fprintf(&b, " with %s", c.WithAgent)
+		}
+	}
+	if len(d.MergedWith) > 0 {
+		fmt.Fprintf(&b, "; merged with %s", strings.Join(d.MergedWith, ", "))
+	}
+	if d.Retryable && !d.Outcome.Success() {
+		b.WriteString("; retryable")
+	}
+	return b.String()
 }
 
 // sendIntent sends the intent on subject and returns the reply. A

@@ -73,7 +73,7 @@ func TestSubmitWhileUnavailable(t *testing.T) {
 	done := make(chan result, 1)
 	go func() {
 		out, stderr, err := runCmd(t, `{"id":"`+id+`","agent":"c","kind":"apply","writes":[{"path":"doc.z","op":"set","value":1}]}`,
-			"submit", "--nats", ns.ClientURL(), "--timeout", "20s", "-")
+			"submit", "--nats", ns.ClientURL(), "--timeout", "20s", "-o", "json", "-")
 		done <- result{out, stderr, err}
 	}()
 	for sent := 0; sent < 2; {

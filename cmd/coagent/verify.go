@@ -1,37 +1,31 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/spf13/cobra"
 )
 
-// verifyCommand reads the whole store, so that a damaged block anywhere
-// is reported with its file, then folds the whole log and checks the
-// materialized state against it, path by path.
-type verifyCommand struct{}
-
-func (*verifyCommand) Synopsis() string {
-	return "check every block of the store, fold the whole log and compare it with the materialized state"
+// newVerifyCmd is `coagent verify`: the whole store read, so that a
+// damaged block anywhere is reported with its file, then the whole log
+// folded and the materialized state checked against it, path by path.
+func newVerifyCmd(e *env) *cobra.Command {
+	var data string
+	c := &cobra.Command{
+		Use:   "verify",
+		Short: "check every block of the store, fold the whole log and compare it with the materialized state",
+		Args:  noArgs,
+		RunE:  func(*cobra.Command, []string) error { return runVerify(data, e.stdout) },
+	}
+	c.Flags().StringVar(&data, "data", defaultData, "data directory of a stopped server")
+	return c
 }
 
-func (c *verifyCommand) Run(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	data := fs.String("data", defaultData, "data directory of a stopped server")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: coagent verify [--data DIR]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		fs.Usage()
-		return errUsage
-	}
-	log, err := openLog(*data)
+func runVerify(data string, stdout io.Writer) error {
+	log, err := openLog(data)
 	if err != nil {
 		return err
 	}

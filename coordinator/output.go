@@ -47,7 +47,9 @@ func (s *Service) output() {
 	go s.acknowledge(acked)
 	defer func() {
 		close(s.acks)
+		close(s.cases.ops)
 		<-acked
+		<-s.cases.done
 		close(s.stopped)
 	}()
 	for o := range s.groups {
@@ -86,10 +88,13 @@ func (s *Service) output() {
 		s.publishLive(g)
 		s.publishChanges(g.Changes)
 		for _, cs := range g.Cases {
-			s.publishCase(s.subj.Escalations(), cs)
+			s.cases.published(cs.ID, s.publishCase(s.subj.Escalations(), cs))
 		}
 		for _, cs := range g.Dead {
 			s.publishCase(s.subj.DeadLetters(), cs)
+		}
+		for _, id := range g.Settled {
+			s.cases.settled(id)
 		}
 		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
@@ -263,20 +268,21 @@ func waitStored(sds []storedDecision) []failedStore {
 //
 // A case on the arbiters' queue shows them what role:arbiter may read; the
 // dead-letter stream, which only the coordinator's own user may read (and
-// `coagent dlq retry` sends again from), keeps the case whole.
-func (s *Service) publishCase(subject string, cs *intents.Escalation) {
+// `coagent dlq retry` sends again from), keeps the case whole. It returns
+// the publish's PubAck future, nil if it was not sent.
+func (s *Service) publishCase(subject string, cs *intents.Escalation) jetstream.PubAckFuture {
 	if subject == s.subj.Escalations() {
 		cs = s.arbiters().escalation(cs)
 	}
 	data, err := json.Marshal(cs)
 	if err != nil {
 		s.log.Error("encode case", "escalation", cs.ID, "err", err)
-		return
+		return nil
 	}
 	m := nats.NewMsg(subject)
 	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
 	m.Data = data
-	s.publishAsync(m)
+	return s.publishAsync(m)
 }
 
 func (s *Service) publishAsync(m *nats.Msg) jetstream.PubAckFuture {

@@ -202,6 +202,7 @@ type Service struct {
 	groups      chan *output    // durable groups, from the loop to the output stage
 	acks        chan pendingAck // stream messages, from the output stage to the acknowledger
 	replies     *replies        // API submits waiting for their decisions
+	cases       *caseQueue      // the arbiters' queue, kept to the open cases
 	submits     chan struct{}   // a token for every API submit not yet answered
 	cons        jetstream.ConsumeContext
 	api         micro.Service
@@ -292,11 +293,21 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	if err := s.catchUpFeed(ctx); err != nil {
 		s.log.Warn("the change feed may miss the last changes before the restart", "err", err)
 	}
-	// Cases still open after a restart go to the arbiters again: one
-	// published just before a crash may not have reached the stream.
+	// The arbiters' queue is brought to the cases open now: those settled
+	// while no coordinator ran leave it, and the open ones it lacks (one
+	// published just before a crash may not have reached the stream) go to
+	// the arbiters again.
+	s.cases = newCaseQueue(s)
+	queued, err := s.cases.load(ctx, func(id string) bool { _, ok := s.core.Engine().Case(id); return ok })
+	if err != nil {
+		s.core.Close()
+		pub.Close()
+		return nil, fmt.Errorf("coordinator: read the arbiters' queue %s: %w", s.subj.Stream(intents.StreamArbiter), err)
+	}
+	go s.cases.run()
 	for _, id := range s.core.Engine().Parked() {
-		if cs, ok := s.core.Engine().Case(id); ok {
-			s.publishCase(s.subj.Escalations(), cs)
+		if cs, ok := s.core.Engine().Case(id); ok && !queued[id] {
+			s.cases.published(id, s.publishCase(s.subj.Escalations(), cs))
 		}
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())

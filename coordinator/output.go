@@ -25,6 +25,31 @@ type output struct {
 	intents int
 	// done are closed once it is durable and published (or it failed).
 	done []chan struct{}
+	// committed is when the loop committed it, to tell a slow group.
+	committed time.Time
+}
+
+// slowGroups logs groups whose commit took longer than Options.SlowGroup
+// to be durable, at most one line a second; output-owned.
+type slowGroups struct {
+	last   time.Time // when the last line was logged
+	missed int       // slow groups since then, not logged
+}
+
+// note logs o if it was slow, unless a line was logged within the second.
+func (s *Service) noteSlow(sg *slowGroups, o *output) {
+	took := time.Since(o.committed)
+	if o.committed.IsZero() || took < s.opts.SlowGroup {
+		return
+	}
+	if now := time.Now(); now.Sub(sg.last) >= time.Second {
+		s.log.Info("slow group: its commit took long to be durable", "took", took.Round(time.Microsecond),
+			"events", len(o.g.Batch.Events), "intents", o.intents, "threshold", s.opts.SlowGroup,
+			"slow_unlogged_since_last", sg.missed)
+		sg.last, sg.missed = now, 0
+		return
+	}
+	sg.missed++
 }
 
 // close closes o's done channels.
@@ -52,12 +77,14 @@ func (s *Service) output() {
 		<-s.cases.done
 		close(s.stopped)
 	}()
+	var slow slowGroups
 	for o := range s.groups {
 		if !s.broken.Load() {
 			if err := o.g.Wait(context.Background()); err != nil {
 				s.log.Error("event log sync failed; stopping", "err", err)
 				s.fail(err)
 			}
+			s.noteSlow(&slow, o)
 		}
 		// The loop may commit the next group now.
 		s.durable.Add(1)

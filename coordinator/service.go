@@ -71,6 +71,11 @@ type Options struct {
 	// say (InterestOf); with an external one every event is sent. The
 	// default is nil.
 	Interest func(subject string) bool
+	// SlowGroup is how long a group may take from its commit to being
+	// durable before it is logged (at Info, at most one line a second,
+	// with how many more were slow meanwhile): the sign of a slow disk or
+	// of groups too large. The default is 100ms.
+	SlowGroup time.Duration
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -106,6 +111,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxSubmits == 0 {
 		o.MaxSubmits = 10000
+	}
+	if o.SlowGroup == 0 {
+		o.SlowGroup = 100 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -147,6 +155,7 @@ func (o *Options) Validate() error {
 	dur("DecisionsMaxAge", o.DecisionsMaxAge)
 	dur("EventsMaxAge", o.EventsMaxAge)
 	dur("SubmitWait", o.SubmitWait)
+	dur("SlowGroup", o.SlowGroup)
 	errs = append(errs, o.Core.Validate())
 	return errors.Join(errs...)
 }
@@ -232,6 +241,7 @@ type Service struct {
 // missing, starts the API and begins consuming. It returns once it is
 // serving.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
+	began := time.Now()
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("coordinator: start: %w", err)
@@ -278,6 +288,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		return nil, err
 	}
 	s.replies = newReplies(s.pub, opts.Now)
+	// What the engine was rebuilt from, for the start's log line (read
+	// now: the loop takes snapshots once it runs).
+	snapAt, lastAt := s.core.lastSnap, s.core.Log().LastSeq()
 	_, set := s.core.Engine().Rules()
 	s.rules.Store(set)
 	// The conflict dashboard starts from the tail of the log.
@@ -305,9 +318,11 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		return nil, fmt.Errorf("coordinator: read the arbiters' queue %s: %w", s.subj.Stream(intents.StreamArbiter), err)
 	}
 	go s.cases.run()
+	republished := 0
 	for _, id := range s.core.Engine().Parked() {
 		if cs, ok := s.core.Engine().Case(id); ok && !queued[id] {
 			s.cases.published(id, s.publishCase(s.subj.Escalations(), cs))
+			republished++
 		}
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -334,6 +349,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		s.Shutdown(ctx)
 		return nil, fmt.Errorf("coordinator: flush: %w", err)
 	}
+	s.log.Info("coordinator started", "dir", dir, "prefix", opts.Prefix, "auth", opts.Auth,
+		"events", lastAt, "first", s.core.Log().FirstSeq(), "snapshot", snapAt, "replayed", lastAt-snapAt,
+		"open_cases", len(queued)+republished, "took", time.Since(began).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -408,7 +426,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if err := s.pub.Drain(); err != nil {
 		s.log.Warn("drain the publisher", "err", err)
 	}
-	return s.core.Close()
+	last := s.core.Log().LastSeq()
+	if err := s.core.Close(); err != nil {
+		return err
+	}
+	s.log.Info("coordinator stopped", "events", last)
+	return nil
 }
 
 // call runs fn on the loop and waits for it; false if the loop is gone.

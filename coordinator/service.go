@@ -65,6 +65,12 @@ type Options struct {
 	// readers; without Auth nothing is kept from anyone, since anyone may
 	// be anyone. The default is false.
 	Auth bool
+	// Roles, if set, returns the roles agents hold beside those of the
+	// rules (the agent registry's), merged into every rules file put in
+	// force through the API's rules.set, as coagent serve merges them into
+	// its --rules file. It is called on the API's goroutines, once per
+	// rules.set. The default is nil: none.
+	Roles func() map[string][]string
 	// Interest, if set, reports whether anyone is subscribed to a subject:
 	// the live events of a type (coagent.events.<type>, core NATS) are
 	// encoded and sent only while someone listens. An embedded server can

@@ -19,10 +19,13 @@ import (
 
 // RoleArbiter is the role that may work the arbiter queue and resolve
 // cases; RoleObserver may read the whole event feed, not only changes,
-// and every value (the board rules give these roles their meaning).
+// and every value; RoleAdmin, the operator's, may besides what an
+// observer may put rules in force (rules.set) and list, retry and remove
+// the dead letters (the board rules give these roles their meaning).
 const (
 	RoleArbiter  = rules.RoleArbiter
 	RoleObserver = rules.RoleObserver
+	RoleAdmin    = rules.RoleAdmin
 )
 
 // Registry is the agents known to the server.
@@ -158,8 +161,23 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.EventsChange(">"),
 		intents.InboxPrefix(agent) + ".>",
 	}
-	if slices.Contains(roles, RoleObserver) {
+	if slices.Contains(roles, RoleObserver) || slices.Contains(roles, RoleAdmin) {
 		sub = append(sub, s.AllEvents())
+	}
+	if slices.Contains(roles, RoleAdmin) {
+		// What `coagent rules set` and `coagent dlq list|show|retry` do:
+		// the dead letters are read and removed by stream sequence, and a
+		// retry sends the escalated intent again on its own agent's
+		// subject, so the operator may publish as any agent.
+		dlq := s.Stream(intents.StreamDLQ)
+		pub = append(pub,
+			s.API(intents.APIRulesSet),
+			s.Intents("*"),
+			"$JS.API.STREAM.INFO."+dlq,
+			"$JS.API.STREAM.MSG.GET."+dlq,
+			"$JS.API.DIRECT.GET."+dlq,
+			"$JS.API.STREAM.MSG.DELETE."+dlq,
+		)
 	}
 	if slices.Contains(roles, RoleArbiter) {
 		arb, cons := s.Stream(intents.StreamArbiter), intents.ArbitersConsumer

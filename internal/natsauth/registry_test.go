@@ -72,3 +72,26 @@ func TestPermissions(t *testing.T) {
 		t.Errorf("an arbiter and observer under prefix team: %+v", arb)
 	}
 }
+
+// The admin may do what `coagent rules set` and `coagent dlq` do, and read
+// what an observer reads; nobody else may.
+func TestAdminPermissions(t *testing.T) {
+	admin := Permissions("", "op", []string{RoleAdmin})
+	for _, s := range []string{"coagent.api.rules.set", "coagent.intents.*", "$JS.API.STREAM.INFO.COAGENT_DLQ",
+		"$JS.API.STREAM.MSG.GET.COAGENT_DLQ", "$JS.API.STREAM.MSG.DELETE.COAGENT_DLQ", "coagent.api.state.get"} {
+		if !slices.Contains(admin.Publish.Allow, s) {
+			t.Errorf("the admin may not publish %s", s)
+		}
+	}
+	if !slices.Contains(admin.Subscribe.Allow, "coagent.events.>") {
+		t.Error("the admin does not read the whole feed, as an observer does")
+	}
+	for _, roles := range [][]string{nil, {RoleObserver}, {RoleArbiter}} {
+		p := Permissions("", "w", roles)
+		for _, s := range []string{"coagent.api.rules.set", "coagent.intents.*", "$JS.API.STREAM.INFO.COAGENT_DLQ"} {
+			if slices.Contains(p.Publish.Allow, s) {
+				t.Errorf("roles %v may publish %s", roles, s)
+			}
+		}
+	}
+}

@@ -212,3 +212,27 @@ func SeedPath(data, agent string) string { return filepath.Join(data, "agents", 
 
 // RegistryPath is the registry's file under the data directory.
 func RegistryPath(data string) string { return filepath.Join(data, "agents.json") }
+
+// RoleFor returns the role that would let agent publish (publish true) or
+// subscribe to subject under prefix, when agent's roles do not: what a
+// command refused by the server tells its user to use (an --nkey of an
+// agent with that role). It returns "" if no role does, or if the roles
+// given already do (the refusal is then of something else).
+func RoleFor(prefix, agent string, roles []string, subject string, publish bool) string {
+	allowed := func(p *server.Permissions) bool {
+		sp := p.Subscribe
+		if publish {
+			sp = p.Publish
+		}
+		return slices.ContainsFunc(sp.Allow, func(filter string) bool { return server.SubjectMatchesFilter(subject, filter) })
+	}
+	if allowed(Permissions(prefix, agent, roles)) {
+		return ""
+	}
+	for _, role := range []string{RoleArbiter, RoleObserver, RoleAdmin} { // the least power first
+		if allowed(Permissions(prefix, agent, append(slices.Clone(roles), role))) {
+			return role
+		}
+	}
+	return ""
+}

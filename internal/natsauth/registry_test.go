@@ -95,3 +95,23 @@ func TestAdminPermissions(t *testing.T) {
 		}
 	}
 }
+
+func TestRoleFor(t *testing.T) {
+	for _, c := range []struct {
+		subject string
+		publish bool
+		roles   []string
+		want    string
+	}{
+		{"coagent.api.rules.set", true, nil, RoleAdmin},
+		{"$JS.API.STREAM.INFO.COAGENT_DLQ", true, []string{RoleObserver}, RoleAdmin},
+		{"coagent.api.arbiter.resolve", true, nil, RoleArbiter},
+		{"coagent.events.decision", false, nil, RoleObserver},
+		{"coagent.api.state.get", true, nil, ""},            // allowed already
+		{"$JS.API.STREAM.PURGE.COAGENT_DLQ", true, nil, ""}, // nobody may
+	} {
+		if got := RoleFor("", "alice", c.roles, c.subject, c.publish); got != c.want {
+			t.Errorf("RoleFor(%s, publish %v, roles %v) = %q, want %q", c.subject, c.publish, c.roles, got, c.want)
+		}
+	}
+}

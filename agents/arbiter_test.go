@@ -142,6 +142,16 @@ func (b *arbiterLogs) String() string {
 
 func (b *arbiterLogs) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
+// await waits, polling, until the logs hold line.
+func (b *arbiterLogs) await(t *testing.T, line string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.String(), line); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the logs:\n%s", line, b.String())
+		}
+	}
+}
+
 func (w *arbiterWorld) stateOf(path string) any {
 	w.t.Helper()
 	r, err := w.nc.Request(w.subj.API(intents.APIStateGet), []byte(`{"paths":["`+path+`"]}`), 10*time.Second)
@@ -381,8 +391,12 @@ func TestRunArbiterDropsASettledCase(t *testing.T) {
 	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "arbiter rival:") {
 		t.Fatalf("newcomer: %+v", d)
 	}
+	// The case leaves the queue twice over: the coordinator removes it
+	// when the rival settles it, and the arbiter drops it when its own
+	// resolution is refused.
 	dropped()
-	if out := logs.String(); !strings.Contains(out, "resolution refused; case dropped") || !strings.Contains(out, "(invalid)") ||
+	logs.await(t, "resolution refused; case dropped")
+	if out := logs.String(); !strings.Contains(out, "(invalid)") ||
 		strings.Count(out, "resolution refused") != 1 {
 		t.Fatalf("logs:\n%s", out)
 	}

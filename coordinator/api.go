@@ -267,12 +267,40 @@ func (s *Service) handleResolve(req micro.Request) {
 
 // handleRulesSet puts the request body, a rules file, in force. The reply
 // is the rules event's record (hash, source) without the file.
+//
+// Under Options.Auth only an agent with the role admin may: the reply goes
+// to the inbox of the agent asking (see viewerOf), and any other is
+// answered unauthorized, naming the role. (The embedded server of `coagent
+// serve --auth` lets no one else publish here; this holds as well behind a
+// server whose permissions are the operator's.) The roles of
+// Options.Roles are merged into the file first, as serve merges them into
+// its --rules file, so that a file put in force here keeps the registry's
+// roles, the admin's own among them.
 func (s *Service) handleRulesSet(req micro.Request) {
+	if s.opts.Auth {
+		v := s.viewerOf(req.Reply())
+		if !v.set.Holds(v.Viewer, rules.RoleAdmin) {
+			who := "a client that is no agent (its reply subject is no agent's inbox)"
+			if v.Agent != "" {
+				who = "agent " + v.Agent
+			}
+			replyError(req, intents.ReasonUnauthorized, "rules.set: %s may not put rules in force: it needs the role %s", who, rules.RoleAdmin)
+			return
+		}
+	}
 	source := req.Headers().Get(HeaderRulesSource)
 	if source == "" {
 		source = "api"
 	}
-	rec, err := s.SetRules(context.Background(), req.Data(), source)
+	file := req.Data()
+	if s.opts.Roles != nil {
+		var err error
+		if file, err = rules.MergeRoles(file, s.opts.Roles()); err != nil {
+			replyError(req, intents.ReasonInvalid, "rules.set: %v", err)
+			return
+		}
+	}
+	rec, err := s.SetRules(context.Background(), file, source)
 	var bad *rules.Error
 	switch {
 	case errors.As(err, &bad):

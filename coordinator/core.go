@@ -180,6 +180,7 @@ func (c *Core) done(n int, via Via, known bool) {
 	fx := c.eng.TakeEffects()
 	c.fx.Cases = append(c.fx.Cases, fx.Cases...)
 	c.fx.Dead = append(c.fx.Dead, fx.Dead...)
+	c.fx.Settled = append(c.fx.Settled, fx.Settled...)
 }
 
 // errInternalDetail is the detail of an intent whose decision a contained
@@ -323,7 +324,7 @@ func (c *Core) Commit() (*Group, error) {
 // group hands over the batch b, enqueued as p, with the routes and effects
 // of what made it, and starts afresh.
 func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
-	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, pending: p}
+	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled, pending: p}
 	c.routes, c.fx = nil, engine.Effects{}
 	for _, ev := range b.Events {
 		switch ev.Type {

@@ -45,9 +45,9 @@ func (r Routed) Store() bool { return !r.Known || r.Via == ViaStream }
 // returns) and everything to be done once it is. The service persists,
 // publishes and acknowledges it and derives nothing from it: the group
 // says where each decision goes, which events are changes for the feed,
-// which are notices, which arbiter cases it opened and which it settled as
-// dead letters. The batch is the unit a replicated log would append as
-// one message.
+// which are notices, which arbiter cases it opened, which it settled, and
+// which of those went unresolved, as dead letters. The batch is the unit a
+// replicated log would append as one message.
 type Group struct {
 	// Batch is what the log stores: the events, in sequence order, with
 	// the materialized state they leave.
@@ -62,6 +62,11 @@ type Group struct {
 	// queue; Dead the cases whose deadline passed unresolved, for the
 	// dead-letter stream.
 	Cases, Dead []*intents.Escalation
+	// Settled are the ids of the cases the batch settled (resolved, by an
+	// arbiter or the fallback, or ended by their intent's final decision):
+	// their messages leave the arbiters' queue, so that an arbiter does not
+	// receive a case nobody can resolve any more.
+	Settled []string
 	// Rules, when RulesChanged, is the board rules the batch put in force
 	// (nil: none): reads are answered under them once it is durable.
 	RulesChanged bool

@@ -182,6 +182,7 @@ func (s *Service) flush() {
 		}
 	}
 	o.g = g
+	o.committed = time.Now() // the wall clock, not Options.Now: this measures the disk
 	s.committed++
 	s.groups <- o
 }

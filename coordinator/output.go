@@ -25,6 +25,31 @@ type output struct {
 	intents int
 	// done are closed once it is durable and published (or it failed).
 	done []chan struct{}
+	// committed is when the loop committed it, to tell a slow group.
+	committed time.Time
+}
+
+// slowGroups logs groups whose commit took longer than Options.SlowGroup
+// to be durable, at most one line a second; output-owned.
+type slowGroups struct {
+	last   time.Time // when the last line was logged
+	missed int       // slow groups since then, not logged
+}
+
+// note logs o if it was slow, unless a line was logged within the second.
+func (s *Service) noteSlow(sg *slowGroups, o *output) {
+	took := time.Since(o.committed)
+	if o.committed.IsZero() || took < s.opts.SlowGroup {
+		return
+	}
+	if now := time.Now(); now.Sub(sg.last) >= time.Second {
+		s.log.Info("slow group: its commit took long to be durable", "took", took.Round(time.Microsecond),
+			"events", len(o.g.Batch.Events), "intents", o.intents, "threshold", s.opts.SlowGroup,
+			"slow_unlogged_since_last", sg.missed)
+		sg.last, sg.missed = now, 0
+		return
+	}
+	sg.missed++
 }
 
 // close closes o's done channels.
@@ -47,15 +72,19 @@ func (s *Service) output() {
 	go s.acknowledge(acked)
 	defer func() {
 		close(s.acks)
+		close(s.cases.ops)
 		<-acked
+		<-s.cases.done
 		close(s.stopped)
 	}()
+	var slow slowGroups
 	for o := range s.groups {
 		if !s.broken.Load() {
 			if err := o.g.Wait(context.Background()); err != nil {
 				s.log.Error("event log sync failed; stopping", "err", err)
 				s.fail(err)
 			}
+			s.noteSlow(&slow, o)
 		}
 		// The loop may commit the next group now.
 		s.durable.Add(1)
@@ -86,10 +115,13 @@ func (s *Service) output() {
 		s.publishLive(g)
 		s.publishChanges(g.Changes)
 		for _, cs := range g.Cases {
-			s.publishCase(s.subj.Escalations(), cs)
+			s.cases.published(cs.ID, s.publishCase(s.subj.Escalations(), cs))
 		}
 		for _, cs := range g.Dead {
 			s.publishCase(s.subj.DeadLetters(), cs)
+		}
+		for _, id := range g.Settled {
+			s.cases.settled(id)
 		}
 		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
@@ -263,20 +295,21 @@ func waitStored(sds []storedDecision) []failedStore {
 //
 // A case on the arbiters' queue shows them what role:arbiter may read; the
 // dead-letter stream, which only the coordinator's own user may read (and
-// `coagent dlq retry` sends again from), keeps the case whole.
-func (s *Service) publishCase(subject string, cs *intents.Escalation) {
+// `coagent dlq retry` sends again from), keeps the case whole. It returns
+// the publish's PubAck future, nil if it was not sent.
+func (s *Service) publishCase(subject string, cs *intents.Escalation) jetstream.PubAckFuture {
 	if subject == s.subj.Escalations() {
 		cs = s.arbiters().escalation(cs)
 	}
 	data, err := json.Marshal(cs)
 	if err != nil {
 		s.log.Error("encode case", "escalation", cs.ID, "err", err)
-		return
+		return nil
 	}
 	m := nats.NewMsg(subject)
 	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
 	m.Data = data
-	s.publishAsync(m)
+	return s.publishAsync(m)
 }
 
 func (s *Service) publishAsync(m *nats.Msg) jetstream.PubAckFuture {

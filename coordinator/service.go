@@ -65,12 +65,23 @@ type Options struct {
 	// readers; without Auth nothing is kept from anyone, since anyone may
 	// be anyone. The default is false.
 	Auth bool
+	// Roles, if set, returns the roles agents hold beside those of the
+	// rules (the agent registry's), merged into every rules file put in
+	// force through the API's rules.set, as coagent serve merges them into
+	// its --rules file. It is called on the API's goroutines, once per
+	// rules.set. The default is nil: none.
+	Roles func() map[string][]string
 	// Interest, if set, reports whether anyone is subscribed to a subject:
 	// the live events of a type (coagent.events.<type>, core NATS) are
 	// encoded and sent only while someone listens. An embedded server can
 	// say (InterestOf); with an external one every event is sent. The
 	// default is nil.
 	Interest func(subject string) bool
+	// SlowGroup is how long a group may take from its commit to being
+	// durable before it is logged (at Info, at most one line a second,
+	// with how many more were slow meanwhile): the sign of a slow disk or
+	// of groups too large. The default is 100ms.
+	SlowGroup time.Duration
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -106,6 +117,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxSubmits == 0 {
 		o.MaxSubmits = 10000
+	}
+	if o.SlowGroup == 0 {
+		o.SlowGroup = 100 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -147,6 +161,7 @@ func (o *Options) Validate() error {
 	dur("DecisionsMaxAge", o.DecisionsMaxAge)
 	dur("EventsMaxAge", o.EventsMaxAge)
 	dur("SubmitWait", o.SubmitWait)
+	dur("SlowGroup", o.SlowGroup)
 	errs = append(errs, o.Core.Validate())
 	return errors.Join(errs...)
 }
@@ -202,6 +217,7 @@ type Service struct {
 	groups      chan *output    // durable groups, from the loop to the output stage
 	acks        chan pendingAck // stream messages, from the output stage to the acknowledger
 	replies     *replies        // API submits waiting for their decisions
+	cases       *caseQueue      // the arbiters' queue, kept to the open cases
 	submits     chan struct{}   // a token for every API submit not yet answered
 	cons        jetstream.ConsumeContext
 	api         micro.Service
@@ -231,6 +247,7 @@ type Service struct {
 // missing, starts the API and begins consuming. It returns once it is
 // serving.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
+	began := time.Now()
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("coordinator: start: %w", err)
@@ -277,6 +294,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		return nil, err
 	}
 	s.replies = newReplies(s.pub, opts.Now)
+	// What the engine was rebuilt from, for the start's log line (read
+	// now: the loop takes snapshots once it runs).
+	snapAt, lastAt := s.core.lastSnap, s.core.Log().LastSeq()
 	_, set := s.core.Engine().Rules()
 	s.rules.Store(set)
 	// The conflict dashboard starts from the tail of the log.
@@ -292,11 +312,23 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	if err := s.catchUpFeed(ctx); err != nil {
 		s.log.Warn("the change feed may miss the last changes before the restart", "err", err)
 	}
-	// Cases still open after a restart go to the arbiters again: one
-	// published just before a crash may not have reached the stream.
+	// The arbiters' queue is brought to the cases open now: those settled
+	// while no coordinator ran leave it, and the open ones it lacks (one
+	// published just before a crash may not have reached the stream) go to
+	// the arbiters again.
+	s.cases = newCaseQueue(s)
+	queued, err := s.cases.load(ctx, func(id string) bool { _, ok := s.core.Engine().Case(id); return ok })
+	if err != nil {
+		s.core.Close()
+		pub.Close()
+		return nil, fmt.Errorf("coordinator: read the arbiters' queue %s: %w", s.subj.Stream(intents.StreamArbiter), err)
+	}
+	go s.cases.run()
+	republished := 0
 	for _, id := range s.core.Engine().Parked() {
-		if cs, ok := s.core.Engine().Case(id); ok {
-			s.publishCase(s.subj.Escalations(), cs)
+		if cs, ok := s.core.Engine().Case(id); ok && !queued[id] {
+			s.cases.published(id, s.publishCase(s.subj.Escalations(), cs))
+			republished++
 		}
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -323,6 +355,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 		s.Shutdown(ctx)
 		return nil, fmt.Errorf("coordinator: flush: %w", err)
 	}
+	s.log.Info("coordinator started", "dir", dir, "prefix", opts.Prefix, "auth", opts.Auth,
+		"events", lastAt, "first", s.core.Log().FirstSeq(), "snapshot", snapAt, "replayed", lastAt-snapAt,
+		"open_cases", len(queued)+republished, "took", time.Since(began).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -397,7 +432,12 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if err := s.pub.Drain(); err != nil {
 		s.log.Warn("drain the publisher", "err", err)
 	}
-	return s.core.Close()
+	last := s.core.Log().LastSeq()
+	if err := s.core.Close(); err != nil {
+		return err
+	}
+	s.log.Info("coordinator stopped", "events", last)
+	return nil
 }
 
 // call runs fn on the loop and waits for it; false if the loop is gone.

@@ -74,6 +74,7 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 			if _, err := s.js.CreateStream(ctx, want); err != nil {
 				return nil, fmt.Errorf("coordinator: create stream %s: %w", want.Name, err)
 			}
+			s.log.Info("stream created", "stream", want.Name, "subjects", want.Subjects)
 			if want.Name == s.subj.Stream(intents.StreamIntents) {
 				if _, err := s.js.CreateConsumer(ctx, want.Name, s.intentsConsumer()); err != nil {
 					return nil, fmt.Errorf("coordinator: create consumer %s on %s: %w", intentsConsumer, want.Name, err)

@@ -199,7 +199,8 @@ func (p *Pending) Last() uint64 { return p.last }
 // replays, the tables that hold what it reads), and with a *DiskFullError
 // if the disk has no room for the tables Open writes from the write-ahead
 // log (see watcher.openStore: Open then returns at once, and the store
-// recovers in the background once there is room).
+// recovers in the background once there is room), and with a
+// *LockedError (ErrLocked) if another process has the log open.
 func Open(dir string, opts *Options) (*Log, error) {
 	o := Options{}
 	if opts != nil {
@@ -238,6 +239,10 @@ func Open(dir string, opts *Options) (*Log, error) {
 	po.FS = walWatchFS{FS: po.FS, w: w}
 	po.EventListener = w.listener(po.EventListener)
 	db, err := w.openStore(po)
+	if le := lockErr(dir, err); le != nil {
+		w.close()
+		return nil, le
+	}
 	if err != nil {
 		return nil, openErr(dir, err)
 	}

@@ -113,7 +113,7 @@ const (
 	APIConflictsTop   = "conflicts.top"   // where conflicts happen most
 	APIFeedFollow     = "feed.follow"     // a pull consumer on the changes of a subtree
 	APIRulesGet       = "rules.get"       // the board rules in force
-	APIRulesSet       = "rules.set"       // new board rules (observers only)
+	APIRulesSet       = "rules.set"       // new board rules (under auth, role admin only)
 )
 
 // API is the subject of an API endpoint, one of the API… constants.

@@ -250,11 +250,15 @@ func (e *Engine) emit(v intents.Event) {
 // Effects are what calls did beside their events that the caller must act
 // on once the events are durable: the arbiter cases they opened, to send to
 // the arbiters, and the cases whose deadline passed without an arbiter's
-// resolution (the fallback settled them), to keep as dead letters. They
-// are output only: a fold of the log (Apply) makes none.
+// resolution (the fallback settled them), to keep as dead letters; and the
+// ids of the cases that were settled in any way (a resolution, the
+// fallback, a final decision of their intent for another reason), whose
+// messages leave the arbiters' queue. They are output only: a fold of the
+// log (Apply) makes none.
 type Effects struct {
-	Cases []*intents.Escalation
-	Dead  []*intents.Escalation
+	Cases   []*intents.Escalation
+	Dead    []*intents.Escalation
+	Settled []string
 }
 
 // TakeEffects returns the effects of the calls since it was last called,

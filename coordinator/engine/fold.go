@@ -58,6 +58,11 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		// decided under it; the event log keeps its records by the same.
 		if intents.Records(nil, d) && e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return intents.Records(prev, d) }) {
 			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
+				if own && p.escalated {
+					// Its case is settled, however: an arbiter, the
+					// fallback, or the end of what it conflicted with.
+					e.effects.Settled = append(e.effects.Settled, d.Intent)
+				}
 				e.unpark(d.Intent, p)
 			}
 		}

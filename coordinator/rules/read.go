@@ -10,10 +10,13 @@ import (
 // The roles the coordinator itself gives meaning to, beside the rules'
 // own: an observer reads everything (every agent's events, every value);
 // an arbiter works the arbiter queue, and a case shows it the values that
-// the readers rules let role:arbiter read.
+// the readers rules let role:arbiter read; an admin, the operator, may put
+// rules in force (rules.set) and work the dead letters, and reads
+// everything an observer does.
 const (
 	RoleObserver = "observer"
 	RoleArbiter  = "arbiter"
+	RoleAdmin    = "admin"
 )
 
 // Viewer is who reads the state: an agent, whose roles are the rules'
@@ -40,9 +43,16 @@ func (s *Set) admits(v Viewer, principals []string) bool {
 	return false
 }
 
-// Observer reports whether v reads everything: it holds the role observer.
+// Observer reports whether v reads everything: it holds the role observer,
+// or admin.
 func (s *Set) Observer(v Viewer) bool {
-	return slices.Contains(v.Roles, RoleObserver) || v.Agent != "" && slices.Contains(s.Roles(v.Agent), RoleObserver)
+	return s.Holds(v, RoleObserver) || s.Holds(v, RoleAdmin)
+}
+
+// Holds reports whether v holds role: among its own Roles, or given to its
+// agent by the rules.
+func (s *Set) Holds(v Viewer, role string) bool {
+	return slices.Contains(v.Roles, role) || v.Agent != "" && slices.Contains(s.Roles(v.Agent), role)
 }
 
 // hiding returns the patterns of the readers rules that do not admit v:

@@ -77,3 +77,29 @@ func TestRedact(t *testing.T) {
 		t.Errorf("RedactJSON of a covered path: %s %v", got, hidden)
 	}
 }
+
+// A file of roles alone (the registry's, with no --rules file) is not
+// empty: it still says who observes and who administers. An admin reads
+// what an observer does.
+func TestRolesAlone(t *testing.T) {
+	set, err := Compile([]byte(`{"agents":{"op":{"roles":["admin"]},"eye":{"roles":["observer"]},"w":{}}}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Empty() {
+		t.Fatal("a file giving roles is empty")
+	}
+	for agent, want := range map[string][2]bool{"op": {true, true}, "eye": {true, false}, "w": {false, false}, "": {false, false}} {
+		v := Viewer{Agent: agent}
+		if got := [2]bool{set.Observer(v), set.Holds(v, RoleAdmin)}; got != want {
+			t.Errorf("%q: observer, admin = %v, want %v", agent, got, want)
+		}
+	}
+	if !set.Holds(Viewer{Roles: []string{RoleAdmin}}, RoleAdmin) {
+		t.Error("a viewer holding admin itself is no admin")
+	}
+	none, err := Compile([]byte(`{"agents":{"w":{}}}`), nil)
+	if err != nil || !none.Empty() {
+		t.Errorf("a file giving no role and no rule: empty %v, %v", none.Empty(), err)
+	}
+}

@@ -292,9 +292,12 @@ func validPrincipal(p string) bool {
 // Raw is the file the Set was compiled from.
 func (s *Set) Raw() []byte { return s.raw }
 
-// Empty reports whether the set has no rules at all.
+// Empty reports whether the set has no rules at all, and gives no agent
+// a role: a file of roles alone (the agent registry's, with no --rules
+// file) still says who observes and who administers.
 func (s *Set) Empty() bool {
-	return s == nil || len(s.rules) == 0 && len(s.invariants) == 0 && len(s.file.Quotas) == 0 && s.file.Limits == nil
+	return s == nil || len(s.rules) == 0 && len(s.invariants) == 0 && len(s.file.Quotas) == 0 && s.file.Limits == nil &&
+		!slices.ContainsFunc(slices.Collect(maps.Values(s.file.Agents)), func(a Agent) bool { return len(a.Roles) > 0 })
 }
 
 // Roles returns the roles of agent.

@@ -6,7 +6,9 @@
 // of its nkey; the agent keeps the seed. Each agent's server user may
 // publish intents only on coagent.intents.<itself>, read only its own
 // decisions and notices, follow the change feed, call the read-only API and
-// the identity-checked submit and, for arbiters, work the arbiter queue.
+// the identity-checked submit and, for arbiters, work the arbiter queue;
+// an admin, the operator, may besides put rules in force and work the
+// dead letters (RoleAdmin).
 // The coordinator connects with a key of its own, made at every start and
 // held only by the process. The embedded server lives here with its users
 // because a reload gives the server all its options again, not only the

@@ -19,10 +19,13 @@ import (
 
 // RoleArbiter is the role that may work the arbiter queue and resolve
 // cases; RoleObserver may read the whole event feed, not only changes,
-// and every value (the board rules give these roles their meaning).
+// and every value; RoleAdmin, the operator's, may besides what an
+// observer may put rules in force (rules.set) and list, retry and remove
+// the dead letters (the board rules give these roles their meaning).
 const (
 	RoleArbiter  = rules.RoleArbiter
 	RoleObserver = rules.RoleObserver
+	RoleAdmin    = rules.RoleAdmin
 )
 
 // Registry is the agents known to the server.
@@ -158,8 +161,23 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.EventsChange(">"),
 		intents.InboxPrefix(agent) + ".>",
 	}
-	if slices.Contains(roles, RoleObserver) {
+	if slices.Contains(roles, RoleObserver) || slices.Contains(roles, RoleAdmin) {
 		sub = append(sub, s.AllEvents())
+	}
+	if slices.Contains(roles, RoleAdmin) {
+		// What `coagent rules set` and `coagent dlq list|show|retry` do:
+		// the dead letters are read and removed by stream sequence, and a
+		// retry sends the escalated intent again on its own agent's
+		// subject, so the operator may publish as any agent.
+		dlq := s.Stream(intents.StreamDLQ)
+		pub = append(pub,
+			s.API(intents.APIRulesSet),
+			s.Intents("*"),
+			"$JS.API.STREAM.INFO."+dlq,
+			"$JS.API.STREAM.MSG.GET."+dlq,
+			"$JS.API.DIRECT.GET."+dlq,
+			"$JS.API.STREAM.MSG.DELETE."+dlq,
+		)
 	}
 	if slices.Contains(roles, RoleArbiter) {
 		arb, cons := s.Stream(intents.StreamArbiter), intents.ArbitersConsumer
@@ -194,3 +212,27 @@ func SeedPath(data, agent string) string { return filepath.Join(data, "agents", 
 
 // RegistryPath is the registry's file under the data directory.
 func RegistryPath(data string) string { return filepath.Join(data, "agents.json") }
+
+// RoleFor returns the role that would let agent publish (publish true) or
+// subscribe to subject under prefix, when agent's roles do not: what a
+// command refused by the server tells its user to use (an --nkey of an
+// agent with that role). It returns "" if no role does, or if the roles
+// given already do (the refusal is then of something else).
+func RoleFor(prefix, agent string, roles []string, subject string, publish bool) string {
+	allowed := func(p *server.Permissions) bool {
+		sp := p.Subscribe
+		if publish {
+			sp = p.Publish
+		}
+		return slices.ContainsFunc(sp.Allow, func(filter string) bool { return server.SubjectMatchesFilter(subject, filter) })
+	}
+	if allowed(Permissions(prefix, agent, roles)) {
+		return ""
+	}
+	for _, role := range []string{RoleArbiter, RoleObserver, RoleAdmin} { // the least power first
+		if allowed(Permissions(prefix, agent, append(slices.Clone(roles), role))) {
+			return role
+		}
+	}
+	return ""
+}

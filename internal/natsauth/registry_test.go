@@ -72,3 +72,46 @@ func TestPermissions(t *testing.T) {
 		t.Errorf("an arbiter and observer under prefix team: %+v", arb)
 	}
 }
+
+// The admin may do what `coagent rules set` and `coagent dlq` do, and read
+// what an observer reads; nobody else may.
+func TestAdminPermissions(t *testing.T) {
+	admin := Permissions("", "op", []string{RoleAdmin})
+	for _, s := range []string{"coagent.api.rules.set", "coagent.intents.*", "$JS.API.STREAM.INFO.COAGENT_DLQ",
+		"$JS.API.STREAM.MSG.GET.COAGENT_DLQ", "$JS.API.STREAM.MSG.DELETE.COAGENT_DLQ", "coagent.api.state.get"} {
+		if !slices.Contains(admin.Publish.Allow, s) {
+			t.Errorf("the admin may not publish %s", s)
+		}
+	}
+	if !slices.Contains(admin.Subscribe.Allow, "coagent.events.>") {
+		t.Error("the admin does not read the whole feed, as an observer does")
+	}
+	for _, roles := range [][]string{nil, {RoleObserver}, {RoleArbiter}} {
+		p := Permissions("", "w", roles)
+		for _, s := range []string{"coagent.api.rules.set", "coagent.intents.*", "$JS.API.STREAM.INFO.COAGENT_DLQ"} {
+			if slices.Contains(p.Publish.Allow, s) {
+				t.Errorf("roles %v may publish %s", roles, s)
+			}
+		}
+	}
+}
+
+func TestRoleFor(t *testing.T) {
+	for _, c := range []struct {
+		subject string
+		publish bool
+		roles   []string
+		want    string
+	}{
+		{"coagent.api.rules.set", true, nil, RoleAdmin},
+		{"$JS.API.STREAM.INFO.COAGENT_DLQ", true, []string{RoleObserver}, RoleAdmin},
+		{"coagent.api.arbiter.resolve", true, nil, RoleArbiter},
+		{"coagent.events.decision", false, nil, RoleObserver},
+		{"coagent.api.state.get", true, nil, ""},            // allowed already
+		{"$JS.API.STREAM.PURGE.COAGENT_DLQ", true, nil, ""}, // nobody may
+	} {
+		if got := RoleFor("", "alice", c.roles, c.subject, c.publish); got != c.want {
+			t.Errorf("RoleFor(%s, publish %v, roles %v) = %q, want %q", c.subject, c.publish, c.roles, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -77,14 +78,96 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if s.ns, err = server.NewServer(&opts); err != nil {
 		return nil, fmt.Errorf("natsauth: embedded NATS server: %w", err)
 	}
+	// The server reports why it cannot start (its listener refused, its
+	// JetStream store unusable) only to its logger's Fatalf, and then waits
+	// for nothing: so a logger takes that error, and the wait for the server
+	// to be ready ends as soon as it comes.
+	fatal := &fatalLogger{errs: make(chan error, 1)}
+	s.ns.SetLogger(fatal, false, false)
 	go s.ns.Start()
-	if !s.ns.ReadyForConnections(10 * time.Second) {
+	if err := s.ready(cfg.Listen, fatal.errs); err != nil {
 		s.ns.Shutdown()
-		return nil, fmt.Errorf("natsauth: embedded NATS server did not start on %s", cfg.Listen)
+		return nil, err
 	}
 	s.opts.Port = s.ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
 	return s, nil
 }
+
+// startTimeout bounds how long StartServer waits for a server that neither
+// starts nor says why.
+const startTimeout = 10 * time.Second
+
+// ready waits until the server accepts connections, or fails with the
+// error it reported on errs: an *AddrInUseError if its address is taken.
+func (s *Server) ready(listen string, errs <-chan error) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case err := <-errs:
+			var op *net.OpError
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return &AddrInUseError{Addr: listen, Err: err}
+			}
+			if errors.As(err, &op) {
+				return fmt.Errorf("natsauth: embedded NATS server cannot listen on %s: %w", listen, err)
+			}
+			return fmt.Errorf("natsauth: embedded NATS server on %s: %w", listen, err)
+		default:
+		}
+		// A short wait each time, so that the loop looks at errs again soon;
+		// the server's own wait polls every 25ms.
+		if s.ns.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natsauth: embedded NATS server did not start on %s within %s", listen, startTimeout)
+		}
+	}
+}
+
+// AddrInUseError is StartServer's error when another process (another
+// coordinator, a nats-server) listens on the address already. It matches
+// syscall.EADDRINUSE (errors.Is).
+type AddrInUseError struct {
+	Addr string
+	Err  error // the listener's own error
+}
+
+func (e *AddrInUseError) Error() string {
+	return fmt.Sprintf("natsauth: %s is in use: another process (a coordinator, a NATS server) listens there", e.Addr)
+}
+
+func (e *AddrInUseError) Unwrap() error { return e.Err }
+
+// fatalLogger is the embedded server's logger: quiet, as the server was
+// before it had one, except that it hands the first fatal error to errs
+// instead of ending the process, as the server's own logger would.
+type fatalLogger struct{ errs chan error }
+
+func (l *fatalLogger) Fatalf(format string, v ...any) {
+	var err error
+	for _, a := range v {
+		if e, ok := a.(error); ok {
+			err = e // the listener's error, wrapped below to keep it matchable
+		}
+	}
+	msg := fmt.Sprintf(format, v...)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", msg, err)
+	} else {
+		err = errors.New(msg)
+	}
+	select {
+	case l.errs <- err:
+	default: // one is enough: the first says why
+	}
+}
+
+func (*fatalLogger) Noticef(string, ...any) {}
+func (*fatalLogger) Warnf(string, ...any)   {}
+func (*fatalLogger) Errorf(string, ...any)  {}
+func (*fatalLogger) Debugf(string, ...any)  {}
+func (*fatalLogger) Tracef(string, ...any)  {}
 
 // NATS is the running server, for what needs it itself: an in-process
 // connection, its client URL, the coordinator's interest check.

@@ -2,8 +2,10 @@ package natsauth
 
 import (
 	"errors"
+	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,5 +131,34 @@ func TestServerWithoutRegistry(t *testing.T) {
 		if _, err := StartServer(ServerConfig{Listen: addr, Store: t.TempDir()}); err == nil || !strings.Contains(err.Error(), `"`+addr+`"`) {
 			t.Errorf("listen %q: %v", addr, err)
 		}
+	}
+}
+
+// A server on an address another process listens on fails at once with an
+// *AddrInUseError naming the address, not after the ten seconds it would
+// wait for a server that never starts.
+func TestStartServerAddrInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	start := time.Now()
+	srv, err := StartServer(ServerConfig{Listen: addr, Store: filepath.Join(t.TempDir(), "jetstream")})
+	if err == nil {
+		srv.Shutdown()
+		t.Fatalf("a server started on %s, which is in use", addr)
+	}
+	var inUse *AddrInUseError
+	if !errors.As(err, &inUse) || inUse.Addr != addr || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("err = %v (%T), want an *AddrInUseError for %s matching EADDRINUSE", err, err, addr)
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("err = %q: does not say %s is in use", err, addr)
+	}
+	// Well within the wait for a server that says nothing.
+	if d := time.Since(start); d >= startTimeout/2 {
+		t.Fatalf("it took %s to say so", d)
 	}
 }

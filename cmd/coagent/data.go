@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -20,5 +21,9 @@ func openLog(data string) (*eventlog.Log, error) {
 	if m, _ := filepath.Glob(filepath.Join(dir, "MANIFEST-*")); len(m) == 0 {
 		return nil, fmt.Errorf("no event log in %s (looked for %s)", data, dir)
 	}
-	return eventlog.Open(dir, nil)
+	log, err := eventlog.Open(dir, nil)
+	if errors.Is(err, eventlog.ErrLocked) {
+		return nil, fmt.Errorf("%w\n  a running coordinator holds %s: stop it first, or ask it live with 'coagent log --follow', 'coagent state' or 'coagent txn list'", err, data)
+	}
+	return log, err
 }

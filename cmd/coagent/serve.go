@@ -3,18 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
@@ -55,7 +58,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.data, "data", defaultData, "data directory: the event log and the embedded server's JetStream store")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:4222", "address of the embedded NATS server")
 	f.conn.register(fs, "")
-	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log operational messages to stderr")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the coordinator's start (data, streams, events replayed from which snapshot), recoveries, slow groups and shutdown to stderr")
 	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fs.StringVar(&f.fallback, "arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
@@ -79,6 +82,18 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		if reg, err = natsauth.Load(natsauth.RegistryPath(f.data)); err != nil {
 			return err
 		}
+		if f.authOn {
+			if err := ensureOperator(f.data, reg, stderr); err != nil {
+				return err
+			}
+		}
+	}
+	// The roles of the registry in force, for the rules an admin puts in
+	// force through rules.set; replaced at each SIGHUP.
+	var roles atomic.Pointer[map[string][]string]
+	if reg != nil {
+		r := reg.Roles()
+		roles.Store(&r)
 	}
 	if f.conn.url == "" {
 		cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
@@ -88,6 +103,10 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		}
 		var err error
 		if srv, err = natsauth.StartServer(cfg); err != nil {
+			var inUse *natsauth.AddrInUseError
+			if errors.As(err, &inUse) {
+				return fmt.Errorf("%s is in use (another coagent serve or nats-server?)\n  pick another with --listen HOST:PORT, or use the running server with --nats nats://%s", inUse.Addr, inUse.Addr)
+			}
 			return err
 		}
 		defer srv.Shutdown()
@@ -118,7 +137,13 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn}
+	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn,
+		Roles: func() map[string][]string {
+			if r := roles.Load(); r != nil {
+				return *r
+			}
+			return nil
+		}}
 	opts.Core.Engine.ArbiterTimeout = f.arbiterTimeout
 	if f.fallback != "reject" {
 		policy, err := arbiter.ByName(f.fallback) // checked by newServeCmd
@@ -131,6 +156,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
+	if errors.Is(err, eventlog.ErrLocked) {
+		return fmt.Errorf("%w\n  another coagent serve runs on %s; stop it, or give this one its own --data", err, f.data)
+	}
 	if err != nil {
 		return err
 	}
@@ -161,6 +189,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
 				continue
 			}
+			r := reg.Roles()
+			roles.Store(&r)
 			if srv != nil && srv.Authenticated() {
 				if err := srv.Reload(reg); err != nil {
 					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coagent/coagent/internal/natsauth"
+)
+
+// TestServeRegistersOperator: the first `serve --auth` registers the
+// operator admin, writes its key, and the key runs `rules set` on the live
+// coordinator; a second start registers nobody.
+func TestServeRegistersOperator(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	url, stop := serve(t, data, "--auth")
+	reg, err := natsauth.Load(natsauth.RegistryPath(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := reg.Agents["admin"]; !ok || !slices.Contains(a.Roles, natsauth.RoleAdmin) {
+		t.Fatalf("registry after the first start: %+v", reg.Agents)
+	}
+	seed := natsauth.SeedPath(data, "admin")
+	if st, err := os.Stat(seed); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the operator's key: %v %v", st, err)
+	}
+	rulesFile := filepath.Join(dir, "board.json")
+	writeFile(t, rulesFile, `{"rules":[{"pattern":"tasks.**","writers":["role:coder"]}]}`)
+	p := runBin(t, nil, "", "rules", "set", "--nats", url, "--nkey", seed, rulesFile)
+	if p.status != 0 {
+		t.Fatalf("rules set as the operator: %+v", p)
+	}
+	p = runBin(t, nil, "", "rules", "get", "--nats", url, "--nkey", seed, "-o", "json")
+	if p.status != 0 || !strings.Contains(p.stdout, "tasks.**") {
+		t.Fatalf("rules get as the operator: %+v", p)
+	}
+	p = runBin(t, nil, "", "dlq", "list", "--nats", url, "--nkey", seed)
+	if p.status != 0 || !strings.Contains(p.stderr, "no dead letters") {
+		t.Fatalf("dlq list as the operator: %+v", p)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, stop = serve(t, data, "--auth")
+	defer stop()
+	again, err := natsauth.Load(natsauth.RegistryPath(data))
+	if err != nil || len(again.Agents) != 1 {
+		t.Fatalf("registry after the second start: %+v %v", again, err)
+	}
+}
+
+// TestServePortInUse: serve on a taken address fails at once, saying so
+// and what to do.
+func TestServePortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	p := runBin(t, nil, "", "serve", "--data", data, "--listen", l.Addr().String())
+	if p.status != 1 || !strings.Contains(p.stderr, l.Addr().String()+" is in use") || !strings.Contains(p.stderr, "--listen") {
+		t.Fatalf("serve on a taken address: %+v", p)
+	}
+}
+
+// TestDataDirHeldByServe: the commands that open a data directory say
+// that a running coordinator holds it, and how to ask it instead.
+func TestDataDirHeldByServe(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	_, stop := serve(t, data)
+	defer stop()
+	for _, cmd := range [][]string{{"verify"}, {"replay"}, {"compact", "--before", "1"}} {
+		p := runBin(t, nil, "", append(cmd, "--data", data)...)
+		if p.status != 1 || !strings.Contains(p.stderr, "a running coordinator holds "+data) || !strings.Contains(p.stderr, "coagent state") {
+			t.Errorf("%v on a held directory: %+v", cmd, p)
+		}
+	}
+	p := runBin(t, nil, "", "serve", "--data", data, "--listen", "127.0.0.1:-1")
+	if p.status != 1 || !strings.Contains(p.stderr, "another coagent serve runs on "+data) {
+		t.Errorf("a second serve: %+v", p)
+	}
+}

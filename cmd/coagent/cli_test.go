@@ -352,7 +352,7 @@ func TestClientCommands(t *testing.T) {
 		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title", "--nats", url); p.status != 0 {
 			t.Fatalf("--nats does not win over $NATS_URL: %+v", p)
 		}
-		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title"); p.status != 1 || !strings.Contains(p.stderr, "connect to "+nowhere) {
+		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title"); p.status != 1 || !strings.HasPrefix(p.stderr, "coagent: no NATS server at "+nowhere+" ($NATS_URL)\n") {
 			t.Fatalf("state with $NATS_URL naming no server: %+v", p)
 		}
 		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "--help"); !strings.Contains(p.stdout, `(default "`+nowhere+`")`) {

@@ -150,12 +150,15 @@ func TestNoServer(t *testing.T) {
 	url := "nats://" + freeAddr(t)
 	hint := "start one with 'coagent serve', or point at one with --nats URL or $NATS_URL"
 	for _, args := range [][]string{
-		{"submit", "-"}, {"state", "x"}, {"rules", "get"}, {"rules", "set", "/dev/null"},
-		{"conflicts", "top"}, {"dlq", "list"}, {"dlq", "retry", "X"},
+		{"submit", "-"}, {"state", "x"}, {"state", "--prefix", "x"}, {"rules", "get"}, {"rules", "set", "/dev/null"},
+		{"conflicts", "top"}, {"dlq", "list"}, {"dlq", "retry", "X"}, {"txn", "list"}, {"watch", "x"}, {"log"}, {"log", "--follow"},
 	} {
 		start := time.Now()
 		p := runBin(t, nil, set(ulid.Make().String(), "w1", "a", 1), append(args, "--nats", url)...)
 		want := "coagent: no NATS server at " + url + "\n" + hint + "\n"
+		if args[0] == "log" {
+			want = "coagent: no NATS server at " + url + "\n" + hint + "; or read a stopped server's log with --data DIR\n"
+		}
 		if p.status != 1 || p.stdout != "" || p.stderr != want {
 			t.Errorf("coagent %s: exit %d, stdout %q, stderr %q, want %q", strings.Join(args, " "), p.status, p.stdout, p.stderr, want)
 		}

@@ -2,13 +2,20 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -162,5 +169,78 @@ func TestLogLive(t *testing.T) {
 	}
 	if status, rest := f.interrupt(t); status != 0 || len(rest) != 0 {
 		t.Fatalf("log --follow after SIGINT: exit %d, stdout %q", status, rest)
+	}
+}
+
+// TestAuthHintsAndRemove: a client the server refuses is told which flag
+// to give; an agent removed is dropped at SIGHUP.
+func TestAuthHintsAndRemove(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, a := range []string{"alice", "bob"} {
+		if p := runBin(t, nil, "", "agents", "add", a, "--data", data); p.status != 0 {
+			t.Fatalf("agents add %s: %+v", a, p)
+		}
+	}
+	url, stop := serve(t, data, "--auth")
+	defer stop()
+
+	p := runBin(t, nil, "", "state", "x", "--nats", url)
+	if want := "coagent: the NATS server at " + url + " refused the connection: Authorization Violation\n" +
+		"the server runs with --auth: connect with --nkey DATA/agents/NAME.nk (coagent agents add NAME)\n"; p.status != 1 || p.stdout != "" || p.stderr != want {
+		t.Fatalf("state without --nkey: %+v, want stderr %q", p, want)
+	}
+	if p := runBin(t, nil, "", "state", "x", "--nats", url, "--nkey", natsauth.SeedPath(data, "bob")); p.status != 0 {
+		t.Fatalf("bob's state: %+v", p)
+	}
+
+	// Alice is connected when she is removed.
+	aliceSeed := filepath.Join(dir, "alice.nk")
+	seed, err := os.ReadFile(natsauth.SeedPath(data, "alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, aliceSeed, string(seed))
+	opts, err := agents.AuthOptions("alice", aliceSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	nc, err := nats.Connect(url, append(opts, nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	p = runBin(t, nil, "", "agents", "remove", "alice", "--data", data)
+	if p.status != 0 || p.stdout != "agent alice removed; its nkey seed "+natsauth.SeedPath(data, "alice")+" deleted\n" ||
+		p.stderr != "a running coagent serve --auth drops it after SIGHUP: its connections are closed, new ones refused\n" {
+		t.Fatalf("agents remove alice: %+v", p)
+	}
+	if _, err := os.Stat(natsauth.SeedPath(data, "alice")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("alice's seed stays: %v", err)
+	}
+	if p := runBin(t, nil, "", "agents", "list", "--data", data); p.status != 0 || strings.Contains(p.stdout, "alice") || !strings.Contains(p.stdout, "bob") {
+		t.Fatalf("agents list after the removal: %+v", p)
+	}
+	if p := runBin(t, nil, "", "agents", "remove", "alice", "--data", data); p.status != 1 ||
+		p.stderr != "coagent: no agent alice in "+natsauth.RegistryPath(data)+" ('coagent agents list --data "+data+"' lists them)\n" {
+		t.Fatalf("agents remove alice again: %+v", p)
+	}
+
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("alice's connection stays open after SIGHUP")
+	}
+	p = runBin(t, nil, "", "state", "x", "--nats", url, "--nkey", aliceSeed)
+	if want := "coagent: the NATS server at " + url + " refused --nkey " + aliceSeed + " (agent alice): Authorization Violation\n"; p.status != 1 || !strings.HasPrefix(p.stderr, want) {
+		t.Fatalf("alice after SIGHUP: %+v, want stderr %q…", p, want)
+	}
+	if p := runBin(t, nil, "", "state", "x", "--nats", url, "--nkey", natsauth.SeedPath(data, "bob")); p.status != 0 {
+		t.Fatalf("bob after SIGHUP: %+v", p)
 	}
 }

@@ -53,8 +53,8 @@ func newAgentsCmd(e *env) *cobra.Command {
 	out.register(list.Flags(), true)
 	c := group(&cobra.Command{
 		Use:   "agents",
-		Short: "register agents for serve --auth (agents add NAME --role ROLE) and list them",
-	}, add, list)
+		Short: "register agents for serve --auth (agents add NAME --role ROLE), list and remove them",
+	}, add, list, newAgentsRemoveCmd(e, &data))
 	c.PersistentFlags().StringVar(&data, "data", defaultData, "data directory of the server")
 	return c
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 )
 
@@ -61,8 +62,15 @@ func runArbiter(ctx context.Context, f *arbiterFlags, policy arbiter.Policy, std
 	if !intents.ValidSegment(f.name) {
 		return fmt.Errorf("--name %q: not an agent name", f.name)
 	}
-	nc, err := f.conn.connect("coagent arbiter " + f.name)
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	log := logger.With("arbiter", f.name) // as RunArbiter's own lines say
+	// An arbiter is started with the server or before it: it waits for
+	// the server, and for the coordinator's streams, rather than exit.
+	nc, err := f.conn.connectWaiting(ctx, "coagent arbiter "+f.name, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	defer nc.Close()
@@ -70,8 +78,26 @@ func runArbiter(ctx context.Context, f *arbiterFlags, policy arbiter.Policy, std
 		return policy(f.name, cs), nil
 	}
 	fmt.Fprintf(stdout, "coagent: arbiter %s (policy %s) on %s\n", f.name, f.policy, nc.ConnectedUrlRedacted())
-	err = agents.RunArbiter(ctx, nc, f.name, decide, agents.WithPrefix(f.conn.prefix), agents.WithAckWait(f.ackWait),
-		agents.WithLogger(slog.New(slog.NewTextHandler(stderr, nil))))
+	for waited := false; ; waited = true {
+		err = agents.RunArbiter(ctx, nc, f.name, decide, agents.WithPrefix(f.conn.prefix), agents.WithAckWait(f.ackWait),
+			agents.WithLogger(logger))
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			break
+		}
+		// The server is up and its coordinator not yet: it makes the
+		// arbiters' stream as it starts.
+		if !waited {
+			log.Info("waiting for the coordinator", "stream", f.conn.subjects().Stream(intents.StreamArbiter))
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			err = nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}

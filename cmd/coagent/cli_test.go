@@ -149,9 +149,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "sevre"}, `unknown command "sevre"; did you mean serve?`, "coagent"},
 		{[]string{"submit"}, "missing FILE (or - for stdin)", "coagent submit"},
 		{[]string{"submit", "a.json", "b.json"}, `unexpected argument "b.json"`, "coagent submit"},
-		{[]string{"state"}, "missing PATH", "coagent state"},
+		{[]string{"state"}, "missing PATH (or --prefix PATH)", "coagent state"},
+		{[]string{"watch"}, "missing PATH", "coagent watch"},
+		{[]string{"watch", "a..b"}, `PATH "a..b": segment "" is not 1–128 letters, digits, '_' or '-'`, "coagent watch"},
+		{[]string{"txn"}, "missing subcommand: list", "coagent txn"},
+		{[]string{"txn", "list", "--agent", "a.b"}, `--agent "a.b": not an agent name`, "coagent txn list"},
+		{[]string{"log", "--data", dir, "--follow"}, "--data reads a stopped server's directory, --follow is for a running server: give one", "coagent log"},
+		{[]string{"log", "--nats", "nats://x", "--data", dir}, "--data reads a stopped server's directory, --nats is for a running server: give one", "coagent log"},
+		{[]string{"log", "--limit", "0"}, "--limit 0: want at least 1", "coagent log"},
 		{[]string{"state", "-o", "yaml", "x"}, `invalid argument "yaml" for "-o, --output" flag: want table or json`, "coagent state"},
-		{[]string{"agents"}, "missing subcommand: add, list", "coagent agents"},
+		{[]string{"agents"}, "missing subcommand: add, list, remove", "coagent agents"},
+		{[]string{"agents", "remove"}, "missing NAME", "coagent agents remove"},
 		{[]string{"agents", "ad", "x"}, `unknown command "ad" for "coagent agents"; did you mean add?`, "coagent agents"},
 		{[]string{"agents", "add", "-x"}, "unknown shorthand flag: 'x' in -x", "coagent agents add"},
 		{[]string{"rules", "set"}, "missing FILE", "coagent rules set"},
@@ -267,7 +275,7 @@ func TestCommandList(t *testing.T) {
 			t.Errorf("%s's description starts at column %d, the others at %d:\n%s", m[1], c+2, col+2, p.stdout)
 		}
 	}
-	for _, want := range []string{"serve", "arbiter", "submit", "state", "check", "schema", "replay", "log", "verify", "compact",
+	for _, want := range []string{"serve", "arbiter", "submit", "state", "watch", "txn", "check", "schema", "replay", "log", "verify", "compact",
 		"dlq", "conflicts", "rules", "agents", "bench", "demo", "version", "completion", "help"} {
 		if !names[want] {
 			t.Errorf("the command list lacks %s:\n%s", want, p.stdout)
@@ -352,7 +360,7 @@ func TestClientCommands(t *testing.T) {
 		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title", "--nats", url); p.status != 0 {
 			t.Fatalf("--nats does not win over $NATS_URL: %+v", p)
 		}
-		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title"); p.status != 1 || !strings.Contains(p.stderr, "connect to "+nowhere) {
+		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "report.title"); p.status != 1 || !strings.HasPrefix(p.stderr, "coagent: no NATS server at "+nowhere+" ($NATS_URL)\n") {
 			t.Fatalf("state with $NATS_URL naming no server: %+v", p)
 		}
 		if p := runBin(t, []string{"NATS_URL=" + nowhere}, "", "state", "--help"); !strings.Contains(p.stdout, `(default "`+nowhere+`")`) {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,9 +18,18 @@ import (
 // natsFlags are the flags of a connection to an existing NATS server that
 // every command speaking to a coordinator shares (--nats, --prefix,
 // --creds, the TLS files, --nkey), and the requests made through them.
+//
+// The subject prefix is --subject-prefix, not --prefix: etcdctl's
+// --prefix, a subtree of keys, is what a user of `coagent state` types.
 type natsFlags struct {
 	url, creds, ca, cert, key, nkey string
 	prefix                          string
+
+	fs  *pflag.FlagSet // where --nats is, to tell whether it was given
+	env bool           // the default of --nats is $NATS_URL
+	// alt is another way to do what the command does without a server,
+	// for the hint when there is none: `coagent log --data DIR`.
+	alt string
 }
 
 // subjects are the coordinator's subjects under --prefix.
@@ -33,7 +44,8 @@ func (f *natsFlags) register(fs *pflag.FlagSet, def string) {
 		usage += " ($NATS_URL when set)"
 	}
 	fs.StringVar(&f.url, "nats", def, usage)
-	fs.StringVar(&f.prefix, "prefix", "", "subject prefix (default coagent)")
+	f.fs, f.env = fs, def != "" && def != nats.DefaultURL
+	fs.StringVar(&f.prefix, "subject-prefix", "", "the prefix of every subject and stream name (default coagent)")
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")
 	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")
@@ -41,7 +53,22 @@ func (f *natsFlags) register(fs *pflag.FlagSet, def string) {
 	fs.StringVar(&f.nkey, "nkey", "", "an agent's nkey seed file (coagent agents add writes DATA/agents/NAME.nk), for a server with --auth")
 }
 
+// connect connects to the NATS server at once, or fails with a
+// *connectError that says what to do.
 func (f *natsFlags) connect(name string) (*nats.Conn, error) {
+	opts, err := f.options(name)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(f.url, opts...)
+	if err != nil {
+		return nil, f.connectError(err)
+	}
+	return nc, nil
+}
+
+// options are the connection options the flags give.
+func (f *natsFlags) options(name string) ([]nats.Option, error) {
 	var opts []nats.Option
 	if f.nkey != "" {
 		// The agent is named by its seed file.
@@ -61,11 +88,88 @@ func (f *natsFlags) connect(name string) (*nats.Conn, error) {
 	if f.cert != "" || f.key != "" {
 		opts = append(opts, nats.ClientCert(f.cert, f.key))
 	}
+	return opts, nil
+}
+
+// connectError is a connection the server did not take: there is none at
+// the URL, or it refused who we are. It is the whole story, whatever
+// command failed, so main prints it alone: its message, then on a line of
+// its own what to do about it.
+type connectError struct {
+	msg, hint string
+	err       error
+}
+
+func (e *connectError) Error() string { return e.msg + "\n" + e.hint }
+func (e *connectError) Unwrap() error { return e.err }
+
+// connectError explains err, the failure of a connection to f.url.
+func (f *natsFlags) connectError(err error) error {
+	where := f.url
+	if f.env && !f.fs.Changed("nats") {
+		where += " ($NATS_URL)"
+	}
+	switch {
+	case errors.Is(err, nats.ErrNoServers):
+		hint := "start one with 'coagent serve', or point at one with --nats URL or $NATS_URL"
+		if f.alt != "" {
+			hint += "; " + f.alt
+		}
+		return &connectError{msg: "no NATS server at " + where, hint: hint, err: err}
+	case errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation"):
+		if f.nkey == "" {
+			return &connectError{msg: "the NATS server at " + where + " refused the connection: Authorization Violation",
+				hint: "the server runs with --auth: connect with --nkey DATA/agents/NAME.nk (coagent agents add NAME)", err: err}
+		}
+		return &connectError{msg: fmt.Sprintf("the NATS server at %s refused --nkey %s (agent %s): Authorization Violation", where, f.nkey, f.agent()),
+			hint: fmt.Sprintf("the server admits only the agents of its DATA/agents.json: register %s there with 'coagent agents add %s', then send the server SIGHUP", f.agent(), f.agent()),
+			err:  err}
+	}
+	return fmt.Errorf("connect to %s: %w", where, err)
+}
+
+// connectWaiting connects to the NATS server, waiting for it as long as
+// ctx lasts when there is none yet (saying so once on log), and
+// reconnecting for ever after: what a long-running command wants, where a
+// client command fails at once.
+func (f *natsFlags) connectWaiting(ctx context.Context, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts, err := f.options(name)
+	if err != nil {
+		return nil, err
+	}
+	connected, closed := make(chan struct{}), make(chan struct{})
+	opts = append(opts, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(500*time.Millisecond),
+		nats.ConnectHandler(func(*nats.Conn) { close(connected) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("lost the NATS server; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("reconnected", "url", nc.ConnectedUrlRedacted()) }))
 	nc, err := nats.Connect(f.url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", f.url, err)
+		return nil, f.connectError(err)
 	}
-	return nc, nil
+	if nc.IsConnected() {
+		return nc, nil
+	}
+	hint := "start one with 'coagent serve', or point at one with --nats URL or $NATS_URL"
+	log.Info("waiting for a NATS server", "url", f.url, "hint", hint)
+	select {
+	case <-connected:
+		log.Info("connected", "url", nc.ConnectedUrlRedacted())
+		return nc, nil
+	case <-closed:
+		err := nc.LastError()
+		if err == nil {
+			err = nats.ErrConnectionClosed
+		}
+		return nil, f.connectError(err)
+	case <-ctx.Done():
+		nc.Close()
+		return nil, ctx.Err()
+	}
 }
 
 // agent is the agent an --nkey seed file names (NAME.nk), or "".

@@ -12,7 +12,9 @@ import (
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 )
@@ -52,11 +54,14 @@ func newDLQCmd(e *env) *cobra.Command {
 			})
 		},
 	}
+	var retryWait time.Duration
 	retry := &cobra.Command{
 		Use:   "retry ID",
 		Short: "send the escalated intent of a dead letter again under a new id, and remove the dead letter",
 		Long: "Send the escalated intent again under a new id (meta.retry_of names the old one), so it is decided anew\n" +
-			"and escalates again if it still conflicts; the dead letter is removed.",
+			"and escalates again if it still conflicts; the dead letter is removed. Then print the new intent's decision\n" +
+			"as submit does (-o json: its JSON): the final one, or the latest interim one (escalated, queued) after --wait.\n" +
+			"Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
 			return runDLQ(c.Context(), &conn, func(ctx context.Context, dc *dlqConn, letters []deadLetter) error {
@@ -64,10 +69,24 @@ func newDLQCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return dc.retry(ctx, l, e.stdout)
+				d, err := dc.retry(ctx, l, retryWait, e.stderr)
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					b, _ := json.MarshalIndent(d, "", "  ")
+					fmt.Fprintln(e.stdout, string(b))
+				} else {
+					fmt.Fprintln(e.stdout, describeDecision(d))
+				}
+				if !d.Outcome.Success() {
+					return exitError(1)
+				}
+				return nil
 			})
 		},
 	}
+	retry.Flags().DurationVar(&retryWait, "wait", 5*time.Second, "how long to wait for a final decision before printing the interim one")
 	c := group(&cobra.Command{
 		Use:   "dlq",
 		Short: "list, show or retry the cases no arbiter resolved by their deadline",
@@ -79,6 +98,7 @@ func newDLQCmd(e *env) *cobra.Command {
 
 // dlqConn is a connection to the dead-letter stream.
 type dlqConn struct {
+	nc     *nats.Conn
 	subj   intents.Subjects
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -92,7 +112,7 @@ func runDLQ(ctx context.Context, conn *natsFlags, do func(context.Context, *dlqC
 		return err
 	}
 	defer nc.Close()
-	dc := &dlqConn{subj: conn.subjects()}
+	dc := &dlqConn{nc: nc, subj: conn.subjects()}
 	if dc.js, err = jetstream.New(nc); err != nil {
 		return err
 	}
@@ -158,26 +178,73 @@ func findLetter(letters []deadLetter, id string) (*deadLetter, error) {
 	return nil, fmt.Errorf("no dead letter %s", id)
 }
 
-// retry sends the letter's escalated intent again under a new id, then
-// removes the letter.
-func (dc *dlqConn) retry(ctx context.Context, l *deadLetter, stdout io.Writer) error {
+// retry sends the letter's escalated intent again under a new id, removes
+// the letter and returns the new intent's decision: the final one, or
+// after wait the latest recorded.
+func (dc *dlqConn) retry(ctx context.Context, l *deadLetter, wait time.Duration, stderr io.Writer) (*intents.Decision, error) {
 	id := l.c.ID
 	again, err := arbiter.Retry(l.c, ulid.Make().String())
 	if err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
+		return nil, fmt.Errorf("retry %s: %w", id, err)
 	}
 	data, err := json.Marshal(again)
 	if err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
+		return nil, fmt.Errorf("retry %s: %w", id, err)
 	}
 	if _, err := dc.js.Publish(ctx, dc.subj.Intents(again.Agent), data, jetstream.WithMsgID(again.ID)); err != nil {
-		return fmt.Errorf("retry %s: %w", id, err)
+		return nil, fmt.Errorf("retry %s: %w", id, err)
 	}
 	if err := dc.stream.DeleteMsg(ctx, l.seq); err != nil {
-		return fmt.Errorf("retry %s: sent as %s, but the dead letter stays: %w", id, again.ID, err)
+		return nil, fmt.Errorf("retry %s: sent as %s, but the dead letter stays: %w", id, again.ID, err)
 	}
-	fmt.Fprintf(stdout, "retried %s as intent %s of agent %s\n", id, again.ID, again.Agent)
-	return nil
+	fmt.Fprintf(stderr, "retried %s as intent %s of agent %s\n", id, again.ID, again.Agent)
+	d, err := dc.decision(ctx, again.ID, again.Agent, wait)
+	if err != nil {
+		return nil, fmt.Errorf("retry %s: sent as %s: %w", id, again.ID, err)
+	}
+	return d, nil
+}
+
+// decision asks decision.get for the decision of intent id until it is
+// final or wait has passed, and returns the latest one; none at all by
+// then is an error. The intent went through the stream, whose decisions
+// are the agent's to subscribe to: asking the API needs no such right.
+func (dc *dlqConn) decision(ctx context.Context, id, agent string, wait time.Duration) (*intents.Decision, error) {
+	body, _ := json.Marshal(map[string]string{"intent": id})
+	deadline := time.Now().Add(wait)
+	var last *intents.Decision
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := dc.nc.RequestWithContext(reqCtx, dc.subj.API(intents.APIDecisionGet), body)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("decision.get: %w", err)
+		}
+		switch err := apiError(resp); {
+		case err == nil:
+			var d intents.Decision
+			if err := json.Unmarshal(resp.Data, &d); err != nil {
+				return nil, fmt.Errorf("decision.get: the coordinator answered %q: %w", resp.Data, err)
+			}
+			if d.Outcome.Final() {
+				return &d, nil
+			}
+			last = &d
+		case resp.Header.Get(micro.ErrorCodeHeader) != "not_found":
+			return nil, fmt.Errorf("decision.get: %w", err)
+		}
+		if time.Now().After(deadline) {
+			if last != nil {
+				return last, nil
+			}
+			return nil, fmt.Errorf("no decision recorded after %s; 'coagent log --type decision --agent %s' shows it when there is one", wait, agent)
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 type deadLetter struct {

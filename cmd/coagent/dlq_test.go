@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -70,13 +71,31 @@ func TestDeadLetters(t *testing.T) {
 	if out, _, err = runCmd(t, "", "dlq", "--nats", url, "show", esc); err != nil || !strings.Contains(out, `"deadline"`) {
 		t.Fatalf("dlq show: %q %v", out, err)
 	}
-	if out, _, err = runCmd(t, "", "dlq", "--nats", url, "retry", esc); err != nil || !strings.Contains(out, "retried "+esc) {
-		t.Fatalf("dlq retry: %q %v", out, err)
+	// The retried intent escalates again, and the fallback rejects it
+	// again: retry prints that final decision, and exits 1 as submit would.
+	p := runBin(t, nil, "", "dlq", "--nats", url, "retry", esc)
+	m := regexp.MustCompile(`^retried ` + esc + ` as intent (\S+) of agent w2\n$`).FindStringSubmatch(p.stderr)
+	if p.status != 1 || m == nil || p.stdout != "rejected "+m[1]+" arbiter_rejected (doc.x v0): no arbiter resolved the escalation by its deadline; the fallback rejects it; write-write conflict on doc.x with w1\n" {
+		t.Fatalf("dlq retry: %+v", p)
 	}
-	if d := next(); d.Outcome != intents.OutcomeEscalated || d.Intent == esc {
+	if d := next(); d.Outcome != intents.OutcomeEscalated || d.Intent != m[1] {
 		t.Fatalf("the retried intent: %+v, want a new escalation", d)
 	}
 	if out, _, _ = runCmd(t, "", "dlq", "--nats", url, "list"); strings.Contains(out, esc) {
 		t.Fatalf("the dead letter stays after retry: %q", out)
+	}
+	// The retry was rejected by the fallback in turn: its dead letter,
+	// retried with -o json, prints the decision's JSON.
+	if d := next(); d.Intent != m[1] || d.Reason != intents.ReasonArbiterRejected {
+		t.Fatalf("the retried intent's fallback: %+v", d)
+	}
+	if _, err := dead.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		t.Fatalf("no second dead letter: %v", err)
+	}
+	p = runBin(t, nil, "", "dlq", "retry", m[1], "--nats", url, "-o", "json", "--wait", "10s")
+	var d intents.Decision
+	if p.status != 1 || json.Unmarshal([]byte(p.stdout), &d) != nil || d.Intent == m[1] || d.Agent != "w2" || d.Reason != intents.ReasonArbiterRejected ||
+		!strings.HasPrefix(p.stderr, "retried "+m[1]+" as intent "+d.Intent+" of agent w2\n") {
+		t.Fatalf("dlq retry -o json: %+v", p)
 	}
 }

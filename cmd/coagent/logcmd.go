@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,19 +11,31 @@ import (
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
-// newLogCmd is `coagent log`: the audit trail, from the log's indexes.
+// newLogCmd is `coagent log`: the audit trail, from a running server's
+// log.query, or from the log's indexes in a stopped server's directory.
+//
+// The server is the default: a running server holds its directory locked,
+// so reading the directory works only once the server is stopped, while
+// the question "what happened" is mostly asked of a live system. --data
+// names the directory when that is what is wanted.
 func newLogCmd(e *env) *cobra.Command {
 	var data, typ string
 	var q eventlog.Query
 	var out output
+	var follow bool
+	var conn natsFlags
 	c := &cobra.Command{
 		Use:   "log",
-		Short: "query the audit trail by agent, path, type or transaction",
-		Long:  "Print the events of a stopped server's log that match every filter given, one a line (-o json: one JSON event a line);\nwhen more match than --limit, stderr says where to go on (more: --from SEQ).",
-		Args:  noArgs,
+		Short: "query the audit trail by agent, path, type or transaction (--follow: and go on)",
+		Long: "Print the events that match every filter given, one a line (-o json: one JSON event a line), from the running\n" +
+			"server at --nats (log.query, as the agent of --nkey may see them), or with --data DIR from the directory of a\n" +
+			"stopped server. When more match than --limit, stderr says where to go on (more: --from SEQ). --follow prints\n" +
+			"every match from --from on and then each new one as it is logged, until interrupted.",
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if typ != "" {
 				q.Type = intents.EventType(typ)
@@ -30,19 +43,61 @@ func newLogCmd(e *env) *cobra.Command {
 					return usagef(c, "--type %q: want one of %s", typ, typeNames())
 				}
 			}
-			return runLog(data, q, out.json(), e.stdout, e.stderr)
+			if q.Limit <= 0 {
+				return usagef(c, "--limit %d: want at least 1", q.Limit)
+			}
+			if q.Agent != "" && !intents.ValidSegment(q.Agent) {
+				return usagef(c, "--agent %q: not an agent name", q.Agent)
+			}
+			if q.Path != "" {
+				if err := intents.CheckPath(q.Path); err != nil {
+					return usagef(c, "--path %q: %v", q.Path, err)
+				}
+			}
+			if c.Flags().Changed("data") {
+				for _, flag := range []string{"nats", "follow", "nkey", "creds", "subject-prefix"} {
+					if c.Flags().Changed(flag) {
+						return usagef(c, "--data reads a stopped server's directory, --%s is for a running server: give one", flag)
+					}
+				}
+				return runLog(data, q, out.json(), e.stdout, e.stderr)
+			}
+			if follow {
+				return followLog(c.Context(), &conn, q, out.json(), e.stdout)
+			}
+			return queryLog(c.Context(), &conn, q, out.json(), e.stdout, e.stderr)
 		},
 	}
 	fs := c.Flags()
-	fs.StringVar(&data, "data", defaultData, "data directory of a stopped server")
+	fs.StringVar(&data, "data", "", "read the log in the data directory `DIR` of a stopped server (serve's default: "+defaultData+") instead of asking a running one")
 	fs.StringVar(&q.Agent, "agent", "", "events of this agent")
 	fs.StringVar(&q.Path, "path", "", "events concerning this path, anything under it or an ancestor of it")
 	fs.StringVar(&typ, "type", "", "events of this type ("+typeNames()+")")
 	fs.StringVar(&q.Txn, "txn", "", "events of this transaction")
 	fs.Uint64Var(&q.From, "from", 0, "start at this sequence number")
-	fs.IntVar(&q.Limit, "limit", 100, "at most this many events")
+	fs.IntVar(&q.Limit, "limit", 100, "at most this many events (with --follow: how many one request asks for)")
+	fs.BoolVarP(&follow, "follow", "f", false, "go on printing new events as they are logged, until interrupted")
+	conn.register(fs, e.defaultNATS())
+	conn.alt = "or read a stopped server's log with --data DIR"
 	out.register(fs, true)
 	return c
+}
+
+// printEvents prints events, a line each.
+func printEvents(events []*intents.Event, asJSON bool, stdout io.Writer) error {
+	enc := json.NewEncoder(stdout)
+	for _, ev := range events {
+		if asJSON {
+			if err := enc.Encode(ev); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := fmt.Fprintln(stdout, summary(ev)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer) error {
@@ -55,20 +110,107 @@ func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(stdout)
-	for _, ev := range events {
-		if asJSON {
-			if err := enc.Encode(ev); err != nil {
-				return err
-			}
-			continue
-		}
-		fmt.Fprintln(stdout, summary(ev))
+	if err := printEvents(events, asJSON, stdout); err != nil {
+		return err
 	}
 	if next != 0 {
 		fmt.Fprintf(stderr, "more: --from %d\n", next)
 	}
 	return nil
+}
+
+// logPageMax is the most events one log.query answers.
+const logPageMax = 1000
+
+// logPage is one log.query: the events of q (q.Limit at most, fewer when
+// some are not ours to see) and the seq to go on from, 0 at the end.
+func logPage(ctx context.Context, nc *nats.Conn, conn *natsFlags, q eventlog.Query) ([]*intents.Event, uint64, error) {
+	body, _ := json.Marshal(map[string]any{"agent": q.Agent, "path": q.Path, "type": q.Type, "txn": q.Txn,
+		"from": q.From, "limit": min(q.Limit, logPageMax)})
+	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := nc.RequestWithContext(reqCtx, conn.subjects().API(intents.APILogQuery), body)
+	if err != nil {
+		return nil, 0, fmt.Errorf("log.query: %w", err)
+	}
+	if err := apiError(resp); err != nil {
+		return nil, 0, fmt.Errorf("log.query: %w", err)
+	}
+	var page struct {
+		Events []*intents.Event `json:"events"`
+		Next   uint64           `json:"next"`
+	}
+	if err := json.Unmarshal(resp.Data, &page); err != nil {
+		return nil, 0, fmt.Errorf("log.query: the coordinator answered %q: %w", resp.Data, err)
+	}
+	return page.Events, page.Next, nil
+}
+
+// queryLog prints up to q.Limit events of q from the running server, a
+// page after another, and where to go on.
+func queryLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bool, stdout, stderr io.Writer) error {
+	nc, err := conn.connect("coagent log")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for left := q.Limit; left > 0; {
+		q.Limit = left
+		events, next, err := logPage(ctx, nc, conn, q)
+		if err != nil {
+			return err
+		}
+		if err := printEvents(events, asJSON, stdout); err != nil {
+			return err
+		}
+		left -= len(events)
+		if next == 0 {
+			return nil
+		}
+		q.From = next
+	}
+	fmt.Fprintf(stderr, "more: --from %d\n", q.From)
+	return nil
+}
+
+// logPoll is how often --follow asks for new events once it has seen the
+// end of the log.
+const logPoll = 250 * time.Millisecond
+
+// followLog prints every event of q from q.From on, then each new one,
+// until ctx ends. It asks log.query from the seq after the last event it
+// printed: the log is appended in seq order, so nothing is missed and
+// nothing printed twice.
+func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bool, stdout io.Writer) error {
+	nc, err := conn.connect("coagent log")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for {
+		events, next, err := logPage(ctx, nc, conn, q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := printEvents(events, asJSON, stdout); err != nil {
+			return err
+		}
+		switch {
+		case next != 0:
+			q.From = next
+			continue
+		case len(events) > 0:
+			q.From = events[len(events)-1].Seq + 1
+		}
+		select {
+		case <-time.After(logPoll):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 func typeNames() string {

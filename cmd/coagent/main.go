@@ -22,11 +22,17 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	var exit exitError
+	var conn *connectError
 	switch {
 	case errors.As(err, &exit):
 		os.Exit(int(exit))
 	case errors.Is(err, errUsage):
 		os.Exit(2) // run has said what was wrong and where the help is
+	case errors.As(err, &conn):
+		// No server, or one that refused us: what the command was about
+		// to do adds nothing, and the hint says what to do.
+		fmt.Fprintln(os.Stderr, "coagent:", conn)
+		os.Exit(1)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "coagent:", err)
 		os.Exit(1)

@@ -5,59 +5,189 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/spf13/cobra"
 )
 
-// newStateCmd is `coagent state`: the current values of paths, with their
-// versions and the rev they were read at.
+// newStateCmd is `coagent state`: the current values of paths, or of
+// everything under one (--prefix), with their versions and the rev they
+// were read at.
 func newStateCmd(e *env) *cobra.Command {
 	var conn natsFlags
 	var out output
+	var prefix string
 	c := &cobra.Command{
-		Use:   "state PATH...",
-		Short: "print the current values of paths with their versions and the rev",
-		Args:  argsBetween(1, -1, "PATH"),
+		Use:   "state PATH... | --prefix PATH",
+		Short: "print the current values of paths (or of all under one, --prefix) with their versions and the rev",
+		Long: "Print each PATH = VALUE (version N, mod_rev M), then the rev they were read at. With --prefix PATH,\n" +
+			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path.",
+		Args: func(c *cobra.Command, args []string) error {
+			switch {
+			case prefix != "" && len(args) > 0:
+				return usagef(c, "--prefix %s lists a subtree: give it or PATHs, not both", prefix)
+			case prefix == "" && len(args) == 0:
+				return usagef(c, "missing PATH (or --prefix PATH)")
+			}
+			return nil
+		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if prefix != "" {
+				return runStatePrefix(c.Context(), &conn, &out, prefix, e.stdout, e.stderr)
+			}
 			return runState(c.Context(), &conn, &out, args, e.stdout)
 		},
 	}
+	c.Flags().StringVar(&prefix, "prefix", "", "list every leaf under this path")
 	conn.register(c.Flags(), e.defaultNATS())
 	out.register(c.Flags(), true)
 	return c
 }
 
-func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout io.Writer) error {
+// stateAnswer is state.get's answer.
+type stateAnswer struct {
+	Rev    uint64                `json:"rev"`
+	Values map[string]stateEntry `json:"values"`
+}
+
+type stateEntry struct {
+	Exists   bool            `json:"exists"`
+	Value    json.RawMessage `json:"value,omitempty"`
+	Version  uint64          `json:"version"`
+	ModRev   uint64          `json:"mod_rev,omitempty"`
+	Redacted []string        `json:"redacted,omitempty"`
+}
+
+// getState asks state.get for paths; data is the answer as sent.
+func getState(ctx context.Context, conn *natsFlags, paths []string) (out *stateAnswer, data []byte, err error) {
 	body, _ := json.Marshal(map[string][]string{"paths": paths})
-	data, err := conn.request(ctx, "coagent state", conn.subjects().API(intents.APIStateGet), body)
+	data, err = conn.request(ctx, "coagent state", conn.subjects().API(intents.APIStateGet), body)
 	if err != nil {
-		return fmt.Errorf("state: %w", err)
+		return nil, nil, fmt.Errorf("state: %w", err)
+	}
+	out = &stateAnswer{}
+	if err := json.Unmarshal(data, out); err != nil {
+		return nil, nil, fmt.Errorf("state: the coordinator answered %q: %w", data, err)
+	}
+	return out, data, nil
+}
+
+func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout io.Writer) error {
+	out, data, err := getState(ctx, conn, paths)
+	if err != nil {
+		return err
 	}
 	if format.json() {
 		fmt.Fprintln(stdout, string(data))
 		return nil
 	}
-	var out struct {
-		Rev    uint64 `json:"rev"`
-		Values map[string]struct {
-			Exists  bool            `json:"exists"`
-			Value   json.RawMessage `json:"value"`
-			Version uint64          `json:"version"`
-			ModRev  uint64          `json:"mod_rev"`
-		} `json:"values"`
-	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return fmt.Errorf("state: the coordinator answered %q: %w", data, err)
-	}
 	for _, p := range paths {
-		v := out.Values[p]
-		if !v.Exists {
-			fmt.Fprintf(stdout, "%s absent (version %d)\n", p, v.Version)
-			continue
-		}
-		fmt.Fprintf(stdout, "%s = %s (version %d, mod_rev %d)\n", p, v.Value, v.Version, v.ModRev)
+		printEntry(stdout, p, out.Values[p])
 	}
 	fmt.Fprintf(stdout, "rev %d\n", out.Rev)
 	return nil
+}
+
+func printEntry(w io.Writer, path string, v stateEntry) {
+	switch {
+	case !v.Exists && slices.Contains(v.Redacted, path):
+		fmt.Fprintf(w, "%s redacted (the readers rules keep it from you)\n", path)
+	case !v.Exists:
+		fmt.Fprintf(w, "%s absent (version %d)\n", path, v.Version)
+	default:
+		fmt.Fprintf(w, "%s = %s (version %d, mod_rev %d)\n", path, v.Value, v.Version, v.ModRev)
+	}
+}
+
+// statePrefixBatch is how many leaves one state.get asks for: the request
+// stays far below NATS's default 1 MB payload whatever the paths.
+const statePrefixBatch = 500
+
+// statePrefixTries is how many times --prefix reads a subtree that
+// changes while it is read before it gives up.
+const statePrefixTries = 5
+
+// runStatePrefix lists the leaves under prefix. state.get gives the
+// subtree's value, whose leaves are then read for their versions; the
+// prefix is read with them each time, and its version (the commits under
+// it) must not change between the reads, so the listing is the subtree at
+// one moment.
+func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix string, stdout, stderr io.Writer) error {
+	for try := 1; ; try++ {
+		top, _, err := getState(ctx, conn, []string{prefix})
+		if err != nil {
+			return err
+		}
+		root := top.Values[prefix]
+		if !root.Exists {
+			if format.json() {
+				b, _ := json.Marshal(stateAnswer{Rev: top.Rev, Values: map[string]stateEntry{}})
+				fmt.Fprintln(stdout, string(b))
+			}
+			if slices.Contains(root.Redacted, prefix) {
+				fmt.Fprintf(stderr, "%s is kept from you by the readers rules (rev %d)\n", prefix, top.Rev)
+			} else {
+				fmt.Fprintf(stderr, "nothing under %s (rev %d)\n", prefix, top.Rev)
+			}
+			return nil
+		}
+		var value any
+		if err := json.Unmarshal(root.Value, &value); err != nil {
+			return fmt.Errorf("state: the value of %s: %w", prefix, err)
+		}
+		var leaves []string
+		collectLeaves(prefix, value, &leaves)
+		all := stateAnswer{Rev: top.Rev, Values: map[string]stateEntry{}}
+		same := true
+		for i := 0; i < len(leaves) && same; i += statePrefixBatch {
+			batch := leaves[i:min(i+statePrefixBatch, len(leaves))]
+			got, _, err := getState(ctx, conn, append([]string{prefix}, batch...))
+			if err != nil {
+				return err
+			}
+			same = got.Values[prefix].Version == root.Version
+			for _, p := range batch {
+				all.Values[p] = got.Values[p]
+			}
+			all.Rev = got.Rev
+		}
+		if !same {
+			if try == statePrefixTries {
+				return fmt.Errorf("state --prefix %s: the subtree changed while it was read, %d times; try again", prefix, try)
+			}
+			continue
+		}
+		if format.json() {
+			b, err := json.Marshal(all)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, string(b))
+		} else {
+			for _, p := range leaves {
+				printEntry(stdout, p, all.Values[p])
+			}
+			fmt.Fprintf(stdout, "rev %d\n", all.Rev)
+		}
+		if len(root.Redacted) > 0 {
+			fmt.Fprintf(stderr, "kept from you by the readers rules: %s\n", strings.Join(root.Redacted, ", "))
+		}
+		return nil
+	}
+}
+
+// collectLeaves appends the paths of the leaves of v, the value at path,
+// in path order: v itself when it is not an object or an empty one.
+func collectLeaves(path string, v any, out *[]string) {
+	obj, ok := v.(map[string]any)
+	if !ok || len(obj) == 0 {
+		*out = append(*out, path)
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		collectLeaves(path+"."+k, obj[k], out)
+	}
 }

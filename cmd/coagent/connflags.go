@@ -11,6 +11,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
 )
@@ -30,6 +31,9 @@ type natsFlags struct {
 	// alt is another way to do what the command does without a server,
 	// for the hint when there is none: `coagent log --data DIR`.
 	alt string
+	// perms turns a permissions violation of the connection into the
+	// refused call's error at once, instead of a wait for its timeout.
+	perms *agents.Permissions
 }
 
 // subjects are the coordinator's subjects under --prefix.
@@ -79,6 +83,8 @@ func (f *natsFlags) options(name string) ([]nats.Option, error) {
 		opts = ao
 	}
 	opts = append(opts, nats.Name(name)) // after the agent's own name
+	f.perms = agents.NewPermissions()
+	opts = append(opts, f.perms.Option())
 	if f.creds != "" {
 		opts = append(opts, nats.UserCredentials(f.creds))
 	}
@@ -195,14 +201,49 @@ func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([
 		return nil, err
 	}
 	defer nc.Close()
-	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	reqCtx, cancelPerms := f.guard(ctx)
+	defer cancelPerms()
+	reqCtx, cancel := context.WithTimeout(reqCtx, 10*time.Second)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(reqCtx, m)
 	if err != nil {
-		return nil, err
+		return nil, f.refused(reqCtx, err)
 	}
 	if err := apiError(resp); err != nil {
 		return nil, err
 	}
 	return resp.Data, nil
+}
+
+// guard is ctx, ended at once if the server refuses the connection a
+// permission while it lasts; refused then says which.
+func (f *natsFlags) guard(ctx context.Context) (context.Context, context.CancelFunc) {
+	if f.perms == nil {
+		return context.WithCancel(ctx)
+	}
+	return f.perms.Context(ctx)
+}
+
+// refused is err, the failure of a call made under guard's ctx, or the
+// permission the server refused with the identity that has it, as a
+// *connectError: the command could not do anything else with it.
+func (f *natsFlags) refused(ctx context.Context, err error) error {
+	if f.perms == nil || err == nil {
+		return err
+	}
+	err = f.perms.Err(ctx, err)
+	var pe *agents.PermissionError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	who := "this connection"
+	if f.nkey != "" {
+		who = "agent " + f.agent()
+	}
+	msg := fmt.Sprintf("the server refused %s to %s %s", who, pe.Op, pe.Subject)
+	hint := "the server's permissions do not allow it (docs/auth.md lists them)"
+	if role := natsauth.RoleFor(f.prefix, f.agent(), nil, pe.Subject, pe.Op == "publish"); role != "" {
+		hint = fmt.Sprintf("it needs an agent with the role %s: --nkey DATA/agents/NAME.nk of one (coagent agents add NAME --role %s; serve --auth made DATA/agents/admin.nk)", role, role)
+	}
+	return &connectError{msg: msg, hint: hint, err: err}
 }

@@ -116,17 +116,23 @@ func runDLQ(ctx context.Context, conn *natsFlags, do func(context.Context, *dlqC
 	if dc.js, err = jetstream.New(nc); err != nil {
 		return err
 	}
+	ctx, cancelPerms := conn.guard(ctx)
+	defer cancelPerms()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	name := dc.subj.Stream(intents.StreamDLQ)
 	if dc.stream, err = dc.js.Stream(ctx, name); err != nil {
+		var ce *connectError
+		if err := conn.refused(ctx, err); errors.As(err, &ce) {
+			return err
+		}
 		return fmt.Errorf("dead-letter stream %s: %w", name, err)
 	}
 	letters, err := deadLetters(ctx, dc.stream)
 	if err != nil {
-		return err
+		return conn.refused(ctx, err)
 	}
-	return do(ctx, dc, letters)
+	return conn.refused(ctx, do(ctx, dc, letters))
 }
 
 // printDeadLetters prints a table with a header, or a JSON array; with

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/internal/natsauth"
 )
@@ -84,5 +85,34 @@ func TestDataDirHeldByServe(t *testing.T) {
 	p := runBin(t, nil, "", "serve", "--data", data, "--listen", "127.0.0.1:-1")
 	if p.status != 1 || !strings.Contains(p.stderr, "another coagent serve runs on "+data) {
 		t.Errorf("a second serve: %+v", p)
+	}
+}
+
+// TestRefusedPermissionSaysWhichRole: under --auth, an agent without the
+// role admin is refused rules set and dlq list at once, told the
+// permission and the role that has it, not left to time out.
+func TestRefusedPermissionSaysWhichRole(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if p := runBin(t, nil, "", "agents", "add", "bob", "--data", data); p.status != 0 {
+		t.Fatalf("agents add bob: %+v", p)
+	}
+	url, stop := serve(t, data, "--auth")
+	defer stop()
+	rulesFile := filepath.Join(dir, "board.json")
+	writeFile(t, rulesFile, `{"rules":[]}`)
+	bob := natsauth.SeedPath(data, "bob")
+	for _, cmd := range [][]string{{"rules", "set", rulesFile}, {"dlq", "list"}} {
+		start := time.Now()
+		p := runBin(t, nil, "", append(cmd, "--nats", url, "--nkey", bob)...)
+		if p.status != 1 || !strings.Contains(p.stderr, "the server refused agent bob to publish") ||
+			!strings.Contains(p.stderr, "the role admin") {
+			t.Errorf("%v as bob: %+v", cmd, p)
+		}
+		// The request's own timeout is 10 s and the stream's 30 s; a
+		// refusal that waited for either did not come at once.
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("%v as bob took %v", cmd, d)
+		}
 	}
 }

@@ -116,3 +116,21 @@ func TestRefusedPermissionSaysWhichRole(t *testing.T) {
 		}
 	}
 }
+
+// TestServeChecksRulesFirst: a rules file that does not compile stops
+// serve before it makes a data directory.
+func TestServeChecksRulesFirst(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	bad := filepath.Join(dir, "bad.json")
+	writeFile(t, bad, `{"rules":[{"pattern":"tasks..x"}]}`)
+	for _, file := range []string{bad, filepath.Join(dir, "missing.json")} {
+		p := runBin(t, nil, "", "serve", "--data", data, "--listen", "127.0.0.1:-1", "--rules", file)
+		if p.status != 1 || !strings.Contains(p.stderr, "--rules") {
+			t.Errorf("serve --rules %s: %+v", file, p)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Fatalf("serve --rules %s made %s: %v", file, data, err)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
@@ -50,6 +51,18 @@ func newServeCmd(e *env) *cobra.Command {
 			// Every flag is checked before the data directory is touched.
 			if _, err := arbiter.ByName(f.fallback); err != nil {
 				return usagef(c, "--arbiter-fallback: %v", err)
+			}
+			if f.rulesFile != "" {
+				// Compiled again once the coordinator runs, with the
+				// registry's roles; a file that cannot be must not leave a
+				// data directory behind.
+				file, err := os.ReadFile(f.rulesFile)
+				if err != nil {
+					return fmt.Errorf("--rules: %w", err)
+				}
+				if _, err := rules.Compile(file, intents.NewCompiler(intents.CompilerOptions{})); err != nil {
+					return fmt.Errorf("--rules %s: %w", f.rulesFile, err)
+				}
 			}
 			return runServe(c.Context(), &f, e.stdout, e.stderr)
 		},

@@ -106,13 +106,13 @@ func (c *Cluster) options() (server.ClusterOpts, []*url.URL, error) {
 	var errs []error
 	if c.Node == "" {
 		errs = append(errs, errors.New("natsauth: cluster: the node name is missing"))
-	} else if err := checkName(c.Node); err != nil {
+	} else if err := CheckName(c.Node); err != nil {
 		errs = append(errs, fmt.Errorf("natsauth: cluster: node name %q: %w", c.Node, err))
 	}
 	name := c.Name
 	if name == "" {
 		name = DefaultCluster
-	} else if err := checkName(name); err != nil {
+	} else if err := CheckName(name); err != nil {
 		errs = append(errs, fmt.Errorf("natsauth: cluster: cluster name %q: %w", name, err))
 	}
 	host, port, err := splitListen(c.Listen)
@@ -139,10 +139,10 @@ func (c *Cluster) options() (server.ClusterOpts, []*url.URL, error) {
 	return server.ClusterOpts{Name: name, Host: host, Port: port}, routes, nil
 }
 
-// checkName reports a name nats-server would refuse or misread: empty,
+// CheckName reports a name nats-server would refuse or misread: empty,
 // or with white space or a subject's special characters (names are
 // tokens of the servers' own subjects).
-func checkName(n string) error {
+func CheckName(n string) error {
 	for _, r := range n {
 		switch {
 		case r <= ' ', r == '.', r == '*', r == '>', r == 0x7f:
@@ -164,4 +164,35 @@ func Loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ClusterReady reports nil once the server's JetStream can place a stream
+// of replicas: for a node of a cluster, once the cluster has elected its
+// meta leader and knows at least replicas nodes online, this one among
+// them; for a server alone, at once. Otherwise its error says what is
+// missing: no leader yet, or how many nodes are online. A stream created
+// before either fails (no leader, or "insufficient resources"), so the
+// coordinator of a node waits for this first.
+func (s *Server) ClusterReady(replicas int) error {
+	if s.opts.Cluster.Port == 0 {
+		return nil
+	}
+	jsz, err := s.ns.Jsz(nil)
+	if err != nil {
+		return fmt.Errorf("natsauth: JetStream: %w", err)
+	}
+	routes := s.ns.NumRemotes()
+	if jsz.Meta == nil || jsz.Meta.Leader == "" {
+		return fmt.Errorf("the JetStream cluster has no leader yet (this node has routes to %d other nodes; a leader needs a majority of the cluster's)", routes)
+	}
+	online := 1 // the leader's list leaves out the leader, or this node
+	for _, p := range jsz.Meta.Replicas {
+		if !p.Offline {
+			online++
+		}
+	}
+	if online < replicas {
+		return fmt.Errorf("the JetStream cluster has %d nodes online, and streams of %d replicas need %d (this node has routes to %d other nodes)", online, replicas, replicas, routes)
+	}
+	return nil
 }

@@ -83,6 +83,12 @@ func TestStartServerCluster(t *testing.T) {
 		}
 		t.Cleanup(srv.Shutdown)
 		srvs = append(srvs, srv)
+		if i == 0 {
+			// Alone, a node of three elects no leader.
+			if err := srv.ClusterReady(1); err == nil || !strings.Contains(err.Error(), "no leader yet") {
+				t.Errorf("one node of three is ready: %v", err)
+			}
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -100,6 +106,27 @@ func TestStartServerCluster(t *testing.T) {
 			t.Fatalf("no meta leader with 3 peers: %d leaders, %d peers", leaders, peers)
 		}
 		time.Sleep(20 * time.Millisecond) // an election signals nothing to wait on
+	}
+	// Every node sees the three online, sooner or later, and not a fourth.
+	for time.Now().Before(deadline) {
+		ready := 0
+		for _, s := range srvs {
+			if s.ClusterReady(3) == nil {
+				ready++
+			}
+		}
+		if ready == len(srvs) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i, s := range srvs {
+		if err := s.ClusterReady(3); err != nil {
+			t.Errorf("node %d: %v", i, err)
+		}
+		if err := s.ClusterReady(4); err == nil || !strings.Contains(err.Error(), "has 3 nodes online") {
+			t.Errorf("node %d ready for 4 replicas: %v", i, err)
+		}
 	}
 	for i, s := range srvs {
 		if !s.NATS().JetStreamIsClustered() || s.NATS().Name() != fmt.Sprintf("n%d", i+1) || s.NATS().ClusterName() != DefaultCluster {

@@ -182,7 +182,9 @@ func TestServeCluster(t *testing.T) {
 	// A second coordinator on the cluster is refused: here one that would
 	// use a node as an existing server.
 	p := runBin(t, nil, "", "serve", "--data", filepath.Join(dir, "d4"), "--nats", url(2))
-	if p.status != 1 || !strings.Contains(p.stderr, "another coordinator already serves on "+url(2)) {
+	// It is told first that its streams would have 1 replica there.
+	if p.status != 1 || !strings.Contains(p.stderr, "another coordinator already serves on "+url(2)) ||
+		!strings.Contains(p.stderr, "the server is in cluster coagent; streams this coordinator makes have 1 replica unless given --replicas 3") {
 		t.Errorf("a second coordinator: %+v", p)
 	}
 	// The coordinator first, while the cluster it writes to is whole.

@@ -42,7 +42,7 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "with --cluster: this node's name, unique in the cluster (n1, n2, …)")
 	fs.StringVar(&f.cluster, "cluster-name", natsauth.DefaultCluster, "with --cluster: the cluster's name, the same on every node")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many servers store each stream, 1 to 5 (default 1, 3 with --cluster; with --nats of a cluster, give 3)")
-	fs.BoolVar(&f.coordinator, "coordinator", true, "run the coordinator on this node (with --cluster the default is false: one node of the cluster runs it until leadership exists)")
+	fs.BoolVar(&f.coordinator, "coordinator", true, "run the coordinator on this node; with --cluster only the node given --coordinator runs it, until leadership exists")
 }
 
 // check validates the flags before anything touches the disk, and sets

@@ -45,6 +45,8 @@ func newServeCmd(e *env) *cobra.Command {
 		Short: "run the coordinator (embedded NATS on 127.0.0.1:4222, or --nats URL)",
 		Long: "Run the coordinator until SIGINT or SIGTERM: on an embedded NATS server with JetStream (--listen),\n" +
 			"or on an existing server or cluster (--nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]).\n" +
+			"With --cluster HOST:PORT --routes URL,… --name NAME the embedded server is a node of a JetStream cluster;\n" +
+			"one node of it, given --coordinator, runs the coordinator.\n" +
 			"SIGHUP reloads --rules and the agents of --auth.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

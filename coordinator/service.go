@@ -51,6 +51,13 @@ type Options struct {
 	// EventsMaxAge is how long the change feed keeps changes. The default
 	// is 24h.
 	EventsMaxAge time.Duration
+	// Replicas is how many servers of a JetStream cluster store each
+	// stream the coordinator creates, 1 to 5 (SPEC §10): 3 rides the loss
+	// of one server, 5 of two; a server alone can only hold 1. A stream
+	// that exists with other replicas is reported (at Warn) and kept as it
+	// is: changing it is the operator's call (nats stream edit --replicas).
+	// The default is 1.
+	Replicas int
 	// SubmitWait is how long an API submit waits for a final decision when
 	// the request does not say (header Coagent-Wait-Ms). The default is 10s.
 	SubmitWait time.Duration
@@ -115,6 +122,9 @@ func (o *Options) EnsureDefaults() {
 	if o.SubmitWait == 0 {
 		o.SubmitWait = 10 * time.Second
 	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
 	if o.MaxSubmits == 0 {
 		o.MaxSubmits = 10000
 	}
@@ -152,6 +162,9 @@ func (o *Options) Validate() error {
 	count("MaxIntake", o.MaxIntake)
 	count("MaxAckPending", o.MaxAckPending)
 	count("MaxSubmits", o.MaxSubmits)
+	if o.Replicas < 0 || o.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("coordinator options: Replicas is %d, want 1 to %d", o.Replicas, MaxReplicas))
+	}
 	dur := func(name string, d time.Duration) {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("coordinator options: %s is negative (%s)", name, d))

@@ -19,7 +19,7 @@ import (
 // acknowledged it), their decisions, the changes watchers follow, and the
 // arbiters' cases.
 func (s *Service) streamConfigs() []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{
+	cfgs := []jetstream.StreamConfig{
 		{Name: s.subj.Stream(intents.StreamIntents), Subjects: []string{s.subj.AllIntents()},
 			Retention: jetstream.InterestPolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
 			MaxMsgSize: MaxWireMessage},
@@ -32,7 +32,14 @@ func (s *Service) streamConfigs() []jetstream.StreamConfig {
 		{Name: s.subj.Stream(intents.StreamDLQ), Subjects: []string{s.subj.DeadLetters()},
 			Retention: jetstream.LimitsPolicy, Storage: jetstream.FileStorage},
 	}
+	for i := range cfgs {
+		cfgs[i].Replicas = s.opts.Replicas
+	}
+	return cfgs
 }
+
+// MaxReplicas is the most replicas a JetStream stream can have.
+const MaxReplicas = 5
 
 // intentsConsumer is the coordinator's durable consumer on the intents
 // stream. It acknowledges in bulk: one acknowledgement of a group's last
@@ -85,8 +92,18 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 		if err != nil {
 			return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
 		}
-		if diffs := streamDiffs(st.CachedInfo().Config, want); len(diffs) > 0 {
+		have := st.CachedInfo().Config
+		if diffs := streamDiffs(have, want); len(diffs) > 0 {
 			return nil, fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
+		}
+		if have.Replicas != want.Replicas {
+			// Unlike the settings above, the replicas change nothing the
+			// coordinator relies on, only how many servers' loss the stream
+			// survives: a stream made before a cluster grew (or on purpose)
+			// keeps working, and changing it moves its data, which is the
+			// operator's call.
+			s.log.Warn("stream exists with other replicas; kept as it is (change it with nats stream edit --replicas)",
+				"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
 		}
 	}
 	name := s.subj.Stream(intents.StreamIntents)

@@ -34,6 +34,7 @@ type serveFlags struct {
 	arbiterTimeout      time.Duration
 	fallback, rulesFile string
 	authOn              bool
+	cluster             clusterFlags
 }
 
 // newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
@@ -45,12 +46,17 @@ func newServeCmd(e *env) *cobra.Command {
 		Short: "run the coordinator (embedded NATS on 127.0.0.1:4222, or --nats URL)",
 		Long: "Run the coordinator until SIGINT or SIGTERM: on an embedded NATS server with JetStream (--listen),\n" +
 			"or on an existing server or cluster (--nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]).\n" +
+			"With --cluster HOST:PORT --routes URL,… --name NAME the embedded server is a node of a JetStream cluster;\n" +
+			"one node of it, given --coordinator, runs the coordinator.\n" +
 			"SIGHUP reloads --rules and the agents of --auth.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			// Every flag is checked before the data directory is touched.
 			if _, err := arbiter.ByName(f.fallback); err != nil {
 				return usagef(c, "--arbiter-fallback: %v", err)
+			}
+			if err := f.cluster.check(c, &f); err != nil {
+				return err
 			}
 			if f.rulesFile != "" {
 				// Compiled again once the coordinator runs, with the
@@ -75,6 +81,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fs.StringVar(&f.fallback, "arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
+	f.cluster.register(fs)
 	fs.BoolVar(&f.authOn, "auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
 	return c
 }
@@ -110,10 +117,11 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	if f.conn.url == "" {
 		cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
-			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix}
+			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config()}
 		if f.authOn {
 			cfg.Agents = reg
 		}
+		f.cluster.warnRoutes(stderr)
 		var err error
 		if srv, err = natsauth.StartServer(cfg); err != nil {
 			var inUse *natsauth.AddrInUseError
@@ -123,10 +131,13 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer srv.Shutdown()
+		if !f.cluster.coordinator {
+			return serveNode(ctx, f, srv, stdout)
+		}
 		if nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
 			return err
 		}
-		where = srv.NATS().ClientURL() + " (embedded NATS with JetStream)"
+		where = srv.NATS().ClientURL() + " (embedded NATS with JetStream" + f.cluster.describe(srv) + ")"
 		if srv.Authenticated() {
 			where += ", agents authenticated"
 		}
@@ -143,14 +154,25 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	defer nc.Close()
-	// Errors (a contained panic, a failed log write) are always reported;
-	// -v adds the operational messages.
-	level := slog.LevelError
+	if srv != nil {
+		if err := f.cluster.waitCluster(ctx, srv, stderr); err != nil {
+			return err
+		}
+	} else if name := nc.ConnectedClusterName(); name != "" && f.cluster.replicas == 1 {
+		fmt.Fprintf(stderr, "coagent: note: the server is in cluster %s; streams this coordinator makes have 1 replica unless given --replicas 3\n", name)
+	}
+	if err := checkNoCoordinator(nc, f); err != nil {
+		return err
+	}
+	// Errors (a contained panic, a failed log write) and warnings (a
+	// stream found with other replicas, a missing consumer made again) are
+	// always reported; -v adds the operational messages.
+	level := slog.LevelWarn
 	if f.verbose {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn,
+	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn, Replicas: f.cluster.replicas,
 		Roles: func() map[string][]string {
 			if r := roles.Load(); r != nil {
 				return *r
@@ -230,6 +252,18 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	if err := nc.Drain(); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
+	fmt.Fprintln(stdout, "coagent: stopped")
+	return nil
+}
+
+// serveNode runs a cluster node without a coordinator: its embedded
+// server alone, until ctx ends.
+func serveNode(ctx context.Context, f *serveFlags, srv *natsauth.Server, stdout io.Writer) error {
+	abs, _ := filepath.Abs(f.data)
+	fmt.Fprintf(stdout, "coagent: serving NATS on %s (embedded NATS with JetStream%s), no coordinator on this node (--coordinator runs one); data in %s\n",
+		srv.NATS().ClientURL(), f.cluster.describe(srv), abs)
+	<-ctx.Done()
+	srv.Shutdown()
 	fmt.Fprintln(stdout, "coagent: stopped")
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -30,6 +29,10 @@ type ServerConfig struct {
 	// Prefix is the coordinator's subject prefix, under which the agents'
 	// permissions are given. The default is that of intents.Subjects.
 	Prefix string
+	// Cluster, when not nil, makes the server a node of a JetStream
+	// cluster (see Cluster for how its routes are, and are not, secured).
+	// The default, nil, is a server alone.
+	Cluster *Cluster
 }
 
 // Server is an embedded NATS server with JetStream, the one `coagent
@@ -55,16 +58,22 @@ var ErrNoRegistry = errors.New("natsauth: the server was started without an agen
 // StartServer starts an embedded server and waits until it accepts
 // connections. Its errors name the listen address.
 func StartServer(cfg ServerConfig) (*Server, error) {
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	host, port, err := splitListen(cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("natsauth: listen address %q: %w", cfg.Listen, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("natsauth: listen address %q: port: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("natsauth: %w", err)
 	}
 	s := &Server{prefix: cfg.Prefix, opts: server.Options{Host: host, Port: port, JetStream: true,
 		StoreDir: cfg.Store, MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true}}
+	if cfg.Cluster != nil {
+		cl, routes, err := cfg.Cluster.options()
+		if err != nil {
+			return nil, err
+		}
+		// A clustered JetStream needs a server name (its Raft peer's), a
+		// cluster name and a route listener; the store stays this node's,
+		// one replica of each stream among the cluster's.
+		s.opts.ServerName, s.opts.Cluster, s.opts.Routes = cfg.Cluster.Node, cl, routes
+	}
 	if cfg.Agents != nil {
 		if s.self, err = nkeys.CreateUser(); err != nil {
 			return nil, fmt.Errorf("natsauth: coordinator key: %w", err)
@@ -85,11 +94,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	fatal := &fatalLogger{errs: make(chan error, 1)}
 	s.ns.SetLogger(fatal, false, false)
 	go s.ns.Start()
-	if err := s.ready(cfg.Listen, fatal.errs); err != nil {
+	if err := s.ready(cfg, fatal.errs); err != nil {
 		s.ns.Shutdown()
 		return nil, err
 	}
 	s.opts.Port = s.ns.Addr().(*net.TCPAddr).Port // the port it got, when asked for any
+	if cfg.Cluster != nil {
+		s.opts.Cluster.Port = s.ns.ClusterAddr().Port
+	}
 	return s, nil
 }
 
@@ -97,14 +109,19 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 // starts nor says why.
 const startTimeout = 10 * time.Second
 
-// ready waits until the server accepts connections, or fails with the
-// error it reported on errs: an *AddrInUseError if its address is taken.
-func (s *Server) ready(listen string, errs <-chan error) error {
+// ready waits until the server accepts connections (and routes, in a
+// cluster), or fails with the error it reported on errs: an
+// *AddrInUseError if its address, or its cluster address, is taken.
+func (s *Server) ready(cfg ServerConfig, errs <-chan error) error {
+	listen := cfg.Listen
 	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
 		case err := <-errs:
 			var op *net.OpError
+			if errors.As(err, &op) && cfg.Cluster != nil && isPort(op.Addr, s.opts.Cluster.Port) {
+				listen = cfg.Cluster.Listen // the route listener's error
+			}
 			if errors.Is(err, syscall.EADDRINUSE) {
 				return &AddrInUseError{Addr: listen, Err: err}
 			}
@@ -123,6 +140,12 @@ func (s *Server) ready(listen string, errs <-chan error) error {
 			return fmt.Errorf("natsauth: embedded NATS server did not start on %s within %s", listen, startTimeout)
 		}
 	}
+}
+
+// isPort reports whether addr is a TCP address on port.
+func isPort(addr net.Addr, port int) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && port > 0 && a.Port == port
 }
 
 // AddrInUseError is StartServer's error when another process (another

@@ -6,8 +6,10 @@
 // Run starts a server (configure changes its options first: users, a
 // larger max_payload), Connect connects to it, and Next waits for the next
 // message of a subscription and decodes it; each ends what it made when
-// the test ends, and fails the test rather than return an error. Package
-// coordtest starts a coordinator on such a server.
+// the test ends, and fails the test rather than return an error.
+// RunCluster starts a JetStream cluster of such servers instead (three
+// nodes on loopback, each with its own store), whose nodes a test can stop
+// and start again. Package coordtest starts a coordinator on a server.
 //
 //	ns := natstest.Run(t)
 //	nc := natstest.Connect(t, ns)

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// clusterFlags are the flags of `coagent serve` that make its embedded
+// server a node of a JetStream cluster (SPEC §10), and say whether the node
+// runs a coordinator.
+//
+// Until leadership exists (issue 17's COAGENT_LOG and standbys), exactly
+// one node of a cluster may run the coordinator: two would split the
+// intents consumer's messages and the API's requests between two event
+// logs. So with --cluster a node runs only its NATS server unless given
+// --coordinator. The flag is the one that stays right once leadership
+// comes: then every node runs a coordinator by default (the active one
+// chosen by the leadership key, the others standbys following the log),
+// and --coordinator=false keeps a node a pure server, as a cluster of five
+// NATS servers with three coordinators would have. A --standby flag would
+// have meant "no coordinator" now and "a following coordinator" later,
+// which the SPEC's word standby already means.
+type clusterFlags struct {
+	listen, name, cluster string
+	routes                []string
+	replicas              int
+	coordinator           bool
+}
+
+func (f *clusterFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.listen, "cluster", "", "make the embedded server a node of a JetStream cluster, its routes listening on HOST:PORT (plain TCP: keep it on loopback or a private network)")
+	fs.StringSliceVar(&f.routes, "routes", nil, "with --cluster: the nodes' route URLs, nats://HOST:PORT, comma separated (this node's own may be among them)")
+	fs.StringVar(&f.name, "name", "", "with --cluster: this node's name, unique in the cluster (n1, n2, …)")
+	fs.StringVar(&f.cluster, "cluster-name", natsauth.DefaultCluster, "with --cluster: the cluster's name, the same on every node")
+	fs.IntVar(&f.replicas, "replicas", 0, "how many servers store each stream, 1 to 5 (default 1, 3 with --cluster; with --nats of a cluster, give 3)")
+	fs.BoolVar(&f.coordinator, "coordinator", true, "run the coordinator on this node; with --cluster only the node given --coordinator runs it, until leadership exists")
+}
+
+// check validates the flags before anything touches the disk, and sets
+// the defaults that depend on others: the replicas, and whether the node
+// runs the coordinator. Each error names the flag and its value.
+func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
+	changed := c.Flags().Changed
+	if f.listen == "" {
+		for _, name := range []string{"routes", "name", "cluster-name"} {
+			if changed(name) {
+				return usagef(c, "--%s needs --cluster HOST:PORT: it configures this node's part of a cluster", name)
+			}
+		}
+	} else {
+		if s.conn.url != "" {
+			return usagef(c, "--cluster and --nats %s exclude each other: --cluster makes the embedded server a cluster node, --nats uses a server that is not embedded", s.conn.url)
+		}
+		if err := natsauth.CheckListen(f.listen); err != nil {
+			return usagef(c, "--cluster: %v", err)
+		}
+		if len(f.routes) == 0 {
+			return usagef(c, "--cluster needs --routes nats://HOST:PORT,…: the route addresses of the cluster's nodes (this node's own may be among them)")
+		}
+		for _, r := range f.routes {
+			if err := natsauth.CheckRoute(r); err != nil {
+				return usagef(c, "--routes: %v", err)
+			}
+		}
+		if f.name == "" {
+			return usagef(c, "--cluster needs --name: this node's name, unique in the cluster (n1, n2, …)")
+		}
+		if err := natsauth.CheckName(f.name); err != nil {
+			return usagef(c, "--name %q: %v", f.name, err)
+		}
+		if err := natsauth.CheckName(f.cluster); err != nil || f.cluster == "" {
+			return usagef(c, "--cluster-name %q: want letters, digits, '-' or '_'", f.cluster)
+		}
+		if s.authOn {
+			return usagef(c, "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)")
+		}
+		if !changed("coordinator") {
+			f.coordinator = false
+		}
+	}
+	switch {
+	case changed("replicas") && (f.replicas < 1 || f.replicas > coordinator.MaxReplicas):
+		return usagef(c, "--replicas %d: want 1 to %d", f.replicas, coordinator.MaxReplicas)
+	case changed("replicas") && f.replicas > 1 && f.listen == "" && s.conn.url == "":
+		return usagef(c, "--replicas %d needs a cluster: a server alone stores each stream once (--cluster, or --nats of a cluster)", f.replicas)
+	case !changed("replicas") && f.listen != "":
+		f.replicas = 3
+	case !changed("replicas"):
+		// Alone, and also with --nats: whether the server is in a
+		// cluster, and with how many JetStream nodes, is the operator's
+		// knowledge; a stream of 3 replicas on fewer nodes is refused,
+		// and a default that changed with the server would report every
+		// stream made before. runServe says when the server is clustered.
+		f.replicas = 1
+	}
+	if !f.coordinator {
+		if f.listen == "" {
+			return usagef(c, "--coordinator=false without --cluster leaves nothing to serve")
+		}
+		if s.rulesFile != "" {
+			return usagef(c, "--rules %s needs --coordinator: this node runs no coordinator to put them in force", s.rulesFile)
+		}
+	}
+	return nil
+}
+
+// config is the embedded server's cluster configuration, nil without
+// --cluster.
+func (f *clusterFlags) config() *natsauth.Cluster {
+	if f.listen == "" {
+		return nil
+	}
+	return &natsauth.Cluster{Node: f.name, Name: f.cluster, Listen: f.listen, Routes: f.routes}
+}
+
+// describe is the node's part of the start-up line.
+func (f *clusterFlags) describe(srv *natsauth.Server) string {
+	if f.listen == "" {
+		return ""
+	}
+	d := fmt.Sprintf(", node %s of cluster %s, routes on %s", f.name, f.cluster, srv.NATS().ClusterAddr())
+	if f.coordinator {
+		d += fmt.Sprintf(", streams with %d replicas", f.replicas)
+	}
+	return d
+}
+
+// warnRoutes says on stderr, when the routes listen off loopback, that
+// they are plain TCP (natsauth.Cluster says why it is so for now).
+func (f *clusterFlags) warnRoutes(stderr io.Writer) {
+	if f.listen != "" && !natsauth.Loopback(f.listen) {
+		fmt.Fprintf(stderr, "coagent: note: the routes on %s are neither encrypted nor authenticated: whoever reaches that address can join the cluster and read every message; keep it on a private network\n", f.listen)
+	}
+}
+
+// waitCluster waits until the cluster can place streams of f.replicas
+// (a meta leader, enough nodes online), or ctx ends: a coordinator
+// started before would fail to make its streams. Past a few seconds it
+// says on stderr what it waits for, once.
+func (f *clusterFlags) waitCluster(ctx context.Context, srv *natsauth.Server, stderr io.Writer) error {
+	told := time.Now().Add(3 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := srv.ClusterReady(f.replicas)
+		if err == nil {
+			return nil
+		}
+		if !told.IsZero() && time.Now().After(told) {
+			fmt.Fprintf(stderr, "coagent: waiting: %v; start the other nodes with --routes naming this one (%s)\n", err, f.listen)
+			told = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stopped while waiting for the cluster: %w", err)
+		case <-tick.C:
+		}
+	}
+}
+
+// errCoordinatorRuns is runServe's error when another coordinator already
+// answers under the same prefix.
+var errCoordinatorRuns = errors.New("another coordinator already serves")
+
+// checkNoCoordinator fails if a coordinator already answers its API under
+// the prefix on nc's server or cluster: a second one would split the
+// intents and the requests between two logs. A coordinator that was
+// killed answers nothing (its subscriptions died with its connection).
+// Two started at the same instant can both pass: the check is a guard
+// against a mistake, not the leadership a cluster will have.
+func checkNoCoordinator(nc *nats.Conn, f *serveFlags) error {
+	subject := f.conn.subjects().API("state.get")
+	_, err := nc.Request(subject, []byte(`{"paths":[]}`), 2*time.Second)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil
+	case errors.Is(err, nats.ErrTimeout):
+		// Someone subscribes and does not answer: a coordinator that
+		// hangs, or one whose machine the server has not yet noticed is
+		// gone. Starting beside it could split the intents; waiting
+		// cannot.
+		return fmt.Errorf("%w on %s? %s has a subscriber that does not answer\n  stop it, or wait until the server drops it (about 2 minutes after its machine went away)", errCoordinatorRuns, nc.ConnectedUrlRedacted(), subject)
+	case err != nil:
+		return fmt.Errorf("look for a running coordinator on %s: %w", subject, err)
+	}
+	hint := "stop it, or give this one another --prefix"
+	if f.cluster.listen != "" {
+		hint = "one node of a cluster runs the coordinator until leadership exists: start this one without --coordinator"
+	}
+	return fmt.Errorf("%w on %s (%s answers)\n  %s", errCoordinatorRuns, nc.ConnectedUrlRedacted(), subject, hint)
+}

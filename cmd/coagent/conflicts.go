@@ -21,7 +21,7 @@ func newConflictsCmd(e *env) *cobra.Command {
 	var out output
 	top := &cobra.Command{
 		Use:   "top",
-		Short: "the places with the most conflicts: by board, document and pair of agents",
+		Short: "the places with the most conflicts: by path prefix (board, document) and pair of agents",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return runConflictsTop(c.Context(), &conn, limit, out.json(), e.stdout)
@@ -29,7 +29,7 @@ func newConflictsCmd(e *env) *cobra.Command {
 	}
 	c := group(&cobra.Command{
 		Use:   "conflicts",
-		Short: "show the conflict hotspots: by board, document and pair of agents (conflicts top)",
+		Short: "show the conflict hotspots: by path prefix (board, document) and pair of agents (conflicts top)",
 	}, top)
 	fs := c.PersistentFlags()
 	conn.register(fs, e.defaultNATS())

@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
@@ -52,12 +53,7 @@ func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 	pub, _ := self.PublicKey()
 	w.ns = natstest.Run(t, func(o *server.Options) { o.Nkeys = reg.Users("", pub) })
 	nc := natstest.Connect(t, w.ns, nats.Nkey(pub, self.Sign))
-	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	w.svc = svc
+	w.svc = coordtest.StartOn(t, nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
 	return w
 }
 

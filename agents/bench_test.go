@@ -3,7 +3,6 @@ package agents_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 )
 
@@ -21,15 +21,12 @@ func BenchmarkClientApply(b *testing.B) {
 	for _, n := range []int{1, 16} {
 		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
 			ns := natstest.Run(b)
-			svc, err := coordinator.Start(context.Background(), natstest.Connect(b, ns), filepath.Join(b.TempDir(), "log"), coordinator.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer svc.Shutdown(context.Background())
+			coordtest.Start(b, ns, coordinator.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			clients := make([]*agents.Client, n)
 			for i := range clients {
+				var err error
 				if clients[i], err = agents.Connect(ctx, natstest.Connect(b, ns), fmt.Sprintf("a%d", i)); err != nil {
 					b.Fatal(err)
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -35,21 +36,14 @@ func newWorld(t *testing.T, opts coordinator.Options) *world {
 	t.Helper()
 	w := &world{t: t, ns: natstest.Run(t), dir: filepath.Join(t.TempDir(), "log"), opts: opts}
 	w.start()
-	t.Cleanup(func() {
-		if w.svc != nil {
-			w.svc.Shutdown(context.Background())
-		}
-	})
 	return w
 }
 
+// start starts a coordinator on w.dir; each is shut down when the test
+// ends, if the test has not shut it down before.
 func (w *world) start() {
 	w.t.Helper()
-	svc, err := coordinator.Start(context.Background(), w.connect(), w.dir, w.opts)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	w.svc = svc
+	w.svc = coordtest.StartOn(w.t, w.connect(), w.dir, w.opts)
 }
 
 // restart stops the coordinator and starts it again on the same log.

@@ -2,7 +2,6 @@ package team_test
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/coagent/coagent/agents/team"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 )
 
@@ -21,11 +21,7 @@ import (
 func coordinatorURL(t *testing.T) string {
 	t.Helper()
 	ns := natstest.Run(t)
-	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	coordtest.Start(t, ns, coordinator.Options{})
 	return ns.ClientURL()
 }
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,11 +22,7 @@ import (
 // until there is room, says so on stderr, and exits 0 with the decision.
 func TestSubmitWhileUnavailable(t *testing.T) {
 	ns := natstest.Run(t)
-	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{MaxSubmits: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	coordtest.Start(t, ns, coordinator.Options{MaxSubmits: 1})
 	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
@@ -55,11 +56,7 @@ func requireNode(t *testing.T) string {
 func startCoordinator(t *testing.T) (string, *nats.Conn) {
 	t.Helper()
 	ns := natstest.Run(t)
-	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	coordtest.Start(t, ns, coordinator.Options{})
 	return ns.ClientURL(), natstest.Connect(t, ns)
 }
 
@@ -306,11 +303,7 @@ func TestJavaScriptAgentSendsAgain(t *testing.T) {
 			break
 		}
 	}
-	svc, err := coordinator.Start(context.Background(), natstest.Connect(t, ns), filepath.Join(t.TempDir(), "log"), coordinator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	coordtest.Start(t, ns, coordinator.Options{})
 	code, steps, stderr := wait()
 	if code != 0 {
 		t.Fatalf("js-late exited with status %d, want 0", code)

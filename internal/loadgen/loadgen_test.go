@@ -11,6 +11,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -18,17 +19,13 @@ import (
 )
 
 // startCoordinator starts a server and a real coordinator on it (Pebble log in
-// the test's directory), both stopped when the test ends.
+// the test's directory), both stopped when the test ends, and returns the
+// server and a connection of the test's own.
 func startCoordinator(t *testing.T) (*server.Server, *nats.Conn) {
 	t.Helper()
 	ns := natstest.Run(t)
-	nc := natstest.Connect(t, ns)
-	svc, err := coordinator.Start(context.Background(), nc, t.TempDir(), coordinator.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Shutdown(context.Background()) })
-	return ns, nc
+	coordtest.Start(t, ns, coordinator.Options{})
+	return ns, natstest.Connect(t, ns)
 }
 
 // checkCounts fails the test unless the run's lost-update check passed on

@@ -248,6 +248,10 @@ func TestSubmitRetriesWhileUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Live events go out only to a subscription the server knows of.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	waiterID := newID()
 	held := nats.NewMsg(intents.Subjects{}.Submit("waiter"))
 	held.Data = []byte(fmt.Sprintf(`{"id":%q,"agent":"waiter","kind":"apply","on_conflict":"wait","wait_ms":30000,"writes":[{"path":"doc.y","op":"set","value":1}]}`, waiterID))

@@ -39,6 +39,10 @@ func TestSubmitWhileUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Live events go out only to a subscription the server knows of.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	waiter := ulid.Make().String()
 	held := nats.NewMsg(subj.Submit(""))
 	held.Data = []byte(`{"id":"` + waiter + `","agent":"w","kind":"apply","on_conflict":"wait","wait_ms":30000,"writes":[{"path":"doc.y","op":"set","value":1}]}`)

@@ -11,7 +11,6 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
 )
 
 // An arbiter that settles every case by the priority rule, until its
@@ -21,7 +20,7 @@ import (
 // against writer-1's transaction, and the arbiter lets it win: writer-1's
 // transaction is preempted, and its commit is refused.
 func ExampleRunArbiter() {
-	url, stop, err := startCoordinator()
+	nc, stop, err := startCoordinator()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -29,12 +28,6 @@ func ExampleRunArbiter() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer nc.Close()
 
 	decide := func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
 		return arbiter.Priority("judge", c), nil

@@ -17,41 +17,51 @@ import (
 
 // startCoordinator runs in this process what `coagent serve` runs: a NATS
 // server with JetStream on a free loopback port and a coordinator on it,
-// both in a temporary directory. It returns the server's URL and the
-// function that stops both and removes the directory. The examples use it
+// both in a temporary directory. It returns an agent's connection to the
+// server and the function that closes it, stops both and removes the
+// directory. The examples use it
 // so that they run; an agent of a real team connects to a server that
 // already runs a coordinator (nats.Connect(url)) and needs none of this.
-func startCoordinator() (url string, stop func(), err error) {
+func startCoordinator() (agent *nats.Conn, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "coagent-example-")
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: filepath.Join(dir, "jetstream"), NoLog: true, NoSigs: true})
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", nil, err
+		return nil, nil, err
 	}
 	ns.Start()
 	if !ns.ReadyForConnections(10 * time.Second) {
 		ns.Shutdown()
 		os.RemoveAll(dir)
-		return "", nil, errors.New("nats server did not start")
+		return nil, nil, errors.New("nats server did not start")
 	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		ns.Shutdown()
 		os.RemoveAll(dir)
-		return "", nil, err
+		return nil, nil, err
 	}
 	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "eventlog"), coordinator.Options{})
 	if err != nil {
 		nc.Close()
 		ns.Shutdown()
 		os.RemoveAll(dir)
-		return "", nil, err
+		return nil, nil, err
 	}
-	return ns.ClientURL(), func() {
+	agent, err = nats.Connect(ns.ClientURL())
+	if err != nil {
+		svc.Shutdown(context.Background())
+		nc.Close()
+		ns.Shutdown()
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return agent, func() {
+		agent.Close()
 		svc.Shutdown(context.Background())
 		nc.Close()
 		ns.Shutdown()
@@ -63,7 +73,7 @@ func startCoordinator() (url string, stop func(), err error) {
 // material (so an editor changing that material waits for it), and counts
 // its work; a second writer's claim of the same section loses.
 func ExampleClient() {
-	url, stop, err := startCoordinator()
+	nc, stop, err := startCoordinator()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -72,12 +82,6 @@ func ExampleClient() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer nc.Close()
 	c, err := agents.Connect(ctx, nc, "writer-1")
 	if err != nil {
 		fmt.Println(err)
@@ -158,7 +162,7 @@ func ExampleClient() {
 // Follow every change under report from revision 0, then live. A value is
 // JSON text.
 func ExampleClient_Watch() {
-	url, stop, err := startCoordinator()
+	nc, stop, err := startCoordinator()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -166,12 +170,6 @@ func ExampleClient_Watch() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer nc.Close()
 	c, err := agents.Connect(ctx, nc, "reader")
 	if err != nil {
 		fmt.Println(err)
@@ -219,7 +217,7 @@ func ExampleClient_Watch() {
 // or not a coordinator runs at the time; Decision finds a decision made
 // while the agent was away in the coordinator's record.
 func ExampleClient_Publish() {
-	url, stop, err := startCoordinator()
+	nc, stop, err := startCoordinator()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -227,12 +225,6 @@ func ExampleClient_Publish() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer nc.Close()
 	c, err := agents.Connect(ctx, nc, "indexer")
 	if err != nil {
 		fmt.Println(err)

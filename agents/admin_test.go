@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,18 +32,8 @@ type adminWorld struct {
 func newAdminWorld(t *testing.T, agentRoles map[string][]string) *adminWorld {
 	t.Helper()
 	dir := t.TempDir()
-	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
-	w := &adminWorld{t: t, seeds: map[string]string{}}
-	for name, roles := range agentRoles {
-		seed, err := reg.Add(name, roles)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.seeds[name] = filepath.Join(dir, name+".nk")
-		if err := os.WriteFile(w.seeds[name], seed, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	reg, seeds := register(t, dir, agentRoles)
+	w := &adminWorld{t: t, seeds: seeds}
 	srv, err := natsauth.StartServer(natsauth.ServerConfig{Listen: "127.0.0.1:-1", Store: filepath.Join(dir, "jetstream"), Agents: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +45,8 @@ func newAdminWorld(t *testing.T, agentRoles map[string][]string) *adminWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	svc, err := coordinator.Start(context.Background(), nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true, Roles: reg.Roles,
+	svc := coordtest.StartOn(t, nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true, Roles: reg.Roles,
 		Core: coordinator.CoreOptions{Engine: engine.Config{ArbiterTimeout: 200 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
 	// As serve does: the registry's roles are in force from the start.
 	file, err := natsauth.MergeRoles(nil, reg.Roles())
 	if err != nil {

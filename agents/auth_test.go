@@ -33,19 +33,8 @@ type authWorld struct {
 func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 	t.Helper()
 	dir := t.TempDir()
-	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
-	w := &authWorld{t: t, seeds: map[string]string{}}
-	for name, roles := range agentRoles {
-		seed, err := reg.Add(name, roles)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name+".nk")
-		if err := os.WriteFile(path, seed, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		w.seeds[name] = path
-	}
+	reg, seeds := register(t, dir, agentRoles)
+	w := &authWorld{t: t, seeds: seeds}
 	self, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +44,25 @@ func newAuthWorld(t *testing.T, agentRoles map[string][]string) *authWorld {
 	nc := natstest.Connect(t, w.ns, nats.Nkey(pub, self.Sign))
 	w.svc = coordtest.StartOn(t, nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
 	return w
+}
+
+// register makes a registry of agentRoles' agents and writes each one's
+// seed under dir, returning the registry and agent → seed file.
+func register(t *testing.T, dir string, agentRoles map[string][]string) (*natsauth.Registry, map[string]string) {
+	t.Helper()
+	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
+	seeds := map[string]string{}
+	for name, roles := range agentRoles {
+		seed, err := reg.Add(name, roles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds[name] = filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(seeds[name], seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return reg, seeds
 }
 
 // connect connects as agent; refusals by the server arrive on the channel.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -178,7 +179,7 @@ var errCoordinatorRuns = errors.New("another coordinator already serves")
 // Two started at the same instant can both pass: the check is a guard
 // against a mistake, not the leadership a cluster will have.
 func checkNoCoordinator(nc *nats.Conn, f *serveFlags) error {
-	subject := f.conn.subjects().API("state.get")
+	subject := f.conn.subjects().API(intents.APIStateGet)
 	_, err := nc.Request(subject, []byte(`{"paths":[]}`), 2*time.Second)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
@@ -192,7 +193,7 @@ func checkNoCoordinator(nc *nats.Conn, f *serveFlags) error {
 	case err != nil:
 		return fmt.Errorf("look for a running coordinator on %s: %w", subject, err)
 	}
-	hint := "stop it, or give this one another --prefix"
+	hint := "stop it, or give this one another --subject-prefix"
 	if f.cluster.listen != "" {
 		hint = "one node of a cluster runs the coordinator until leadership exists: start this one without --coordinator"
 	}

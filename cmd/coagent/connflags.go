@@ -17,7 +17,7 @@ import (
 )
 
 // natsFlags are the flags of a connection to an existing NATS server that
-// every command speaking to a coordinator shares (--nats, --prefix,
+// every command speaking to a coordinator shares (--nats, --subject-prefix,
 // --creds, the TLS files, --nkey), and the requests made through them.
 //
 // The subject prefix is --subject-prefix, not --prefix: etcdctl's
@@ -36,7 +36,7 @@ type natsFlags struct {
 	perms *agents.Permissions
 }
 
-// subjects are the coordinator's subjects under --prefix.
+// subjects are the coordinator's subjects under --subject-prefix.
 func (f *natsFlags) subjects() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
 
 // register adds the flags to fs. def is the default of --nats: a client

@@ -188,22 +188,7 @@ func TestArbiterWaitsForServer(t *testing.T) {
 		t.Fatalf("arbiter stdout: %q", l)
 	}
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	subj := intents.Subjects{}
-	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	submitOK(t, url, `{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","priority":1,"lease_ms":600000,"writes":[{"path":"doc.title","op":"set"}]}`)
-	esc := ulid.Make().String()
-	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","priority":9,"on_conflict":"escalate","writes":[{"path":"doc.title","op":"set","value":"Q4"}]}`))
-	if d := natstest.Next[intents.Decision](t, sub); d.Outcome != intents.OutcomeEscalated {
-		t.Fatalf("escalate: %+v", d)
-	}
+	sub, esc := escalate(t, url, 1, 9)
 	if d := natstest.Next[intents.Decision](t, sub); d.Intent != esc || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("the arbiter's decision: %+v", d)
 	}
@@ -221,23 +206,36 @@ func TestArbiterWaitsForCoordinator(t *testing.T) {
 	lineMatching(t, arb.stderr, `msg="waiting for the coordinator" arbiter=reject stream=COAGENT_ARBITER`)
 	_, stop := serve(t, filepath.Join(t.TempDir(), "data"), "--nats", url)
 	defer stop()
+	sub, esc := escalate(t, url, 0, 0)
+	if d := natstest.Next[intents.Decision](t, sub); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "arbiter reject") {
+		t.Fatalf("the arbiter's decision: %+v", d)
+	}
+}
+
+// escalate opens a case on the coordinator at url: w1 holds doc.title in a
+// transaction of priority holder, and w2's apply of priority priority
+// escalates against it through the intents stream. It returns the
+// subscription to w2's decisions, past the escalated one, and the id of
+// w2's intent.
+func escalate(t *testing.T, url string, holder, priority int) (*nats.Subscription, string) {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	subj := intents.Subjects{}
 	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	submitOK(t, url, `{"id":"`+ulid.Make().String()+`","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.title","op":"set"}]}`)
+	submitOK(t, url, fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"propose","priority":%d,"lease_ms":600000,"writes":[{"path":"doc.title","op":"set"}]}`, ulid.Make().String(), holder))
 	esc := ulid.Make().String()
-	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"doc.title","op":"set","value":"Q4"}]}`))
+	if err := nc.Publish(subj.Intents("w2"), fmt.Appendf(nil, `{"id":%q,"agent":"w2","kind":"apply","priority":%d,"on_conflict":"escalate","writes":[{"path":"doc.title","op":"set","value":"Q4"}]}`, esc, priority)); err != nil {
+		t.Fatal(err)
+	}
 	if d := natstest.Next[intents.Decision](t, sub); d.Outcome != intents.OutcomeEscalated {
 		t.Fatalf("escalate: %+v", d)
 	}
-	if d := natstest.Next[intents.Decision](t, sub); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected || !strings.Contains(d.Detail, "arbiter reject") {
-		t.Fatalf("the arbiter's decision: %+v", d)
-	}
+	return sub, esc
 }

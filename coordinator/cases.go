@@ -91,12 +91,25 @@ func (q *caseQueue) load(ctx context.Context, open func(id string) bool) (map[st
 // publish failed).
 func (q *caseQueue) published(id string, ack jetstream.PubAckFuture) {
 	if ack != nil {
-		q.ops <- caseOp{id: id, ack: ack}
+		q.send(caseOp{id: id, ack: ack})
 	}
 }
 
 // settled removes the case id from the queue, if it is there.
-func (q *caseQueue) settled(id string) { q.ops <- caseOp{id: id} }
+func (q *caseQueue) settled(id string) { q.send(caseOp{id: id}) }
+
+// send hands op to run without ever holding up the output stage, which
+// calls it: with JetStream stalled, run waits on acknowledgements and its
+// queue fills, and a reply must not wait for a case's bookkeeping. What
+// does not fit is only a settled case left on the queue, which an
+// arbiter's resolution then finds settled, as before cases left it.
+func (q *caseQueue) send(op caseOp) {
+	select {
+	case q.ops <- op:
+	default:
+		q.svc.log.Warn("the arbiters' queue keeper is behind; a case stays on the queue when it settles", "escalation", op.id)
+	}
+}
 
 // caseAckWait bounds the wait for a case's PubAck.
 const caseAckWait = 10 * time.Second

@@ -139,6 +139,11 @@ func (sub *submit) answer(d *intents.Decision) {
 		return
 	}
 	sub.answered = true
+	// The token goes back before the reply: a client that sends its next
+	// submit as soon as it has this answer must find the slot free.
+	if sub.release != nil {
+		sub.release()
+	}
 	switch data, err := json.Marshal(d); {
 	case d == nil:
 		replyError(sub.req, codeUnavailable, "%v", errUnavailable)
@@ -146,9 +151,6 @@ func (sub *submit) answer(d *intents.Decision) {
 		replyError(sub.req, codeInternal, "the decision does not encode as JSON: %v", err)
 	default:
 		_ = sub.req.Respond(data)
-	}
-	if sub.release != nil {
-		sub.release()
 	}
 }
 

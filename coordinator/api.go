@@ -25,11 +25,16 @@ const Version = "0.1.0"
 // startAPI registers the NATS micro service "coagent" with the endpoints of
 // SPEC §6, so `nats micro ls|info|stats` show it.
 func (s *Service) startAPI() (micro.Service, error) {
-	svc, err := micro.AddService(s.nc, micro.Config{
+	cfg := micro.Config{
 		Name:        "coagent",
 		Version:     Version,
 		Description: "CoAgent coordinator: intents in, decisions out",
-	})
+	}
+	if s.node != "" {
+		// Only the active coordinator of a cluster serves the API.
+		cfg.Metadata = map[string]string{"node": s.node, "role": intents.RoleActive}
+	}
+	svc, err := micro.AddService(s.nc, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: api: %w", err)
 	}

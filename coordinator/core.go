@@ -97,6 +97,10 @@ type Core struct {
 	// failed is set when a contained panic could not restore the engine:
 	// the Core must not be used again, and Commit says why.
 	failed error
+	// replicate, when set (the active coordinator of a cluster), stores
+	// each batch in the replicated log first; the local log writes it once
+	// the stream has it.
+	replicate func([]*intents.Event) (<-chan error, error)
 }
 
 // OpenCore opens the event log in dir and rebuilds the engine from it: the
@@ -300,7 +304,15 @@ func (c *Core) Commit() (*Group, error) {
 		return nil, nil
 	}
 	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State())}
-	p, err := c.log.Enqueue(b)
+	var ready <-chan error
+	if c.replicate != nil {
+		var err error
+		if ready, err = c.replicate(b.Events); err != nil {
+			c.failed = err
+			return nil, err
+		}
+	}
+	p, err := c.log.EnqueueAfter(b, ready)
 	g := c.group(b, p)
 	c.out = c.out[:0:0] // the batch keeps the events; start a new slice
 	if err != nil {
@@ -341,6 +353,42 @@ func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
 	}
 	g.Next, g.HasNext = c.eng.NextDeadline()
 	return g
+}
+
+// Follow folds a group of events another coordinator decided (a message
+// of the replicated log) into the engine and enqueues it in the log, as
+// the writer's Commit did: the same events under the same seqs, and the
+// state they leave. A group the log already holds is skipped (a follower
+// may be handed again the message it stopped at). It returns the group's
+// pending write, nil when skipped.
+func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
+	if c.failed != nil {
+		return nil, c.failed
+	}
+	if len(evs) == 0 {
+		return nil, errors.New("coordinator: follow: an empty group")
+	}
+	have := c.eng.Seq()
+	switch first, last := evs[0].Seq, evs[len(evs)-1].Seq; {
+	case last <= have:
+		return nil, nil
+	case first != have+1:
+		return nil, fmt.Errorf("coordinator: follow: the group holds events %d–%d, and the log ends at %d", first, last, have)
+	}
+	for _, ev := range evs {
+		if err := c.eng.Apply(ev); err != nil {
+			// The engine is part way through the group: it must be
+			// rebuilt from the log before anything else is folded.
+			c.failed = fmt.Errorf("coordinator: follow: fold event %d: %w", ev.Seq, err)
+			return nil, c.failed
+		}
+	}
+	c.out = append(c.out[:0:0], evs...)
+	g, err := c.Commit()
+	if err != nil {
+		return nil, err
+	}
+	return g.pending, nil
 }
 
 // NextDeadline is when the engine's next timer is due, if any.

@@ -243,6 +243,9 @@ type Service struct {
 	broken  atomic.Bool
 	failure atomic.Pointer[error]
 
+	// node is the name of this coordinator in a cluster ("" alone).
+	node string
+
 	mu struct {
 		sync.Mutex
 		// follows are when each agent had feed consumers made (feed.follow).
@@ -260,6 +263,17 @@ type Service struct {
 // missing, starts the API and begins consuming. It returns once it is
 // serving.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
+	return start(ctx, nc, dir, opts, nil)
+}
+
+// activeAt is how a Member starts its Service: appending to the replicated
+// log from its message last, under the name node.
+type activeAt struct {
+	node string
+	last uint64
+}
+
+func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *activeAt) (*Service, error) {
 	began := time.Now()
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -305,6 +319,17 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	if s.core, err = OpenCore(dir, opts.Core); err != nil {
 		pub.Close()
 		return nil, err
+	}
+	if active != nil {
+		s.node = active.node
+		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(4*maxInflight))
+		if err != nil {
+			s.core.Close()
+			pub.Close()
+			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+		}
+		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last}
+		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)
 	// What the engine was rebuilt from, for the start's log line (read

@@ -178,6 +178,9 @@ type Pending struct {
 	last    uint64
 	done    chan struct{}
 	err     error
+	// ready, if set, yields once: nil when the batch may be written, or
+	// why it must not be (see EnqueueAfter).
+	ready <-chan error
 }
 
 // Wait blocks until the batch is durable or ctx ends. A context error does
@@ -396,7 +399,17 @@ func (l *Log) Append(ctx context.Context, b *Batch) error {
 // sequence where the previous one stopped (ErrSequence otherwise), so a
 // crash can lose only a suffix of the enqueued batches, never a middle one,
 // and never part of a batch. Encoding happens in the caller's goroutine.
-func (l *Log) Enqueue(b *Batch) (*Pending, error) {
+func (l *Log) Enqueue(b *Batch) (*Pending, error) { return l.EnqueueAfter(b, nil) }
+
+// EnqueueAfter is Enqueue of a batch that must be stored elsewhere first
+// (the replicated log of a cluster): the committer writes it only once
+// ready yields nil, so this log is never ahead of the other store. If
+// ready yields an error instead, the batch and every one enqueued after
+// it fail unwritten with that error, and the log closes to appends, as
+// after a failed write: what follows a batch that is not stored cannot
+// continue the log. ready must yield exactly one value; nil ready is
+// Enqueue.
+func (l *Log) EnqueueAfter(b *Batch, ready <-chan error) (*Pending, error) {
 	if len(b.Events) == 0 {
 		return nil, fmt.Errorf("eventlog: empty batch")
 	}
@@ -405,7 +418,7 @@ func (l *Log) Enqueue(b *Batch) (*Pending, error) {
 			return nil, fmt.Errorf("%w: event %d follows %d inside the batch", ErrSequence, b.Events[i].Seq, b.Events[i-1].Seq)
 		}
 	}
-	p := &Pending{last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{})}
+	p := &Pending{last: b.Events[len(b.Events)-1].Seq, done: make(chan struct{}), ready: ready}
 	if err := l.encode(b, p); err != nil {
 		return nil, err
 	}
@@ -517,11 +530,46 @@ func (l *Log) commitLoop() {
 			idle.Stop()
 			armed = false
 		}
+		// A batch waiting to be stored elsewhere holds up the ones after
+		// it, which go back to the head of the queue.
+		var refused error
+		var held []*Pending
+		if failed == nil {
+			queue, held, refused = l.awaitReady(queue)
+			if len(held) > 0 && refused == nil {
+				l.mu.Lock()
+				l.mu.queue = append(held, l.mu.queue...)
+				l.mu.Unlock()
+				l.kick()
+			}
+		}
 		var g *group
-		if failed != nil {
+		switch {
+		case failed != nil:
 			g = &group{queue: queue, batch: queue[0].b, err: failed} // never written
-		} else {
+		case len(queue) == 0:
+			// The first batch was refused: nothing to write.
+		default:
 			g = l.write(queue, len(wanted) > 0)
+		}
+		if refused != nil {
+			// What was refused, and everything after it, fails unwritten.
+			l.mu.Lock()
+			rest := append(held, l.mu.queue...)
+			l.mu.queue = nil
+			l.mu.Unlock()
+			if g != nil {
+				for _, w := range wanted {
+					w <- g.err
+				}
+				wanted = nil
+				groups <- g
+			}
+			if failed == nil {
+				failed = refused
+				l.fail()
+			}
+			g = &group{queue: rest, batch: rest[0].b, err: refused}
 		}
 		if g.err != nil && failed == nil {
 			// Closed before any waiter hears of it: whoever sees the error
@@ -534,6 +582,35 @@ func (l *Log) commitLoop() {
 		}
 		groups <- g
 	}
+}
+
+// awaitReady waits until the first batch of queue may be written (see
+// EnqueueAfter) and returns the run of batches from the head that may be
+// written now, and the rest, held back: the first batch whose ready has
+// not yielded yet and everything after it. If a batch is refused, the ones
+// before it are returned to be written, the refused one and the rest held,
+// with its error.
+func (l *Log) awaitReady(queue []*Pending) (ready, held []*Pending, refused error) {
+	for i, p := range queue {
+		if p.ready == nil {
+			continue
+		}
+		var err error
+		if i == 0 {
+			err = <-p.ready
+		} else {
+			select {
+			case err = <-p.ready:
+			default:
+				return queue[:i], queue[i:], nil
+			}
+		}
+		p.ready = nil // it yields once
+		if err != nil {
+			return queue[:i], queue[i:], err
+		}
+	}
+	return queue, nil, nil
 }
 
 // indexIdle is how long the committer waits, idle, before it indexes the

@@ -146,6 +146,22 @@ func (s Subjects) SubmitAgent(subject string) (string, bool) {
 // coordinator creates and every arbiter pulls from.
 const ArbitersConsumer = "arbiters"
 
+// Log is the subject of the replicated log of record (SPEC §10): one
+// message for each durable group, appended by the active coordinator.
+func (s Subjects) Log() string { return s.p() + ".log" }
+
+// LeaderBucket is the name of the key-value bucket whose key LeaderKey
+// names the active coordinator of a cluster (SPEC §10): COAGENT_LEADER
+// under the default prefix.
+func (s Subjects) LeaderBucket() string { return s.Stream("LEADER") }
+
+// LeaderKey is the key of LeaderBucket the active coordinator holds.
+const LeaderKey = "active"
+
+// Status is where every coordinator of a cluster, active or standby,
+// answers with its MemberStatus: a request gathers one reply from each.
+func (s Subjects) Status() string { return s.p() + ".cluster.status" }
+
 // APIGroup is the subject prefix of the micro service's endpoints.
 func (s Subjects) APIGroup() string { return s.p() + ".api" }
 
@@ -161,5 +177,7 @@ const (
 	StreamDecisions = "DECISIONS"
 	StreamEvents    = "EVENTS"
 	StreamArbiter   = "ARBITER"
+	// StreamLog is the replicated log of record of a cluster (SPEC §10).
+	StreamLog = "LOG"
 	StreamDLQ       = "DLQ"
 )

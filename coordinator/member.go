@@ -1,0 +1,505 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MemberOptions configures a Member: the coordinator's Options, and its
+// part in the cluster.
+type MemberOptions struct {
+	Options
+	// Node names this coordinator, unique in the cluster; required.
+	Node string
+	// LeaseTTL is how long the leadership key lives unless the active
+	// coordinator renews it (it does every third of it): how soon a
+	// standby takes over from one that stopped without handing over, or
+	// was cut off. The default is 3 seconds; at least 1 second.
+	LeaseTTL time.Duration
+	// OnActive, if set, is called each time this member has become the
+	// active coordinator, with its Service (to put a rules file in force,
+	// say); an error is logged.
+	OnActive func(ctx context.Context, svc *Service) error
+}
+
+// DefaultLeaseTTL is MemberOptions.LeaseTTL's default.
+const DefaultLeaseTTL = 3 * time.Second
+
+// Member is one coordinator of a cluster (SPEC §10). It is a standby that
+// follows the replicated log COAGENT_LOG into its own event log and
+// engine, until it takes the leadership key (create-if-absent in a
+// replicated key-value bucket whose TTL is the lease); then, having read
+// the log to its end, it starts the Service, which appends every group to
+// the log before its own log writes it and answers nothing the stream has
+// not stored. It renews the key while active; when it cannot (another
+// took it while this one was paused or cut off), or when an append is
+// refused (ErrFenced: another appended first), it stops the Service,
+// which answers and acknowledges nothing more, and follows again, from
+// its own log, which is never ahead of the stream.
+type Member struct {
+	nc   *nats.Conn
+	dir  string
+	opts MemberOptions
+	subj intents.Subjects
+	log  *slog.Logger
+	js   jetstream.JetStream
+	kv   jetstream.KeyValue
+	logs jetstream.Stream
+
+	status *nats.Subscription
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // why run stopped by itself; set before done closes
+
+	mu struct {
+		sync.Mutex
+		role   string
+		since  time.Time
+		svc    *Service // while active
+		seq    uint64   // the last event of the local log, as a standby
+		logSeq uint64   // the log message folded last, as a standby
+		folded time.Time
+	}
+	progress chan struct{} // a standby folded a message
+}
+
+// StartMember creates the replicated log and the leadership bucket if
+// missing and starts the member as a standby; it returns at once, and the
+// member runs until Stop, or until its event log fails (Done, Err).
+func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOptions) (*Member, error) {
+	opts.EnsureDefaults()
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	var errs []error
+	if err := opts.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := CheckNode(opts.Node); err != nil {
+		errs = append(errs, fmt.Errorf("coordinator options: Node %q: %w", opts.Node, err))
+	}
+	if opts.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("coordinator options: LeaseTTL %s: want at least 1s", opts.LeaseTTL))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("coordinator: start member: %w", err)
+	}
+	m := &Member{nc: nc, dir: dir, opts: opts, subj: intents.Subjects{Prefix: opts.Prefix},
+		log: opts.Logger.With("node", opts.Node), done: make(chan struct{}), progress: make(chan struct{}, 1)}
+	var err error
+	if m.js, err = jetstream.New(nc); err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	if m.logs, err = m.ensureLog(ctx); err != nil {
+		return nil, err
+	}
+	bucket := jetstream.KeyValueConfig{Bucket: m.subj.LeaderBucket(), Description: "the active coordinator (SPEC §10)",
+		TTL: opts.LeaseTTL, LimitMarkerTTL: opts.LeaseTTL, Replicas: opts.Replicas, Storage: jetstream.FileStorage}
+	if m.kv, err = m.js.CreateOrUpdateKeyValue(ctx, bucket); err != nil {
+		return nil, fmt.Errorf("coordinator: leadership bucket %s: %w", bucket.Bucket, err)
+	}
+	m.setRole(intents.RoleStandby, nil)
+	if m.status, err = nc.Subscribe(m.subj.Status(), m.answerStatus); err != nil {
+		return nil, fmt.Errorf("coordinator: subscribe %s: %w", m.subj.Status(), err)
+	}
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		m.status.Unsubscribe()
+		return nil, fmt.Errorf("coordinator: flush: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go m.run(runCtx)
+	return m, nil
+}
+
+// CheckNode reports whether name can name a coordinator of a cluster: a
+// single subject token.
+func CheckNode(name string) error {
+	if name == "" {
+		return errors.New("empty")
+	}
+	if !intents.ValidSegment(name) {
+		return errors.New("want letters, digits, '-' or '_'")
+	}
+	return nil
+}
+
+// ensureLog creates COAGENT_LOG if missing; one that exists with other
+// replicas is reported and kept, as every stream is.
+func (m *Member) ensureLog(ctx context.Context) (jetstream.Stream, error) {
+	want := logStreamConfig(m.subj, m.opts.Replicas)
+	st, err := m.js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if st, err = m.js.CreateStream(ctx, want); err != nil {
+			return nil, fmt.Errorf("coordinator: create stream %s: %w", want.Name, err)
+		}
+		m.log.Info("stream created", "stream", want.Name)
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	if diffs := streamDiffs(have, want); len(diffs) > 0 {
+		return nil, fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
+	}
+	if have.Replicas != want.Replicas {
+		m.log.Warn("stream exists with other replicas; kept as it is (change it with nats stream edit --replicas)",
+			"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
+	}
+	return st, nil
+}
+
+// Done is closed once the member has stopped: after Stop, or by itself
+// when its event log failed (Err says why).
+func (m *Member) Done() <-chan struct{} { return m.done }
+
+// Err returns why the member stopped by itself, once Done is closed.
+func (m *Member) Err() error { return m.err }
+
+// Active returns the Service while this member is the active coordinator,
+// nil while it is a standby.
+func (m *Member) Active() *Service {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.svc
+}
+
+// Role is intents.RoleActive or intents.RoleStandby.
+func (m *Member) Role() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.role
+}
+
+// Stop stops the member: an active one decides what it has taken in,
+// stops its Service and gives the leadership key up, so that a standby
+// takes over at once rather than after the lease.
+func (m *Member) Stop(ctx context.Context) error {
+	m.cancel()
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.status.Unsubscribe()
+	return nil
+}
+
+func (m *Member) setRole(role string, svc *Service) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mu.role != role {
+		m.mu.since = time.Now()
+	}
+	m.mu.role, m.mu.svc = role, svc
+}
+
+// run alternates following and leading until ctx ends or the event log
+// fails.
+func (m *Member) run(ctx context.Context) {
+	defer close(m.done)
+	for ctx.Err() == nil {
+		rev, last, err := m.follow(ctx)
+		if err == nil {
+			err = m.lead(ctx, rev, last)
+		}
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if fatal(err) {
+			m.log.Error("the coordinator stopped", "err", err)
+			m.err = err
+			return
+		}
+		m.log.Warn("following the replicated log again", "err", err)
+		select {
+		case <-time.After(m.opts.LeaseTTL / 4):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// fatal reports whether err ends the member rather than sends it back to
+// following: a failure of its own event log (a damaged store, a full
+// disk), which no other coordinator can mend.
+func fatal(err error) bool {
+	var corrupt *eventlog.CorruptError
+	var full *eventlog.DiskFullError
+	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked)
+}
+
+// follow is the standby: it folds the replicated log into the local one
+// until it takes the leadership key and has read the log to its last
+// message; it returns the key's revision and that message's sequence.
+func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
+	m.setRole(intents.RoleStandby, nil)
+	core, err := OpenCore(m.dir, m.opts.Core)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer core.Close()
+	pos, err := logPosition(ctx, m.logs, core.Log().LastSeq())
+	if err != nil {
+		return 0, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
+	}
+	m.mu.Lock()
+	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
+	m.mu.Unlock()
+	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
+	if err != nil {
+		return 0, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+	}
+	// Heartbeats every second: a follower whose pull was lost (a node
+	// restarted, a leader moved) finds out and pulls again within
+	// seconds, not the default's ten.
+	it, err := cons.Messages(jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return 0, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+	}
+	folding := make(chan error, 1)
+	go func() { folding <- m.fold(core, it) }()
+	stop := func() error {
+		it.Stop()
+		err := <-folding
+		if lp := core.pending; lp != nil {
+			err = errors.Join(err, lp.Wait(context.Background()))
+		}
+		return err
+	}
+	m.log.Info("standby: following the replicated log", "from_message", pos, "events", core.Log().LastSeq())
+
+	watch, err := m.kv.Watch(ctx, intents.LeaderKey, jetstream.UpdatesOnly())
+	if err != nil {
+		return 0, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
+	}
+	defer watch.Stop()
+	tick := time.NewTicker(m.opts.LeaseTTL / 4)
+	defer tick.Stop()
+	for {
+		if rev, ok := m.tryLead(ctx); ok {
+			last, err := m.catchUp(ctx, folding)
+			if err == nil {
+				err = stop()
+			} else {
+				err = errors.Join(err, stop())
+			}
+			if err != nil {
+				m.release(rev)
+				return 0, 0, err
+			}
+			return rev, last, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, errors.Join(ctx.Err(), stop())
+		case err := <-folding:
+			folding <- err // for stop
+			return 0, 0, errors.Join(err, stop())
+		case <-watch.Updates():
+		case <-tick.C:
+		}
+	}
+}
+
+// fold folds each message of the log into core until the iterator stops.
+func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
+	for {
+		msg, err := it.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("coordinator: read the replicated log: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("coordinator: read the replicated log: %w", err)
+		}
+		evs, err := eventlog.DecodeGroup(msg.Data())
+		if err != nil {
+			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		}
+		if _, err := core.Follow(evs); err != nil {
+			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		}
+		m.mu.Lock()
+		m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
+		m.mu.Unlock()
+		select {
+		case m.progress <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// tryLead takes the leadership key if nobody holds it, or if it is this
+// member's own (it stepped down, or restarted, within the lease).
+func (m *Member) tryLead(ctx context.Context) (uint64, bool) {
+	rev, err := m.kv.Create(ctx, intents.LeaderKey, []byte(m.opts.Node))
+	if err == nil {
+		return rev, true
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		m.log.Warn("take the leadership key", "err", err)
+		return 0, false
+	}
+	e, err := m.kv.Get(ctx, intents.LeaderKey)
+	if err != nil || string(e.Value()) != m.opts.Node {
+		return 0, false
+	}
+	if rev, err = m.kv.Update(ctx, intents.LeaderKey, []byte(m.opts.Node), e.Revision()); err != nil {
+		return 0, false
+	}
+	return rev, true
+}
+
+// catchUp waits until the standby has folded the log's last message, as
+// the stream has it now that this member holds the key, and returns that
+// message's sequence.
+func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error) {
+	info, err := m.logs.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
+	}
+	last := info.State.LastSeq
+	for {
+		m.mu.Lock()
+		at := m.mu.logSeq
+		m.mu.Unlock()
+		if at >= last {
+			return last, nil
+		}
+		select {
+		case <-m.progress:
+		case err := <-folding:
+			folding <- err
+			if err == nil {
+				err = errors.New("the follower stopped")
+			}
+			return 0, err
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// release gives the leadership key up if it is still at rev (this
+// member's), so that a standby takes over at once.
+func (m *Member) release(rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.LeaseTTL)
+	defer cancel()
+	if err := m.kv.Delete(ctx, intents.LeaderKey, jetstream.LastRevision(rev)); err != nil {
+		m.log.Info("the leadership key was not given up (another holds it, or it lapsed)", "err", err)
+	}
+}
+
+// lead runs the Service while this member holds the key: it renews the
+// key every third of the lease, and stops the Service when it cannot, when
+// the Service stops by itself (an append refused), or when ctx ends.
+func (m *Member) lead(ctx context.Context, rev, last uint64) error {
+	lost := make(chan error, 1)
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	renewed := make(chan uint64, 1)
+	go func() {
+		defer close(renewed)
+		tick := time.NewTicker(m.opts.LeaseTTL / 3)
+		defer tick.Stop()
+		r := rev
+		for {
+			select {
+			case <-renewCtx.Done():
+				renewed <- r
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(renewCtx, m.opts.LeaseTTL/3)
+			next, err := m.kv.Update(ctx, intents.LeaderKey, []byte(m.opts.Node), r)
+			cancel()
+			if err != nil && renewCtx.Err() == nil {
+				lost <- fmt.Errorf("coordinator: renew the leadership key: %w", err)
+				renewed <- 0
+				return
+			}
+			r = next
+		}
+	}()
+	release := func() {
+		stopRenew()
+		if r := <-renewed; r != 0 {
+			m.release(r)
+		}
+	}
+	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last})
+	if err != nil {
+		release()
+		return err
+	}
+	m.setRole(intents.RoleActive, svc)
+	m.log.Info("active: this coordinator decides", "log_message", last, "events", svc.core.Log().LastSeq())
+	if m.opts.OnActive != nil {
+		if err := m.opts.OnActive(ctx, svc); err != nil {
+			m.log.Error("on becoming active", "err", err)
+		}
+	}
+	var why error
+	select {
+	case <-ctx.Done():
+	case why = <-lost:
+	case <-svc.Done():
+		why = svc.Err()
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.Shutdown(stopCtx); err != nil && why == nil {
+		why = err
+	}
+	m.setRole(intents.RoleStandby, nil)
+	release()
+	if why != nil && !fatal(why) {
+		m.log.Warn("stepped down: another coordinator may take over", "err", why)
+	}
+	return why
+}
+
+// answerStatus answers a status request with this member's MemberStatus.
+func (m *Member) answerStatus(req *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st := intents.MemberStatus{Node: m.opts.Node}
+	if e, err := m.kv.Get(ctx, intents.LeaderKey); err == nil {
+		st.Leader = string(e.Value())
+	}
+	info, err := m.logs.Info(ctx)
+	m.mu.Lock()
+	st.Role, st.Since = m.mu.role, m.mu.since
+	svc := m.mu.svc
+	st.Seq, st.LogSeq = m.mu.seq, m.mu.logSeq
+	folded := m.mu.folded
+	m.mu.Unlock()
+	if err == nil {
+		st.LogLast = info.State.LastSeq
+	}
+	if svc != nil {
+		st.Seq, st.LogSeq = svc.core.Log().LastSeq(), st.LogLast
+	}
+	if st.LogLast > st.LogSeq {
+		st.LagGroups = st.LogLast - st.LogSeq
+		if !folded.IsZero() && info != nil {
+			st.LagSeconds = max(0, info.State.LastTime.Sub(folded).Seconds())
+		}
+	}
+	data, _ := json.Marshal(st)
+	req.Respond(data)
+}

@@ -1,0 +1,285 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+)
+
+// startMember starts a member on nc in dir and stops it at the end.
+func startMember(t *testing.T, nc *nats.Conn, dir, node string, replicas int, logs *lockedBuffer) *Member {
+	t.Helper()
+	opts := MemberOptions{Node: node, LeaseTTL: time.Second}
+	opts.Replicas = replicas
+	if logs != nil {
+		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	m, err := StartMember(context.Background(), nc, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Stop(context.Background()) })
+	return m
+}
+
+// statuses gathers every member's status; an error unless want answered.
+func statuses(nc *nats.Conn, want int) (map[string]intents.MemberStatus, error) {
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(intents.Subjects{}.Status(), inbox, nil); err != nil {
+		return nil, err
+	}
+	got := map[string]intents.MemberStatus{}
+	for len(got) < want {
+		m, err := sub.NextMsg(2 * time.Second)
+		if err != nil {
+			return got, fmt.Errorf("%d of %d members answered the status request: %w", len(got), want, err)
+		}
+		var st intents.MemberStatus
+		if err := json.Unmarshal(m.Data, &st); err != nil {
+			return got, err
+		}
+		got[st.Node] = st
+	}
+	return got, nil
+}
+
+// incr submits n increments of path, resending each (the same id) until a
+// coordinator answers it, as the SDK does over a failover.
+func incr(t *testing.T, nc *nats.Conn, path string, n int) {
+	t.Helper()
+	for range n {
+		id := ulid.Make().String()
+		body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"incr","value":1}]}`, id, path)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			m, err := nc.Request(intents.Subjects{}.Submit(""), []byte(body), 2*time.Second)
+			if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
+				var d intents.Decision
+				if err := json.Unmarshal(m.Data, &d); err != nil || d.Outcome != intents.OutcomeApplied {
+					t.Fatalf("incr %s: %s %v", path, m.Data, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("incr %s: no coordinator answered within 30s: %v", path, err)
+			}
+		}
+	}
+}
+
+// counter reads a number at path through state.get.
+func counter(t *testing.T, nc *nats.Conn, path string) float64 {
+	t.Helper()
+	st := request[stateReply](t, nc, intents.Subjects{}.API(intents.APIStateGet), fmt.Sprintf(`{"paths":[%q]}`, path))
+	v, _ := st.Values[path].Value.(float64)
+	return v
+}
+
+// localHash is the hash and last event of the event log in dir, folded.
+func localHash(t *testing.T, dir string) (string, uint64) {
+	t.Helper()
+	c, err := OpenCore(dir, CoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return Hash(c.Engine().State()), c.Log().LastSeq()
+}
+
+// TestMemberTakeover: on a 3-node cluster, of two members one becomes
+// active and decides; the other follows the replicated log into its own
+// (its status says how far); when the active one stops, the standby takes
+// over at once (the key is handed over) and decides from where the other
+// stopped; the first, started again, follows; and every log folds to the
+// same state and the same events as the replicated log holds.
+func TestMemberTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := natstest.RunCluster(t, 3)
+	connect := func(i int) *nats.Conn {
+		nc, err := nats.Connect(c.Servers[i].ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	var logsA, logsB lockedBuffer
+	a := startMember(t, connect(0), dirA, "a", 3, &logsA)
+	natstest.CheckFor(t, 10*time.Second, "a active", func() error {
+		if a.Role() != intents.RoleActive {
+			return errors.New(a.Role())
+		}
+		return nil
+	})
+	b := startMember(t, connect(1), dirB, "b", 3, &logsB)
+	client := connect(2)
+	incr(t, client, "c.n", 20)
+
+	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
+		st, err := statuses(client, 2)
+		if err != nil {
+			return err
+		}
+		if st["a"].Role != intents.RoleActive || st["b"].Role != intents.RoleStandby || st["b"].Leader != "a" {
+			return fmt.Errorf("roles %+v", st)
+		}
+		if st["b"].Seq != st["a"].Seq || st["b"].LagGroups != 0 {
+			return fmt.Errorf("b at event %d (%d groups behind), a at %d", st["b"].Seq, st["b"].LagGroups, st["a"].Seq)
+		}
+		return nil
+	})
+
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 5*time.Second, "b active", func() error {
+		if b.Role() != intents.RoleActive {
+			return errors.New(b.Role())
+		}
+		return nil
+	})
+	incr(t, client, "c.n", 20)
+	a = startMember(t, connect(0), dirA, "a", 3, &logsA)
+	natstest.CheckFor(t, 10*time.Second, "a current", func() error {
+		st, err := statuses(client, 2)
+		if err != nil {
+			return err
+		}
+		if st["a"].Role != intents.RoleStandby || st["a"].Seq != st["b"].Seq {
+			return fmt.Errorf("%+v\na's log:\n%s", st, logsA.String())
+		}
+		return nil
+	})
+	if v := counter(t, client, "c.n"); v != 40 {
+		t.Fatalf("c.n = %v after 40 increments", v)
+	}
+	a.Stop(context.Background())
+	b.Stop(context.Background())
+	hashA, lastA := localHash(t, dirA)
+	hashB, lastB := localHash(t, dirB)
+	if hashA != hashB || lastA != lastB {
+		t.Fatalf("a's log folds to %s at event %d, b's to %s at %d", hashA, lastA, hashB, lastB)
+	}
+	// The replicated log holds exactly those events.
+	js, err := jetstream.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(context.Background(), intents.Subjects{}.Stream(intents.StreamLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos, err := logPosition(context.Background(), stream, lastA); err != nil || pos != stream.CachedInfo().State.LastSeq+1 {
+		t.Fatalf("the replicated log after event %d: position %d (%v), want its end %d", lastA, pos, err, stream.CachedInfo().State.LastSeq+1)
+	}
+	if !strings.Contains(logsB.String(), "active: this coordinator decides") {
+		t.Fatalf("b never logged that it became active:\n%s", logsB.String())
+	}
+}
+
+// TestMemberFenced: a group appended by another writer since the active
+// coordinator last appended (a leader that was deposed while paused sees
+// exactly this) makes its next append fail the expected-sequence check:
+// the intent it decided is answered unavailable and is in no log; the
+// member steps down, follows the log past the other writer's message, and
+// decides the same intent, sent again, once it leads again.
+func TestMemberFenced(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	dir := t.TempDir()
+	var logs lockedBuffer
+	m := startMember(t, nc, dir, "a", 1, &logs)
+	natstest.CheckFor(t, 10*time.Second, "active", func() error {
+		if m.Role() != intents.RoleActive {
+			return errors.New(m.Role())
+		}
+		return nil
+	})
+	incr(t, nc, "c.n", 3)
+
+	// Another writer appends: here, the last group again (a follower
+	// skips a group it holds), which moves the stream past what the
+	// active coordinator expects.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, intents.Subjects{}.Stream(intents.StreamLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, intents.Subjects{}.Log())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := nats.NewMsg(last.Subject)
+	again.Header, again.Data = last.Header, last.Data
+	if _, err := js.PublishMsg(ctx, again, jetstream.WithExpectLastSequence(last.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+
+	id := ulid.Make().String()
+	body := []byte(fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"c.n","op":"incr","value":1}]}`, id))
+	reply, err := nc.Request(intents.Subjects{}.Submit(""), body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "unavailable" {
+		t.Fatalf("the fenced coordinator answered %q %s, want unavailable", code, reply.Data)
+	}
+	natstest.CheckFor(t, 10*time.Second, "stepped down", func() error {
+		if !strings.Contains(logs.String(), "stepped down") {
+			return errors.New(logs.String())
+		}
+		return nil
+	})
+	// Sent again, it is decided once the member leads again: exactly one
+	// increment, the one it was refused with not in any log.
+	var d intents.Decision
+	natstest.CheckFor(t, 10*time.Second, "decided again", func() error {
+		reply, err := nc.Request(intents.Subjects{}.Submit(""), body, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		if reply.Header.Get("Nats-Service-Error-Code") != "" {
+			return fmt.Errorf("%s", reply.Data)
+		}
+		return json.Unmarshal(reply.Data, &d)
+	})
+	if d.Outcome != intents.OutcomeApplied || d.Duplicate {
+		t.Fatalf("the intent sent again: %+v, want applied, not a duplicate", d)
+	}
+	if v := counter(t, nc, "c.n"); v != 4 {
+		t.Fatalf("c.n = %v, want 4", v)
+	}
+	m.Stop(ctx)
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if _, err := Verify(log, CoreOptions{}.Engine); err != nil {
+		t.Fatal(err)
+	}
+}

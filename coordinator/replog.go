@@ -1,0 +1,168 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The replicated log of record (SPEC §10): in a cluster every durable
+// group is one message of COAGENT_LOG, appended by the active coordinator
+// before its own Pebble log writes it (eventlog.EnqueueAfter), so that a
+// local log is never ahead of the stream: a crash between the two writes
+// leaves it behind, and it catches up from the stream. Each append expects
+// the stream's last sequence to be the one before it
+// (Nats-Expected-Last-Sequence): only one writer can ever extend the log,
+// which is what fences a deposed leader.
+
+// ErrFenced is returned (wrapped) when an append to the replicated log
+// was refused or went unconfirmed: another coordinator appended first, or
+// the stream did not say it stored the group. Nothing of the group, nor of
+// what was decided after it, is answered; the coordinator stops being the
+// active one and follows the log again.
+var ErrFenced = errors.New("coordinator: the replicated log did not take the group")
+
+// ErrAhead is returned (wrapped) when a coordinator's own log holds
+// events the replicated log does not: it cannot follow that log.
+var ErrAhead = errors.New("coordinator: the event log is ahead of the replicated log")
+
+// The headers of a log message: the seqs of its first and last events, so
+// that a reader can find where to start without decoding the groups.
+const (
+	headerFirst = "Coagent-First"
+	headerLast  = "Coagent-Last"
+)
+
+// logStreamConfig is COAGENT_LOG's configuration.
+func logStreamConfig(subj intents.Subjects, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{Name: subj.Stream(intents.StreamLog), Subjects: []string{subj.Log()},
+		Description: "the replicated event log of the coordinators: one message per durable group",
+		Retention:   jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
+		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew}
+}
+
+// replog appends groups to COAGENT_LOG; the loop's, through the Core.
+type replog struct {
+	js      jetstream.JetStream
+	subject string
+	// last is the stream sequence of the last group appended, or of the
+	// stream's last message when the coordinator became active.
+	last uint64
+}
+
+// appendTimeout bounds how long a group waits for the stream to confirm
+// it: past it the group is not answered, and the coordinator steps down.
+const appendTimeout = 10 * time.Second
+
+// append publishes the events of one group as the next message of the log
+// and returns a channel that yields once: nil when the stream stored it
+// where expected, an ErrFenced error otherwise. Appends are pipelined:
+// each expects the one before it, so once one fails every later one does.
+func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
+	m := nats.NewMsg(r.subject)
+	m.Data = eventlog.AppendGroup(nil, evs)
+	m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
+	m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
+	f, err := r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(r.last))
+	if err != nil {
+		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
+	}
+	r.last++
+	want, first, last := r.last, evs[0].Seq, evs[len(evs)-1].Seq
+	ready := make(chan error, 1)
+	go func() {
+		t := time.NewTimer(appendTimeout)
+		defer t.Stop()
+		select {
+		case ack := <-f.Ok():
+			if ack.Sequence != want {
+				ready <- fmt.Errorf("%w: events %d–%d stored as message %d of %s, want %d", ErrFenced, first, last, ack.Sequence, ack.Stream, want)
+				return
+			}
+			ready <- nil
+		case err := <-f.Err():
+			ready <- fmt.Errorf("%w: events %d–%d as message %d: %w", ErrFenced, first, last, want, err)
+		case <-t.C:
+			ready <- fmt.Errorf("%w: events %d–%d as message %d: not confirmed within %s", ErrFenced, first, last, want, appendTimeout)
+		}
+	}()
+	return ready, nil
+}
+
+// logRange returns the seqs of the first and last events of a log
+// message, from its headers.
+func logRange(h nats.Header) (first, last uint64, err error) {
+	first, err1 := strconv.ParseUint(h.Get(headerFirst), 10, 64)
+	last, err2 := strconv.ParseUint(h.Get(headerLast), 10, 64)
+	if err := errors.Join(err1, err2); err != nil || first == 0 || last < first {
+		return 0, 0, fmt.Errorf("log message headers %s=%q %s=%q: want two event seqs, first ≤ last", headerFirst, h.Get(headerFirst), headerLast, h.Get(headerLast))
+	}
+	return first, last, nil
+}
+
+// logPosition returns the stream sequence of the message that holds event
+// after+1, the first a log ending at event after lacks: the stream's next
+// sequence when it has nothing after. It searches the stream by halves,
+// reading one message a step. It fails if the stream no longer holds that
+// event (trimmed below it), or if the log ends inside a message, which no
+// writer makes.
+func logPosition(ctx context.Context, st jetstream.Stream, after uint64) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := info.State.FirstSeq, info.State.LastSeq
+	if info.State.Msgs == 0 {
+		if after > 0 {
+			return 0, fmt.Errorf("%w: this coordinator's log ends at event %d and the replicated log is empty", ErrAhead, after)
+		}
+		return hi + 1, nil
+	}
+	rangeAt := func(seq uint64) (uint64, uint64, error) {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read log message %d: %w", seq, err)
+		}
+		return logRange(m.Header)
+	}
+	first, _, err := rangeAt(lo)
+	if err != nil {
+		return 0, err
+	}
+	if first > after+1 {
+		return 0, fmt.Errorf("%w: the replicated log starts at event %d, and this coordinator's log ends at %d", eventlog.ErrCompacted, first, after)
+	}
+	// The answer is the first message whose last event is past after.
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		_, last, err := rangeAt(mid)
+		if err != nil {
+			return 0, err
+		}
+		if last > after {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	first, last, err := rangeAt(lo)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case last < after:
+		return 0, fmt.Errorf("%w: this coordinator's log ends at event %d, past the replicated log's last (%d): it holds another history; give it an empty data directory to join", ErrAhead, after, last)
+	case last == after:
+		return lo + 1, nil // nothing after
+	case first != after+1:
+		return 0, fmt.Errorf("the replicated log's message %d holds events %d–%d, and this coordinator's log ends at %d: they do not continue one another", lo, first, last, after)
+	}
+	return lo, nil
+}

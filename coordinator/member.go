@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +22,7 @@ type MemberOptions struct {
 	Options
 	// Node names this coordinator, unique in the cluster; required.
 	Node string
-	// LeaseTTL is how long the leadership key lives unless the active
+	// LeaseTTL is how long the leadership lasts unless the active
 	// coordinator renews it (it does every third of it): how soon a
 	// standby takes over from one that stopped without handing over, or
 	// was cut off. The default is 3 seconds; at least 1 second.
@@ -37,8 +38,9 @@ const DefaultLeaseTTL = 3 * time.Second
 
 // Member is one coordinator of a cluster (SPEC §10). It is a standby that
 // follows the replicated log COAGENT_LOG into its own event log and
-// engine, until it takes the leadership key (create-if-absent in a
-// replicated key-value bucket whose TTL is the lease); then, having read
+// engine, until it takes the leadership key of a replicated key-value
+// bucket (create-if-absent, or compare-and-set over a lease that lapsed:
+// see lease); then, having read
 // the log to its end, it starts the Service, which appends every group to
 // the log before its own log writes it and answers nothing the stream has
 // not stored. It renews the key while active; when it cannot (another
@@ -100,13 +102,28 @@ func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOpti
 	if m.js, err = jetstream.New(nc); err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
-	if m.logs, err = m.ensureLog(ctx); err != nil {
-		return nil, err
-	}
 	bucket := jetstream.KeyValueConfig{Bucket: m.subj.LeaderBucket(), Description: "the active coordinator (SPEC §10)",
-		TTL: opts.LeaseTTL, LimitMarkerTTL: opts.LeaseTTL, Replicas: opts.Replicas, Storage: jetstream.FileStorage}
-	if m.kv, err = m.js.CreateOrUpdateKeyValue(ctx, bucket); err != nil {
-		return nil, fmt.Errorf("coordinator: leadership bucket %s: %w", bucket.Bucket, err)
+		Replicas: opts.Replicas, Storage: jetstream.FileStorage}
+	// A cluster that has just formed may not answer at once (its streams
+	// electing leaders, other members creating the same ones): the
+	// streams are tried again until ctx ends.
+	for try := 0; ; try++ {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if m.logs, err = m.ensureLog(callCtx); err == nil {
+			m.kv, err = m.ensureBucket(callCtx, bucket)
+		}
+		cancel()
+		if err == nil || errors.Is(err, ErrStreamMismatch) || ctx.Err() != nil {
+			break
+		}
+		m.log.Warn("the cluster does not answer yet; trying again", "err", err)
+		select {
+		case <-time.After(time.Duration(min(try+1, 5)) * time.Second / 2):
+		case <-ctx.Done():
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	m.setRole(intents.RoleStandby, nil)
 	if m.status, err = nc.Subscribe(m.subj.Status(), m.answerStatus); err != nil {
@@ -158,6 +175,20 @@ func (m *Member) ensureLog(ctx context.Context) (jetstream.Stream, error) {
 			"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
 	}
 	return st, nil
+}
+
+// ensureBucket creates the leadership bucket if missing; one that exists
+// is used as it is: updating a bucket's stream moves its leader, and
+// members starting together would keep it from having one.
+func (m *Member) ensureBucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := m.js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = m.js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: leadership bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
 }
 
 // Done is closed once the member has stopped: after Stop, or by itself
@@ -249,7 +280,9 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 		return 0, 0, err
 	}
 	defer core.Close()
-	pos, err := logPosition(ctx, m.logs, core.Log().LastSeq())
+	findCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pos, err := logPosition(findCtx, m.logs, core.Log().LastSeq())
+	cancel()
 	if err != nil {
 		return 0, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
@@ -344,32 +377,108 @@ func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
 	}
 }
 
-// tryLead takes the leadership key if nobody holds it, or if it is this
-// member's own (it stepped down, or restarted, within the lease).
-func (m *Member) tryLead(ctx context.Context) (uint64, bool) {
-	rev, err := m.kv.Create(ctx, intents.LeaderKey, []byte(m.opts.Node))
-	if err == nil {
-		return rev, true
+// lease is the value of the leadership key: who holds it, and until
+// when unless renewed. The expiry is in the value, not a TTL of the
+// bucket, so that whether a lease lapsed is decided by the compare-and-set
+// of one key, and not by when each replica of the bucket's stream expires
+// a message (which moves with its leader while a node fails over).
+type lease struct {
+	Node  string    `json:"node"`
+	Until time.Time `json:"until"`
+}
+
+// readLease returns the lease in force and its revision (ok false: none).
+// It asks the bucket's stream leader, not the nearest replica (as a
+// key-value Get does): a replica that lags would show a lease that was
+// renewed since as lapsed.
+func (m *Member) readLease(ctx context.Context) (l lease, rev uint64, ok bool, err error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + m.subj.LeaderBucket() + "." + intents.LeaderKey})
+	msg, err := m.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+m.subj.LeaderBucket(), req)
+	if err != nil {
+		return lease{}, 0, false, err
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		m.log.Warn("take the leadership key", "err", err)
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return lease{}, 0, false, fmt.Errorf("read the leadership key: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return lease{}, 0, false, nil
+	case resp.Error != nil:
+		return lease{}, 0, false, resp.Error
+	case resp.Message == nil:
+		return lease{}, 0, false, errors.New("read the leadership key: an empty answer")
+	}
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+		return lease{}, 0, false, nil // deleted or purged: given up
+	}
+	if err := json.Unmarshal(resp.Message.Data, &l); err != nil {
+		// Not a lease this build wrote: taken over as a lapsed one.
+		return lease{}, resp.Message.Seq, true, nil
+	}
+	return l, resp.Message.Seq, true, nil
+}
+
+// putLease writes this member's lease, valid for LeaseTTL from now, over
+// revision rev (0: create it) and returns the new revision.
+func (m *Member) putLease(ctx context.Context, rev uint64) (uint64, error) {
+	data, _ := json.Marshal(lease{Node: m.opts.Node, Until: time.Now().Add(m.opts.LeaseTTL)})
+	if rev == 0 {
+		return m.kv.Create(ctx, intents.LeaderKey, data)
+	}
+	return m.kv.Update(ctx, intents.LeaderKey, data, rev)
+}
+
+// tryLead takes the leadership key if nobody holds it, if its lease has
+// lapsed, or if it is this member's own (it stepped down, or restarted,
+// within the lease); the compare-and-set on the key's revision makes one
+// member win when several try at once.
+func (m *Member) tryLead(parent context.Context) (uint64, bool) {
+	// Every call to the bucket is bounded: one sent to a node that died
+	// (the bucket's stream leader) is never answered.
+	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/2)
+	defer cancel()
+	l, rev, ok, err := m.readLease(ctx)
+	if err != nil {
+		m.log.Info("read the leadership key", "err", err)
 		return 0, false
 	}
-	e, err := m.kv.Get(ctx, intents.LeaderKey)
-	if err != nil || string(e.Value()) != m.opts.Node {
+	if ok && l.Node != m.opts.Node && time.Now().Before(l.Until) {
 		return 0, false
 	}
-	if rev, err = m.kv.Update(ctx, intents.LeaderKey, []byte(m.opts.Node), e.Revision()); err != nil {
+	if !ok {
+		rev = 0
+	}
+	next, err := m.putLease(ctx, rev)
+	if err != nil {
+		m.log.Info("take the leadership key", "err", err)
 		return 0, false
 	}
-	return rev, true
+	return next, true
+}
+
+// casFailed reports whether err says another wrote the key first (the
+// compare-and-set failed), rather than that the bucket did not answer.
+func casFailed(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // catchUp waits until the standby has folded the log's last message, as
 // the stream has it now that this member holds the key, and returns that
 // message's sequence.
 func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error) {
-	info, err := m.logs.Info(ctx)
+	infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL)
+	info, err := m.logs.Info(infoCtx)
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
 	}
@@ -414,9 +523,13 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 	renewed := make(chan uint64, 1)
 	go func() {
 		defer close(renewed)
-		tick := time.NewTicker(m.opts.LeaseTTL / 3)
+		// Renewed every third of the lease; a renewal the bucket does not
+		// answer (its stream electing a leader while a node fails) is tried
+		// again until the lease would lapse: only then, or when another
+		// holds the key, is it lost.
+		tick := time.NewTicker(m.opts.LeaseTTL / 6)
 		defer tick.Stop()
-		r := rev
+		r, until, next := rev, time.Now().Add(m.opts.LeaseTTL), time.Now().Add(m.opts.LeaseTTL/3)
 		for {
 			select {
 			case <-renewCtx.Done():
@@ -424,15 +537,40 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 				return
 			case <-tick.C:
 			}
-			ctx, cancel := context.WithTimeout(renewCtx, m.opts.LeaseTTL/3)
-			next, err := m.kv.Update(ctx, intents.LeaderKey, []byte(m.opts.Node), r)
+			if time.Now().Before(next) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(renewCtx, m.opts.LeaseTTL/4)
+			at := time.Now()
+			n, err := m.putLease(ctx, r)
+			if renewCtx.Err() != nil {
+				cancel()
+				continue
+			}
+			if err != nil && casFailed(err) {
+				// A write of this member's whose confirmation was lost
+				// (the bucket's stream changed leaders meanwhile) moved the
+				// revision: the lease is still its own.
+				if l, rev, ok, rerr := m.readLease(ctx); rerr == nil && ok && l.Node == m.opts.Node && rev > r {
+					r, err = rev, nil
+					if n, err = m.putLease(ctx, r); err == nil {
+						at = time.Now()
+					}
+				} else if rerr == nil && ok {
+					err = fmt.Errorf("%w (the key names %s until %s)", err, l.Node, l.Until.Format(time.StampMilli))
+				}
+			}
 			cancel()
-			if err != nil && renewCtx.Err() == nil {
+			switch {
+			case err == nil:
+				r, until, next = n, at.Add(m.opts.LeaseTTL), at.Add(m.opts.LeaseTTL/3)
+			case casFailed(err) || time.Now().Add(m.opts.LeaseTTL/6).After(until):
 				lost <- fmt.Errorf("coordinator: renew the leadership key: %w", err)
 				renewed <- 0
 				return
+			default:
+				m.log.Info("renew the leadership key: trying again", "err", err, "lease_left", time.Until(until).Round(time.Millisecond))
 			}
-			r = next
 		}
 	}()
 	release := func() {
@@ -478,8 +616,8 @@ func (m *Member) answerStatus(req *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	st := intents.MemberStatus{Node: m.opts.Node}
-	if e, err := m.kv.Get(ctx, intents.LeaderKey); err == nil {
-		st.Leader = string(e.Value())
+	if l, _, ok, err := m.readLease(ctx); err == nil && ok && time.Now().Before(l.Until) {
+		st.Leader = l.Node
 	}
 	info, err := m.logs.Info(ctx)
 	m.mu.Lock()

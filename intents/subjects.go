@@ -179,5 +179,5 @@ const (
 	StreamArbiter   = "ARBITER"
 	// StreamLog is the replicated log of record of a cluster (SPEC §10).
 	StreamLog = "LOG"
-	StreamDLQ       = "DLQ"
+	StreamDLQ = "DLQ"
 )

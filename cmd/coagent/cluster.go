@@ -16,34 +16,33 @@ import (
 )
 
 // clusterFlags are the flags of `coagent serve` that make its embedded
-// server a node of a JetStream cluster (SPEC §10), and say whether the node
-// runs a coordinator.
-//
-// Until leadership exists (issue 17's COAGENT_LOG and standbys), exactly
-// one node of a cluster may run the coordinator: two would split the
-// intents consumer's messages and the API's requests between two event
-// logs. So with --cluster a node runs only its NATS server unless given
-// --coordinator. The flag is the one that stays right once leadership
-// comes: then every node runs a coordinator by default (the active one
-// chosen by the leadership key, the others standbys following the log),
-// and --coordinator=false keeps a node a pure server, as a cluster of five
-// NATS servers with three coordinators would have. A --standby flag would
-// have meant "no coordinator" now and "a following coordinator" later,
-// which the SPEC's word standby already means.
+// server a node of a JetStream cluster (SPEC §10), and its coordinator a
+// member of the cluster's: with --cluster every node runs a coordinator
+// by default, one active (the holder of the leadership key), the others
+// standbys following the replicated log, and --coordinator=false keeps a
+// node a pure NATS server, as a cluster of five servers with three
+// coordinators would have. With --nats, --name makes the coordinator a
+// member of the coordinators of that cluster.
 type clusterFlags struct {
 	listen, name, cluster string
 	routes                []string
 	replicas              int
 	coordinator           bool
+	leaseTTL              time.Duration
 }
+
+// member reports whether serve runs its coordinator as a member of a
+// cluster's (coordinator.Member) rather than alone.
+func (f *clusterFlags) member() bool { return f.coordinator && f.name != "" }
 
 func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "cluster", "", "make the embedded server a node of a JetStream cluster, its routes listening on HOST:PORT (plain TCP: keep it on loopback or a private network)")
 	fs.StringSliceVar(&f.routes, "routes", nil, "with --cluster: the nodes' route URLs, nats://HOST:PORT, comma separated (this node's own may be among them)")
-	fs.StringVar(&f.name, "name", "", "with --cluster: this node's name, unique in the cluster (n1, n2, …)")
+	fs.StringVar(&f.name, "name", "", "this node's name, unique in the cluster (n1, n2, …): with --cluster, the NATS node's and its coordinator's; with --nats, the coordinator's, which makes it one of that cluster's coordinators")
 	fs.StringVar(&f.cluster, "cluster-name", natsauth.DefaultCluster, "with --cluster: the cluster's name, the same on every node")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many servers store each stream, 1 to 5 (default 1, 3 with --cluster; with --nats of a cluster, give 3)")
-	fs.BoolVar(&f.coordinator, "coordinator", true, "run the coordinator on this node; with --cluster only the node given --coordinator runs it, until leadership exists")
+	fs.BoolVar(&f.coordinator, "coordinator", true, "run a coordinator on this node (with --cluster: active or standby, as the leadership key says); =false: a NATS node only")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "with --name: how long the leadership lasts unless renewed, which is how soon a standby takes over from a coordinator that died (at least 1s)")
 }
 
 // check validates the flags before anything touches the disk, and sets
@@ -51,7 +50,14 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 // runs the coordinator. Each error names the flag and its value.
 func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 	changed := c.Flags().Changed
-	if f.listen == "" {
+	if f.listen == "" && s.conn.url != "" && changed("name") {
+		if err := coordinator.CheckNode(f.name); err != nil {
+			return usagef(c, "--name %q: %v", f.name, err)
+		}
+		if s.authOn {
+			return usagef(c, "--auth with --name is not supported yet: every coordinator would need the same agents and the coordinator's key")
+		}
+	} else if f.listen == "" {
 		for _, name := range []string{"routes", "name", "cluster-name"} {
 			if changed(name) {
 				return usagef(c, "--%s needs --cluster HOST:PORT: it configures this node's part of a cluster", name)
@@ -84,9 +90,12 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 		if s.authOn {
 			return usagef(c, "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)")
 		}
-		if !changed("coordinator") {
-			f.coordinator = false
-		}
+	}
+	if changed("lease-ttl") && !f.member() {
+		return usagef(c, "--lease-ttl needs --name: only a coordinator of a cluster holds a lease")
+	}
+	if f.leaseTTL < time.Second {
+		return usagef(c, "--lease-ttl %s: want at least 1s", f.leaseTTL)
 	}
 	switch {
 	case changed("replicas") && (f.replicas < 1 || f.replicas > coordinator.MaxReplicas):
@@ -193,9 +202,6 @@ func checkNoCoordinator(nc *nats.Conn, f *serveFlags) error {
 	case err != nil:
 		return fmt.Errorf("look for a running coordinator on %s: %w", subject, err)
 	}
-	hint := "stop it, or give this one another --subject-prefix"
-	if f.cluster.listen != "" {
-		hint = "one node of a cluster runs the coordinator until leadership exists: start this one without --coordinator"
-	}
+	hint := "stop it, or give this one another --subject-prefix; to run several coordinators of one cluster, give each --name"
 	return fmt.Errorf("%w on %s (%s answers)\n  %s", errCoordinatorRuns, nc.ConnectedUrlRedacted(), subject, hint)
 }

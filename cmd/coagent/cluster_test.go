@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,14 +24,45 @@ import (
 type node struct {
 	cmd    *exec.Cmd
 	url    string
-	line   string     // its start-up line
+	args   []string
+	line   string      // its start-up line
+	lines  chan string // its stdout's lines, the start-up line first
+	stderr *lockedBuilder
 	done   chan error // its exit status, once
 	waited bool       // the status was received
+}
+
+// lockedBuilder is a strings.Builder a process's output is copied into
+// while the test reads it.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startNode starts `coagent serve` with args and waits for its start-up
 // line; the process is killed when the test ends if it still runs.
 func startNode(t *testing.T, url string, args ...string) *node {
+	t.Helper()
+	n := launchNode(t, url, args...)
+	n.await(t)
+	return n
+}
+
+// launchNode starts `coagent serve` with args and returns at once: a node
+// of a cluster prints its start-up line only once the others are up.
+func launchNode(t *testing.T, url string, args ...string) *node {
 	t.Helper()
 	cmd := exec.Command(coagentBin, args...)
 	for _, kv := range os.Environ() {
@@ -42,42 +74,79 @@ func startNode(t *testing.T, url string, args ...string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	n := &node{cmd: cmd, url: url, args: args, done: make(chan error, 1), lines: make(chan string, 1024), stderr: &lockedBuilder{}}
+	cmd.Stderr = n.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	n := &node{cmd: cmd, url: url, done: make(chan error, 1)}
-	// One goroutine reads the process's stdout to its end (the start-up
-	// line, then whatever follows), then waits for it: Wait must come
-	// after the last read of the pipe.
-	lines := make(chan string, 1)
+	// One goroutine reads the process's stdout to its end, then waits
+	// for it: Wait must come after the last read of the pipe.
 	go func() {
-		r := bufio.NewReader(out)
-		l, _ := r.ReadString('\n')
-		lines <- l
-		io.Copy(io.Discard, r)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case n.lines <- sc.Text() + "\n":
+			default: // nobody reads that far
+			}
+		}
+		io.Copy(io.Discard, out)
+		close(n.lines)
 		n.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
 		if !n.waited {
+			cmd.Process.Signal(syscall.SIGCONT) // a paused one cannot die
 			cmd.Process.Kill()
 			<-n.done
 		}
 	})
+	return n
+}
+
+// await waits for n's start-up line.
+func (n *node) await(t *testing.T) {
+	t.Helper()
 	select {
-	case n.line = <-lines:
+	case n.line = <-n.lines:
 	case <-time.After(time.Minute):
-		cmd.Process.Kill()
+		n.cmd.Process.Kill()
 		n.line = "no start-up line in a minute"
 	}
 	if !strings.HasPrefix(n.line, "coagent: ") {
-		// Its stderr is complete, and safe to read, once it has exited.
 		err := <-n.done
 		n.waited = true
-		t.Fatalf("coagent %s: %q (exit %v); stderr:\n%s", strings.Join(args, " "), n.line, err, stderr.String())
+		t.Fatalf("coagent %s: %q (exit %v); stderr:\n%s", strings.Join(n.args, " "), n.line, err, n.stderr.String())
 	}
-	return n
+}
+
+// awaitLine waits for a line of n's stdout that contains want.
+func (n *node) awaitLine(t *testing.T, want string, d time.Duration) string {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case l, ok := <-n.lines:
+			if !ok {
+				t.Fatalf("%s exited without printing %q; stderr:\n%s", n.url, want, n.stderr.String())
+			}
+			if strings.Contains(l, want) {
+				return l
+			}
+		case <-deadline:
+			t.Fatalf("%s printed no %q in %s; stderr:\n%s", n.url, want, d, n.stderr.String())
+		}
+	}
+}
+
+// kill sends SIGKILL and waits for the process to end.
+func (n *node) kill(t *testing.T) {
+	t.Helper()
+	n.cmd.Process.Signal(syscall.SIGCONT)
+	if err := n.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-n.done
+	n.waited = true
 }
 
 // stop sends SIGTERM and waits for the process to exit.
@@ -113,9 +182,9 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 // TestServeCluster: three `coagent serve --cluster` processes make one
-// JetStream cluster; the one started with --coordinator runs the
-// coordinator and makes its streams with 3 replicas, and any node answers
-// for it. A second coordinator on the same cluster is refused.
+// JetStream cluster and its three coordinators; one becomes the active
+// one, the streams have 3 replicas, and any node answers for it. A
+// coordinator alone (no --name) on the same cluster is refused.
 func TestServeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster of coagent processes")
@@ -132,23 +201,39 @@ func TestServeCluster(t *testing.T) {
 			"--routes", strings.Join(routes, ","), "--name", fmt.Sprintf("n%d", i+1)}
 	}
 	url := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", ports[i]) }
-	// The pure server nodes first: the coordinator's node says it serves
-	// only once the cluster can hold its streams, which takes the others.
+	// Each node says it serves once the cluster can hold its streams,
+	// which takes the others: they start together.
 	var nodes []*node
-	for i := 1; i < 3; i++ {
-		n := startNode(t, url(i), nodeArgs(i)...)
-		if !strings.Contains(n.line, "serving NATS on "+url(i)) || !strings.Contains(n.line, fmt.Sprintf("node n%d of cluster coagent", i+1)) ||
-			!strings.Contains(n.line, "no coordinator on this node") {
+	for i := range 3 {
+		nodes = append(nodes, launchNode(t, url(i), nodeArgs(i)...))
+	}
+	for i, n := range nodes {
+		n.await(t)
+		if !strings.Contains(n.line, "serving on "+url(i)) || !strings.Contains(n.line, fmt.Sprintf("node n%d of cluster coagent", i+1)) ||
+			!strings.Contains(n.line, "streams with 3 replicas") || !strings.Contains(n.line, fmt.Sprintf("coordinator n%d of the cluster", i+1)) {
 			t.Errorf("node %d's start-up line: %q", i+1, n.line)
 		}
-		nodes = append(nodes, n)
 	}
-	coord := startNode(t, url(0), append(nodeArgs(0), "--coordinator")...)
-	if !strings.Contains(coord.line, "serving on "+url(0)) || !strings.Contains(coord.line, "node n1 of cluster coagent") ||
-		!strings.Contains(coord.line, "streams with 3 replicas") {
-		t.Errorf("the coordinator's start-up line: %q", coord.line)
+	// One of them becomes the active coordinator, and says so.
+	active := make(chan int, 3)
+	for i, n := range nodes {
+		go func() {
+			for l := range n.lines {
+				if strings.Contains(l, "is the active coordinator") {
+					active <- i
+				}
+			}
+		}()
 	}
-	nodes = append(nodes, coord)
+	select {
+	case <-active:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no node became the active coordinator in 30s")
+	}
+	// A cluster without a coordinator: --coordinator=false.
+	if p := runBin(t, nil, "", "serve", "--coordinator=false", "--name", "x", "--data", t.TempDir()); p.status != 2 {
+		t.Errorf("--coordinator=false without --cluster: %+v", p)
+	}
 
 	// Any node answers for the coordinator: a submit through one, a read
 	// through another.
@@ -169,7 +254,7 @@ func TestServeCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{intents.StreamIntents, intents.StreamDecisions, intents.StreamEvents, intents.StreamArbiter, intents.StreamDLQ} {
+	for _, k := range []string{intents.StreamIntents, intents.StreamDecisions, intents.StreamEvents, intents.StreamArbiter, intents.StreamDLQ, intents.StreamLog} {
 		name := intents.Subjects{}.Stream(k)
 		st, err := js.Stream(context.Background(), name)
 		if err != nil {
@@ -179,17 +264,16 @@ func TestServeCluster(t *testing.T) {
 			t.Errorf("stream %s: %d replicas, cluster %+v", name, info.Config.Replicas, info.Cluster)
 		}
 	}
-	// A second coordinator on the cluster is refused: here one that would
-	// use a node as an existing server.
+	// A coordinator alone (no --name) on the cluster is refused: here one
+	// that would use a node as an existing server.
 	p := runBin(t, nil, "", "serve", "--data", filepath.Join(dir, "d4"), "--nats", url(2))
 	// It is told first that its streams would have 1 replica there.
 	if p.status != 1 || !strings.Contains(p.stderr, "another coordinator already serves on "+url(2)) ||
 		!strings.Contains(p.stderr, "the server is in cluster coagent; streams this coordinator makes have 1 replica unless given --replicas 3") {
 		t.Errorf("a second coordinator: %+v", p)
 	}
-	// The coordinator first, while the cluster it writes to is whole.
-	for i := len(nodes) - 1; i >= 0; i-- {
-		nodes[i].stop(t)
+	for _, n := range nodes {
+		n.stop(t)
 	}
 }
 
@@ -213,7 +297,10 @@ func TestServeClusterUsage(t *testing.T) {
 		{append([]string{"--cluster-name", "a b"}, node...), `--cluster-name "a b": want letters, digits, '-' or '_'`},
 		{append([]string{"--nats", "nats://h:1"}, node...), "--cluster and --nats nats://h:1 exclude each other: --cluster makes the embedded server a cluster node, --nats uses a server that is not embedded"},
 		{append([]string{"--auth"}, node...), "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)"},
-		{append([]string{"--rules", "r.json"}, node...), "--rules r.json needs --coordinator: this node runs no coordinator to put them in force"},
+		{append([]string{"--rules", "r.json", "--coordinator=false"}, node...), "--rules r.json needs --coordinator: this node runs no coordinator to put them in force"},
+		{[]string{"--lease-ttl", "2s"}, "--lease-ttl needs --name: only a coordinator of a cluster holds a lease"},
+		{append([]string{"--lease-ttl", "500ms"}, node...), "--lease-ttl 500ms: want at least 1s"},
+		{[]string{"--nats", "nats://h:1", "--name", "n.1"}, `--name "n.1": want letters, digits, '-' or '_'`},
 		{[]string{"--replicas", "0"}, "--replicas 0: want 1 to 5"},
 		{[]string{"--replicas", "6"}, "--replicas 6: want 1 to 5"},
 		{[]string{"--replicas", "3"}, "--replicas 3 needs a cluster: a server alone stores each stream once (--cluster, or --nats of a cluster)"},

@@ -223,11 +223,17 @@ func outcomeList(m map[intents.Outcome]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// lockedWriter serializes the demo's output: the team's live lines come
-// from its agents' goroutines.
+// lockedWriter serializes writes from several goroutines: the demo's
+// team's live lines, serve's lines and a cluster member's.
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (l *lockedWriter) printf(format string, args ...any) {

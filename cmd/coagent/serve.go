@@ -46,8 +46,10 @@ func newServeCmd(e *env) *cobra.Command {
 		Short: "run the coordinator (embedded NATS on 127.0.0.1:4222, or --nats URL)",
 		Long: "Run the coordinator until SIGINT or SIGTERM: on an embedded NATS server with JetStream (--listen),\n" +
 			"or on an existing server or cluster (--nats URL [--creds FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]).\n" +
-			"With --cluster HOST:PORT --routes URL,… --name NAME the embedded server is a node of a JetStream cluster;\n" +
-			"one node of it, given --coordinator, runs the coordinator.\n" +
+			"With --cluster HOST:PORT --routes URL,… --name NAME the embedded server is a node of a JetStream cluster,\n" +
+			"and its coordinator one of the cluster's: the active one, or a standby that follows the replicated log\n" +
+			"and takes over when the active one dies (SPEC §10); --coordinator=false runs the NATS node alone.\n" +
+			"With --nats of a cluster, --name NAME makes this coordinator one of that cluster's.\n" +
 			"SIGHUP reloads --rules and the agents of --auth.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -161,8 +163,10 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	} else if name := nc.ConnectedClusterName(); name != "" && f.cluster.replicas == 1 {
 		fmt.Fprintf(stderr, "coagent: note: the server is in cluster %s; streams this coordinator makes have 1 replica unless given --replicas 3\n", name)
 	}
-	if err := checkNoCoordinator(nc, f); err != nil {
-		return err
+	if !f.cluster.member() {
+		if err := checkNoCoordinator(nc, f); err != nil {
+			return err
+		}
 	}
 	// Errors (a contained panic, a failed log write) and warnings (a
 	// stream found with other replicas, a missing consumer made again) are
@@ -189,6 +193,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	if srv != nil {
 		opts.Interest = coordinator.InterestOf(srv.NATS())
+	}
+	if f.cluster.member() {
+		return serveMember(ctx, f, nc, srv, reg, &roles, opts, where, stdout, stderr)
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
 	if errors.Is(err, eventlog.ErrLocked) {
@@ -253,6 +260,75 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		return fmt.Errorf("drain: %w", err)
 	}
 	fmt.Fprintln(stdout, "coagent: stopped")
+	return nil
+}
+
+// serveMember runs the coordinator as a member of the cluster's (SPEC
+// §10): a standby that follows the replicated log until it holds the
+// leadership key, then the active coordinator, which puts the rules file
+// in force each time it becomes so.
+func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsauth.Server, reg *natsauth.Registry,
+	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, where string, stdout, stderr io.Writer) error {
+	var out lockedWriter
+	out.w = stdout
+	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
+		OnActive: func(ctx context.Context, svc *coordinator.Service) error {
+			fmt.Fprintf(&out, "coagent: %s is the active coordinator\n", f.cluster.name)
+			if f.rulesFile == "" && !f.authOn {
+				return nil
+			}
+			r := reg
+			if loaded, err := natsauth.Load(natsauth.RegistryPath(f.data)); err == nil {
+				r = loaded
+			}
+			return loadRules(ctx, svc, f.rulesFile, f.data, r, &out)
+		}}
+	m, err := coordinator.StartMember(ctx, nc, logDir(f.data), mopts)
+	if err != nil {
+		return err
+	}
+	abs, _ := filepath.Abs(f.data)
+	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members)\n",
+		where, abs, f.cluster.name)
+	hup := make(chan os.Signal, 1)
+	if f.rulesFile != "" || f.authOn {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+	for ctx.Err() == nil {
+		select {
+		case <-hup:
+			reg, err := natsauth.Load(natsauth.RegistryPath(f.data))
+			if err != nil {
+				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
+				continue
+			}
+			r := reg.Roles()
+			roles.Store(&r)
+			if srv != nil && srv.Authenticated() {
+				if err := srv.Reload(reg); err != nil {
+					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
+				}
+			}
+			if svc := m.Active(); svc != nil {
+				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {
+					fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
+				}
+			}
+		case <-m.Done():
+			return fmt.Errorf("the coordinator stopped: %w", m.Err())
+		case <-ctx.Done():
+		}
+	}
+	stop, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.Stop(stop); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := nc.Drain(); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	fmt.Fprintln(&out, "coagent: stopped")
 	return nil
 }
 

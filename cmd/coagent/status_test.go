@@ -12,6 +12,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
@@ -111,6 +112,36 @@ func TestStatus(t *testing.T) {
 		!strings.Contains(lines[2], " 0 groups ") || !strings.HasPrefix(lines[3], "log COAGENT_LOG: last group ") ||
 		!strings.HasSuffix(lines[3], ", on a server alone, not replicated") {
 		t.Fatalf("status:\n%s\nstderr %q, exit %d", p.stdout, p.stderr, p.status)
+	}
+
+	// Every coordinator stopped: the log is there, and nobody answers.
+	for _, m := range []*coordinator.Member{a, b} {
+		if err := m.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 2s: the server may learn of the members' unsubscriptions after it
+	// has the request, and then it cannot say at once that nobody listens.
+	p = runBin(t, nil, "", "status", "--nats", url, "--wait", "2s")
+	if p.status != 1 || !strings.Contains(p.stderr, fmt.Sprintf("the log COAGENT_LOG is there (last group %d) but none of its coordinators answers", st.Log.LastSeq)) {
+		t.Fatalf("status with every coordinator stopped: %+v", p)
+	}
+}
+
+// TestStatusNotACluster: against a coordinator that runs alone, or no
+// server, status says so and what to do.
+func TestStatusNotACluster(t *testing.T) {
+	ns := natstest.Run(t)
+	coordtest.Start(t, ns, coordinator.Options{})
+	p := runBin(t, nil, "", "status", "--nats", ns.ClientURL())
+	if p.status != 1 || !strings.Contains(p.stderr, "coagent: no coordinator of a cluster answered on coagent.cluster.status (nothing subscribes to it)\n") ||
+		!strings.Contains(p.stderr, "a coordinator answers its API on "+ns.ClientURL()+", but it runs alone, not in cluster mode") {
+		t.Fatalf("status of a coordinator alone: %+v", p)
+	}
+	url := "nats://" + freeAddr(t)
+	p = runBin(t, nil, "", "status", "--nats", url)
+	if p.status != 1 || p.stderr != "coagent: no NATS server at "+url+"\nstart one with 'coagent serve', or point at one with --nats URL or $NATS_URL\n" {
+		t.Fatalf("status without a server: %+v", p)
 	}
 }
 

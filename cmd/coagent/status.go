@@ -45,11 +45,13 @@ func newStatusCmd(e *env) *cobra.Command {
 			"  {\"members\": [{node, role, leader, seq, log_seq, log_last, lag_groups, lag_seconds, since}, …],\n" +
 			"   \"active\": [NODE, …],\n" +
 			"   \"log\": {stream, messages, first_seq, last_seq, last_time, want_replicas, cluster, leader,\n" +
-			"           replicas: [{node, current, offline, seen_seconds, lag}, …]}}\n" +
+			"           replicas: [{node, current, offline, seen_seconds, lag}, …]},\n" +
+			"   \"log_error\": \"…\"}\n" +
 			"\n" +
 			"members are what each coordinator said of itself, by node; active the nodes that said they are active\n" +
 			"(none while a failover is under way; two, for an instant, while one is deposed); log is null when the\n" +
-			"stream does not exist; its replicas are the nodes other than the leader, lag in Raft entries.\n" +
+			"stream does not exist, or could not be read (log_error then says why); its replicas are the nodes\n" +
+			"other than the leader, lag in Raft entries.\n" +
 			"No coordinator answering is an error (exit 1); none active is said on stderr, and the status is 0.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -71,8 +73,10 @@ type clusterStatus struct {
 	Members []intents.MemberStatus `json:"members"`
 	// Active names the members that said they are active.
 	Active []string `json:"active"`
-	// Log is the replicated log's stream, nil if it does not exist.
-	Log *logStatus `json:"log"`
+	// Log is the replicated log's stream, nil if it does not exist or
+	// could not be read (LogError says why).
+	Log      *logStatus `json:"log"`
+	LogError string     `json:"log_error,omitempty"`
 }
 
 // logStatus is JetStream's view of COAGENT_LOG: its extent and the nodes
@@ -140,14 +144,20 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 	if err != nil {
 		return conn.refused(ctx, err)
 	}
+	st := clusterStatus{Members: members, Active: []string{}, Log: la.log}
 	if la.err != nil && !errors.Is(la.err, jetstream.ErrStreamNotFound) {
-		return conn.refused(ctx, fmt.Errorf("status: stream %s: %w", stream, la.err))
+		// The members' answers are worth printing while the log's
+		// stream cannot be read (it elects a leader, say); a refused
+		// permission is the whole story.
+		var ce *connectError
+		if err := conn.refused(ctx, la.err); errors.As(err, &ce) || len(members) == 0 {
+			return fmt.Errorf("status: stream %s: %w", stream, err)
+		}
+		st.LogError = la.err.Error()
 	}
 	if len(members) == 0 {
 		return noMembersError(nc, conn, subj.Status(), stream, wait, noResponders, la.log)
 	}
-
-	st := clusterStatus{Members: members, Active: []string{}, Log: la.log}
 	for _, m := range members {
 		if m.Role == intents.RoleActive {
 			st.Active = append(st.Active, m.Node)
@@ -218,7 +228,7 @@ func gatherStatuses(ctx context.Context, nc *nats.Conn, subject string, wait tim
 
 // readLogStatus reads the stream's info: its state and its cluster.
 func readLogStatus(ctx context.Context, js jetstream.JetStream, stream string) (*logStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -283,7 +293,7 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, logLine(st.Log, stream))
+	_, err := fmt.Fprintln(w, logLine(st, stream))
 	return err
 }
 
@@ -301,8 +311,12 @@ func since(t, now time.Time) string {
 }
 
 // logLine is the line of the table about the log's stream.
-func logLine(l *logStatus, stream string) string {
-	if l == nil {
+func logLine(st clusterStatus, stream string) string {
+	l := st.Log
+	switch {
+	case st.LogError != "":
+		return fmt.Sprintf("log %s: not read: %s", stream, st.LogError)
+	case l == nil:
 		return fmt.Sprintf("log %s: no such stream", stream)
 	}
 	var b strings.Builder
@@ -360,7 +374,7 @@ func statusNotes(w io.Writer, st clusterStatus, stream string) {
 			fmt.Fprintf(w, "more than one coordinator answers as node %s: give each its own name\n", st.Members[i].Node)
 		}
 	}
-	if st.Log == nil {
+	if st.Log == nil && st.LogError == "" {
 		fmt.Fprintf(w, "there is no stream %s: the coordinators that answered do not log to it\n", stream)
 	}
 }

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+)
+
+// newStatusCmd is `coagent status`: the coordinators of a cluster, which
+// one is active, how far behind each standby is, and the NATS nodes that
+// hold the replicated log (SPEC §10).
+func newStatusCmd(e *env) *cobra.Command {
+	var conn natsFlags
+	var out output
+	var wait time.Duration
+	c := &cobra.Command{
+		Use:   "status [--wait DURATION]",
+		Short: "print the cluster: its coordinators, the active one, each standby's lag, and the nodes of the log",
+		Long: "Ask every coordinator of a cluster for its status (one request on PREFIX.cluster.status, which each\n" +
+			"coordinator answers, active or standby), gather the answers for --wait, and read the replicated log's\n" +
+			"stream, COAGENT_LOG, for the NATS nodes that hold it. The table has a row a coordinator, by node name:\n" +
+			"\n" +
+			"  NODE  ROLE     EVENTS  LOG  LAG            SINCE\n" +
+			"  n1    active   1204    402  -              2m3s\n" +
+			"  n2    standby  1204    402  0 groups       5m1s\n" +
+			"  n3    standby  1180    394  8 groups 0.4s  1.5s\n" +
+			"  log COAGENT_LOG: last group 402, leader n2, replicas n1 (current), n3 (current)\n" +
+			"\n" +
+			"EVENTS is the last event of the coordinator's own log, LOG the last group of COAGENT_LOG it holds,\n" +
+			"LAG how many groups it is behind the log's last and how much older the last one it folded is, SINCE\n" +
+			"how long it has had its role. -o json prints one object:\n" +
+			"\n" +
+			"  {\"members\": [{node, role, leader, seq, log_seq, log_last, lag_groups, lag_seconds, since}, …],\n" +
+			"   \"active\": [NODE, …],\n" +
+			"   \"log\": {stream, messages, first_seq, last_seq, last_time, want_replicas, cluster, leader,\n" +
+			"           replicas: [{node, current, offline, seen_seconds, lag}, …]},\n" +
+			"   \"log_error\": \"…\"}\n" +
+			"\n" +
+			"members are what each coordinator said of itself, by node; active the nodes that said they are active\n" +
+			"(none while a failover is under way; two, for an instant, while one is deposed); log is null when the\n" +
+			"stream does not exist, or could not be read (log_error then says why); its replicas are the nodes\n" +
+			"other than the leader, lag in Raft entries.\n" +
+			"No coordinator answering is an error (exit 1); none active is said on stderr, and the status is 0.",
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if wait <= 0 {
+				return usagef(c, "--wait %s: want a duration above 0, such as 1s", wait)
+			}
+			return runStatus(c.Context(), &conn, out.json(), wait, e.stdout, e.stderr)
+		},
+	}
+	c.Flags().DurationVar(&wait, "wait", time.Second, "how long to gather the coordinators' answers (every one answers; there is no knowing when the last has)")
+	conn.register(c.Flags(), e.defaultNATS())
+	out.register(c.Flags(), true)
+	return c
+}
+
+// clusterStatus is what `coagent status -o json` prints.
+type clusterStatus struct {
+	// Members are the coordinators' answers, by node name.
+	Members []intents.MemberStatus `json:"members"`
+	// Active names the members that said they are active.
+	Active []string `json:"active"`
+	// Log is the replicated log's stream, nil if it does not exist or
+	// could not be read (LogError says why).
+	Log      *logStatus `json:"log"`
+	LogError string     `json:"log_error,omitempty"`
+}
+
+// logStatus is JetStream's view of COAGENT_LOG: its extent and the nodes
+// that hold it.
+type logStatus struct {
+	Stream   string    `json:"stream"`
+	Messages uint64    `json:"messages"`
+	FirstSeq uint64    `json:"first_seq"`
+	LastSeq  uint64    `json:"last_seq"`
+	LastTime time.Time `json:"last_time"`
+	// WantReplicas is the stream's configured replicas.
+	WantReplicas int `json:"want_replicas"`
+	// Cluster is the NATS cluster's name, "" for a server alone.
+	Cluster string `json:"cluster,omitempty"`
+	// Leader is the node that leads the stream's Raft group (a server
+	// alone is its own leader); "" while it elects one.
+	Leader string `json:"leader"`
+	// Replicas are the other nodes of the group.
+	Replicas []logReplica `json:"replicas"`
+}
+
+// logReplica is one node holding the log beside its leader.
+type logReplica struct {
+	Node    string `json:"node"`
+	Current bool   `json:"current"`
+	Offline bool   `json:"offline,omitempty"`
+	// SeenSeconds is how long ago the leader last heard from it.
+	SeenSeconds float64 `json:"seen_seconds"`
+	// Lag is how many Raft entries it is behind the leader.
+	Lag uint64 `json:"lag,omitempty"`
+}
+
+// errNoMembers is runStatus's error when no coordinator of a cluster
+// answered.
+var errNoMembers = errors.New("no coordinator of a cluster answered")
+
+// runStatus gathers the members' answers for wait while it reads the
+// log's stream, then prints both.
+func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Duration, stdout, stderr io.Writer) error {
+	nc, err := conn.connect("coagent status")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancelPerms := conn.guard(ctx)
+	defer cancelPerms()
+	subj := conn.subjects()
+	stream := subj.Stream(intents.StreamLog)
+
+	type logAnswer struct {
+		log *logStatus
+		err error
+	}
+	logs := make(chan logAnswer, 1)
+	go func() {
+		l, err := readLogStatus(ctx, js, stream)
+		logs <- logAnswer{l, err}
+	}()
+	members, noResponders, err := gatherStatuses(ctx, nc, subj.Status(), wait, stderr)
+	la := <-logs
+	if err != nil {
+		return conn.refused(ctx, err)
+	}
+	st := clusterStatus{Members: members, Active: []string{}, Log: la.log}
+	if la.err != nil && !errors.Is(la.err, jetstream.ErrStreamNotFound) {
+		// The members' answers are worth printing while the log's
+		// stream cannot be read (it elects a leader, say); a refused
+		// permission is the whole story.
+		var ce *connectError
+		if err := conn.refused(ctx, la.err); errors.As(err, &ce) || len(members) == 0 {
+			return fmt.Errorf("status: stream %s: %w", stream, err)
+		}
+		st.LogError = la.err.Error()
+	}
+	if len(members) == 0 {
+		return noMembersError(nc, conn, subj.Status(), stream, wait, noResponders, la.log)
+	}
+	for _, m := range members {
+		if m.Role == intents.RoleActive {
+			st.Active = append(st.Active, m.Node)
+		}
+	}
+	if asJSON {
+		b, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+	} else if err := printStatus(stdout, st, stream, time.Now()); err != nil {
+		return err
+	}
+	statusNotes(stderr, st, stream)
+	return nil
+}
+
+// gatherStatuses publishes one request on subject and collects every
+// answer that comes within wait, sorted by node. Every member answers a
+// plain subscription, so there is no telling when the last has: it waits
+// the whole time, unless the server says at once that nobody listens
+// (noResponders). An answer that is not a MemberStatus is said on stderr
+// and left out.
+func gatherStatuses(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration, stderr io.Writer) (members []intents.MemberStatus, noResponders bool, err error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, false, fmt.Errorf("status: subscribe %s: %w", inbox, err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, false, fmt.Errorf("status: request %s: %w", subject, err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(waitCtx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, fmt.Errorf("status: request %s: %w", subject, ctx.Err())
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				// The server's word that nothing subscribes to the
+				// subject, sent only when it delivered the request to
+				// nobody: no answer can come.
+				noResponders = true
+				break
+			}
+			return nil, false, fmt.Errorf("status: request %s: %w", subject, err)
+		}
+		var ms intents.MemberStatus
+		if err := json.Unmarshal(m.Data, &ms); err != nil || ms.Node == "" {
+			if err == nil {
+				err = errors.New("no node")
+			}
+			fmt.Fprintf(stderr, "coagent: an answer on %s that is not a coordinator's status, left out: %.200q: %v\n", subject, m.Data, err)
+			continue
+		}
+		members = append(members, ms)
+	}
+	slices.SortStableFunc(members, func(a, b intents.MemberStatus) int { return cmp.Compare(a.Node, b.Node) })
+	return members, noResponders, nil
+}
+
+// readLogStatus reads the stream's info: its state and its cluster.
+func readLogStatus(ctx context.Context, js jetstream.JetStream, stream string) (*logStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	info := s.CachedInfo()
+	l := &logStatus{Stream: stream, Messages: info.State.Msgs, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq,
+		LastTime: info.State.LastTime, WantReplicas: info.Config.Replicas, Replicas: []logReplica{}}
+	if ci := info.Cluster; ci != nil {
+		l.Cluster, l.Leader = ci.Name, ci.Leader
+		for _, p := range ci.Replicas {
+			l.Replicas = append(l.Replicas, logReplica{Node: p.Name, Current: p.Current, Offline: p.Offline,
+				SeenSeconds: p.Active.Seconds(), Lag: p.Lag})
+		}
+		slices.SortFunc(l.Replicas, func(a, b logReplica) int { return cmp.Compare(a.Node, b.Node) })
+	}
+	return l, nil
+}
+
+// noMembersError says that no member answered, and what that likely
+// means: no coordinator in cluster mode here (there is no log, or a
+// coordinator runs alone), or all of the cluster's are stopped.
+func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait time.Duration, noResponders bool, log *logStatus) error {
+	what := fmt.Sprintf("within %s", wait)
+	if noResponders {
+		what = "(nothing subscribes to it)"
+	}
+	start := "start coordinators in cluster mode: coagent serve --cluster HOST:PORT --routes URL,… --name NAME on each node, or a coordinator given a node name"
+	var hint string
+	switch {
+	case log != nil:
+		hint = fmt.Sprintf("the log %s is there (last group %d) but none of its coordinators answers: they may all be stopped; %s", stream, log.LastSeq, start)
+	case aloneAnswers(nc, conn):
+		hint = fmt.Sprintf("a coordinator answers its API on %s, but it runs alone, not in cluster mode (there is no stream %s): status is of a cluster; %s", nc.ConnectedUrlRedacted(), stream, start)
+	default:
+		hint = fmt.Sprintf("no coordinator runs in cluster mode on %s (there is no stream %s); %s", nc.ConnectedUrlRedacted(), stream, start)
+	}
+	return fmt.Errorf("%w on %s %s\n  %s", errNoMembers, subject, what, hint)
+}
+
+// aloneAnswers reports whether a coordinator answers its API under the
+// prefix: one that runs alone answers state.get but not the status.
+func aloneAnswers(nc *nats.Conn, conn *natsFlags) bool {
+	_, err := nc.Request(conn.subjects().API(intents.APIStateGet), []byte(`{"paths":[]}`), time.Second)
+	return err == nil
+}
+
+// printStatus prints the table of members, then a line for the log.
+func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tEVENTS\tLOG\tLAG\tSINCE")
+	for _, m := range st.Members {
+		lag := "-"
+		if m.Role != intents.RoleActive {
+			lag = fmt.Sprintf("%d groups", m.LagGroups)
+			if m.LagSeconds > 0 {
+				lag += fmt.Sprintf(" %.1fs", m.LagSeconds)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", m.Node, m.Role, m.Seq, m.LogSeq, lag, since(m.Since, now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, logLine(st, stream))
+	return err
+}
+
+// since is how long ago t was, for reading: tenths of a second under a
+// minute, seconds above; "-" for no time.
+func since(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(0, now.Sub(t)) // a member's clock may be ahead of ours
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// logLine is the line of the table about the log's stream.
+func logLine(st clusterStatus, stream string) string {
+	l := st.Log
+	switch {
+	case st.LogError != "":
+		return fmt.Sprintf("log %s: not read: %s", stream, st.LogError)
+	case l == nil:
+		return fmt.Sprintf("log %s: no such stream", stream)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "log %s: last group %d", l.Stream, l.LastSeq)
+	if l.Cluster == "" && len(l.Replicas) == 0 {
+		// A server alone leads its streams under its id, which says
+		// nothing to whoever reads this.
+		b.WriteString(", on a server alone, not replicated")
+		return b.String()
+	}
+	if l.Leader == "" {
+		b.WriteString(", no leader (an election may be under way)")
+	} else {
+		fmt.Fprintf(&b, ", leader %s", l.Leader)
+	}
+	if len(l.Replicas) == 0 {
+		b.WriteString(", no replicas")
+	} else {
+		var rs []string
+		for _, r := range l.Replicas {
+			switch {
+			case r.Offline:
+				rs = append(rs, r.Node+" (offline)")
+			case r.Current:
+				rs = append(rs, r.Node+" (current)")
+			default:
+				rs = append(rs, fmt.Sprintf("%s (behind by %d entries, seen %.1fs ago)", r.Node, r.Lag, r.SeenSeconds))
+			}
+		}
+		b.WriteString(", replicas " + strings.Join(rs, ", "))
+	}
+	if have := len(l.Replicas) + 1; l.Leader != "" && l.WantReplicas > have {
+		fmt.Fprintf(&b, " (%d of %d replicas placed)", have, l.WantReplicas)
+	}
+	return b.String()
+}
+
+// statusNotes says on stderr what the table leaves to the eye: no active
+// coordinator, two of them, two coordinators of one name, no log.
+func statusNotes(w io.Writer, st clusterStatus, stream string) {
+	switch len(st.Active) {
+	case 0:
+		note := "no active coordinator (a failover may be under way)"
+		if leaders := leadersSeen(st.Members); len(leaders) > 0 {
+			note += "; the leadership key names " + strings.Join(leaders, ", ")
+		}
+		fmt.Fprintln(w, note)
+	case 1:
+	default:
+		fmt.Fprintf(w, "%d coordinators say they are active (%s): one is being deposed, which lasts an instant; ask again\n",
+			len(st.Active), strings.Join(st.Active, ", "))
+	}
+	for i := 1; i < len(st.Members); i++ {
+		if st.Members[i].Node == st.Members[i-1].Node && (i == 1 || st.Members[i-2].Node != st.Members[i].Node) {
+			fmt.Fprintf(w, "more than one coordinator answers as node %s: give each its own name\n", st.Members[i].Node)
+		}
+	}
+	if st.Log == nil && st.LogError == "" {
+		fmt.Fprintf(w, "there is no stream %s: the coordinators that answered do not log to it\n", stream)
+	}
+}
+
+// leadersSeen are the holders of the leadership key the members saw,
+// each once.
+func leadersSeen(members []intents.MemberStatus) []string {
+	var out []string
+	for _, m := range members {
+		if m.Leader != "" && !slices.Contains(out, m.Leader) {
+			out = append(out, m.Leader)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

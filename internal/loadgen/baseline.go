@@ -57,23 +57,27 @@ func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
 }
 
 // rawPublish measures synchronous JetStream publish-and-ack from every
-// agent to a file stream of its own, with JetStream's default durability.
-func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, error) {
+// agent to a file stream of its own with cfg.Replicas replicas, with
+// JetStream's default durability. It returns the replicas the server says
+// the stream has: on a cluster, the peers of its Raft group.
+func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, int, error) {
 	js, err := jetstream.New(conns[0])
 	if err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
 	name := "COAGENT_BENCH_RAW_" + run
 	subject := "coagent-bench-raw." + run
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"},
-		Storage: jetstream.FileStorage}); err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"},
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+	if err != nil {
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: stream %s with %d replicas: %w", name, cfg.Replicas, err)
 	}
 	defer js.DeleteStream(context.WithoutCancel(ctx), name)
+	replicas := streamReplicas(stream.CachedInfo())
 	agents := make([]jetstream.JetStream, len(conns))
 	for i, nc := range conns {
 		if agents[i], err = jetstream.New(nc); err != nil {
-			return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+			return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 		}
 	}
 	payload := make([]byte, requestSize)
@@ -82,9 +86,20 @@ func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 		return err
 	})
 	if err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
-	return tput, lat, nil
+	return tput, lat, replicas, nil
+}
+
+// streamReplicas is how many servers store a stream, from the info the
+// server answered its creation with: on a cluster the stream's leader
+// answers, naming its Raft group's peers; a server alone names none, and
+// the stream's configuration counts.
+func streamReplicas(info *jetstream.StreamInfo) int {
+	if info.Cluster != nil && info.Cluster.Leader != "" {
+		return 1 + len(info.Cluster.Replicas)
+	}
+	return info.Config.Replicas
 }
 
 // rawRequest measures core NATS request/reply from every agent to one

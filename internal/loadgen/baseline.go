@@ -56,6 +56,33 @@ func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
 	return float64(len(all)) / elapsed.Seconds(), summarize(all), nil
 }
 
+// reachable calls step on every connection until it succeeds once there,
+// before a baseline is measured: on a cluster a subscription made through
+// one node (the responder's, a stream's) reaches the other nodes over the
+// routes a moment later, and a request sent through one of them before
+// finds no responders. Nothing signals the interest's arrival, so it
+// tries again after a backoff, for at most maxRequestTimeout; an error
+// other than no responders ends it at once.
+func reachable(ctx context.Context, conns []*nats.Conn, step func(ctx context.Context, i int, nc *nats.Conn) error) error {
+	for i, nc := range conns {
+		deadline := time.Now().Add(maxRequestTimeout)
+		for try := 1; ; try++ {
+			err := step(ctx, i, nc)
+			if err == nil {
+				break
+			}
+			noResponders := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+			if !noResponders || time.Now().After(deadline) {
+				return fmt.Errorf("agent %d on %s: %w", i, nc.ConnectedUrlRedacted(), err)
+			}
+			if !pause(ctx, backoff(try, nil)) {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
 // rawPublish measures synchronous JetStream publish-and-ack from every
 // agent to a file stream of its own with cfg.Replicas replicas, with
 // JetStream's default durability. It returns the replicas the server says
@@ -81,10 +108,14 @@ func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 		}
 	}
 	payload := make([]byte, requestSize)
-	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, _ *nats.Conn) error {
+	publish := func(ctx context.Context, i int, _ *nats.Conn) error {
 		_, err := agents[i].Publish(ctx, subject+"."+strconv.Itoa(i), payload)
 		return err
-	})
+	}
+	if err := reachable(ctx, conns, publish); err != nil {
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
+	}
+	tput, lat, err := measure(ctx, cfg.Duration, conns, publish)
 	if err != nil {
 		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
@@ -123,17 +154,22 @@ func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
 	}
 	defer sub.Unsubscribe()
-	// The agents' requests must not race the subscription to the server.
+	// The agents' requests must not race the subscription to the server
+	// (to the responder's; reachable waits for the others of a cluster).
 	if err := rc.FlushTimeout(maxRequestTimeout); err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
 	}
 	payload := make([]byte, requestSize)
-	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, nc *nats.Conn) error {
+	request := func(ctx context.Context, i int, nc *nats.Conn) error {
 		rctx, cancel := context.WithTimeout(ctx, maxRequestTimeout)
 		defer cancel()
 		_, err := nc.RequestWithContext(rctx, subject+"."+strconv.Itoa(i), payload)
 		return err
-	})
+	}
+	if err := reachable(ctx, conns, request); err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
+	}
+	tput, lat, err := measure(ctx, cfg.Duration, conns, request)
 	if err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: %w", err)
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +24,7 @@ import (
 type benchFlags struct {
 	conn                   natsFlags
 	path, workload, agents string
-	keys                   int
+	keys, replicas         int
 	skew, propose          float64
 	duration               time.Duration
 	out                    output
@@ -39,6 +41,15 @@ func newBenchCmd(e *env) *cobra.Command {
 		Short: "measure throughput and latency against raw JetStream publish and raw request/reply, and check no update is lost",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed("replicas") {
+				// The embedded server is alone: it stores a stream once.
+				if f.conn.url == "" {
+					return usagef(c, "--replicas %d needs --nats URL,… of a JetStream cluster: bench's embedded server is alone and stores each stream once", f.replicas)
+				}
+				if f.replicas < 1 || f.replicas > coordinator.MaxReplicas {
+					return usagef(c, "--replicas %d: want 1 to %d", f.replicas, coordinator.MaxReplicas)
+				}
+			}
 			return runBench(c.Context(), &f, e.stdout, e.stderr)
 		},
 	}
@@ -50,6 +61,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	fs.IntVar(&f.keys, "keys", 0, "number of shared keys (default 16 for rmw, incr and txn; for apply, 0 gives each agent its own path)")
 	fs.Float64Var(&f.skew, "skew", 0, "Zipf exponent of the choice among shared keys (> 1 makes hot keys; 0 is uniform)")
 	fs.Float64Var(&f.propose, "propose", 0, "with --workload apply, the share of updates made as propose+commit transactions (0..1)")
+	fs.IntVar(&f.replicas, "replicas", 1, "with --nats of a JetStream cluster: how many servers store the raw JetStream publish baseline's stream, 1 to 5 (give 3 beside a coordinator whose streams are R3)")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
 	f.out.register(fs, true)
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
@@ -59,7 +71,7 @@ func newBenchCmd(e *env) *cobra.Command {
 func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) error {
 	conn := &f.conn
 	cfg := loadgen.Config{Prefix: conn.prefix, Path: loadgen.Path(f.path), Workload: loadgen.Workload(f.workload),
-		Keys: f.keys, Skew: f.skew, ProposeRatio: f.propose, Duration: f.duration}
+		Keys: f.keys, Skew: f.skew, ProposeRatio: f.propose, Duration: f.duration, Replicas: f.replicas}
 	counts, err := benchAgents(cfg.Workload, f.agents)
 	if err != nil {
 		return err
@@ -186,10 +198,10 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 		where = "each on a path of its own"
 	}
 	fmt.Fprintf(w, "\n%s over %s: %s, %s, %v a measurement\n", r.Workload, r.Path, plural(r.Agents, "agent"), where, d)
-	fmt.Fprintf(w, "%-22s %9s %9s %9s   %9s %8s %8s   %9s %8s %8s\n", "", "per s", "p50", "p99",
+	fmt.Fprintf(w, "%-26s %9s %9s %9s   %9s %8s %8s   %9s %8s %8s\n", "", "per s", "p50", "p99",
 		"tput/pub", "p50/pub", "p99/pub", "tput/rr", "p50/rr", "p99/rr")
 	row := func(name string, tput float64, lat loadgen.Latency) {
-		fmt.Fprintf(w, "%-22s %9.0f %9s %9s", name, tput, round(lat.P50), round(lat.P99))
+		fmt.Fprintf(w, "%-26s %9.0f %9s %9s", name, tput, round(lat.P50), round(lat.P99))
 	}
 	ratio := func(x loadgen.Ratio) {
 		fmt.Fprintf(w, "   %8.2fx %7.2fx %7.2fx", x.Throughput, x.P50, x.P99)
@@ -202,17 +214,29 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 		row("coagent intents", r.Throughput, r.Latency)
 		fmt.Fprintln(w)
 	}
-	row("raw JetStream publish", r.RawThroughput, r.RawLatency)
+	row(fmt.Sprintf("raw JetStream publish (R%d)", r.RawReplicas), r.RawThroughput, r.RawLatency)
 	fmt.Fprintln(w)
 	row("raw request/reply", r.ReqReplyThroughput, r.ReqReplyLatency)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
 		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)
+	if len(r.Servers) > 1 {
+		fmt.Fprintf(w, "agents connected across %d servers: %s\n", len(r.Servers), spread(r.Servers))
+	}
 	if len(r.Mismatches) == 0 && r.Lost == 0 {
 		fmt.Fprintf(w, "check: each of %s holds exactly the updates applied to it\n", plural(r.Checked, "key"))
 	} else {
 		fmt.Fprintf(w, "check: %d of %s disagree with the updates applied to them (%d off in all)\n", len(r.Mismatches), plural(r.Checked, "key"), r.Lost)
 	}
+}
+
+// spread lists the agents on each server, in the servers' order.
+func spread(servers map[string]int) string {
+	var parts []string
+	for _, url := range slices.Sorted(maps.Keys(servers)) {
+		parts = append(parts, fmt.Sprintf("%d on %s", servers[url], url))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func plural(n int, noun string) string {

@@ -2,8 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natstest"
 )
 
 // A short bench on hot keys with transactions in the mix: it must see
@@ -85,7 +90,7 @@ func TestBenchText(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish",
+	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish (R1)",
 		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -108,6 +113,46 @@ func TestBenchBadFlags(t *testing.T) {
 		_, _, err := runCmd(t, "", append([]string{"bench"}, c.args...)...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("bench %v: %v; want an error naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// --replicas is the raw baseline's on a cluster: without --nats (the
+// embedded server is alone) or out of JetStream's range it is a usage
+// error naming the flag and its value, before anything starts.
+func TestBenchReplicasFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "3"}, "--replicas 3 needs --nats"},
+		{[]string{"--replicas", "1"}, "--replicas 1 needs --nats"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--replicas", "9"}, "--replicas 9: want 1 to 5"},
+		{[]string{"--nats", "nats://127.0.0.1:1", "--replicas", "0"}, "--replicas 0: want 1 to 5"},
+	} {
+		_, _, err := runCmd(t, "", append([]string{"bench"}, c.args...)...)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench %v: %v; want a usage error naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// Against a 3-node cluster, given every node's URL and --replicas 3: the
+// raw baseline is R3 publish and says so, and the agents connect across
+// the nodes.
+func TestBenchCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node JetStream cluster")
+	}
+	c := natstest.RunCluster(t, 3)
+	coordtest.Start(t, c.Servers[0], coordinator.Options{Replicas: 3})
+	out, _, err := runCmd(t, "", "bench", "--nats", c.URLs(), "--replicas", "3", "--agents", "12", "--duration", "200ms")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	for _, want := range []string{"raw JetStream publish (R3)", "agents connected across ", "check: each of 12 keys holds exactly"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -56,35 +56,81 @@ func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
 	return float64(len(all)) / elapsed.Seconds(), summarize(all), nil
 }
 
+// reachable calls step on every connection until it succeeds once there,
+// before a baseline is measured: on a cluster a subscription made through
+// one node (the responder's, a stream's) reaches the other nodes over the
+// routes a moment later, and a request sent through one of them before
+// finds no responders. Nothing signals the interest's arrival, so it
+// tries again after a backoff, for at most maxRequestTimeout; an error
+// other than no responders ends it at once.
+func reachable(ctx context.Context, conns []*nats.Conn, step func(ctx context.Context, i int, nc *nats.Conn) error) error {
+	for i, nc := range conns {
+		deadline := time.Now().Add(maxRequestTimeout)
+		for try := 1; ; try++ {
+			err := step(ctx, i, nc)
+			if err == nil {
+				break
+			}
+			noResponders := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+			if !noResponders || time.Now().After(deadline) {
+				return fmt.Errorf("agent %d on %s: %w", i, nc.ConnectedUrlRedacted(), err)
+			}
+			if !pause(ctx, backoff(try, nil)) {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
 // rawPublish measures synchronous JetStream publish-and-ack from every
-// agent to a file stream of its own, with JetStream's default durability.
-func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, error) {
+// agent to a file stream of its own with cfg.Replicas replicas, with
+// JetStream's default durability. It returns the replicas the server says
+// the stream has: on a cluster, the peers of its Raft group.
+func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, int, error) {
 	js, err := jetstream.New(conns[0])
 	if err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
 	name := "COAGENT_BENCH_RAW_" + run
 	subject := "coagent-bench-raw." + run
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"},
-		Storage: jetstream.FileStorage}); err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject + ".>"},
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas})
+	if err != nil {
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: stream %s with %d replicas: %w", name, cfg.Replicas, err)
 	}
 	defer js.DeleteStream(context.WithoutCancel(ctx), name)
+	replicas := streamReplicas(stream.CachedInfo())
 	agents := make([]jetstream.JetStream, len(conns))
 	for i, nc := range conns {
 		if agents[i], err = jetstream.New(nc); err != nil {
-			return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
+			return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 		}
 	}
 	payload := make([]byte, requestSize)
-	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, _ *nats.Conn) error {
+	publish := func(ctx context.Context, i int, _ *nats.Conn) error {
 		_, err := agents[i].Publish(ctx, subject+"."+strconv.Itoa(i), payload)
 		return err
-	})
-	if err != nil {
-		return 0, Latency{}, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
-	return tput, lat, nil
+	if err := reachable(ctx, conns, publish); err != nil {
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
+	}
+	tput, lat, err := measure(ctx, cfg.Duration, conns, publish)
+	if err != nil {
+		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
+	}
+	return tput, lat, replicas, nil
+}
+
+// streamReplicas is how many servers store a stream, from the info the
+// server answered its creation with: on a cluster the stream's leader
+// answers, naming its Raft group's peers; a server alone names none, and
+// the stream's configuration counts.
+func streamReplicas(info *jetstream.StreamInfo) int {
+	if info.Cluster != nil && info.Cluster.Leader != "" {
+		return 1 + len(info.Cluster.Replicas)
+	}
+	return info.Config.Replicas
 }
 
 // rawRequest measures core NATS request/reply from every agent to one
@@ -108,17 +154,22 @@ func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
 	}
 	defer sub.Unsubscribe()
-	// The agents' requests must not race the subscription to the server.
+	// The agents' requests must not race the subscription to the server
+	// (to the responder's; reachable waits for the others of a cluster).
 	if err := rc.FlushTimeout(maxRequestTimeout); err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
 	}
 	payload := make([]byte, requestSize)
-	tput, lat, err := measure(ctx, cfg.Duration, conns, func(ctx context.Context, i int, nc *nats.Conn) error {
+	request := func(ctx context.Context, i int, nc *nats.Conn) error {
 		rctx, cancel := context.WithTimeout(ctx, maxRequestTimeout)
 		defer cancel()
 		_, err := nc.RequestWithContext(rctx, subject+"."+strconv.Itoa(i), payload)
 		return err
-	})
+	}
+	if err := reachable(ctx, conns, request); err != nil {
+		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
+	}
+	tput, lat, err := measure(ctx, cfg.Duration, conns, request)
 	if err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: %w", err)
 	}

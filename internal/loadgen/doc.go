@@ -23,7 +23,10 @@
 // two baselines: JetStream synchronous publish-and-ack to a file stream, and
 // core NATS request/reply to a responder that does nothing. The first is
 // what a team would use instead of a coordinator; the second is the most a
-// round trip through the server can do.
+// round trip through the server can do. On a JetStream cluster the first
+// stream has Config.Replicas replicas (3 beside a coordinator whose streams
+// are R3), and the agents, given every node's URL, connect across the nodes
+// (Result.Servers says where).
 //
 // Run takes a Config (every field documents its default; Validate reports
 // every bad one) and returns a Result: the throughput and Latency of the

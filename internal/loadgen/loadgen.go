@@ -96,6 +96,12 @@ type Config struct {
 	// Seed makes key choice and backoff jitter reproducible. The default
 	// is 1.
 	Seed uint64
+	// Replicas is how many servers store the raw publish baseline's
+	// stream, 1 to 5: on a JetStream cluster, 3 makes the baseline R3
+	// synchronous publish, what the coordinator's replicated streams and
+	// log do. More than 1 needs a cluster of as many JetStream servers. The
+	// default is 1.
+	Replicas int
 	// Responder is the connection the request/reply baseline's responder
 	// answers on: `coagent bench` passes one made as the coordinator's is,
 	// so that the baseline crosses the transport the coordinator does. The
@@ -129,7 +135,13 @@ func (c *Config) EnsureDefaults() {
 	if c.Seed == 0 {
 		c.Seed = 1
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 }
+
+// maxReplicas is the most replicas JetStream gives a stream.
+const maxReplicas = 5
 
 // Validate reports every problem of the load a Config asks for, once it
 // has its defaults; a missing URL is Run's to report.
@@ -161,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("loadgen: request timeout %v: want a positive duration", c.RequestTimeout))
+	}
+	if c.Replicas < 1 || c.Replicas > maxReplicas {
+		errs = append(errs, fmt.Errorf("loadgen: replicas %d: want 1 to %d", c.Replicas, maxReplicas))
 	}
 	return errors.Join(errs...)
 }
@@ -258,6 +273,13 @@ type Result struct {
 	// a file stream, messages per second.
 	RawThroughput float64
 	RawLatency    Latency
+	// RawReplicas is how many servers stored the raw publish baseline's
+	// stream, as the server reported it when it made the stream: the peers
+	// of its Raft group on a cluster (1 on a server alone).
+	RawReplicas int
+	// Servers counts the agents connected to each server, by its client
+	// URL: with a cluster's URLs, where the agents' connections landed.
+	Servers map[string]int
 	// ReqReplyThroughput and ReqReplyLatency: core NATS request/reply to a
 	// responder that does nothing, round trips per second.
 	ReqReplyThroughput float64
@@ -290,12 +312,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		conns[i] = nc
 	}
 	res := &Result{Workload: cfg.Workload, Path: cfg.Path, Agents: cfg.Agents, Keys: cfg.Keys,
-		Outcomes: map[intents.Outcome]int{}}
+		Outcomes: map[intents.Outcome]int{}, Servers: map[string]int{}}
+	for _, nc := range conns {
+		res.Servers[nc.ConnectedUrlRedacted()]++
+	}
 	// A run's paths and agent names are its own, so runs on one server
 	// (and one coordinator) do not see each other's keys.
 	run := ulid.Make().String()[:10]
 	var err error
-	if res.RawThroughput, res.RawLatency, err = rawPublish(ctx, cfg, conns, run); err != nil {
+	if res.RawThroughput, res.RawLatency, res.RawReplicas, err = rawPublish(ctx, cfg, conns, run); err != nil {
 		return nil, err
 	}
 	if res.ReqReplyThroughput, res.ReqReplyLatency, err = rawRequest(ctx, cfg, conns, run); err != nil {

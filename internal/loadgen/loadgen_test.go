@@ -180,10 +180,10 @@ func TestCheckFindsLostAndDoubledUpdates(t *testing.T) {
 
 // A bad load names the field and its value, every one at once.
 func TestValidate(t *testing.T) {
-	cfg := Config{Path: "bus", Workload: "mix", Keys: -1, Skew: -2, ProposeRatio: 2}
+	cfg := Config{Path: "bus", Workload: "mix", Keys: -1, Skew: -2, ProposeRatio: 2, Replicas: 6}
 	cfg.EnsureDefaults()
 	err := cfg.Validate()
-	for _, want := range []string{`path "bus"`, `workload "mix"`, "keys -1", "skew -2", "propose ratio 2"} {
+	for _, want := range []string{`path "bus"`, `workload "mix"`, "keys -1", "skew -2", "propose ratio 2", "replicas 6: want 1 to 5"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v; want it to name %s", err, want)
 		}
@@ -196,6 +196,22 @@ func TestValidate(t *testing.T) {
 	if _, err := Run(context.Background(), Config{}); err == nil || !strings.Contains(err.Error(), "URL is empty") {
 		t.Errorf("Run without a URL: %v", err)
 	}
+	cfg = Config{Replicas: -1}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "replicas -1") {
+		t.Errorf("replicas -1: %v", err)
+	}
+}
+
+// A server alone cannot store a stream more than once: a baseline of 3
+// replicas on it is refused, naming the stream's replicas, before the
+// coordinator is measured.
+func TestReplicasNeedACluster(t *testing.T) {
+	ns, _ := startCoordinator(t)
+	_, err := Run(context.Background(), Config{URL: ns.ClientURL(), Agents: 1, Replicas: 3, Duration: 100 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "with 3 replicas") {
+		t.Fatalf("3 replicas on a server alone: %v", err)
+	}
 }
 
 // Defaults: apply gives each agent its own path; the hot-key workloads
@@ -207,8 +223,8 @@ func TestDefaults(t *testing.T) {
 	}{{WorkloadApply, 16, 0}, {WorkloadRMW, 50, 16}, {WorkloadIncr, 50, 16}, {WorkloadTxn, 50, 16}} {
 		cfg := Config{Workload: c.w}
 		cfg.EnsureDefaults()
-		if cfg.Agents != c.agents || cfg.Keys != c.keys || cfg.Path != PathAPI {
-			t.Errorf("%s: %d agents, %d keys, path %s; want %d, %d, api", c.w, cfg.Agents, cfg.Keys, cfg.Path, c.agents, c.keys)
+		if cfg.Agents != c.agents || cfg.Keys != c.keys || cfg.Path != PathAPI || cfg.Replicas != 1 {
+			t.Errorf("%s: %d agents, %d keys, path %s, %d replicas; want %d, %d, api, 1", c.w, cfg.Agents, cfg.Keys, cfg.Path, cfg.Replicas, c.agents, c.keys)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -195,40 +196,65 @@ func describeDecision(d *intents.Decision) string {
 	return b.String()
 }
 
-// sendIntent sends the intent on subject and returns the reply. A
-// coordinator that answers unavailable (its intake is full) is sent the
-// same intent again, with backoff, until ctx ends: the intent's id makes
-// that safe.
+// sendIntent sends the intent on subject and returns the reply. It sends
+// the same intent again, with backoff, until ctx ends — the intent's id
+// makes that safe — when the coordinator answers unavailable (its intake
+// is full), when none answers (no responders: a cluster between two
+// active coordinators), and when a reply does not come within attempt (the
+// coordinator died with the request): so a submit rides a failover.
 func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte, stderr io.Writer) (*nats.Msg, error) {
+	said := ""
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 		msg := nats.NewMsg(subject)
 		msg.Data = data
 		// The coordinator answers with the interim decision a little before
-		// we give up, rather than not at all.
+		// this attempt gives up, rather than not at all.
+		attemptCtx, cancel := ctx, context.CancelFunc(func() {})
 		wait := time.Duration(0)
 		if dl, ok := ctx.Deadline(); ok {
-			wait = max(time.Until(dl)-time.Second, 0)
+			left := time.Until(dl)
+			if left > 2*attempt {
+				attemptCtx, cancel = context.WithTimeout(ctx, attempt)
+				left = attempt
+			}
+			wait = max(left-time.Second, 0)
 		}
 		msg.Header.Set(intents.HeaderWait, strconv.FormatInt(wait.Milliseconds(), 10))
-		resp, err := nc.RequestMsgWithContext(ctx, msg)
-		if err != nil {
+		resp, err := nc.RequestMsgWithContext(attemptCtx, msg)
+		cancel()
+		var why string
+		switch {
+		case err == nil:
+			if err = apiError(resp); err == nil {
+				return resp, nil
+			}
+			if resp.Header.Get(micro.ErrorCodeHeader) != "unavailable" {
+				return nil, err
+			}
+			why = err.Error()
+		case errors.Is(err, nats.ErrNoResponders):
+			why = "no coordinator answers (a failover may be under way)"
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			why = fmt.Sprintf("no reply within %s", attempt)
+		default:
 			return nil, fmt.Errorf("submit: %w", err)
 		}
-		err = apiError(resp)
-		if err == nil {
-			return resp, nil
+		if why != said {
+			fmt.Fprintf(stderr, "coagent submit: %s; sending the same intent again\n", why)
+			said = why
 		}
-		if resp.Header.Get(micro.ErrorCodeHeader) != "unavailable" {
-			return nil, err
-		}
-		fmt.Fprintf(stderr, "coagent submit: %v; sending the same intent again\n", err)
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("submit: %w (%w)", ctx.Err(), err)
+			return nil, fmt.Errorf("submit: %w (%s)", ctx.Err(), why)
 		}
 	}
 }
+
+// attempt bounds one request of a submit whose timeout is longer than
+// twice it: a coordinator that died holding the request is not waited
+// for, the intent goes to whichever coordinator is active.
+const attempt = 5 * time.Second
 
 // apiError turns a micro error reply into an error naming its code.
 func apiError(resp *nats.Msg) error {

@@ -24,11 +24,9 @@ func TestBenchScript(t *testing.T) {
 	}
 	ports := freeRun(t, 6)
 	cmd := exec.Command("bash", "bench.sh")
-	// N1_FLAGS: until every serve --cluster node runs a coordinator by
-	// default, n1 is told to; once they do, the flag changes nothing.
 	cmd.Env = append(cmd.Environ(), "COAGENT="+bin, "DIR="+filepath.Join(dir, "data"),
 		fmt.Sprintf("BASE=%d", ports), fmt.Sprintf("ROUTES=%d", ports+3),
-		"AGENTS=12", "DURATION=200ms", "N1_FLAGS=--coordinator")
+		"AGENTS=12", "DURATION=200ms")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

@@ -320,6 +320,7 @@ type load struct {
 		txns          map[string]int             // each transaction path's last committed value
 		ops           int                        // calls that got a final decision
 		dups          int                        // of which answered as duplicates: sent again, over a failover
+		failures      int                        // calls that failed
 	}
 	progress chan struct{} // a call got a final decision
 }
@@ -344,6 +345,12 @@ func (c *failoverCluster) startLoad() *load {
 	// Before the clients close: cleanups run last first.
 	c.t.Cleanup(l.finish)
 	return l
+}
+
+func (l *load) failures() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.failures
 }
 
 func (l *load) stopped() bool {
@@ -385,12 +392,21 @@ func (l *load) sent(id string, strict bool) {
 var noDecisionID = regexp.MustCompile(`intent (\w+): no final decision`)
 
 // failed records a call of the load that failed: a product failure, as a
-// call waits a minute for its decision.
+// call waits a minute for its decision. The first 20 are reported.
 func (l *load) failed(agent, what string, err error) {
 	if m := noDecisionID.FindStringSubmatch(err.Error()); m != nil {
 		l.sent(m[1], false)
 	}
-	l.t.Errorf("%s at %s: %s: %v", agent, time.Now().Format("15:04:05.000"), what, err)
+	l.mu.Lock()
+	l.mu.failures++
+	n := l.mu.failures
+	l.mu.Unlock()
+	switch {
+	case n <= 20:
+		l.t.Errorf("%s at %s: %s: %v", agent, time.Now().Format("15:04:05.000"), what, err)
+	case n == 21:
+		l.t.Errorf("more calls failed; the count is at the end")
+	}
 }
 
 // incrLoop increments counter i%counters by 1 until the load stops.
@@ -416,7 +432,7 @@ func (l *load) incrLoop(cl *agents.Client, i int) {
 			l.mu.incrs[i%counters]++
 			l.mu.Unlock()
 		} else {
-			l.t.Errorf("%s: incr %s: %s %s: %s", cl.Name(), in.ID, d.Outcome, d.Reason, d.Detail)
+			l.failed(cl.Name(), "incr "+in.ID, fmt.Errorf("%s %s: %s", d.Outcome, d.Reason, d.Detail))
 		}
 		l.decided(d)
 	}
@@ -455,7 +471,7 @@ func (l *load) txnLoop(cl *agents.Client, i int) {
 			l.mu.txns[path] = n
 			l.mu.Unlock()
 		case errors.Is(err, agents.ErrLeaseExpired) || errors.Is(err, agents.ErrFenced):
-			l.t.Errorf("%s: the commit of granted transaction %s (fence %d) was refused: %v", cl.Name(), txn.ID(), txn.Fence(), err)
+			l.failed(cl.Name(), fmt.Sprintf("the commit of granted transaction %s (fence %d) was refused", txn.ID(), txn.Fence()), err)
 		default:
 			l.failed(cl.Name(), "commit "+path, err)
 		}
@@ -588,6 +604,9 @@ func (c *failoverCluster) finish(l *load) {
 	t := c.t
 	t.Helper()
 	l.finish()
+	if n := l.failures(); n > 0 {
+		t.Errorf("%d calls of the load failed", n)
+	}
 	seq := c.level(30 * time.Second)
 	paths := l.paths()
 	var live *agents.State
@@ -859,6 +878,7 @@ func TestPausedLeaderFenced(t *testing.T) {
 			others = append(others, u)
 		}
 	}
+	stepDowns := strings.Count(paused.n.stderr.String(), "stepped down")
 	if err := paused.n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -886,7 +906,7 @@ func TestPausedLeaderFenced(t *testing.T) {
 	}
 	resumed := time.Now()
 	natstest.CheckFor(t, 30*time.Second, paused.name+" stepped down", func() error {
-		if s := paused.n.stderr.String(); !strings.Contains(s, "stepped down") {
+		if s := paused.n.stderr.String(); strings.Count(s, "stepped down") == stepDowns {
 			return fmt.Errorf("stderr:\n%s", tail(s, 10))
 		}
 		return nil
@@ -917,7 +937,7 @@ func TestLateJoiner(t *testing.T) {
 	}
 	c := startFailoverCluster(t, 3)
 	l := c.startLoad()
-	l.awaitOps(300, 60*time.Second)
+	l.awaitOps(1000, 60*time.Second)
 	l.finish()
 	late := c.launchCoord("c4", filepath.Join(c.dir, "c4"))
 	c.coords = append(c.coords, late)

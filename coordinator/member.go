@@ -263,11 +263,13 @@ func (m *Member) run(ctx context.Context) {
 
 // fatal reports whether err ends the member rather than sends it back to
 // following: a failure of its own event log (a damaged store, a full
-// disk), which no other coordinator can mend.
+// disk), which no other coordinator can mend, or a log that holds
+// another history than the cluster's.
 func fatal(err error) bool {
 	var corrupt *eventlog.CorruptError
 	var full *eventlog.DiskFullError
-	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked)
+	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked) ||
+		errors.Is(err, ErrAhead) && !errors.Is(err, errLogEmpty)
 }
 
 // follow is the standby: it folds the replicated log into the local one
@@ -283,6 +285,15 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	findCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	pos, err := logPosition(findCtx, m.logs, core.Log().LastSeq())
 	cancel()
+	seedable := errors.Is(err, errLogEmpty)
+	if seedable {
+		m.log.Warn("the replicated log is empty and this coordinator's log is not: it will seed the replicated log with its own if it leads; the other coordinators must start from empty data directories",
+			"events", core.Log().LastSeq())
+		err = nil
+	}
+	if err == nil && !seedable {
+		err = m.sameHistory(ctx, core, pos)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
@@ -322,6 +333,12 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	defer tick.Stop()
 	for {
 		if rev, ok := m.tryLead(ctx); ok {
+			if seedable {
+				if err := m.seed(ctx, core); err != nil {
+					m.release(rev)
+					return 0, 0, errors.Join(err, stop())
+				}
+			}
 			last, err := m.catchUp(ctx, folding)
 			if err == nil {
 				err = stop()
@@ -470,6 +487,55 @@ func casFailed(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// sameHistory checks that the local log's last event is the replicated
+// log's event of that seq, the last of message pos-1: a log of the same
+// length but another history (a directory from another cluster, or from a
+// coordinator that ran alone beside the one that seeded) must not be
+// continued.
+func (m *Member) sameHistory(ctx context.Context, core *Core, pos uint64) error {
+	last := core.Log().LastSeq()
+	if last == 0 || pos <= 1 {
+		return nil
+	}
+	getCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := m.logs.GetMsg(getCtx, pos-1)
+	if err != nil {
+		return fmt.Errorf("read log message %d: %w", pos-1, err)
+	}
+	evs, err := eventlog.DecodeGroup(msg.Data)
+	if err != nil {
+		return fmt.Errorf("log message %d: %w", pos-1, err)
+	}
+	mine, err := core.Log().Event(last)
+	if err != nil {
+		return err
+	}
+	if theirs := evs[len(evs)-1]; theirs.Seq != last || theirs.ID != mine.ID {
+		return fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, last)
+	}
+	return nil
+}
+
+// seed appends core's log to the replicated log if it is still empty.
+func (m *Member) seed(ctx context.Context, core *Core) error {
+	info, err := m.logs.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: read the replicated log: %w", err)
+	}
+	if info.State.Msgs > 0 {
+		return nil // another seeded it, or wrote: following tells whether that is this history
+	}
+	began := time.Now()
+	last, err := seed(ctx, m.js, m.subj.Log(), core.Log())
+	if err != nil {
+		return fmt.Errorf("coordinator: seed the replicated log: %w", err)
+	}
+	m.log.Warn("seeded the replicated log with this coordinator's log", "events", core.Log().LastSeq(), "messages", last,
+		"took", time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 // catchUp waits until the standby has folded the log's last message, as

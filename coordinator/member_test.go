@@ -283,3 +283,68 @@ func TestMemberFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMemberSeeds: a coordinator that ran alone becomes the first member
+// of a cluster: it seeds the empty replicated log with its own log and
+// goes on from it; a member with an empty directory folds the whole of it;
+// one whose log holds another history is refused, not merged.
+func TestMemberSeeds(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	alone, other := t.TempDir(), t.TempDir()
+	for _, dir := range []string{other, alone} {
+		svc := startService(t, ns, dir, Options{})
+		incr(t, nc, "c.n", 3)
+		if err := svc.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// The other history must not reach the replicated log: its
+		// decisions stream is shared, but the next coordinator folds only
+		// its own log.
+	}
+	var logs lockedBuffer
+	a := startMember(t, nc, alone, "a", 1, &logs)
+	natstest.CheckFor(t, 10*time.Second, "a active", func() error {
+		if a.Role() != intents.RoleActive {
+			return errors.New(a.Role())
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "seeded the replicated log") {
+		t.Fatalf("a did not seed the log:\n%s", logs.String())
+	}
+	incr(t, nc, "c.n", 1)
+	if v := counter(t, nc, "c.n"); v != 4 {
+		t.Fatalf("c.n = %v after the seed and one more increment, want 4", v)
+	}
+	fresh := t.TempDir()
+	b := startMember(t, natstest.Connect(t, ns), fresh, "b", 1, nil)
+	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
+		st, err := statuses(nc, 2)
+		if err != nil {
+			return err
+		}
+		if st["b"].Seq != st["a"].Seq || st["b"].Seq == 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	var otherLogs lockedBuffer
+	c := startMember(t, natstest.Connect(t, ns), other, "c", 1, &otherLogs)
+	select {
+	case <-c.Done():
+		if err := c.Err(); !errors.Is(err, ErrAhead) || !strings.Contains(err.Error(), "another history") {
+			t.Fatalf("a member with another history stopped with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a member with another history did not stop:\n%s", otherLogs.String())
+	}
+	c.Stop(context.Background())
+	a.Stop(context.Background())
+	b.Stop(context.Background())
+	hashA, lastA := localHash(t, alone)
+	hashB, lastB := localHash(t, fresh)
+	if hashA != hashB || lastA != lastB {
+		t.Fatalf("a folds to %s at %d, b to %s at %d", hashA, lastA, hashB, lastB)
+	}
+}

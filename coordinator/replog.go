@@ -33,6 +33,58 @@ var ErrFenced = errors.New("coordinator: the replicated log did not take the gro
 // events the replicated log does not: it cannot follow that log.
 var ErrAhead = errors.New("coordinator: the event log is ahead of the replicated log")
 
+// errLogEmpty is logPosition's error when the replicated log is empty and
+// this coordinator's own is not: a coordinator that ran alone, now the
+// first of a cluster. It may follow (from the start), and seeds the
+// replicated log with its own once it leads.
+var errLogEmpty = fmt.Errorf("%w: the replicated log is empty", ErrAhead)
+
+// seedChunk bounds the bytes of one message when a log seeds the
+// replicated log, well under the stream's maximum message size.
+const seedChunk = 1 << 20
+
+// seed appends the whole of log to an empty replicated log, in messages
+// of consecutive events of at most seedChunk bytes, and returns the
+// stream sequence of the last. The first append expects an empty stream,
+// so a seed can never land on top of another's.
+func seed(ctx context.Context, js jetstream.JetStream, subject string, log *eventlog.Log) (uint64, error) {
+	if log.FirstSeq() > 1 {
+		return 0, fmt.Errorf("this coordinator's log starts at event %d (compacted), so it cannot seed the replicated log: start the cluster from a log that was never compacted, or from empty directories", log.FirstSeq())
+	}
+	var last uint64
+	var evs []*intents.Event
+	size := 0
+	flush := func() error {
+		if len(evs) == 0 {
+			return nil
+		}
+		m := nats.NewMsg(subject)
+		m.Data = eventlog.AppendGroup(nil, evs)
+		m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
+		m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(last))
+		if err != nil {
+			return fmt.Errorf("%w: seed events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
+		}
+		last, evs, size = ack.Sequence, evs[:0], 0
+		return nil
+	}
+	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
+		n := len(eventlog.AppendEvent(nil, ev))
+		if size+n > seedChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		evs, size = append(evs, ev), size+n
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return last, err
+}
+
 // The headers of a log message: the seqs of its first and last events, so
 // that a reader can find where to start without decoding the groups.
 const (
@@ -121,7 +173,7 @@ func logPosition(ctx context.Context, st jetstream.Stream, after uint64) (uint64
 	lo, hi := info.State.FirstSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
 		if after > 0 {
-			return 0, fmt.Errorf("%w: this coordinator's log ends at event %d and the replicated log is empty", ErrAhead, after)
+			return hi + 1, fmt.Errorf("%w: this coordinator's log ends at event %d", errLogEmpty, after)
 		}
 		return hi + 1, nil
 	}

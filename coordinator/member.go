@@ -542,9 +542,18 @@ func (m *Member) seed(ctx context.Context, core *Core) error {
 // the stream has it now that this member holds the key, and returns that
 // message's sequence.
 func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error) {
-	infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL)
-	info, err := m.logs.Info(infoCtx)
-	cancel()
+	// The log's stream may be electing a leader (the node that led it
+	// died with the coordinator that led): asked again within the lease.
+	var info *jetstream.StreamInfo
+	var err error
+	for giveUp := time.Now().Add(m.opts.LeaseTTL); ; {
+		infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL/2)
+		info, err = m.logs.Info(infoCtx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(giveUp) {
+			break
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
 	}

@@ -235,6 +235,7 @@ func TestMemberFenced(t *testing.T) {
 	}
 	again := nats.NewMsg(last.Subject)
 	again.Header, again.Data = last.Header, last.Data
+	again.Header.Del(nats.MsgIdHdr) // another writer's message has an id of its own
 	if _, err := js.PublishMsg(ctx, again, jetstream.WithExpectLastSequence(last.Sequence)); err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +347,65 @@ func TestMemberSeeds(t *testing.T) {
 	hashB, lastB := localHash(t, fresh)
 	if hashA != hashB || lastA != lastB {
 		t.Fatalf("a folds to %s at %d, b to %s at %d", hashA, lastA, hashB, lastB)
+	}
+}
+
+// TestMemberRidesLogLeaderLoss: when the node that leads COAGENT_LOG goes
+// away, the active coordinator sends its unconfirmed groups again to the
+// stream's new leader and stays active: decisions pause, none is lost, and
+// it does not step down.
+func TestMemberRidesLogLeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := natstest.RunCluster(t, 3)
+	var logs lockedBuffer
+	// The member connects to a node that will not lead the log: the log's
+	// leader is known once the stream exists, so it is made first.
+	boot, err := nats.Connect(c.Servers[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer boot.Close()
+	js, err := jetstream.New(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), logStreamConfig(intents.Subjects{}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.StreamLeader(intents.Subjects{}.Stream(intents.StreamLog))
+	var urls []string
+	for i, s := range c.Servers {
+		if i != leader {
+			urls = append(urls, s.ClientURL())
+		}
+	}
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	m := startMember(t, connect(), t.TempDir(), "a", 3, &logs)
+	natstest.CheckFor(t, 10*time.Second, "active", func() error {
+		if m.Role() != intents.RoleActive {
+			return errors.New(m.Role())
+		}
+		return nil
+	})
+	client := connect()
+	incr(t, client, "c.n", 5)
+	c.Stop(leader)
+	began := time.Now()
+	incr(t, client, "c.n", 5)
+	t.Logf("decisions went on %s after the log's leader stopped", time.Since(began).Round(time.Millisecond))
+	if m.Role() != intents.RoleActive || strings.Contains(logs.String(), "stepped down") {
+		t.Fatalf("the member stepped down:\n%s", logs.String())
+	}
+	if v := counter(t, client, "c.n"); v != 10 {
+		t.Fatalf("c.n = %v, want 10", v)
 	}
 }

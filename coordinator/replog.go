@@ -97,7 +97,10 @@ func logStreamConfig(subj intents.Subjects, replicas int) jetstream.StreamConfig
 	return jetstream.StreamConfig{Name: subj.Stream(intents.StreamLog), Subjects: []string{subj.Log()},
 		Description: "the replicated event log of the coordinators: one message per durable group",
 		Retention:   jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew}
+		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew,
+		// A group sent again while the stream's leader moved is known by
+		// its id for this long, and stored once.
+		Duplicates: 2 * time.Minute}
 }
 
 // replog appends groups to COAGENT_LOG; the loop's, through the Core.
@@ -107,45 +110,137 @@ type replog struct {
 	// last is the stream sequence of the last group appended, or of the
 	// stream's last message when the coordinator became active.
 	last uint64
+	// prev is the outcome of the last group appended, which the next one
+	// waits for before it sends itself again.
+	prev *appended
+}
+
+// appended is the outcome of one append, once done is closed.
+type appended struct {
+	done chan struct{}
+	err  error
 }
 
 // appendTimeout bounds how long a group waits for the stream to confirm
 // it: past it the group is not answered, and the coordinator steps down.
-const appendTimeout = 10 * time.Second
+// resendAfter is how long it waits for one confirmation before it sends
+// the group again: a message sent to a stream leader that died is never
+// answered, and the new one needs it again.
+const (
+	appendTimeout = 10 * time.Second
+	resendAfter   = time.Second
+)
 
 // append publishes the events of one group as the next message of the log
 // and returns a channel that yields once: nil when the stream stored it
-// where expected, an ErrFenced error otherwise. Appends are pipelined:
-// each expects the one before it, so once one fails every later one does.
+// where expected, an ErrFenced error otherwise.
+//
+// Appends are pipelined, each expecting the one before it. While the
+// stream's leader moves (a node died), a group is sent again, under the
+// same message id, so that one stored already is not stored twice (the
+// stream answers a duplicate with its sequence); a group that found the
+// stream one short, because the group before it was being sent again,
+// waits for that one and is sent again once. Whatever else the stream
+// says — a sequence taken by another writer, a group before it that
+// failed — fails the group, and with it every later one.
 func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
-	m := nats.NewMsg(r.subject)
-	m.Data = eventlog.AppendGroup(nil, evs)
-	m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
-	m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
-	f, err := r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(r.last))
+	first, last := evs[0].Seq, evs[len(evs)-1].Seq
+	data := eventlog.AppendGroup(nil, evs)
+	// The id is this group's alone: its first event's id is unique to the
+	// coordinator that decided it, so a deposed leader's group of the same
+	// seqs is never taken for this one.
+	id := fmt.Sprintf("%x-%d", evs[0].ID[:], last)
+	expect := r.last
+	publish := func() (jetstream.PubAckFuture, error) {
+		m := nats.NewMsg(r.subject)
+		m.Data = data
+		m.Header.Set(headerFirst, strconv.FormatUint(first, 10))
+		m.Header.Set(headerLast, strconv.FormatUint(last, 10))
+		return r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect), jetstream.WithMsgID(id))
+	}
+	f, err := publish()
 	if err != nil {
-		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
+		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, first, last, err)
 	}
 	r.last++
-	want, first, last := r.last, evs[0].Seq, evs[len(evs)-1].Seq
+	want, prev := r.last, r.prev
+	res := &appended{done: make(chan struct{})}
+	r.prev = res
 	ready := make(chan error, 1)
 	go func() {
-		t := time.NewTimer(appendTimeout)
-		defer t.Stop()
-		select {
-		case ack := <-f.Ok():
-			if ack.Sequence != want {
-				ready <- fmt.Errorf("%w: events %d–%d stored as message %d of %s, want %d", ErrFenced, first, last, ack.Sequence, ack.Stream, want)
-				return
-			}
-			ready <- nil
-		case err := <-f.Err():
-			ready <- fmt.Errorf("%w: events %d–%d as message %d: %w", ErrFenced, first, last, want, err)
-		case <-t.C:
-			ready <- fmt.Errorf("%w: events %d–%d as message %d: not confirmed within %s", ErrFenced, first, last, want, appendTimeout)
-		}
+		res.err = r.confirm(f, publish, prev, want, first, last)
+		close(res.done)
+		ready <- res.err
 	}()
 	return ready, nil
+}
+
+// confirm waits for the group's confirmation, sending it again as append
+// says, and returns nil once the stream stored it as message want.
+func (r *replog) confirm(f jetstream.PubAckFuture, publish func() (jetstream.PubAckFuture, error), prev *appended, want, first, last uint64) error {
+	fenced := func(format string, args ...any) error {
+		return fmt.Errorf("%w: events %d–%d as message %d: %s", ErrFenced, first, last, want, fmt.Sprintf(format, args...))
+	}
+	deadline := time.Now().Add(appendTimeout)
+	short := 0 // times the stream was found one short after prev was done
+	for {
+		var err error
+		wait := time.NewTimer(resendAfter)
+		select {
+		case ack := <-f.Ok():
+			wait.Stop()
+			if ack.Sequence != want {
+				return fenced("stored as message %d of %s", ack.Sequence, ack.Stream)
+			}
+			return nil
+		case err = <-f.Err():
+			wait.Stop()
+		case <-wait.C:
+			err = errUnconfirmed
+		}
+		switch {
+		case wrongLast(err):
+			if prev != nil {
+				<-prev.done
+				if prev.err != nil {
+					return fenced("the group before it was not stored")
+				}
+			}
+			if short++; short > 1 || prev == nil {
+				return fenced("%v", err)
+			}
+		case !transient(err):
+			return fenced("%v", err)
+		}
+		if time.Now().After(deadline) {
+			return fenced("not confirmed within %s: %v", appendTimeout, err)
+		}
+		if f, err = publish(); err != nil {
+			return fenced("%v", err)
+		}
+	}
+}
+
+// errUnconfirmed is confirm's: no answer within resendAfter.
+var errUnconfirmed = errors.New("no confirmation yet")
+
+// wrongLast reports whether the stream refused a message because its last
+// sequence was not the one expected.
+func wrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// transient reports whether an append may succeed if sent again: nobody
+// answered (no leader yet), or JetStream said it cannot now.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, errUnconfirmed) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout)
 }
 
 // logRange returns the seqs of the first and last events of a log

@@ -90,16 +90,24 @@ func TestRunScript(t *testing.T) {
 	if n := strings.Count(got, "NODE  ROLE     EVENTS  LOG  LAG"); n != 3 {
 		t.Errorf("run.sh printed %d status tables, want 3:\n%s", n, got)
 	}
-	// The killed node is the first active one; another takes over, and
-	// the killed one, restarted, is a standby in the last table.
-	m := regexp.MustCompile(`(?m)^coagent: (n\d) is the active coordinator\n(?s:.*)# (n\d), the active coordinator\n(?s:.*)^coagent: (n\d) is the active coordinator\n(n\d) took over \d+\.\d{3}s after (n\d) was killed\n`).FindStringSubmatch(got)
+	// The node killed is the one the status before the kill shows
+	// active; another takes over, and the killed one, restarted, is a
+	// standby in the last table.
+	m := regexp.MustCompile(`(?m)^\$ kill -9 \d+    # (n\d), the active coordinator\n^coagent: (n\d) is the active coordinator\n(n\d) took over \d+\.\d{3}s after (n\d) was killed\n`).FindStringSubmatch(got)
 	if m == nil {
 		t.Fatalf("run.sh did not show the active node killed and another taking over:\n%s", got)
 	}
-	first, killed, next := m[1], m[2], m[3]
-	if killed != first || next == first || m[4] != next || m[5] != killed {
-		t.Errorf("active %s, killed %s, took over %s (said %s after %s): want the first active killed and another taking over:\n%s",
-			first, killed, next, m[4], m[5], got)
+	killed, next := m[1], m[2]
+	if next == killed || m[3] != next || m[4] != killed {
+		t.Errorf("killed %s, took over %s (said %s after %s): want another node taking over:\n%s", killed, next, m[3], m[4], got)
+	}
+	before, _, _ := strings.Cut(got, "$ kill -9 ")
+	i := strings.LastIndex(before, "NODE  ROLE")
+	if i < 0 {
+		t.Fatalf("run.sh printed no status before the kill:\n%s", got)
+	}
+	if table := before[i:]; !regexp.MustCompile(`(?m)^` + killed + ` +active `).MatchString(table) {
+		t.Errorf("the status before the kill does not show %s active:\n%s", killed, table)
 	}
 	_, last, ok := strings.Cut(got, "# "+killed+" again, on its data directory")
 	if !ok {

@@ -27,13 +27,13 @@ mkdir -p "$DIR"
 R=""
 for i in 0 1 2; do R+="${R:+,}nats://127.0.0.1:$((ROUTES + i))"; done
 url() { echo "nats://127.0.0.1:$((BASE + $1 - 1))"; }
-declare -A pid out
+declare -A pid out from
 stop() { kill "${pid[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 
 node() { # node N OUTFILE: start node nN, its output in OUTFILE
   local n=$1 i=$(($1 - 1))
-  out[$n]=$2
+  out[$n]=$2 from[$n]=0
   "$COAGENT" serve --data "$DIR/n$n" --listen "127.0.0.1:$((BASE + i))" \
     --cluster "127.0.0.1:$((ROUTES + i))" --routes "$R" --name "n$n" \
     >"${out[$n]}" 2>&1 &
@@ -47,14 +47,15 @@ fail() { # fail MESSAGE: say what every node printed, then why the script stops
 }
 
 # await PATTERN N…: wait until one of nodes N… prints a line matching
-# PATTERN, and print that node's number. A node that stops meanwhile, or
-# no such line within WAIT seconds, fails the script.
+# PATTERN past its line from[N] (0 if unset), and print that node's
+# number. A node that stops meanwhile, or no such line within WAIT
+# seconds, fails the script.
 await() {
   local pattern=$1 deadline=$((SECONDS + WAIT)) n
   shift
   while ((SECONDS < deadline)); do
     for n in "$@"; do
-      if grep -q -- "$pattern" "${out[$n]}" 2>/dev/null; then
+      if tail -n "+$((${from[$n]:-0} + 1))" "${out[$n]}" 2>/dev/null | grep -q -- "$pattern"; then
         echo "$n"
         return
       fi
@@ -90,7 +91,16 @@ intent Q3 | "$COAGENT" submit --nats "$(url "$b")" - 2>&1
 echo "\$ coagent state --nats $(url "$c") report.title    # through n$c"
 "$COAGENT" state --nats "$(url "$c")" report.title 2>&1
 echo "\$ coagent status --nats $(url "$b")"
-"$COAGENT" status --nats "$(url "$b")" 2>&1
+"$COAGENT" status --nats "$(url "$b")" >"$DIR/status.out" 2>&1 || { cat "$DIR/status.out" >&2; fail "status failed"; }
+cat "$DIR/status.out"
+# The node to kill is the one the table says is active (the first to say
+# so may have stepped down since).
+active=$(grep -Eo '^n[1-3] +active' "$DIR/status.out" | cut -c2) || true
+[[ $active =~ ^[1-3]$ ]] || fail "the status shows no single active coordinator"
+a=$active
+read -r b c <<<"$(others "$a" | tr "\n" " ")"
+# Only what the nodes print after the kill counts as taking over.
+for n in 1 2 3; do from[$n]=$(wc -l <"${out[$n]}"); done
 
 echo "\$ kill -9 ${pid[$a]}    # n$a, the active coordinator"
 start=$(date +%s%N)
@@ -103,7 +113,7 @@ intent Q4 | "$COAGENT" submit --nats "$(url "$c")" - >"$DIR/submit.out" 2>&1 &
 submit=$!
 new=$(await "is the active coordinator" "$b" "$c")
 took=$((($(date +%s%N) - start) / 1000000))
-grep -h "is the active coordinator" "${out[$new]}"
+tail -n "+$((from[$new] + 1))" "${out[$new]}" | grep "is the active coordinator"
 printf 'n%s took over %d.%03ds after n%s was killed\n' "$new" $((took / 1000)) $((took % 1000)) "$a"
 echo "\$ coagent submit --nats $(url "$c") -    # through n$c, sent right after the kill"
 wait "$submit" || { cat "$DIR/submit.out" >&2; fail "the submit during the failover failed"; }

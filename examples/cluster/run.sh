@@ -66,6 +66,21 @@ await() {
   fail "no node of $* printed \"$pattern\" within ${WAIT}s"
 }
 
+# answered N…: wait until a read through each of nodes N… is answered. A
+# node that has just joined may not know the active coordinator's
+# subscriptions yet (its routes are still exchanging them), and a read
+# through it then finds no responders.
+answered() {
+  local deadline=$((SECONDS + WAIT)) n
+  for n in "$@"; do
+    until "$COAGENT" state --nats "$(url "$n")" report.title >/dev/null 2>&1; do
+      ((SECONDS < deadline)) || fail "no read through n$n was answered within ${WAIT}s"
+      kill -0 "${pid[$n]}" 2>/dev/null || fail "n$n stopped"
+      sleep 0.1
+    done
+  done
+}
+
 others() { # others N: the two nodes other than nN
   local n
   for n in 1 2 3; do ((n == $1)) || echo "$n"; done
@@ -84,6 +99,7 @@ node 3 "$DIR/n3.out"
 a=$(await "is the active coordinator" 1 2 3)
 for n in 1 2 3; do await "serving on" "$n" >/dev/null; done
 cat "$DIR/n1.out" "$DIR/n2.out" "$DIR/n3.out"
+answered 1 2 3
 read -r b c <<<"$(others "$a" | tr "\n" " ")"
 
 echo "\$ coagent submit --nats $(url "$b") -    # through n$b"
@@ -118,6 +134,7 @@ printf 'n%s took over %d.%03ds after n%s was killed\n' "$new" $((took / 1000)) $
 echo "\$ coagent submit --nats $(url "$c") -    # through n$c, sent right after the kill"
 wait "$submit" || { cat "$DIR/submit.out" >&2; fail "the submit during the failover failed"; }
 cat "$DIR/submit.out"
+answered "$b"
 echo "\$ coagent state --nats $(url "$b") report.title"
 "$COAGENT" state --nats "$(url "$b")" report.title 2>&1
 echo "\$ coagent status --nats $(url "$c")"

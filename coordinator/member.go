@@ -688,13 +688,23 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 
 // answerStatus answers a status request with this member's MemberStatus.
 func (m *Member) answerStatus(req *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The lease and the log's end are read at once, each briefly: while a
+	// node fails over one of them may not answer, and a status that comes
+	// after the asker stopped gathering is no status at all.
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	st := intents.MemberStatus{Node: m.opts.Node}
-	if l, _, ok, err := m.readLease(ctx); err == nil && ok && time.Now().Before(l.Until) {
-		st.Leader = l.Node
-	}
+	leased := make(chan string, 1)
+	go func() {
+		l, _, ok, err := m.readLease(ctx)
+		if err != nil || !ok || !time.Now().Before(l.Until) {
+			leased <- ""
+			return
+		}
+		leased <- l.Node
+	}()
 	info, err := m.logs.Info(ctx)
+	st.Leader = <-leased
 	m.mu.Lock()
 	st.Role, st.Since = m.mu.role, m.mu.since
 	svc := m.mu.svc

@@ -673,15 +673,22 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 	case <-svc.Done():
 		why = svc.Err()
 	}
+	// No longer active from here: a status asked while the Service drains
+	// must not show two active coordinators.
+	m.setRole(intents.RoleStandby, nil)
+	if why != nil {
+		m.log.Warn("stepping down", "err", why)
+	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	began := time.Now()
 	if err := svc.Shutdown(stopCtx); err != nil && why == nil {
 		why = err
 	}
-	m.setRole(intents.RoleStandby, nil)
+	m.log.Info("the service stopped", "took", time.Since(began).Round(time.Millisecond))
 	release()
 	if why != nil && !fatal(why) {
-		m.log.Warn("stepped down: another coordinator may take over", "err", why)
+		m.log.Warn("stepped down: another coordinator may take over")
 	}
 	return why
 }

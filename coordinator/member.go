@@ -27,6 +27,17 @@ type MemberOptions struct {
 	// standby takes over from one that stopped without handing over, or
 	// was cut off. The default is 3 seconds; at least 1 second.
 	LeaseTTL time.Duration
+	// SyncLocal makes the local event log sync every group, as a
+	// coordinator alone does. By default a member's does not: a group is
+	// answered once a quorum of the cluster has it in COAGENT_LOG, which
+	// is the log of record; a local log that lost its unsynced tail (the
+	// machine, not the process, crashed) is behind the stream and catches
+	// up from it, as after any crash between the two writes. Syncing it
+	// would cost each group a disk flush on the answer's path, and buy
+	// nothing while JetStream itself keeps the stream in the servers'
+	// memory until its own sync interval (nats-server's sync_interval:
+	// set it to always to have every group on a quorum of disks).
+	SyncLocal bool
 	// OnActive, if set, is called each time this member has become the
 	// active coordinator, with its Service (to put a rules file in force,
 	// say); an error is logged.
@@ -79,6 +90,10 @@ type Member struct {
 // missing and starts the member as a standby; it returns at once, and the
 // member runs until Stop, or until its event log fails (Done, Err).
 func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOptions) (*Member, error) {
+	if !opts.SyncLocal {
+		// The replicated log is the record; see SyncLocal.
+		opts.Core.Log.NoSync = true
+	}
 	opts.EnsureDefaults()
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL

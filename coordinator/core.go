@@ -371,6 +371,14 @@ func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
 	have := c.eng.Seq()
 	switch first, last := evs[0].Seq, evs[len(evs)-1].Seq; {
 	case last <= have:
+		// Held already, if it is the same history: the events' ids say.
+		mine, err := c.log.Event(last)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: follow: read event %d: %w", last, err)
+		}
+		if mine.ID != evs[len(evs)-1].ID {
+			return nil, fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history", ErrAhead, last)
+		}
 		return nil, nil
 	case first != have+1:
 		return nil, fmt.Errorf("coordinator: follow: the group holds events %d–%d, and the log ends at %d", first, last, have)

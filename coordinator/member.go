@@ -27,6 +27,17 @@ type MemberOptions struct {
 	// standby takes over from one that stopped without handing over, or
 	// was cut off. The default is 3 seconds; at least 1 second.
 	LeaseTTL time.Duration
+	// SyncLocal makes the local event log sync every group, as a
+	// coordinator alone does. By default a member's does not: a group is
+	// answered once a quorum of the cluster has it in COAGENT_LOG, which
+	// is the log of record; a local log that lost its unsynced tail (the
+	// machine, not the process, crashed) is behind the stream and catches
+	// up from it, as after any crash between the two writes. Syncing it
+	// would cost each group a disk flush on the answer's path, and buy
+	// nothing while JetStream itself keeps the stream in the servers'
+	// memory until its own sync interval (nats-server's sync_interval:
+	// set it to always to have every group on a quorum of disks).
+	SyncLocal bool
 	// OnActive, if set, is called each time this member has become the
 	// active coordinator, with its Service (to put a rules file in force,
 	// say); an error is logged.
@@ -79,6 +90,10 @@ type Member struct {
 // missing and starts the member as a standby; it returns at once, and the
 // member runs until Stop, or until its event log fails (Done, Err).
 func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOptions) (*Member, error) {
+	if !opts.SyncLocal {
+		// The replicated log is the record; see SyncLocal.
+		opts.Core.Log.NoSync = true
+	}
 	opts.EnsureDefaults()
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
@@ -263,11 +278,13 @@ func (m *Member) run(ctx context.Context) {
 
 // fatal reports whether err ends the member rather than sends it back to
 // following: a failure of its own event log (a damaged store, a full
-// disk), which no other coordinator can mend.
+// disk), which no other coordinator can mend, or a log that holds
+// another history than the cluster's.
 func fatal(err error) bool {
 	var corrupt *eventlog.CorruptError
 	var full *eventlog.DiskFullError
-	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked)
+	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked) ||
+		errors.Is(err, ErrAhead) && !errors.Is(err, errLogEmpty)
 }
 
 // follow is the standby: it folds the replicated log into the local one
@@ -283,6 +300,15 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	findCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	pos, err := logPosition(findCtx, m.logs, core.Log().LastSeq())
 	cancel()
+	seedable := errors.Is(err, errLogEmpty)
+	if seedable {
+		m.log.Warn("the replicated log is empty and this coordinator's log is not: it will seed the replicated log with its own if it leads; the other coordinators must start from empty data directories",
+			"events", core.Log().LastSeq())
+		err = nil
+	}
+	if err == nil && !seedable {
+		err = m.sameHistory(ctx, core, pos)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
@@ -322,6 +348,12 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	defer tick.Stop()
 	for {
 		if rev, ok := m.tryLead(ctx); ok {
+			if seedable {
+				if err := m.seed(ctx, core); err != nil {
+					m.release(rev)
+					return 0, 0, errors.Join(err, stop())
+				}
+			}
 			last, err := m.catchUp(ctx, folding)
 			if err == nil {
 				err = stop()
@@ -472,13 +504,71 @@ func casFailed(err error) bool {
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
+// sameHistory checks that the local log's last event is the replicated
+// log's event of that seq, the last of message pos-1: a log of the same
+// length but another history (a directory from another cluster, or from a
+// coordinator that ran alone beside the one that seeded) must not be
+// continued.
+func (m *Member) sameHistory(ctx context.Context, core *Core, pos uint64) error {
+	last := core.Log().LastSeq()
+	if last == 0 || pos <= 1 {
+		return nil
+	}
+	getCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := m.logs.GetMsg(getCtx, pos-1)
+	if err != nil {
+		return fmt.Errorf("read log message %d: %w", pos-1, err)
+	}
+	evs, err := eventlog.DecodeGroup(msg.Data)
+	if err != nil {
+		return fmt.Errorf("log message %d: %w", pos-1, err)
+	}
+	mine, err := core.Log().Event(last)
+	if err != nil {
+		return err
+	}
+	if theirs := evs[len(evs)-1]; theirs.Seq != last || theirs.ID != mine.ID {
+		return fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, last)
+	}
+	return nil
+}
+
+// seed appends core's log to the replicated log if it is still empty.
+func (m *Member) seed(ctx context.Context, core *Core) error {
+	info, err := m.logs.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("coordinator: read the replicated log: %w", err)
+	}
+	if info.State.Msgs > 0 {
+		return nil // another seeded it, or wrote: following tells whether that is this history
+	}
+	began := time.Now()
+	last, err := seed(ctx, m.js, m.subj.Log(), core.Log())
+	if err != nil {
+		return fmt.Errorf("coordinator: seed the replicated log: %w", err)
+	}
+	m.log.Warn("seeded the replicated log with this coordinator's log", "events", core.Log().LastSeq(), "messages", last,
+		"took", time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
 // catchUp waits until the standby has folded the log's last message, as
 // the stream has it now that this member holds the key, and returns that
 // message's sequence.
 func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error) {
-	infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL)
-	info, err := m.logs.Info(infoCtx)
-	cancel()
+	// The log's stream may be electing a leader (the node that led it
+	// died with the coordinator that led): asked again within the lease.
+	var info *jetstream.StreamInfo
+	var err error
+	for giveUp := time.Now().Add(m.opts.LeaseTTL); ; {
+		infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL/2)
+		info, err = m.logs.Info(infoCtx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(giveUp) {
+			break
+		}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
 	}
@@ -598,28 +688,45 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 	case <-svc.Done():
 		why = svc.Err()
 	}
+	// No longer active from here: a status asked while the Service drains
+	// must not show two active coordinators.
+	m.setRole(intents.RoleStandby, nil)
+	if why != nil {
+		m.log.Warn("stepping down", "err", why)
+	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	began := time.Now()
 	if err := svc.Shutdown(stopCtx); err != nil && why == nil {
 		why = err
 	}
-	m.setRole(intents.RoleStandby, nil)
+	m.log.Info("the service stopped", "took", time.Since(began).Round(time.Millisecond))
 	release()
 	if why != nil && !fatal(why) {
-		m.log.Warn("stepped down: another coordinator may take over", "err", why)
+		m.log.Warn("stepped down: another coordinator may take over")
 	}
 	return why
 }
 
 // answerStatus answers a status request with this member's MemberStatus.
 func (m *Member) answerStatus(req *nats.Msg) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The lease and the log's end are read at once, each briefly: while a
+	// node fails over one of them may not answer, and a status that comes
+	// after the asker stopped gathering is no status at all.
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	st := intents.MemberStatus{Node: m.opts.Node}
-	if l, _, ok, err := m.readLease(ctx); err == nil && ok && time.Now().Before(l.Until) {
-		st.Leader = l.Node
-	}
+	leased := make(chan string, 1)
+	go func() {
+		l, _, ok, err := m.readLease(ctx)
+		if err != nil || !ok || !time.Now().Before(l.Until) {
+			leased <- ""
+			return
+		}
+		leased <- l.Node
+	}()
 	info, err := m.logs.Info(ctx)
+	st.Leader = <-leased
 	m.mu.Lock()
 	st.Role, st.Since = m.mu.role, m.mu.since
 	svc := m.mu.svc

@@ -235,6 +235,7 @@ func TestMemberFenced(t *testing.T) {
 	}
 	again := nats.NewMsg(last.Subject)
 	again.Header, again.Data = last.Header, last.Data
+	again.Header.Del(nats.MsgIdHdr) // another writer's message has an id of its own
 	if _, err := js.PublishMsg(ctx, again, jetstream.WithExpectLastSequence(last.Sequence)); err != nil {
 		t.Fatal(err)
 	}
@@ -281,5 +282,130 @@ func TestMemberFenced(t *testing.T) {
 	defer log.Close()
 	if _, err := Verify(log, CoreOptions{}.Engine); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMemberSeeds: a coordinator that ran alone becomes the first member
+// of a cluster: it seeds the empty replicated log with its own log and
+// goes on from it; a member with an empty directory folds the whole of it;
+// one whose log holds another history is refused, not merged.
+func TestMemberSeeds(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	alone, other := t.TempDir(), t.TempDir()
+	for _, dir := range []string{other, alone} {
+		svc := startService(t, ns, dir, Options{})
+		incr(t, nc, "c.n", 3)
+		if err := svc.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// The other history must not reach the replicated log: its
+		// decisions stream is shared, but the next coordinator folds only
+		// its own log.
+	}
+	var logs lockedBuffer
+	a := startMember(t, nc, alone, "a", 1, &logs)
+	natstest.CheckFor(t, 10*time.Second, "a active", func() error {
+		if a.Role() != intents.RoleActive {
+			return errors.New(a.Role())
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "seeded the replicated log") {
+		t.Fatalf("a did not seed the log:\n%s", logs.String())
+	}
+	incr(t, nc, "c.n", 1)
+	if v := counter(t, nc, "c.n"); v != 4 {
+		t.Fatalf("c.n = %v after the seed and one more increment, want 4", v)
+	}
+	fresh := t.TempDir()
+	b := startMember(t, natstest.Connect(t, ns), fresh, "b", 1, nil)
+	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
+		st, err := statuses(nc, 2)
+		if err != nil {
+			return err
+		}
+		if st["b"].Seq != st["a"].Seq || st["b"].Seq == 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	var otherLogs lockedBuffer
+	c := startMember(t, natstest.Connect(t, ns), other, "c", 1, &otherLogs)
+	select {
+	case <-c.Done():
+		if err := c.Err(); !errors.Is(err, ErrAhead) || !strings.Contains(err.Error(), "another history") {
+			t.Fatalf("a member with another history stopped with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a member with another history did not stop:\n%s", otherLogs.String())
+	}
+	c.Stop(context.Background())
+	a.Stop(context.Background())
+	b.Stop(context.Background())
+	hashA, lastA := localHash(t, alone)
+	hashB, lastB := localHash(t, fresh)
+	if hashA != hashB || lastA != lastB {
+		t.Fatalf("a folds to %s at %d, b to %s at %d", hashA, lastA, hashB, lastB)
+	}
+}
+
+// TestMemberRidesLogLeaderLoss: when the node that leads COAGENT_LOG goes
+// away, the active coordinator sends its unconfirmed groups again to the
+// stream's new leader and stays active: decisions pause, none is lost, and
+// it does not step down.
+func TestMemberRidesLogLeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	c := natstest.RunCluster(t, 3)
+	var logs lockedBuffer
+	// The member connects to a node that will not lead the log: the log's
+	// leader is known once the stream exists, so it is made first.
+	boot, err := nats.Connect(c.Servers[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer boot.Close()
+	js, err := jetstream.New(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), logStreamConfig(intents.Subjects{}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.StreamLeader(intents.Subjects{}.Stream(intents.StreamLog))
+	var urls []string
+	for i, s := range c.Servers {
+		if i != leader {
+			urls = append(urls, s.ClientURL())
+		}
+	}
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	m := startMember(t, connect(), t.TempDir(), "a", 3, &logs)
+	natstest.CheckFor(t, 10*time.Second, "active", func() error {
+		if m.Role() != intents.RoleActive {
+			return errors.New(m.Role())
+		}
+		return nil
+	})
+	client := connect()
+	incr(t, client, "c.n", 5)
+	c.Stop(leader)
+	began := time.Now()
+	incr(t, client, "c.n", 5)
+	t.Logf("decisions went on %s after the log's leader stopped", time.Since(began).Round(time.Millisecond))
+	if m.Role() != intents.RoleActive || strings.Contains(logs.String(), "stepped down") {
+		t.Fatalf("the member stepped down:\n%s", logs.String())
+	}
+	if v := counter(t, client, "c.n"); v != 10 {
+		t.Fatalf("c.n = %v, want 10", v)
 	}
 }

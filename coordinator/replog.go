@@ -33,6 +33,58 @@ var ErrFenced = errors.New("coordinator: the replicated log did not take the gro
 // events the replicated log does not: it cannot follow that log.
 var ErrAhead = errors.New("coordinator: the event log is ahead of the replicated log")
 
+// errLogEmpty is logPosition's error when the replicated log is empty and
+// this coordinator's own is not: a coordinator that ran alone, now the
+// first of a cluster. It may follow (from the start), and seeds the
+// replicated log with its own once it leads.
+var errLogEmpty = fmt.Errorf("%w: the replicated log is empty", ErrAhead)
+
+// seedChunk bounds the bytes of one message when a log seeds the
+// replicated log, well under the stream's maximum message size.
+const seedChunk = 1 << 20
+
+// seed appends the whole of log to an empty replicated log, in messages
+// of consecutive events of at most seedChunk bytes, and returns the
+// stream sequence of the last. The first append expects an empty stream,
+// so a seed can never land on top of another's.
+func seed(ctx context.Context, js jetstream.JetStream, subject string, log *eventlog.Log) (uint64, error) {
+	if log.FirstSeq() > 1 {
+		return 0, fmt.Errorf("this coordinator's log starts at event %d (compacted), so it cannot seed the replicated log: start the cluster from a log that was never compacted, or from empty directories", log.FirstSeq())
+	}
+	var last uint64
+	var evs []*intents.Event
+	size := 0
+	flush := func() error {
+		if len(evs) == 0 {
+			return nil
+		}
+		m := nats.NewMsg(subject)
+		m.Data = eventlog.AppendGroup(nil, evs)
+		m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
+		m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(last))
+		if err != nil {
+			return fmt.Errorf("%w: seed events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
+		}
+		last, evs, size = ack.Sequence, evs[:0], 0
+		return nil
+	}
+	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
+		n := len(eventlog.AppendEvent(nil, ev))
+		if size+n > seedChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		evs, size = append(evs, ev), size+n
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	return last, err
+}
+
 // The headers of a log message: the seqs of its first and last events, so
 // that a reader can find where to start without decoding the groups.
 const (
@@ -45,7 +97,10 @@ func logStreamConfig(subj intents.Subjects, replicas int) jetstream.StreamConfig
 	return jetstream.StreamConfig{Name: subj.Stream(intents.StreamLog), Subjects: []string{subj.Log()},
 		Description: "the replicated event log of the coordinators: one message per durable group",
 		Retention:   jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew}
+		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew,
+		// A group sent again while the stream's leader moved is known by
+		// its id for this long, and stored once.
+		Duplicates: 2 * time.Minute}
 }
 
 // replog appends groups to COAGENT_LOG; the loop's, through the Core.
@@ -55,45 +110,137 @@ type replog struct {
 	// last is the stream sequence of the last group appended, or of the
 	// stream's last message when the coordinator became active.
 	last uint64
+	// prev is the outcome of the last group appended, which the next one
+	// waits for before it sends itself again.
+	prev *appended
+}
+
+// appended is the outcome of one append, once done is closed.
+type appended struct {
+	done chan struct{}
+	err  error
 }
 
 // appendTimeout bounds how long a group waits for the stream to confirm
 // it: past it the group is not answered, and the coordinator steps down.
-const appendTimeout = 10 * time.Second
+// resendAfter is how long it waits for one confirmation before it sends
+// the group again: a message sent to a stream leader that died is never
+// answered, and the new one needs it again.
+const (
+	appendTimeout = 10 * time.Second
+	resendAfter   = time.Second
+)
 
 // append publishes the events of one group as the next message of the log
 // and returns a channel that yields once: nil when the stream stored it
-// where expected, an ErrFenced error otherwise. Appends are pipelined:
-// each expects the one before it, so once one fails every later one does.
+// where expected, an ErrFenced error otherwise.
+//
+// Appends are pipelined, each expecting the one before it. While the
+// stream's leader moves (a node died), a group is sent again, under the
+// same message id, so that one stored already is not stored twice (the
+// stream answers a duplicate with its sequence); a group that found the
+// stream one short, because the group before it was being sent again,
+// waits for that one and is sent again once. Whatever else the stream
+// says — a sequence taken by another writer, a group before it that
+// failed — fails the group, and with it every later one.
 func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
-	m := nats.NewMsg(r.subject)
-	m.Data = eventlog.AppendGroup(nil, evs)
-	m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
-	m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
-	f, err := r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(r.last))
+	first, last := evs[0].Seq, evs[len(evs)-1].Seq
+	data := eventlog.AppendGroup(nil, evs)
+	// The id is this group's alone: its first event's id is unique to the
+	// coordinator that decided it, so a deposed leader's group of the same
+	// seqs is never taken for this one.
+	id := fmt.Sprintf("%x-%d", evs[0].ID[:], last)
+	expect := r.last
+	publish := func() (jetstream.PubAckFuture, error) {
+		m := nats.NewMsg(r.subject)
+		m.Data = data
+		m.Header.Set(headerFirst, strconv.FormatUint(first, 10))
+		m.Header.Set(headerLast, strconv.FormatUint(last, 10))
+		return r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect), jetstream.WithMsgID(id))
+	}
+	f, err := publish()
 	if err != nil {
-		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
+		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, first, last, err)
 	}
 	r.last++
-	want, first, last := r.last, evs[0].Seq, evs[len(evs)-1].Seq
+	want, prev := r.last, r.prev
+	res := &appended{done: make(chan struct{})}
+	r.prev = res
 	ready := make(chan error, 1)
 	go func() {
-		t := time.NewTimer(appendTimeout)
-		defer t.Stop()
-		select {
-		case ack := <-f.Ok():
-			if ack.Sequence != want {
-				ready <- fmt.Errorf("%w: events %d–%d stored as message %d of %s, want %d", ErrFenced, first, last, ack.Sequence, ack.Stream, want)
-				return
-			}
-			ready <- nil
-		case err := <-f.Err():
-			ready <- fmt.Errorf("%w: events %d–%d as message %d: %w", ErrFenced, first, last, want, err)
-		case <-t.C:
-			ready <- fmt.Errorf("%w: events %d–%d as message %d: not confirmed within %s", ErrFenced, first, last, want, appendTimeout)
-		}
+		res.err = r.confirm(f, publish, prev, want, first, last)
+		close(res.done)
+		ready <- res.err
 	}()
 	return ready, nil
+}
+
+// confirm waits for the group's confirmation, sending it again as append
+// says, and returns nil once the stream stored it as message want.
+func (r *replog) confirm(f jetstream.PubAckFuture, publish func() (jetstream.PubAckFuture, error), prev *appended, want, first, last uint64) error {
+	fenced := func(format string, args ...any) error {
+		return fmt.Errorf("%w: events %d–%d as message %d: %s", ErrFenced, first, last, want, fmt.Sprintf(format, args...))
+	}
+	deadline := time.Now().Add(appendTimeout)
+	short := 0 // times the stream was found one short after prev was done
+	for {
+		var err error
+		wait := time.NewTimer(resendAfter)
+		select {
+		case ack := <-f.Ok():
+			wait.Stop()
+			if ack.Sequence != want {
+				return fenced("stored as message %d of %s", ack.Sequence, ack.Stream)
+			}
+			return nil
+		case err = <-f.Err():
+			wait.Stop()
+		case <-wait.C:
+			err = errUnconfirmed
+		}
+		switch {
+		case wrongLast(err):
+			if prev != nil {
+				<-prev.done
+				if prev.err != nil {
+					return fenced("the group before it was not stored")
+				}
+			}
+			if short++; short > 1 || prev == nil {
+				return fenced("%v", err)
+			}
+		case !transient(err):
+			return fenced("%v", err)
+		}
+		if time.Now().After(deadline) {
+			return fenced("not confirmed within %s: %v", appendTimeout, err)
+		}
+		if f, err = publish(); err != nil {
+			return fenced("%v", err)
+		}
+	}
+}
+
+// errUnconfirmed is confirm's: no answer within resendAfter.
+var errUnconfirmed = errors.New("no confirmation yet")
+
+// wrongLast reports whether the stream refused a message because its last
+// sequence was not the one expected.
+func wrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// transient reports whether an append may succeed if sent again: nobody
+// answered (no leader yet), or JetStream said it cannot now.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, errUnconfirmed) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout)
 }
 
 // logRange returns the seqs of the first and last events of a log
@@ -121,7 +268,7 @@ func logPosition(ctx context.Context, st jetstream.Stream, after uint64) (uint64
 	lo, hi := info.State.FirstSeq, info.State.LastSeq
 	if info.State.Msgs == 0 {
 		if after > 0 {
-			return 0, fmt.Errorf("%w: this coordinator's log ends at event %d and the replicated log is empty", ErrAhead, after)
+			return hi + 1, fmt.Errorf("%w: this coordinator's log ends at event %d", errLogEmpty, after)
 		}
 		return hi + 1, nil
 	}

@@ -322,7 +322,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	}
 	if active != nil {
 		s.node = active.node
-		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(4*maxInflight))
+		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
 		if err != nil {
 			s.core.Close()
 			pub.Close()

@@ -24,11 +24,12 @@ import (
 // coordinators would have. With --nats, --name makes the coordinator a
 // member of the coordinators of that cluster.
 type clusterFlags struct {
-	listen, name, cluster string
-	routes                []string
-	replicas              int
-	coordinator           bool
-	leaseTTL              time.Duration
+	listen, name, cluster  string
+	routes                 []string
+	replicas               int
+	coordinator            bool
+	leaseTTL               time.Duration
+	tlsCert, tlsKey, tlsCA string
 }
 
 // member reports whether serve runs its coordinator as a member of a
@@ -42,6 +43,9 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cluster, "cluster-name", natsauth.DefaultCluster, "with --cluster: the cluster's name, the same on every node")
 	fs.IntVar(&f.replicas, "replicas", 0, "how many servers store each stream, 1 to 5 (default 1, 3 with --cluster; with --nats of a cluster, give 3)")
 	fs.BoolVar(&f.coordinator, "coordinator", true, "run a coordinator on this node (with --cluster: active or standby, as the leadership key says); =false: a NATS node only")
+	fs.StringVar(&f.tlsCert, "cluster-tls-cert", "", "with --cluster: this node's certificate (PEM) for mutual TLS on the routes; needs --cluster-tls-key and --cluster-tls-ca")
+	fs.StringVar(&f.tlsKey, "cluster-tls-key", "", "with --cluster: the key of --cluster-tls-cert")
+	fs.StringVar(&f.tlsCA, "cluster-tls-ca", "", "with --cluster: the CA every node's route certificate must be signed by: only nodes with one can join")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "with --name: how long the leadership lasts unless renewed, which is how soon a standby takes over from a coordinator that died (at least 1s)")
 }
 
@@ -58,7 +62,7 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 			return usagef(c, "--auth with --name is not supported yet: every coordinator would need the same agents and the coordinator's key")
 		}
 	} else if f.listen == "" {
-		for _, name := range []string{"routes", "name", "cluster-name"} {
+		for _, name := range []string{"routes", "name", "cluster-name", "cluster-tls-cert", "cluster-tls-key", "cluster-tls-ca"} {
 			if changed(name) {
 				return usagef(c, "--%s needs --cluster HOST:PORT: it configures this node's part of a cluster", name)
 			}
@@ -86,6 +90,9 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 		}
 		if err := natsauth.CheckName(f.cluster); err != nil || f.cluster == "" {
 			return usagef(c, "--cluster-name %q: want letters, digits, '-' or '_'", f.cluster)
+		}
+		if n := btoi(f.tlsCert != "") + btoi(f.tlsKey != "") + btoi(f.tlsCA != ""); n != 0 && n != 3 {
+			return usagef(c, "route TLS needs all three of --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca")
 		}
 		if s.authOn {
 			return usagef(c, "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)")
@@ -129,7 +136,18 @@ func (f *clusterFlags) config() *natsauth.Cluster {
 	if f.listen == "" {
 		return nil
 	}
-	return &natsauth.Cluster{Node: f.name, Name: f.cluster, Listen: f.listen, Routes: f.routes}
+	cl := &natsauth.Cluster{Node: f.name, Name: f.cluster, Listen: f.listen, Routes: f.routes}
+	if f.tlsCert != "" {
+		cl.TLS = &natsauth.RouteTLS{Cert: f.tlsCert, Key: f.tlsKey, CA: f.tlsCA}
+	}
+	return cl
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // describe is the node's part of the start-up line.
@@ -138,6 +156,9 @@ func (f *clusterFlags) describe(srv *natsauth.Server) string {
 		return ""
 	}
 	d := fmt.Sprintf(", node %s of cluster %s, routes on %s", f.name, f.cluster, srv.NATS().ClusterAddr())
+	if f.tlsCert != "" {
+		d += " (mutual TLS)"
+	}
 	if f.coordinator {
 		d += fmt.Sprintf(", streams with %d replicas", f.replicas)
 	}
@@ -147,8 +168,8 @@ func (f *clusterFlags) describe(srv *natsauth.Server) string {
 // warnRoutes says on stderr, when the routes listen off loopback, that
 // they are plain TCP (natsauth.Cluster says why it is so for now).
 func (f *clusterFlags) warnRoutes(stderr io.Writer) {
-	if f.listen != "" && !natsauth.Loopback(f.listen) {
-		fmt.Fprintf(stderr, "coagent: note: the routes on %s are neither encrypted nor authenticated: whoever reaches that address can join the cluster and read every message; keep it on a private network\n", f.listen)
+	if f.listen != "" && f.tlsCert == "" && !natsauth.Loopback(f.listen) {
+		fmt.Fprintf(stderr, "coagent: note: the routes on %s are neither encrypted nor authenticated: whoever reaches that address can join the cluster and read every message; keep it on a private network, or give every node --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca\n", f.listen)
 	}
 }
 

@@ -298,6 +298,8 @@ func TestServeClusterUsage(t *testing.T) {
 		{append([]string{"--nats", "nats://h:1"}, node...), "--cluster and --nats nats://h:1 exclude each other: --cluster makes the embedded server a cluster node, --nats uses a server that is not embedded"},
 		{append([]string{"--auth"}, node...), "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)"},
 		{append([]string{"--rules", "r.json", "--coordinator=false"}, node...), "--rules r.json needs --coordinator: this node runs no coordinator to put them in force"},
+		{append([]string{"--cluster-tls-cert", "c.pem"}, node...), "route TLS needs all three of --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca"},
+		{[]string{"--cluster-tls-ca", "ca.pem"}, "--cluster-tls-ca needs --cluster HOST:PORT: it configures this node's part of a cluster"},
 		{[]string{"--lease-ttl", "2s"}, "--lease-ttl needs --name: only a coordinator of a cluster holds a lease"},
 		{append([]string{"--lease-ttl", "500ms"}, node...), "--lease-ttl 500ms: want at least 1s"},
 		{[]string{"--nats", "nats://h:1", "--name", "n.1"}, `--name "n.1": want letters, digits, '-' or '_'`},

@@ -206,6 +206,9 @@ func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([
 	reqCtx, cancel := context.WithTimeout(reqCtx, 10*time.Second)
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(reqCtx, m)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("no coordinator answers on %s\n  start one (coagent serve), or, on a cluster, a failover may be under way: coagent status shows the coordinators", m.Subject)
+	}
 	if err != nil {
 		return nil, f.refused(reqCtx, err)
 	}

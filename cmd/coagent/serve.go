@@ -128,6 +128,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		if srv, err = natsauth.StartServer(cfg); err != nil {
 			var inUse *natsauth.AddrInUseError
 			if errors.As(err, &inUse) {
+				if f.cluster.listen != "" && inUse.Addr == f.cluster.listen {
+					return fmt.Errorf("%s, the route address, is in use (another coagent serve or nats-server?)\n  pick another with --cluster HOST:PORT", inUse.Addr)
+				}
 				return fmt.Errorf("%s is in use (another coagent serve or nats-server?)\n  pick another with --listen HOST:PORT, or use the running server with --nats nats://%s", inUse.Addr, inUse.Addr)
 			}
 			return err

@@ -4,12 +4,16 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // freeRun finds n consecutive free loopback ports, for the script's
@@ -38,9 +42,16 @@ func freeRun(t *testing.T, n int) int {
 	return 0
 }
 
+// run.sh as a user runs it: three nodes, each a coordinator member; a
+// write through one node read through another; the active node killed, a
+// standby taking over, a submit sent during the failover decided by the
+// new active coordinator; the killed node restarted on its data directory
+// rejoining as a standby. The script waits on the nodes' lines, each with
+// a deadline; the test bounds the whole and stops the script (SIGTERM, on
+// which it stops its nodes) if it runs over.
 func TestRunScript(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts three coagent processes")
+		t.Skip("starts three coagent processes and kills one")
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "coagent")
@@ -49,7 +60,11 @@ func TestRunScript(t *testing.T) {
 		t.Fatalf("build coagent: %v\n%s", err, out)
 	}
 	ports := freeRun(t, 6)
-	cmd := exec.Command("bash", "run.sh")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "run.sh")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	cmd.Env = append(cmd.Environ(), "COAGENT="+bin, "DIR="+filepath.Join(dir, "data"),
 		fmt.Sprintf("BASE=%d", ports), fmt.Sprintf("ROUTES=%d", ports+3))
 	var out, errOut bytes.Buffer
@@ -57,13 +72,56 @@ func TestRunScript(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("run.sh: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
+	got := out.String()
 	for _, want := range []string{
-		"node n1 of cluster coagent", "streams with 3 replicas",
-		"no coordinator on this node",
-		"applied ", `report.title = "Q3" (version 1, mod_rev 2)`,
+		"node n1 of cluster coagent", "node n2 of cluster coagent", "node n3 of cluster coagent",
+		"streams with 3 replicas", "a standby until it holds the leadership",
+		`report.title = "Q3" (version 1, mod_rev 2)`,
+		"no coordinator answers (a failover may be under way); sending the same intent again",
+		`report.title = "Q4" (version 2, `,
 	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("run.sh printed no %q:\n%s", want, out.String())
+		if !strings.Contains(got, want) {
+			t.Errorf("run.sh printed no %q:\n%s", want, got)
 		}
+	}
+	if n := strings.Count(got, "\napplied "); n != 2 {
+		t.Errorf("run.sh printed %d applied decisions, want 2:\n%s", n, got)
+	}
+	if n := strings.Count(got, "NODE  ROLE     EVENTS  LOG  LAG"); n != 3 {
+		t.Errorf("run.sh printed %d status tables, want 3:\n%s", n, got)
+	}
+	// The node killed is the one the status before the kill shows
+	// active; another takes over, and the killed one, restarted, is a
+	// standby in the last table.
+	m := regexp.MustCompile(`(?m)^\$ kill -9 \d+    # (n\d), the active coordinator\n^coagent: (n\d) is the active coordinator\n(n\d) took over \d+\.\d{3}s after (n\d) was killed\n`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("run.sh did not show the active node killed and another taking over:\n%s", got)
+	}
+	killed, next := m[1], m[2]
+	if next == killed || m[3] != next || m[4] != killed {
+		t.Errorf("killed %s, took over %s (said %s after %s): want another node taking over:\n%s", killed, next, m[3], m[4], got)
+	}
+	before, _, _ := strings.Cut(got, "$ kill -9 ")
+	i := strings.LastIndex(before, "NODE  ROLE")
+	if i < 0 {
+		t.Fatalf("run.sh printed no status before the kill:\n%s", got)
+	}
+	if table := before[i:]; !regexp.MustCompile(`(?m)^` + killed + ` +active `).MatchString(table) {
+		t.Errorf("the status before the kill does not show %s active:\n%s", killed, table)
+	}
+	_, last, ok := strings.Cut(got, "# "+killed+" again, on its data directory")
+	if !ok {
+		t.Fatalf("run.sh did not restart %s:\n%s", killed, got)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^` + killed + ` +standby +\d+ +\d+ +0 groups`),
+		regexp.MustCompile(`(?m)^` + next + ` +active `),
+	} {
+		if !want.MatchString(last) {
+			t.Errorf("the last status has no row matching %s:\n%s", want, last)
+		}
+	}
+	if strings.Contains(last, "is the active coordinator") {
+		t.Errorf("the restarted %s became active; want it a standby:\n%s", killed, last)
 	}
 }

@@ -15,14 +15,15 @@ import (
 // its streams are then Raft groups of the cluster's nodes, replicated on
 // as many as each stream's replicas say (SPEC §10).
 //
-// Routes are plain TCP: neither encrypted nor authenticated. Whoever
-// reaches Listen can join the cluster as a node and see every message, so
-// a node listens for routes where the operator says (`coagent serve
-// --cluster HOST:PORT`: there is no default address, and the examples use
-// 127.0.0.1) and, off loopback, only on a private network. nats-server
-// secures routes with TLS (cluster { tls {…} }) and route credentials
-// (cluster { authorization {…} } and user:password@ in the route URLs);
-// those are the options to expose here next, not yet done.
+// Without TLS, routes are plain TCP: neither encrypted nor authenticated.
+// Whoever reaches Listen can join the cluster as a node and see every
+// message, so a node listens for routes where the operator says (`coagent
+// serve --cluster HOST:PORT`: there is no default address, and the
+// examples use 127.0.0.1) and, off loopback, only on a private network.
+// With TLS, as nats-server's cluster { tls { … verify: true } }, routes
+// are encrypted and each side must present a certificate signed by the CA:
+// only the nodes given one can join. (Route credentials, nats-server's
+// other way, add nothing a verified certificate does not already give.)
 type Cluster struct {
 	// Node is this server's name, unique in the cluster: JetStream knows
 	// its peers by name, and a node restarted under another name is a new
@@ -39,6 +40,17 @@ type Cluster struct {
 	// may be among them (the server notices and skips it), so that every
 	// node can be given the same list.
 	Routes []string
+	// TLS, when not nil, secures the routes with mutual TLS.
+	TLS *RouteTLS
+}
+
+// RouteTLS is the mutual TLS of a cluster's routes: this node's
+// certificate and key, and the CA the other nodes' certificates must be
+// signed by. The certificate is both the server's (routes accepted) and
+// the client's (routes solicited), so it must name the address the other
+// nodes reach this one at (an IP or DNS subject alternative name).
+type RouteTLS struct {
+	Cert, Key, CA string
 }
 
 // DefaultCluster is the cluster name of a Cluster that gives none.
@@ -133,10 +145,24 @@ func (c *Cluster) options() (server.ClusterOpts, []*url.URL, error) {
 		}
 		routes = append(routes, u)
 	}
+	opts := server.ClusterOpts{Name: name, Host: host, Port: port}
+	if c.TLS != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLS.Cert, KeyFile: c.TLS.Key, CaFile: c.TLS.CA, Verify: true})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("natsauth: cluster: route TLS (cert %s, key %s, CA %s): %w", c.TLS.Cert, c.TLS.Key, c.TLS.CA, err))
+		}
+		if tc != nil {
+			// A node is both the server and the client of its routes: the
+			// CA verifies the certificates it is shown either way, as
+			// nats-server's configuration parser sets it up.
+			tc.RootCAs = tc.ClientCAs
+		}
+		opts.TLSConfig, opts.TLSTimeout = tc, 2
+	}
 	if err := errors.Join(errs...); err != nil {
 		return server.ClusterOpts{}, nil, err
 	}
-	return server.ClusterOpts{Name: name, Host: host, Port: port}, routes, nil
+	return opts, routes, nil
 }
 
 // CheckName reports a name nats-server would refuse or misread: empty,

@@ -3,12 +3,17 @@ package natsauth
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // Check names every bad field with its value, all at once.
@@ -141,4 +146,77 @@ func TestStartServerCluster(t *testing.T) {
 	if !errors.As(err, &inUse) || inUse.Addr != fmt.Sprintf("127.0.0.1:%d", ports[0]) || !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("a taken route port: %v", err)
 	}
+}
+
+// Nodes whose routes use mutual TLS with certificates of one CA form a
+// cluster; a server whose certificate another CA signed cannot join it,
+// while a good one started at the same moment does.
+func TestStartServerClusterTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	good, other := natstest.NewCerts(t), natstest.NewCerts(t)
+	ports := freeRoutePorts(t, 4)
+	var routes []string
+	for _, p := range ports[:2] {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	dir := t.TempDir()
+	start := func(i int, ca *natstest.Certs) *Server {
+		name := fmt.Sprintf("n%d", i+1)
+		cert, key := ca.Issue(t, name)
+		srv, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", Store: filepath.Join(dir, name),
+			Cluster: &Cluster{Node: name, Listen: fmt.Sprintf("127.0.0.1:%d", ports[i]), Routes: routes,
+				TLS: &RouteTLS{Cert: cert, Key: key, CA: ca.CA}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		return srv
+	}
+	n1, n2 := start(0, good), start(1, good)
+	joiner, intruder := start(2, good), start(3, other)
+	// The nodes each one has routes to, by name.
+	peers := func(s *Server) string {
+		rz, err := s.NATS().Routez(&server.RoutezOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, r := range rz.Routes {
+			names[r.RemoteName] = true
+		}
+		return fmt.Sprint(slices.Sorted(maps.Keys(names)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for peers(joiner) != "[n1 n2]" || peers(n1) != "[n2 n3]" || peers(n2) != "[n1 n3]" {
+		if time.Now().After(deadline) {
+			t.Fatalf("routes: n1 to %s, n2 to %s, the joiner to %s", peers(n1), peers(n2), peers(joiner))
+		}
+		time.Sleep(20 * time.Millisecond) // a route coming up signals nothing to wait on
+	}
+	if p := peers(intruder); p != "[]" {
+		t.Fatalf("a node with another CA's certificate has routes to %s, want none", p)
+	}
+	// A certificate that does not load is an error naming the files.
+	_, err := StartServer(ServerConfig{Listen: "127.0.0.1:-1", Store: filepath.Join(dir, "bad"),
+		Cluster: &Cluster{Node: "bad", Listen: "127.0.0.1:-1", Routes: routes, TLS: &RouteTLS{Cert: "/nonexistent.pem", Key: "k", CA: good.CA}}})
+	if err == nil || !strings.Contains(err.Error(), "route TLS (cert /nonexistent.pem") {
+		t.Fatalf("a missing certificate: %v", err)
+	}
+}
+
+// freeRoutePorts are n loopback ports free a moment ago.
+func freeRoutePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }

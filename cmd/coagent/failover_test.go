@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -959,7 +958,7 @@ func TestLateJoiner(t *testing.T) {
 	seq := c.level(30 * time.Second)
 	t.Logf("c4 level with the others at event %d %s after it started", seq, time.Since(joined).Round(time.Millisecond))
 	c.finish(l)
-	if !bytes.Contains([]byte(late.n.stderr.String()), []byte("following the replicated log")) {
+	if !strings.Contains(late.n.stderr.String(), "following the replicated log") {
 		t.Errorf("c4 never said it followed the log; stderr:\n%s", tail(late.n.stderr.String(), 20))
 	}
 }

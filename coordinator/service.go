@@ -297,7 +297,12 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	s.pub = pub
 	s.js, err = jetstream.New(pub, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		s.log.Warn("publish failed", "subject", m.Subject, "err", err)
-	}), jetstream.WithPublishAsyncMaxPending(maxFeedPending))
+	}), jetstream.WithPublishAsyncMaxPending(maxFeedPending),
+		// A publish whose stream leader died unanswered (a node of a
+		// cluster failed) is given up after this, rather than held in the
+		// pending count for ever, which would stall the feed and keep
+		// Shutdown waiting.
+		jetstream.WithPublishAsyncTimeout(publishTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
@@ -407,6 +412,10 @@ func InterestOf(ns *server.Server) func(subject string) bool {
 	return acc.SubscriptionInterest
 }
 
+// publishTimeout bounds the wait for JetStream's answer to one of the
+// service's asynchronous publishes (changes, decisions, cases).
+const publishTimeout = 10 * time.Second
+
 // maxFeedPending bounds the change feed's messages sent and not yet stored
 // by JetStream: past it, publishing waits, which is the feed's flow
 // control.
@@ -463,10 +472,16 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.replies != nil {
 		s.replies.close()
 	}
+	// The feed's last publishes are waited for a moment: each is given up
+	// after publishTimeout anyway.
+	drained := time.NewTimer(publishTimeout)
 	select {
 	case <-s.js.PublishAsyncComplete():
+	case <-drained.C:
+		s.log.Warn("the change feed's last publishes were not all acknowledged", "pending", s.js.PublishAsyncPending())
 	case <-ctx.Done():
 	}
+	drained.Stop()
 	if err := s.pub.Drain(); err != nil {
 		s.log.Warn("drain the publisher", "err", err)
 	}

@@ -181,13 +181,8 @@ func (m *Member) ensureLog(ctx context.Context) (jetstream.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
 	}
-	have := st.CachedInfo().Config
-	if diffs := streamDiffs(have, want); len(diffs) > 0 {
-		return nil, fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
-	}
-	if have.Replicas != want.Replicas {
-		m.log.Warn("stream exists with other replicas; kept as it is (change it with nats stream edit --replicas)",
-			"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
+	if err := checkStream(m.log, st.CachedInfo().Config, want); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

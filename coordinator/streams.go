@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -92,18 +93,8 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 		if err != nil {
 			return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
 		}
-		have := st.CachedInfo().Config
-		if diffs := streamDiffs(have, want); len(diffs) > 0 {
-			return nil, fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
-		}
-		if have.Replicas != want.Replicas {
-			// Unlike the settings above, the replicas change nothing the
-			// coordinator relies on, only how many servers' loss the stream
-			// survives: a stream made before a cluster grew (or on purpose)
-			// keeps working, and changing it moves its data, which is the
-			// operator's call.
-			s.log.Warn("stream exists with other replicas; kept as it is (change it with nats stream edit --replicas)",
-				"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
+		if err := checkStream(s.log, st.CachedInfo().Config, want); err != nil {
+			return nil, err
 		}
 	}
 	name := s.subj.Stream(intents.StreamIntents)
@@ -123,6 +114,25 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 		return nil, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
 	}
 	return cons, nil
+}
+
+// checkStream compares a stream that exists with the configuration the
+// coordinator wants: a setting it relies on that differs is an
+// ErrStreamMismatch, other replicas are reported and kept.
+func checkStream(log *slog.Logger, have, want jetstream.StreamConfig) error {
+	if diffs := streamDiffs(have, want); len(diffs) > 0 {
+		return fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
+	}
+	if have.Replicas != want.Replicas {
+		// Unlike the settings above, the replicas change nothing the
+		// coordinator relies on, only how many servers' loss the stream
+		// survives: a stream made before a cluster grew (or on purpose)
+		// keeps working, and changing it moves its data, which is the
+		// operator's call.
+		log.Warn("stream exists with other replicas; kept as it is (change it with nats stream edit --replicas)",
+			"stream", want.Name, "have", have.Replicas, "want", want.Replicas)
+	}
+	return nil
 }
 
 // streamDiffs says how a stream's configuration differs from the one the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -166,21 +166,6 @@ func (n *node) stop(t *testing.T) {
 	}
 }
 
-// freePorts are n loopback ports free a moment ago, all different.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // TestServeCluster: three `coagent serve --cluster` processes make one
 // JetStream cluster and its three coordinators; one becomes the active
 // one, the streams have 3 replicas, and any node answers for it. A
@@ -189,7 +174,7 @@ func TestServeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster of coagent processes")
 	}
-	ports := freePorts(t, 6)
+	ports := natstest.FreePorts(t, 6)
 	var routes []string
 	for _, p := range ports[3:] {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))

@@ -63,7 +63,7 @@ type coordProc struct {
 // them and waits until one coordinator is active.
 func startFailoverCluster(t *testing.T, coords int) *failoverCluster {
 	t.Helper()
-	ports := freePorts(t, 6)
+	ports := natstest.FreePorts(t, 6)
 	c := &failoverCluster{t: t, dir: t.TempDir()}
 	var routes []string
 	for i := range 3 {

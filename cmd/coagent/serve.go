@@ -227,19 +227,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
-			// A file that cannot be read or does not compile is reported
-			// and changes nothing: the agents and rules in force stay.
-			reg, err := natsauth.Load(natsauth.RegistryPath(f.data))
-			if err != nil {
-				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
+			reg := reloadAgents(f, srv, &roles, stderr)
+			if reg == nil {
 				continue
-			}
-			r := reg.Roles()
-			roles.Store(&r)
-			if srv != nil && srv.Authenticated() {
-				if err := srv.Reload(reg); err != nil {
-					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
-				}
 			}
 			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
@@ -264,6 +254,26 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintln(stdout, "coagent: stopped")
 	return nil
+}
+
+// reloadAgents reads the agent registry again at SIGHUP: the roles the
+// rules see, and the embedded server's users. A file that cannot be read
+// is reported and changes nothing (nil): the agents and rules in force
+// stay.
+func reloadAgents(f *serveFlags, srv *natsauth.Server, roles *atomic.Pointer[map[string][]string], stderr io.Writer) *natsauth.Registry {
+	reg, err := natsauth.Load(natsauth.RegistryPath(f.data))
+	if err != nil {
+		fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
+		return nil
+	}
+	r := reg.Roles()
+	roles.Store(&r)
+	if srv != nil && srv.Authenticated() {
+		if err := srv.Reload(reg); err != nil {
+			fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
+		}
+	}
+	return reg
 }
 
 // serveMember runs the coordinator as a member of the cluster's (SPEC
@@ -301,17 +311,9 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
-			reg, err := natsauth.Load(natsauth.RegistryPath(f.data))
-			if err != nil {
-				fmt.Fprintf(stderr, "coagent: nothing reloaded: %v\n", err)
+			reg := reloadAgents(f, srv, roles, stderr)
+			if reg == nil {
 				continue
-			}
-			r := reg.Roles()
-			roles.Store(&r)
-			if srv != nil && srv.Authenticated() {
-				if err := srv.Reload(reg); err != nil {
-					fmt.Fprintf(stderr, "coagent: agents not reloaded: %v\n", err)
-				}
 			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {

@@ -156,7 +156,7 @@ func TestStartServerClusterTLS(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	good, other := natstest.NewCerts(t), natstest.NewCerts(t)
-	ports := freeRoutePorts(t, 4)
+	ports := natstest.FreePorts(t, 4)
 	var routes []string
 	for _, p := range ports[:2] {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
@@ -204,19 +204,4 @@ func TestStartServerClusterTLS(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "route TLS (cert /nonexistent.pem") {
 		t.Fatalf("a missing certificate: %v", err)
 	}
-}
-
-// freeRoutePorts are n loopback ports free a moment ago.
-func freeRoutePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }

@@ -43,7 +43,7 @@ func RunCluster(t testing.TB, n int, configure ...func(*server.Options)) *Cluste
 	// Routes name their peers' addresses, so every node's route port is
 	// chosen before any starts; the client ports too, so that a node
 	// restarts where its clients reconnect.
-	ports := freePorts(t, 2*n)
+	ports := FreePorts(t, 2*n)
 	var routes []*url.URL
 	for i := range n {
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[n+i])})
@@ -75,9 +75,9 @@ func RunCluster(t testing.TB, n int, configure ...func(*server.Options)) *Cluste
 	return c
 }
 
-// freePorts returns n loopback ports that were free a moment ago: each
+// FreePorts returns n loopback ports that were free a moment ago: each
 // is listened on, and all are closed together, so no two are the same.
-func freePorts(t testing.TB, n int) []int {
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
 	defer func() {

@@ -34,6 +34,17 @@ func startMember(t *testing.T, nc *nats.Conn, dir, node string, replicas int, lo
 	return m
 }
 
+// awaitActive waits until m is the active coordinator.
+func awaitActive(t *testing.T, m *Member, d time.Duration) {
+	t.Helper()
+	natstest.CheckFor(t, d, "member "+m.opts.Node+" active", func() error {
+		if m.Role() != intents.RoleActive {
+			return errors.New(m.Role())
+		}
+		return nil
+	})
+}
+
 // statuses gathers every member's status; an error unless want answered.
 func statuses(nc *nats.Conn, want int) (map[string]intents.MemberStatus, error) {
 	inbox := nats.NewInbox()
@@ -125,12 +136,7 @@ func TestMemberTakeover(t *testing.T) {
 	dirA, dirB := t.TempDir(), t.TempDir()
 	var logsA, logsB lockedBuffer
 	a := startMember(t, connect(0), dirA, "a", 3, &logsA)
-	natstest.CheckFor(t, 10*time.Second, "a active", func() error {
-		if a.Role() != intents.RoleActive {
-			return errors.New(a.Role())
-		}
-		return nil
-	})
+	awaitActive(t, a, 10*time.Second)
 	b := startMember(t, connect(1), dirB, "b", 3, &logsB)
 	client := connect(2)
 	incr(t, client, "c.n", 20)
@@ -152,12 +158,7 @@ func TestMemberTakeover(t *testing.T) {
 	if err := a.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	natstest.CheckFor(t, 5*time.Second, "b active", func() error {
-		if b.Role() != intents.RoleActive {
-			return errors.New(b.Role())
-		}
-		return nil
-	})
+	awaitActive(t, b, 5*time.Second)
 	incr(t, client, "c.n", 20)
 	a = startMember(t, connect(0), dirA, "a", 3, &logsA)
 	natstest.CheckFor(t, 10*time.Second, "a current", func() error {
@@ -209,12 +210,7 @@ func TestMemberFenced(t *testing.T) {
 	dir := t.TempDir()
 	var logs lockedBuffer
 	m := startMember(t, nc, dir, "a", 1, &logs)
-	natstest.CheckFor(t, 10*time.Second, "active", func() error {
-		if m.Role() != intents.RoleActive {
-			return errors.New(m.Role())
-		}
-		return nil
-	})
+	awaitActive(t, m, 10*time.Second)
 	incr(t, nc, "c.n", 3)
 
 	// Another writer appends: here, the last group again (a follower
@@ -305,12 +301,7 @@ func TestMemberSeeds(t *testing.T) {
 	}
 	var logs lockedBuffer
 	a := startMember(t, nc, alone, "a", 1, &logs)
-	natstest.CheckFor(t, 10*time.Second, "a active", func() error {
-		if a.Role() != intents.RoleActive {
-			return errors.New(a.Role())
-		}
-		return nil
-	})
+	awaitActive(t, a, 10*time.Second)
 	if !strings.Contains(logs.String(), "seeded the replicated log") {
 		t.Fatalf("a did not seed the log:\n%s", logs.String())
 	}
@@ -390,12 +381,7 @@ func TestMemberRidesLogLeaderLoss(t *testing.T) {
 		return nc
 	}
 	m := startMember(t, connect(), t.TempDir(), "a", 3, &logs)
-	natstest.CheckFor(t, 10*time.Second, "active", func() error {
-		if m.Role() != intents.RoleActive {
-			return errors.New(m.Role())
-		}
-		return nil
-	})
+	awaitActive(t, m, 10*time.Second)
 	client := connect()
 	incr(t, client, "c.n", 5)
 	c.Stop(leader)

@@ -542,7 +542,7 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 		if json.Unmarshal([]byte(m.Data), &in) != nil {
 			continue // the one that is not JSON is answered to its subject's agent, checked below
 		}
-		checkFor(t, 10*time.Second, "the decision of "+in.ID, func() error {
+		natstest.CheckFor(t, 10*time.Second, "the decision of "+in.ID, func() error {
 			d, err := svc.decisionGet(context.Background(), in.ID)
 			if err != nil || d == nil {
 				return fmt.Errorf("none yet (%v)", err)
@@ -550,7 +550,7 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 			return nil
 		})
 	}
-	checkFor(t, 15*time.Second, "the intents stream after the migrated intents", func() error {
+	natstest.CheckFor(t, 15*time.Second, "the intents stream after the migrated intents", func() error {
 		if n := streamMsgs(t, js, "COAGENT_INTENTS"); n != 0 {
 			return fmt.Errorf("%d left", n)
 		}

@@ -94,24 +94,6 @@ func TestVersionsOnDecisions(t *testing.T) {
 	}
 }
 
-// checkFor polls cond every 10 ms until it returns nil or d passes, as
-// nats-server's own tests wait for a state JetStream reaches in its own
-// time.
-func checkFor(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // streamMsgs is how many messages a stream holds.
 func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
 	t.Helper()
@@ -151,7 +133,7 @@ func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
 			t.Fatalf("decision %+v, want %s applied", d, id)
 		}
 	}
-	checkFor(t, 10*time.Second, "the intents stream after a drained run", func() error {
+	natstest.CheckFor(t, 10*time.Second, "the intents stream after a drained run", func() error {
 		if n := streamMsgs(t, js, intentsStream); n != 0 {
 			return fmt.Errorf("%d messages left", n)
 		}
@@ -173,7 +155,7 @@ func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
 	id, body := protoIntent(fmtIncr, "a", "n.blocked")
 	w.publish("a", body)
 	var d intents.Decision
-	checkFor(t, 10*time.Second, "the decision of the blocked intent", func() error {
+	natstest.CheckFor(t, 10*time.Second, "the decision of the blocked intent", func() error {
 		m, err := w.nc.Request(protoAPI+"decision.get", []byte(`{"intent":"`+id+`"}`), protoTimeout)
 		if err != nil {
 			return err
@@ -192,7 +174,7 @@ func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkFor(t, 10*time.Second, "the acknowledger trying again", func() error {
+	natstest.CheckFor(t, 10*time.Second, "the acknowledger trying again", func() error {
 		info, err := cons.Info(context.Background())
 		if err != nil {
 			return err
@@ -211,7 +193,7 @@ func TestIntentsAcknowledgedInBulkOnceStored(t *testing.T) {
 	if got := w.next("a"); got.Intent != id {
 		t.Fatalf("once stored, the decision on a's subject is for %s, want %s", got.Intent, id)
 	}
-	checkFor(t, 15*time.Second, "the intents stream once the decision is stored", func() error {
+	natstest.CheckFor(t, 15*time.Second, "the intents stream once the decision is stored", func() error {
 		if n := streamMsgs(t, js, intentsStream); n != 0 {
 			return fmt.Errorf("%d messages left", n)
 		}

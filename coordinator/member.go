@@ -233,7 +233,6 @@ func (m *Member) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	m.status.Unsubscribe()
 	return nil
 }
 
@@ -250,6 +249,9 @@ func (m *Member) setRole(role string, svc *Service) {
 // fails.
 func (m *Member) run(ctx context.Context) {
 	defer close(m.done)
+	// A member that stopped, by Stop or by itself, answers no status: it
+	// is no longer one of the cluster's coordinators.
+	defer m.status.Unsubscribe()
 	for ctx.Err() == nil {
 		rev, last, err := m.follow(ctx)
 		if err == nil {

@@ -63,7 +63,84 @@ func (s *Service) startAPI() (micro.Service, error) {
 			return nil, fmt.Errorf("coordinator: api endpoint %s: %w", ep.name, err)
 		}
 	}
+	if s.node != "" {
+		// Its own subjects too, as every member of the cluster answers
+		// them, so that a read may ask any node by name.
+		if err := addNodeEndpoints(svc, s, s.subj, s.node, s.stamp); err != nil {
+			svc.Stop()
+			return nil, err
+		}
+	}
 	return svc, nil
+}
+
+// readSource is where the read-only endpoints (state.get, log.query,
+// txn.list) read: the active Service, whose loop owns the engine, or a
+// standby member, whose follower folds into its own (standby.go). Both
+// answer through the same handlers, so a viewer is shown the same either
+// way.
+type readSource interface {
+	// readEngine runs fn with the engine where reading it is safe, and
+	// reports false when it cannot (the coordinator stopped).
+	readEngine(ctx context.Context, fn func(*engine.Engine)) bool
+	// readLog runs fn with the event log, for log.query (safe to read
+	// beside its writer), and reports false when it cannot (the
+	// coordinator stopped).
+	readLog(fn func(*eventlog.Log)) bool
+	// viewerOf is who a request with the reply subject reply is answered
+	// for.
+	viewerOf(reply string) viewer
+}
+
+var _ readSource = (*Service)(nil)
+
+func (s *Service) readEngine(ctx context.Context, fn func(*engine.Engine)) bool {
+	return s.call(ctx, func() { fn(s.core.Engine()) })
+}
+
+func (s *Service) readLog(fn func(*eventlog.Log)) bool {
+	fn(s.core.Log())
+	return true
+}
+
+// stamp returns the options of an answer read at revision rev: the
+// headers that say who answered it, in which role, and how current it is
+// (intents.HeaderNode, HeaderRole, HeaderRev). A nil stamp adds none.
+type stamp func(rev uint64) []micro.RespondOpt
+
+// at returns the options of an answer at rev; none for a nil stamp.
+func (st stamp) at(rev uint64) []micro.RespondOpt {
+	if st == nil {
+		return nil
+	}
+	return st(rev)
+}
+
+// stampOf returns the stamp of node's answers in role.
+func stampOf(node, role string) stamp {
+	return func(rev uint64) []micro.RespondOpt {
+		return []micro.RespondOpt{micro.WithHeaders(micro.Headers{intents.HeaderNode: {node}, intents.HeaderRole: {role},
+			intents.HeaderRev: {strconv.FormatUint(rev, 10)}})}
+	}
+}
+
+// addNodeEndpoints adds to svc the read-only endpoints of node's own
+// subjects (intents.Subjects.NodeAPI), answered from r with st.
+func addNodeEndpoints(svc micro.Service, r readSource, subj intents.Subjects, node string, st stamp) error {
+	endpoints := []struct {
+		name, subject string
+		handler       micro.HandlerFunc
+	}{
+		{"node_state_get", intents.APIStateGet, func(req micro.Request) { answerStateGet(r, st, req) }},
+		{"node_txn_list", intents.APITxnList, func(req micro.Request) { answerTxnList(r, st, req) }},
+		{"node_log_query", intents.APILogQuery, func(req micro.Request) { answerLogQuery(r, st, req) }},
+	}
+	for _, ep := range endpoints {
+		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(subj.NodeAPI(node, ep.subject))); err != nil {
+			return fmt.Errorf("coordinator: api endpoint %s: %w", ep.name, err)
+		}
+	}
+	return nil
 }
 
 // maxSubmitWait bounds the wait a submit asks for (Coagent-Wait-Ms); past
@@ -84,13 +161,13 @@ func replyError[C ~string](req micro.Request, code C, format string, args ...any
 // value JSON cannot hold, from a log older than the checks that keep such
 // values out) is answered with an internal error rather than left
 // unanswered, so the client is told instead of timing out.
-func respond(req micro.Request, v any) {
+func respond(req micro.Request, v any, opts ...micro.RespondOpt) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		replyError(req, codeInternal, "the reply does not encode as JSON: %v", err)
 		return
 	}
-	_ = req.Respond(data)
+	_ = req.Respond(data, opts...)
 }
 
 // handleSubmit puts an API submit in the intake and returns: the output
@@ -128,7 +205,14 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 }
 
-func (s *Service) handleStateGet(req micro.Request) {
+func (s *Service) handleStateGet(req micro.Request) { answerStateGet(s, s.stamp, req) }
+
+func (s *Service) handleTxnList(req micro.Request) { answerTxnList(s, s.stamp, req) }
+
+func (s *Service) handleLogQuery(req micro.Request) { answerLogQuery(s, s.stamp, req) }
+
+// answerStateGet answers a state.get from r, its answer stamped with st.
+func answerStateGet(r readSource, st stamp, req micro.Request) {
 	var body struct {
 		Paths []string `json:"paths"`
 	}
@@ -142,15 +226,16 @@ func (s *Service) handleStateGet(req micro.Request) {
 			return
 		}
 	}
-	out, err := s.stateGet(context.Background(), body.Paths, s.viewerOf(req.Reply()))
+	out, err := stateGet(context.Background(), r, body.Paths, r.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return
 	}
-	respond(req, out)
+	respond(req, out, st.at(out.at)...)
 }
 
-func (s *Service) handleTxnList(req micro.Request) {
+// answerTxnList answers a txn.list from r, its answer stamped with st.
+func answerTxnList(r readSource, st stamp, req micro.Request) {
 	var f txnFilter
 	if len(req.Data()) > 0 {
 		if err := strictJSON(req.Data(), &f); err != nil {
@@ -166,15 +251,16 @@ func (s *Service) handleTxnList(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "txn.list: agent %q is not an agent name", f.Agent)
 		return
 	}
-	out, err := s.txnList(context.Background(), f, s.viewerOf(req.Reply()))
+	out, rev, err := txnList(context.Background(), r, f, r.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeUnavailable, "%v", err)
 		return
 	}
-	respond(req, out)
+	respond(req, out, st.at(rev)...)
 }
 
-func (s *Service) handleLogQuery(req micro.Request) {
+// answerLogQuery answers a log.query from r, its answer stamped with st.
+func answerLogQuery(r readSource, st stamp, req micro.Request) {
 	var body struct {
 		Agent string `json:"agent"`
 		Path  string `json:"path"`
@@ -200,13 +286,17 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "log.query: type %q is not an event type", body.Type)
 		return
 	}
-	out, err := s.logQuery(eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
-		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, s.viewerOf(req.Reply()))
-	if err != nil {
+	out, rev, err := logQuery(r, eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
+		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, r.viewerOf(req.Reply()))
+	switch {
+	case errors.Is(err, errUnavailable):
+		replyError(req, codeUnavailable, "log.query: %v", err)
+		return
+	case err != nil:
 		replyError(req, codeInternal, "log.query: %v", err)
 		return
 	}
-	respond(req, out)
+	respond(req, out, st.at(rev)...)
 }
 
 // codeNotFound is decision.get's error for an intent with no recorded
@@ -361,6 +451,9 @@ func (s *Service) handleConflictsTop(req micro.Request) {
 type stateReply struct {
 	Rev    uint64                `json:"rev"`
 	Values map[string]stateValue `json:"values"`
+	// at is the engine's last event when it was read (Rev is its last
+	// change's), for the answer's stamp.
+	at uint64
 }
 
 type stateValue struct {
@@ -374,11 +467,11 @@ type stateValue struct {
 	Redacted []string `json:"redacted,omitempty"`
 }
 
-func (s *Service) stateGet(ctx context.Context, paths []string, v viewer) (*stateReply, error) {
+func stateGet(ctx context.Context, r readSource, paths []string, v viewer) (*stateReply, error) {
 	out := &stateReply{Values: map[string]stateValue{}}
-	ok := s.call(ctx, func() {
-		t := s.core.Engine().State()
-		out.Rev = t.Rev()
+	ok := r.readEngine(ctx, func(eng *engine.Engine) {
+		t := eng.State()
+		out.Rev, out.at = t.Rev(), eng.Seq()
 		for _, p := range paths {
 			e := t.Lookup(p)
 			value, hidden := v.value(p, e.Value)
@@ -418,14 +511,17 @@ type txnFilter struct {
 	Path  string `json:"path,omitempty"`
 }
 
-// txnList lists the transactions in flight. A fence is a capability, and
-// a propose's writes may carry values: v sees its own transactions whole,
+// txnList lists the transactions in flight, and the engine's revision
+// (its last event) they are listed at. A fence is a capability, and a
+// propose's writes may carry values: v sees its own transactions whole,
 // and another agent's without its fence and with only the paths and ops of
 // its writes (an observer sees everything).
-func (s *Service) txnList(ctx context.Context, f txnFilter, v viewer) (any, error) {
+func txnList(ctx context.Context, r readSource, f txnFilter, v viewer) (any, uint64, error) {
 	var out []map[string]any
-	ok := s.call(ctx, func() {
-		for _, t := range s.core.Engine().Txns() {
+	var rev uint64
+	ok := r.readEngine(ctx, func(eng *engine.Engine) {
+		rev = eng.Seq()
+		for _, t := range eng.Txns() {
 			if f.Agent != "" && t.Agent != f.Agent {
 				continue
 			}
@@ -447,21 +543,29 @@ func (s *Service) txnList(ctx context.Context, f txnFilter, v viewer) (any, erro
 		}
 	})
 	if !ok {
-		return nil, errUnavailable
+		return nil, 0, errUnavailable
 	}
 	if out == nil {
 		out = []map[string]any{}
 	}
-	return map[string]any{"txns": out}, nil
+	return map[string]any{"txns": out}, rev, nil
 }
 
 // logQuery answers log.query as v may see the log (see viewer.event): a
 // page may hold fewer events than the query's limit, none even, when some
-// are not v's to see; next goes on after them all.
-func (s *Service) logQuery(q eventlog.Query, v viewer) (any, error) {
-	evs, next, err := s.core.Log().Query(q)
+// are not v's to see; next goes on after them all. rev is the log's last
+// event before it was read: the answer saw every event up to it.
+func logQuery(r readSource, q eventlog.Query, v viewer) (out any, rev uint64, err error) {
+	var evs []*intents.Event
+	var next uint64
+	if !r.readLog(func(l *eventlog.Log) {
+		rev = l.LastSeq()
+		evs, next, err = l.Query(q)
+	}) {
+		return nil, 0, errUnavailable
+	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	shown := make([]*intents.Event, 0, len(evs))
 	for _, ev := range evs {
@@ -469,7 +573,7 @@ func (s *Service) logQuery(q eventlog.Query, v viewer) (any, error) {
 			shown = append(shown, ev)
 		}
 	}
-	return map[string]any{"events": shown, "next": next}, nil
+	return map[string]any{"events": shown, "next": next}, rev, nil
 }
 
 // conflictsTop returns the places with the most conflicts, as v may see

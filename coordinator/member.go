@@ -84,6 +84,7 @@ type Member struct {
 		folded time.Time
 	}
 	progress chan struct{} // a standby folded a message
+	reads    standbyReads  // a standby's read-only API (standby.go)
 }
 
 // StartMember creates the replicated log and the leadership bucket if
@@ -312,6 +313,11 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	m.mu.Lock()
 	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
 	m.mu.Unlock()
+	stopReads, err := m.serveReads(core)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stopReads() // before core closes
 	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
 	if err != nil {
@@ -393,7 +399,7 @@ func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
 		if err != nil {
 			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
-		if _, err := core.Follow(evs); err != nil {
+		if err := m.reads.follow(core, evs); err != nil {
 			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
 		m.mu.Lock()

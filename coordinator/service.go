@@ -245,6 +245,8 @@ type Service struct {
 
 	// node is the name of this coordinator in a cluster ("" alone).
 	node string
+	// stamp marks the answers of its reads with node (nil alone).
+	stamp stamp
 
 	mu struct {
 		sync.Mutex
@@ -326,7 +328,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		return nil, err
 	}
 	if active != nil {
-		s.node = active.node
+		s.node, s.stamp = active.node, stampOf(active.node, intents.RoleActive)
 		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
 		if err != nil {
 			s.core.Close()

@@ -25,9 +25,12 @@ type viewer struct {
 // own inbox prefix (intents.InboxPrefix), so the reply subject names the
 // agent that will read the answer; a reply anywhere else is answered as to
 // anyone, since anyone may be subscribed there.
-func (s *Service) viewerOf(reply string) viewer {
-	set := s.rules.Load()
-	if !s.opts.Auth {
+func (s *Service) viewerOf(reply string) viewer { return viewerOf(s.rules.Load(), s.opts.Auth, reply) }
+
+// viewerOf is Service.viewerOf under the rules set, for every coordinator
+// that answers reads, a standby too; auth is Options.Auth.
+func viewerOf(set *rules.Set, auth bool, reply string) viewer {
+	if !auth {
 		return viewer{set: set, all: true}
 	}
 	v := viewer{set: set}

@@ -162,6 +162,27 @@ const LeaderKey = "active"
 // answers with its MemberStatus: a request gathers one reply from each.
 func (s Subjects) Status() string { return s.p() + ".cluster.status" }
 
+// NodeAPI is the subject of an API endpoint of one coordinator of a
+// cluster, named node, active or standby: <prefix>.cluster.<node>.api.<endpoint>.
+// Each member answers the read-only endpoints (APIStateGet, APILogQuery,
+// APITxnList) there from its own log and engine, at the revision it is
+// at; the API's shared subjects (API) are the active coordinator's alone,
+// so that a read after a write sees the write.
+func (s Subjects) NodeAPI(node, endpoint string) string {
+	return s.p() + ".cluster." + node + ".api." + endpoint
+}
+
+// The headers of a read's answer from a coordinator of a cluster (on its
+// own subjects, NodeAPI, and on the API's, which only the active one
+// answers): who answered, in which role, and the revision it was read at,
+// the last event of its log then (the events of coagent status), so that
+// a reader knows how current it is.
+const (
+	HeaderNode = "Coagent-Node"
+	HeaderRole = "Coagent-Role" // RoleActive or RoleStandby
+	HeaderRev  = "Coagent-Rev"
+)
+
 // APIGroup is the subject prefix of the micro service's endpoints.
 func (s Subjects) APIGroup() string { return s.p() + ".api" }
 

@@ -25,6 +25,9 @@ import (
 type natsFlags struct {
 	url, creds, ca, cert, key, nkey string
 	prefix                          string
+	// node is --node, for the reads a standby answers too: the
+	// coordinator of a cluster they ask ("": the active one).
+	node string
 
 	fs  *pflag.FlagSet // where --nats is, to tell whether it was given
 	env bool           // the default of --nats is $NATS_URL
@@ -55,6 +58,48 @@ func (f *natsFlags) register(fs *pflag.FlagSet, def string) {
 	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")
 	fs.StringVar(&f.key, "tls-key", "", "client key for TLS")
 	fs.StringVar(&f.nkey, "nkey", "", "an agent's nkey seed file (coagent agents add writes DATA/agents/NAME.nk), for a server with --auth")
+}
+
+// registerNode adds --node to fs, for a read any coordinator of a
+// cluster answers (state.get, log.query, txn.list).
+func (f *natsFlags) registerNode(fs *pflag.FlagSet) {
+	fs.StringVar(&f.node, "node", "", "ask the coordinator of a cluster named `NAME` (serve's --name), a standby too, at the revision it has reached (default: the active one)")
+}
+
+// checkNode says what is wrong with --node, "" when nothing is.
+func (f *natsFlags) checkNode() string {
+	if f.node != "" && !intents.ValidSegment(f.node) {
+		return fmt.Sprintf("--node %q: not a coordinator's name (letters, digits, '-' or '_')", f.node)
+	}
+	return ""
+}
+
+// readSubject is the subject of a read-only API endpoint: the active
+// coordinator's, or with --node that coordinator's own.
+func (f *natsFlags) readSubject(endpoint string) string {
+	if f.node != "" {
+		return f.subjects().NodeAPI(f.node, endpoint)
+	}
+	return f.subjects().API(endpoint)
+}
+
+// answeredBy says which coordinator answered a read, from its stamp
+// (intents.HeaderNode, HeaderRole, HeaderRev): "node b (standby) at event
+// 12"; "" for an answer with none (a coordinator alone).
+func answeredBy(h nats.Header) string {
+	node := h.Get(intents.HeaderNode)
+	if node == "" {
+		return ""
+	}
+	return fmt.Sprintf("node %s (%s) at event %s", node, h.Get(intents.HeaderRole), h.Get(intents.HeaderRev))
+}
+
+// noResponders is the error of a request to subject that nobody answers.
+func (f *natsFlags) noResponders(subject string) error {
+	if f.node != "" {
+		return fmt.Errorf("no coordinator named %s answers on %s\n  coagent status lists the coordinators of the cluster; one that is taking over answers again in a moment", f.node, subject)
+	}
+	return fmt.Errorf("no coordinator answers on %s\n  start one (coagent serve), or, on a cluster, a failover may be under way: coagent status shows the coordinators", subject)
 }
 
 // connect connects to the NATS server at once, or fails with a
@@ -196,6 +241,15 @@ func (f *natsFlags) request(ctx context.Context, name, subject string, body []by
 
 // requestMsg is request for a message with headers.
 func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([]byte, error) {
+	resp, err := f.requestReply(ctx, name, m)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}
+
+// requestReply is requestMsg, returning the whole reply.
+func (f *natsFlags) requestReply(ctx context.Context, name string, m *nats.Msg) (*nats.Msg, error) {
 	nc, err := f.connect(name)
 	if err != nil {
 		return nil, err
@@ -207,7 +261,7 @@ func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([
 	defer cancel()
 	resp, err := nc.RequestMsgWithContext(reqCtx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("no coordinator answers on %s\n  start one (coagent serve), or, on a cluster, a failover may be under way: coagent status shows the coordinators", m.Subject)
+		return nil, f.noResponders(m.Subject)
 	}
 	if err != nil {
 		return nil, f.refused(reqCtx, err)
@@ -215,7 +269,7 @@ func (f *natsFlags) requestMsg(ctx context.Context, name string, m *nats.Msg) ([
 	if err := apiError(resp); err != nil {
 		return nil, err
 	}
-	return resp.Data, nil
+	return resp, nil
 }
 
 // guard is ctx, ended at once if the server refuses the connection a

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -34,7 +35,8 @@ func newLogCmd(e *env) *cobra.Command {
 		Long: "Print the events that match every filter given, one a line (-o json: one JSON event a line), from the running\n" +
 			"server at --nats (log.query, as the agent of --nkey may see them), or with --data DIR from the directory of a\n" +
 			"stopped server. When more match than --limit, stderr says where to go on (more: --from SEQ). --follow prints\n" +
-			"every match from --from on and then each new one as it is logged, until interrupted.",
+			"every match from --from on and then each new one as it is logged, until interrupted. On a cluster, --node NAME\n" +
+			"asks that coordinator, a standby too, as far as it has followed the log (stderr says which node answered).",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if typ != "" {
@@ -54,8 +56,11 @@ func newLogCmd(e *env) *cobra.Command {
 					return usagef(c, "--path %q: %v", q.Path, err)
 				}
 			}
+			if msg := conn.checkNode(); msg != "" {
+				return usagef(c, "%s", msg)
+			}
 			if c.Flags().Changed("data") {
-				for _, flag := range []string{"nats", "follow", "nkey", "creds", "subject-prefix"} {
+				for _, flag := range []string{"nats", "follow", "nkey", "creds", "subject-prefix", "node"} {
 					if c.Flags().Changed(flag) {
 						return usagef(c, "--data reads a stopped server's directory, --%s is for a running server: give one", flag)
 					}
@@ -78,6 +83,7 @@ func newLogCmd(e *env) *cobra.Command {
 	fs.IntVar(&q.Limit, "limit", 100, "at most this many events (with --follow: how many one request asks for)")
 	fs.BoolVarP(&follow, "follow", "f", false, "go on printing new events as they are logged, until interrupted")
 	conn.register(fs, e.defaultNATS())
+	conn.registerNode(fs)
 	conn.alt = "or read a stopped server's log with --data DIR"
 	out.register(fs, true)
 	return c
@@ -123,27 +129,32 @@ func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer
 const logPageMax = 1000
 
 // logPage is one log.query: the events of q (q.Limit at most, fewer when
-// some are not ours to see) and the seq to go on from, 0 at the end.
-func logPage(ctx context.Context, nc *nats.Conn, conn *natsFlags, q eventlog.Query) ([]*intents.Event, uint64, error) {
+// some are not ours to see), the seq to go on from (0 at the end), and who
+// answered (answeredBy).
+func logPage(ctx context.Context, nc *nats.Conn, conn *natsFlags, q eventlog.Query) ([]*intents.Event, uint64, string, error) {
 	body, _ := json.Marshal(map[string]any{"agent": q.Agent, "path": q.Path, "type": q.Type, "txn": q.Txn,
 		"from": q.From, "limit": min(q.Limit, logPageMax)})
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	resp, err := nc.RequestWithContext(reqCtx, conn.subjects().API(intents.APILogQuery), body)
+	subject := conn.readSubject(intents.APILogQuery)
+	resp, err := nc.RequestWithContext(reqCtx, subject, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, 0, "", fmt.Errorf("log.query: %w", conn.noResponders(subject))
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("log.query: %w", err)
+		return nil, 0, "", fmt.Errorf("log.query: %w", err)
 	}
 	if err := apiError(resp); err != nil {
-		return nil, 0, fmt.Errorf("log.query: %w", err)
+		return nil, 0, "", fmt.Errorf("log.query: %w", err)
 	}
 	var page struct {
 		Events []*intents.Event `json:"events"`
 		Next   uint64           `json:"next"`
 	}
 	if err := json.Unmarshal(resp.Data, &page); err != nil {
-		return nil, 0, fmt.Errorf("log.query: the coordinator answered %q: %w", resp.Data, err)
+		return nil, 0, "", fmt.Errorf("log.query: the coordinator answered %q: %w", resp.Data, err)
 	}
-	return page.Events, page.Next, nil
+	return page.Events, page.Next, answeredBy(resp.Header), nil
 }
 
 // queryLog prints up to q.Limit events of q from the running server, a
@@ -154,11 +165,14 @@ func queryLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON boo
 		return err
 	}
 	defer nc.Close()
-	for left := q.Limit; left > 0; {
+	for first, left := true, q.Limit; left > 0; first = false {
 		q.Limit = left
-		events, next, err := logPage(ctx, nc, conn, q)
+		events, next, by, err := logPage(ctx, nc, conn, q)
 		if err != nil {
 			return err
+		}
+		if first {
+			noteAnswered(conn, by, stderr)
 		}
 		if err := printEvents(events, asJSON, stdout); err != nil {
 			return err
@@ -188,7 +202,7 @@ func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bo
 	}
 	defer nc.Close()
 	for {
-		events, next, err := logPage(ctx, nc, conn, q)
+		events, next, _, err := logPage(ctx, nc, conn, q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -24,7 +25,9 @@ func newStateCmd(e *env) *cobra.Command {
 		Use:   "state PATH... | --prefix PATH",
 		Short: "print the current values of paths (or of all under one, --prefix) with their versions and the rev",
 		Long: "Print each PATH = VALUE (version N, mod_rev M), then the rev they were read at. With --prefix PATH,\n" +
-			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path.",
+			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path.\n" +
+			"On a cluster, --node NAME reads from that coordinator, a standby too, as far as it has followed the log\n" +
+			"(stderr says which node answered and at which event).",
 		Args: func(c *cobra.Command, args []string) error {
 			switch {
 			case prefix != "" && len(args) > 0:
@@ -35,14 +38,18 @@ func newStateCmd(e *env) *cobra.Command {
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
+			if msg := conn.checkNode(); msg != "" {
+				return usagef(c, "%s", msg)
+			}
 			if prefix != "" {
 				return runStatePrefix(c.Context(), &conn, &out, prefix, e.stdout, e.stderr)
 			}
-			return runState(c.Context(), &conn, &out, args, e.stdout)
+			return runState(c.Context(), &conn, &out, args, e.stdout, e.stderr)
 		},
 	}
 	c.Flags().StringVar(&prefix, "prefix", "", "list every leaf under this path")
 	conn.register(c.Flags(), e.defaultNATS())
+	conn.registerNode(c.Flags())
 	out.register(c.Flags(), true)
 	return c
 }
@@ -61,25 +68,37 @@ type stateEntry struct {
 	Redacted []string        `json:"redacted,omitempty"`
 }
 
-// getState asks state.get for paths; data is the answer as sent.
-func getState(ctx context.Context, conn *natsFlags, paths []string) (out *stateAnswer, data []byte, err error) {
+// getState asks state.get for paths; data is the answer as sent, by
+// who answered it (answeredBy).
+func getState(ctx context.Context, conn *natsFlags, paths []string) (out *stateAnswer, data []byte, by string, err error) {
 	body, _ := json.Marshal(map[string][]string{"paths": paths})
-	data, err = conn.request(ctx, "coagent state", conn.subjects().API(intents.APIStateGet), body)
+	m := nats.NewMsg(conn.readSubject(intents.APIStateGet))
+	m.Data = body
+	resp, err := conn.requestReply(ctx, "coagent state", m)
 	if err != nil {
-		return nil, nil, fmt.Errorf("state: %w", err)
+		return nil, nil, "", fmt.Errorf("state: %w", err)
 	}
 	out = &stateAnswer{}
-	if err := json.Unmarshal(data, out); err != nil {
-		return nil, nil, fmt.Errorf("state: the coordinator answered %q: %w", data, err)
+	if err := json.Unmarshal(resp.Data, out); err != nil {
+		return nil, nil, "", fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
 	}
-	return out, data, nil
+	return out, resp.Data, answeredBy(resp.Header), nil
 }
 
-func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout io.Writer) error {
-	out, data, err := getState(ctx, conn, paths)
+// noteAnswered says on stderr who answered a read that asked a node by
+// name, so that a standby's answer is never taken for the active one's.
+func noteAnswered(conn *natsFlags, by string, stderr io.Writer) {
+	if conn.node != "" && by != "" {
+		fmt.Fprintf(stderr, "answered by %s\n", by)
+	}
+}
+
+func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout, stderr io.Writer) error {
+	out, data, by, err := getState(ctx, conn, paths)
 	if err != nil {
 		return err
 	}
+	noteAnswered(conn, by, stderr)
 	if format.json() {
 		fmt.Fprintln(stdout, string(data))
 		return nil
@@ -117,12 +136,13 @@ const statePrefixTries = 5
 // one moment.
 func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix string, stdout, stderr io.Writer) error {
 	for try := 1; ; try++ {
-		top, _, err := getState(ctx, conn, []string{prefix})
+		top, _, by, err := getState(ctx, conn, []string{prefix})
 		if err != nil {
 			return err
 		}
 		root := top.Values[prefix]
 		if !root.Exists {
+			noteAnswered(conn, by, stderr)
 			if format.json() {
 				b, _ := json.Marshal(stateAnswer{Rev: top.Rev, Values: map[string]stateEntry{}})
 				fmt.Fprintln(stdout, string(b))
@@ -144,10 +164,11 @@ func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix
 		same := true
 		for i := 0; i < len(leaves) && same; i += statePrefixBatch {
 			batch := leaves[i:min(i+statePrefixBatch, len(leaves))]
-			got, _, err := getState(ctx, conn, append([]string{prefix}, batch...))
+			got, _, at, err := getState(ctx, conn, append([]string{prefix}, batch...))
 			if err != nil {
 				return err
 			}
+			by = at
 			same = got.Values[prefix].Version == root.Version
 			for _, p := range batch {
 				all.Values[p] = got.Values[p]
@@ -160,6 +181,7 @@ func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix
 			}
 			continue
 		}
+		noteAnswered(conn, by, stderr)
 		if format.json() {
 			b, err := json.Marshal(all)
 			if err != nil {

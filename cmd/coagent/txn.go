@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
 
@@ -23,9 +24,13 @@ func newTxnCmd(e *env) *cobra.Command {
 		Use:   "list [--agent A] [--path P]",
 		Short: "list the transactions in flight: id, agent, fence, lease, writes and reads",
 		Long: "List the transactions in flight (the API's txn.list), those of --agent A and touching --path P when given.\n" +
-			"Under --auth another agent's transaction shows no fence and its writes without their values.",
+			"Under --auth another agent's transaction shows no fence and its writes without their values. On a cluster,\n" +
+			"--node NAME asks that coordinator, a standby too, as far as it has followed the log (stderr says which node answered).",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if msg := conn.checkNode(); msg != "" {
+				return usagef(c, "%s", msg)
+			}
 			if agent != "" && !intents.ValidSegment(agent) {
 				return usagef(c, "--agent %q: not an agent name", agent)
 			}
@@ -39,6 +44,7 @@ func newTxnCmd(e *env) *cobra.Command {
 	}
 	list.Flags().StringVar(&agent, "agent", "", "the transactions of this agent")
 	list.Flags().StringVar(&path, "path", "", "the transactions that write or read this path, under it or above it")
+	conn.registerNode(list.Flags())
 	c := group(&cobra.Command{
 		Use:   "txn",
 		Short: "list the transactions in flight (txn list)",
@@ -60,10 +66,14 @@ type txnRow struct {
 
 func runTxnList(ctx context.Context, conn *natsFlags, agent, path string, asJSON bool, stdout, stderr io.Writer) error {
 	body, _ := json.Marshal(map[string]string{"agent": agent, "path": path})
-	data, err := conn.request(ctx, "coagent txn", conn.subjects().API(intents.APITxnList), body)
+	m := nats.NewMsg(conn.readSubject(intents.APITxnList))
+	m.Data = body
+	resp, err := conn.requestReply(ctx, "coagent txn", m)
 	if err != nil {
 		return fmt.Errorf("txn list: %w", err)
 	}
+	data := resp.Data
+	noteAnswered(conn, answeredBy(resp.Header), stderr)
 	var out struct {
 		Txns []txnRow `json:"txns"`
 	}

@@ -1,0 +1,250 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
+)
+
+// chromium is the browser the console's test drives: Debian's chromium,
+// which .ci/run installs when it is missing, or COAGENT_CHROMIUM.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("COAGENT_CHROMIUM")
+	if path == "" {
+		path = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("COAGENT_SKIP_BROWSER") == "1" {
+			t.Skipf("no browser at %s, and COAGENT_SKIP_BROWSER=1", path)
+		}
+		t.Fatalf("the console's browser test needs Chromium at %s (apt-get install chromium, or COAGENT_CHROMIUM=PATH; COAGENT_SKIP_BROWSER=1 skips it): %v", path, err)
+	}
+	return path
+}
+
+// browser starts a headless Chromium for the test, with a fresh profile
+// and nothing that reaches out to the network on its own.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 860),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", chromium(t), err)
+	}
+	return ctx
+}
+
+// shots is where the screenshots go: COAGENT_CONSOLE_SHOTS, or the test's
+// temporary directory.
+func shots(t *testing.T) string {
+	dir := os.Getenv("COAGENT_CONSOLE_SHOTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestConsoleInBrowser runs a small scenario — two titles, a claim race, a
+// held transaction, a waiter on it, an escalation against it — opens the
+// console in headless Chromium and checks what a person sees in each
+// view, saving a screenshot of each.
+func TestConsoleInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a browser; the full test run has it")
+	}
+	bctx := browser(t)
+	w := newWorld(t)
+	ctx := context.Background()
+
+	draft := w.apply(w.w1, intents.Apply("title").Set("report.title", "Draft")).Rev
+	w.apply(w.w1, intents.Apply("title").Set("report.title", "Final"))
+	// The claim race: both claim t1 at once; one wins.
+	claim := func(c *agents.Client, out chan<- string) {
+		_, err := c.Apply(ctx, intents.Apply("claim").Pre("state.tasks.t1.owner == nil").Set("tasks.t1.owner", c.Name()))
+		if err == nil {
+			out <- c.Name()
+		} else {
+			out <- ""
+		}
+	}
+	race := make(chan string, 2)
+	go claim(w.w1, race)
+	go claim(w.w2, race)
+	winner := <-race + <-race
+	if winner != "w1" && winner != "w2" {
+		t.Fatalf("the claim race: %q won", winner)
+	}
+	// The held transaction, not renewed, so its lease counts down.
+	txn, err := w.w1.Propose(ctx, intents.Propose("rewrite").Write("report.intro", intents.OpSet).Write("report.outline", intents.OpSet).Lease(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn.StopRenewing()
+	waiter := w.publish(w.w3, intents.Apply("intro").Set("report.intro", "w3's").OnConflict(intents.OnConflictWait).Wait(10*time.Minute))
+	escalated := w.publish(w.w2, intents.Apply("outline").Set("report.outline", "w2's").OnConflict(intents.OnConflictEscalate))
+	dir := shots(t)
+
+	b := &page{t: t, ctx: bctx, dir: dir}
+	b.open(w.srv.URL + "/#state")
+	b.waitText(`li.node[data-path="report.title"] > .row .val`, `"Final"`)
+	b.waitText(`li.node[data-path="report.title"] > .row .ver`, "v2")
+	b.waitText(`li.node[data-path="tasks.t1.owner"] > .row .val`, strconv.Quote(winner))
+	b.waitText(`li.node[data-path="tasks.t1.owner"] > .row .ver`, "v1")
+	b.click(`li.node[data-path="report.title"] > .row`)
+	b.waitText(`#detail`, "state.get at rev")
+	b.shot("state")
+
+	b.run(chromedp.SetValue(chromedp.CSS(`#rev`), strconv.FormatUint(draft, 10)), chromedp.Click(chromedp.CSS(`#rev-go`)))
+	b.waitText(`#rev-shown`, fmt.Sprintf("rev %d of", draft))
+	b.waitText(`li.node[data-path="report.title"] > .row .val`, `"Draft"`)
+	b.waitText(`li.node[data-path="report.title"] > .row .ver`, "v1")
+	b.poll(`!document.querySelector('li.node[data-path="tasks"]')`, "no tasks at the earlier revision")
+	b.shot("state-earlier")
+
+	b.open(w.srv.URL + "/#txns")
+	row := fmt.Sprintf(`tr.txn[data-txn=%q]`, txn.ID())
+	b.waitText(row, "w1")
+	b.waitText(row+" .fence", strconv.FormatUint(txn.Fence(), 10))
+	b.waitText(row, "set report.outline")
+	b.poll(fmt.Sprintf(`(() => { const ms = +document.querySelector('%s .countdown').dataset.ms;
+		window.firstLease ??= ms; return ms > 0 && ms < 600000 && ms < window.firstLease - 300; })()`, row), "the lease counting down")
+	b.shot("txns")
+
+	b.open(w.srv.URL + "/#waiters")
+	b.waitText(fmt.Sprintf(`li.waiter[data-intent=%q]`, waiter), "w3")
+	b.waitText(fmt.Sprintf(`li.waiter[data-intent=%q]`, waiter), txn.ID())
+	b.poll(`!!document.querySelector('#waitgraph g.edge[data-from="w3"][data-to="w1"]')`, "the edge w3 → w1 in the wait-for graph")
+	b.shot("waiters")
+
+	b.open(w.srv.URL + "/#arbiter")
+	cas := fmt.Sprintf(`#queue .case[data-case=%q]`, escalated)
+	b.waitText(cas, "from w2")
+	b.waitText(cas, "report.outline")
+	b.shot("arbiter")
+
+	b.open(w.srv.URL + "/#conflicts")
+	b.waitText(`tr.spot[data-name="report"]`, "report")
+	b.shot("conflicts")
+
+	b.open(w.srv.URL + "/#events")
+	b.poll(`document.querySelector('#feed-status').dataset.state === 'open'`, "the feed open")
+	live := w.apply(w.w2, intents.Apply("note").Set("notes.live", "seen live")).Intent
+	b.waitText(fmt.Sprintf(`#feed li.event[data-type="change"][data-agent="w2"]`), "notes.live")
+	b.waitText(fmt.Sprintf(`#feed li.event[data-type="decision"][data-intent=%q]`, live), "applied")
+	b.shot("events")
+
+	b.open(w.srv.URL + "/#story/" + escalated)
+	b.waitText(`#story`, "Intent "+escalated)
+	b.waitText(fmt.Sprintf(`#story li.event[data-type="escalate"][data-intent=%q]`, escalated), "with w1")
+	b.waitText(fmt.Sprintf(`#story li.event[data-type="intent"][data-intent=%q]`, escalated), "set report.outline")
+	b.shot("story")
+}
+
+// publish sends an intent by the stream path, which returns at once: for
+// one that waits or escalates, and whose final decision the test does not
+// wait for.
+func (w *world) publish(c *agents.Client, b *intents.Builder) string {
+	w.t.Helper()
+	in, err := b.Build()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	in.ID = ulid.Make().String()
+	id, err := c.Publish(context.Background(), in)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return id
+}
+
+// page drives the browser tab, failing the test with what the page shows
+// when an expectation is not met in time.
+type page struct {
+	t   *testing.T
+	ctx context.Context
+	dir string
+}
+
+const pageWait = 15 * time.Second
+
+func (p *page) run(steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, pageWait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		p.t.Fatalf("%v; the page says: %s", err, p.says())
+	}
+}
+
+func (p *page) open(url string) {
+	p.t.Helper()
+	p.run(chromedp.Navigate(url), chromedp.WaitReady(chromedp.CSS(`#view`)))
+}
+
+func (p *page) click(sel string) {
+	p.t.Helper()
+	p.run(chromedp.Click(chromedp.CSS(sel)))
+}
+
+// poll waits until the expression is true.
+func (p *page) poll(expr, what string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, pageWait)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(pageWait))); err != nil {
+		p.t.Fatalf("waiting for %s: %v; the page says: %s", what, err, p.says())
+	}
+}
+
+// waitText waits until the element sel exists and its text holds want.
+func (p *page) waitText(sel, want string) {
+	p.t.Helper()
+	p.poll(fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? '').includes(%q)`, sel, want), fmt.Sprintf("%s to show %q", sel, want))
+}
+
+// says is the page's error line and view, for a failure's message.
+func (p *page) says() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.querySelector('#error')?.textContent || '') + ' | ' + (document.querySelector('#view')?.innerText || '').slice(0, 1500)`))
+	return text
+}
+
+func (p *page) shot(name string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, pageWait)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	file := filepath.Join(p.dir, "console-"+name+".png")
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Logf("screenshot %s", file)
+}

@@ -1,0 +1,221 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/console"
+	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/oklog/ulid/v2"
+)
+
+// world is a coordinator on a real NATS server, three agents and the
+// console's handler behind an HTTP server.
+type world struct {
+	t          *testing.T
+	svc        *coordinator.Service
+	srv        *httptest.Server
+	w1, w2, w3 *agents.Client
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ns := natstest.Run(t)
+	w := &world{t: t, svc: coordtest.Start(t, ns, coordinator.Options{})}
+	h, err := console.New(console.Config{NATS: natstest.Connect(t, ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = httptest.NewServer(h)
+	t.Cleanup(w.srv.Close)
+	for _, c := range []struct {
+		name string
+		into **agents.Client
+	}{{"w1", &w.w1}, {"w2", &w.w2}, {"w3", &w.w3}} {
+		cl, err := agents.Connect(context.Background(), natstest.Connect(t, ns), c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close() })
+		*c.into = cl
+	}
+	return w
+}
+
+func (w *world) apply(c *agents.Client, b *intents.Builder) *intents.Decision {
+	w.t.Helper()
+	d, err := c.Apply(context.Background(), b)
+	if err != nil {
+		w.t.Fatalf("%s applies: %v", c.Name(), err)
+	}
+	return d
+}
+
+// get answers a console endpoint: its status and decoded body.
+func (w *world) get(path string, into any) int {
+	w.t.Helper()
+	res, err := http.Get(w.srv.URL + path)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(into); err != nil && res.Header.Get("Content-Type") == "application/json" {
+		w.t.Fatalf("GET %s: %v", path, err)
+	}
+	return res.StatusCode
+}
+
+func TestConfigValidate(t *testing.T) {
+	_, err := console.New(console.Config{Prefix: "a..b", Timeout: -time.Second})
+	if !errors.Is(err, console.ErrConfig) {
+		t.Fatalf("New with a bad config: %v", err)
+	}
+	for _, want := range []string{"NATS is nil", `Prefix "a..b"`, "Timeout -1s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q does not say %q", err, want)
+		}
+	}
+}
+
+// The state the console folds from log.query at a revision is the one
+// coagent replay rebuilds from the log at that revision, node for node.
+func TestStateAtRevisionIsReplay(t *testing.T) {
+	w := newWorld(t)
+	var revs []uint64
+	for i, v := range []any{"Draft", "Final", nil} {
+		b := intents.Apply("title").Set("report.title", v)
+		if v == nil {
+			b = intents.Apply("drop").Delete("report.title").Merge("report.meta", map[string]any{"by": "w1", "n": i})
+		}
+		revs = append(revs, w.apply(w.w1, b).Rev)
+	}
+	w.apply(w.w2, intents.Apply("count").Incr("stats.runs", 2))
+	for _, rev := range append(revs, 0) {
+		var got struct {
+			Rev   uint64       `json:"rev"`
+			Nodes []state.Node `json:"nodes"`
+		}
+		path := "/api/state"
+		if rev != 0 {
+			path += "?rev=" + jsonNumber(rev)
+		}
+		if code := w.get(path, &got); code != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, code)
+		}
+		eng, err := coordinator.ReplayUntil(w.svc.Core().Log(), engine.Config{}, got.Rev, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := eng.State().Export(); !reflect.DeepEqual(got.Nodes, want) {
+			t.Errorf("the state at rev %d (asked %d):\n got %+v\nwant %+v", got.Rev, rev, got.Nodes, want)
+		}
+		if rev != 0 && got.Rev != rev {
+			t.Errorf("asked rev %d, answered rev %d", rev, got.Rev)
+		}
+	}
+}
+
+func jsonNumber(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+// Bad input is answered 400 with a sentence naming the parameter.
+func TestBadRequests(t *testing.T) {
+	w := newWorld(t)
+	for path, want := range map[string]string{
+		"/api/state?rev=abc":     `rev "abc"`,
+		"/api/state?rev=99":      "rev 99: the state is at rev",
+		"/api/value?path=a..b":   `path "a..b"`,
+		"/api/story?q=nope":      `q "nope"`,
+		"/api/story":             "q: give an intent id",
+		"/api/events?type=bogus": `type "bogus"`,
+		"/api/events?agent=a.b":  `agent "a.b"`,
+	} {
+		res, err := http.Get(w.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) == nil {
+			body = []byte(e.Error)
+		}
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %d %q, want 400 saying %q", path, res.StatusCode, body, want)
+		}
+	}
+	var nf map[string]string
+	if code := w.get("/api/story?q=01J00000000000000000000000", &nf); code != http.StatusNotFound || !strings.Contains(nf["error"], "no decision recorded") {
+		t.Errorf("the story of an unknown intent: %d %v", code, nf)
+	}
+}
+
+// A waiter stays listed while it waits and is gone once decided; the
+// wait-for graph has its edge to the holder's agent meanwhile.
+func TestWaitersFollowTheLog(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	txn, err := w.w1.Propose(ctx, intents.Propose("hold").Write("report.intro", intents.OpSet).Lease(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn.StopRenewing()
+	in, err := intents.Apply("wait").Set("report.intro", "w3's").OnConflict(intents.OnConflictWait).Wait(time.Minute).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var final *intents.Decision
+	in.ID = ulid.Make().String()
+	go func() {
+		defer wg.Done()
+		final, _ = w.w3.Submit(ctx, in)
+	}()
+	type view struct {
+		Waiters []struct {
+			Intent string `json:"intent"`
+			Agent  string `json:"agent"`
+		} `json:"waiters"`
+		Graph struct {
+			Edges []struct{ From, To, Txn string } `json:"edges"`
+		} `json:"graph"`
+	}
+	natstest.CheckFor(t, 10*time.Second, "the waiter listed", func() error {
+		var v view
+		w.get("/api/waiters", &v)
+		if len(v.Waiters) != 1 || v.Waiters[0].Intent != in.ID || len(v.Graph.Edges) != 1 ||
+			v.Graph.Edges[0].From != "w3" || v.Graph.Edges[0].To != "w1" || v.Graph.Edges[0].Txn != txn.ID() {
+			return errors.New(jsonString(v))
+		}
+		return nil
+	})
+	if _, err := txn.Commit(ctx, intents.Apply("hold").Set("report.intro", "w1's")); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if final == nil || final.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the waiter's final decision: %+v", final)
+	}
+	var v view
+	w.get("/api/waiters", &v)
+	if len(v.Waiters) != 0 || len(v.Graph.Edges) != 0 {
+		t.Fatalf("decided, the waiter is still listed: %s", jsonString(v))
+	}
+}
+
+func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }

@@ -1,0 +1,45 @@
+// The console's shell: the summary line, the tabs, and one view at a time
+// (the part of the address after #).
+import { get } from './api.js';
+import { h } from './dom.js';
+import { showError } from './live.js';
+import stateView from './state.js';
+import txnsView from './txns.js';
+import waitersView from './waiters.js';
+import arbiterView from './arbiter.js';
+import conflictsView from './conflicts.js';
+import eventsView from './events.js';
+import storyView from './story.js';
+
+const views = { state: stateView, txns: txnsView, waiters: waitersView, arbiter: arbiterView,
+  conflicts: conflictsView, events: eventsView, story: storyView };
+
+const main = document.getElementById('view');
+let unmount = null;
+
+function route() {
+  const [name, arg] = decodeURIComponent(location.hash.slice(1)).split('/');
+  const view = views[name] ? name : 'state';
+  if (unmount) unmount();
+  main.replaceChildren();
+  showError(null);
+  for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('active', a.getAttribute('href') === '#' + view);
+  document.body.dataset.view = view;
+  unmount = views[view](main, arg) || null;
+}
+
+async function summary() {
+  const o = await get('overview');
+  const item = (label, n, href) => h('a', { href, style: 'color:inherit;text-decoration:none' }, label, ' ', h('b', String(n)));
+  const items = [item('rev', o.rev, '#state'), item('in flight', o.txns, '#txns'), item('waiting', o.waiters, '#waiters'),
+    item('arbiter queue', o.arbiter_queue, '#arbiter'), item('dead letters', o.dead_letters, '#arbiter')];
+  if (o.rules && o.rules.hash) items.push(h('span', 'rules ', h('b', String(o.rules.hash).slice(0, 12))));
+  document.getElementById('summary').replaceChildren(...items);
+}
+
+window.addEventListener('hashchange', route);
+route();
+(async function loop() {
+  try { await summary(); } catch (e) { /* the view shows the failure */ }
+  setTimeout(loop, 3000);
+})();

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -169,5 +172,38 @@ func TestServeHTTPAuth(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("with the cookie: %d", resp.StatusCode)
+	}
+}
+
+// TestReadyzNotReady: /readyz is 503 with the reason while the coordinator
+// is not serving (starting, or its readiness says why), 200 once it is;
+// an address given with --http that is taken is an error naming it.
+func TestReadyzNotReady(t *testing.T) {
+	h, err := listenHTTP("127.0.0.1:0", true, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	defer h.close(t.Context())
+	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "starting") {
+		t.Fatalf("/readyz before the coordinator: %d %q", code, body)
+	}
+	h.setReady(func(context.Context) error {
+		return fmt.Errorf("%w: standby: catching up", coordinator.ErrNotReady)
+	})
+	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "not ready: standby: catching up") {
+		t.Fatalf("/readyz of a standby catching up: %d %q", code, body)
+	}
+	h.setReady(func(context.Context) error { return nil })
+	if code, _ := get(t, h.URL()+"/readyz", ""); code != 200 {
+		t.Fatalf("/readyz once ready: %d", code)
+	}
+	addr := strings.TrimPrefix(h.URL(), "http://")
+	if _, err := listenHTTP(addr, true, io.Discard); err == nil || !strings.Contains(err.Error(), "--http "+addr) {
+		t.Fatalf("--http %s taken: %v", addr, err)
+	}
+	var note strings.Builder
+	if h2, err := listenHTTP(addr, false, &note); h2 != nil || err != nil || !strings.Contains(note.String(), "in use") {
+		t.Fatalf("the default address taken: %v %v %q", h2, err, note.String())
 	}
 }

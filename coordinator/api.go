@@ -198,7 +198,7 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 	sub := &submit{req: req, agent: agent, deadline: s.opts.Now().Add(wait), release: func() { <-s.submits }}
 	select {
-	case s.intake <- input{sub: sub}:
+	case s.intake <- input{sub: sub, at: time.Now()}:
 	default:
 		sub.answer(nil)
 		s.log.Debug("intake full; a submit was answered unavailable")

@@ -14,6 +14,9 @@ import (
 type input struct {
 	msg jetstream.Msg
 	sub *submit
+	// at is when it reached the service (the wall clock, for the
+	// decision latency).
+	at time.Time
 }
 
 // submit is an API submit on its way: decided in the batch it joins,
@@ -131,6 +134,7 @@ func (s *Service) decide(batch []input) {
 	now := s.opts.Now()
 	o := s.acc
 	o.intents += len(batch)
+	api := 0
 	for _, in := range batch {
 		if in.msg != nil {
 			// A subject with more than one token after intents names no
@@ -144,12 +148,16 @@ func (s *Service) decide(batch []input) {
 			}
 			s.core.Decide(now, agent, in.msg.Data(), ViaStream)
 			o.msgs = append(o.msgs, in.msg)
+			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream})
 			continue
 		}
 		evs := s.core.Decide(now, in.sub.agent, in.sub.req.Data(), ViaAPI)
 		in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
 		o.submits = append(o.submits, in.sub)
+		o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI})
+		api++
 	}
+	s.metrics.receivedBatch(api, len(batch)-api)
 	s.core.Tick(now)
 }
 

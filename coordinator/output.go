@@ -25,8 +25,13 @@ type output struct {
 	intents int
 	// done are closed once it is durable and published (or it failed).
 	done []chan struct{}
-	// committed is when the loop committed it, to tell a slow group.
-	committed time.Time
+	// committed is when the loop committed it, to tell a slow group;
+	// durableAfter how long after that it was durable.
+	committed    time.Time
+	durableAfter time.Duration
+	// arrivals are when its inputs reached the service, for the decision
+	// latency.
+	arrivals []arrival
 }
 
 // slowGroups logs groups whose commit took longer than Options.SlowGroup
@@ -38,7 +43,7 @@ type slowGroups struct {
 
 // note logs o if it was slow, unless a line was logged within the second.
 func (s *Service) noteSlow(sg *slowGroups, o *output) {
-	took := time.Since(o.committed)
+	took := o.durableAfter
 	if o.committed.IsZero() || took < s.opts.SlowGroup {
 		return
 	}
@@ -84,6 +89,7 @@ func (s *Service) output() {
 				s.log.Error("event log sync failed; stopping", "err", err)
 				s.fail(err)
 			}
+			o.durableAfter = time.Since(o.committed)
 			s.noteSlow(&slow, o)
 		}
 		// The loop may commit the next group now.
@@ -100,6 +106,9 @@ func (s *Service) output() {
 		if g.RulesChanged {
 			s.rules.Store(g.Rules)
 		}
+		// Counted before anyone is told, so that whoever has a decision
+		// finds it counted.
+		s.metrics.group(o, time.Now())
 		s.replies.add(o.submits)
 		var stored []storedDecision
 		for _, r := range g.Decisions {

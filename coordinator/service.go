@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configures a Service. The zero value works: every field
@@ -89,6 +90,14 @@ type Options struct {
 	// with how many more were slow meanwhile): the sign of a slow disk or
 	// of groups too large. The default is 100ms.
 	SlowGroup time.Duration
+	// Metrics, if set, is where the service registers its Prometheus
+	// metrics (metrics.go) at start, and takes them out of at Shutdown, so
+	// that the Services a Member starts one after the other register in
+	// the same one; the caller registers the Go and process collectors. The
+	// default (nil) is a registry of the service's own, with the Go and
+	// process collectors, which Registry returns. There is never a global
+	// one.
+	Metrics prometheus.Registerer
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
@@ -259,6 +268,11 @@ type Service struct {
 	// rules is the board rules in force as of the last durable group, for
 	// what readers may see (see viewer); nil when none.
 	rules atomic.Pointer[rules.Set]
+
+	// metrics are the service's Prometheus collectors; registry is its
+	// own registry when Options.Metrics is nil.
+	metrics  *metrics
+	registry *prometheus.Registry
 }
 
 // Start opens the Core in dir, creates the streams and the consumers if
@@ -286,6 +300,15 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
 		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1)}
 	s.mu.follows = map[string][]time.Time{}
+	s.metrics = newMetrics(s)
+	if sync := opts.Core.Log.OnSync; sync != nil {
+		opts.Core.Log.OnSync = func(events int, took time.Duration) {
+			sync(events, took)
+			s.metrics.synced(events, took)
+		}
+	} else {
+		opts.Core.Log.OnSync = s.metrics.synced
+	}
 	// Replies, decisions and events go out on a connection of their own:
 	// the first one carries the requests, the consumer's deliveries and
 	// the acknowledgements, and the server reads each connection on one
@@ -381,6 +404,12 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	go s.loop(loopCtx)
 	go s.output()
 	go s.replies.run()
+	// The gauges read the log, the publisher and the engine through the
+	// loop, so they are registered once those run.
+	if s.registry, err = s.metrics.register(opts.Metrics); err != nil {
+		s.Shutdown(ctx)
+		return nil, fmt.Errorf("coordinator: register the metrics: %w", err)
+	}
 	if s.api, err = s.startAPI(); err != nil {
 		s.Shutdown(ctx)
 		return nil, err
@@ -388,7 +417,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	// Stream messages never fill the intake past MaxAckPending, which
 	// bounds what the consumer hands over unacknowledged; the callback may
 	// wait for room, holding up only the consumer.
-	s.cons, err = cons.Consume(func(m jetstream.Msg) { s.intake <- input{msg: m} },
+	s.cons, err = cons.Consume(func(m jetstream.Msg) { s.intake <- input{msg: m, at: time.Now()} },
 		jetstream.PullMaxMessages(min(opts.MaxAckPending, 2*opts.MaxBatch)))
 	if err != nil {
 		s.Shutdown(ctx)
@@ -450,6 +479,10 @@ func (s *Service) Err() error {
 	return nil
 }
 
+// Registry returns the service's own metrics registry, or nil when
+// Options.Metrics named one to register in.
+func (s *Service) Registry() *prometheus.Registry { return s.registry }
+
 // Core returns the durable engine. Only for use after Shutdown, or in
 // tests that know the loop is idle.
 func (s *Service) Core() *Core { return s.core }
@@ -459,6 +492,8 @@ func (s *Service) Core() *Core { return s.core }
 // acknowledged), and closes the log. A submit still waiting for a final
 // decision is answered with its latest interim one.
 func (s *Service) Shutdown(ctx context.Context) error {
+	// Out of the registry first: a scrape must not read a closed log.
+	s.metrics.unregister()
 	if s.cons != nil {
 		s.cons.Drain()
 	}

@@ -108,6 +108,14 @@ func addAgent(data, name string, roles []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// An observer reads the HTTP listener of serve --auth (metrics, the
+	// console) with a token; the registry keeps its hash.
+	var token string
+	if slices.Contains(roles, natsauth.RoleObserver) {
+		if token, err = reg.NewHTTPToken(name); err != nil {
+			return err
+		}
+	}
 	seedPath := natsauth.SeedPath(data, name)
 	if err := os.MkdirAll(filepath.Dir(seedPath), 0o700); err != nil {
 		return err
@@ -121,6 +129,10 @@ func addAgent(data, name string, roles []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stdout, "agent %s registered (roles: %s); its nkey seed is in %s\n", name, orNone(roles), seedPath)
+	if token != "" {
+		fmt.Fprintf(stdout, "its HTTP token (shown only now): %s\n", token)
+		fmt.Fprintf(stderr, "serve --auth's HTTP listener takes it as the header Authorization: Bearer TOKEN, or ?token=TOKEN in a browser\n")
+	}
 	fmt.Fprintf(stderr, "a running coagent serve --auth admits it after SIGHUP; connect with --nkey %s\n", seedPath)
 	return nil
 }

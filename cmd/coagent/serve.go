@@ -35,6 +35,10 @@ type serveFlags struct {
 	fallback, rulesFile string
 	authOn              bool
 	cluster             clusterFlags
+	// http is the HTTP listener's address ("off": none); httpSet says
+	// --http was given; httpToken is --http-token (or $COAGENT_HTTP_TOKEN).
+	http, httpToken string
+	httpSet         bool
 }
 
 // newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
@@ -72,6 +76,13 @@ func newServeCmd(e *env) *cobra.Command {
 					return fmt.Errorf("--rules %s: %w", f.rulesFile, err)
 				}
 			}
+			f.httpSet = c.Flags().Changed("http")
+			if f.httpToken == "" {
+				f.httpToken = os.Getenv("COAGENT_HTTP_TOKEN")
+			}
+			if f.httpToken != "" && !f.authOn {
+				return usagef(c, "--http-token (or COAGENT_HTTP_TOKEN) needs --auth: without it the HTTP listener asks no token")
+			}
 			return runServe(c.Context(), &f, e.stdout, e.stderr)
 		},
 	}
@@ -84,6 +95,8 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.fallback, "arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
 	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
 	f.cluster.register(fs)
+	fs.StringVar(&f.http, "http", defaultHTTP, "address of the HTTP listener: /metrics, /healthz, /readyz and the console; off for none")
+	fs.StringVar(&f.httpToken, "http-token", "", "with --auth, a token the HTTP listener admits besides the observers' (coagent agents add NAME --role observer); the default is $COAGENT_HTTP_TOKEN")
 	fs.BoolVar(&f.authOn, "auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
 	return c
 }
@@ -159,6 +172,25 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	defer nc.Close()
+	hs, err := listenHTTP(f.http, f.httpSet, stderr)
+	if err != nil {
+		return err
+	}
+	if hs != nil {
+		if f.authOn {
+			hs.auth = newHTTPAuth(reg, f.httpToken)
+			if hs.auth.none() {
+				fmt.Fprintf(stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
+			}
+		}
+		where += "; http on " + hs.URL()
+		hs.start()
+		defer func() {
+			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.close(stop)
+		}()
+	}
 	if srv != nil {
 		if err := f.cluster.waitCluster(ctx, srv, stderr); err != nil {
 			return err
@@ -197,8 +229,11 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	if srv != nil {
 		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
+	if hs != nil {
+		opts.Metrics = hs.reg
+	}
 	if f.cluster.member() {
-		return serveMember(ctx, f, nc, srv, reg, &roles, opts, where, stdout, stderr)
+		return serveMember(ctx, f, nc, srv, reg, &roles, opts, hs, where, stdout, stderr)
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
 	if errors.Is(err, eventlog.ErrLocked) {
@@ -221,6 +256,10 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
+	if hs != nil {
+		hs.reg.MustRegister(activeGauge(func() bool { return true }))
+		hs.setReady(svc.Ready)
+	}
 	abs, _ := filepath.Abs(f.data)
 	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
 	io.Copy(stdout, &rulesLine)
@@ -230,6 +269,9 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			reg := reloadAgents(f, srv, &roles, stderr)
 			if reg == nil {
 				continue
+			}
+			if hs != nil && hs.auth != nil {
+				hs.auth.reload(reg)
 			}
 			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
@@ -281,7 +323,7 @@ func reloadAgents(f *serveFlags, srv *natsauth.Server, roles *atomic.Pointer[map
 // leadership key, then the active coordinator, which puts the rules file
 // in force each time it becomes so.
 func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsauth.Server, reg *natsauth.Registry,
-	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, where string, stdout, stderr io.Writer) error {
+	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, hs *httpServer, where string, stdout, stderr io.Writer) error {
 	var out lockedWriter
 	out.w = stdout
 	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
@@ -300,6 +342,10 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 	if err != nil {
 		return err
 	}
+	if hs != nil {
+		hs.reg.MustRegister(activeGauge(func() bool { return m.Role() == intents.RoleActive }))
+		hs.setReady(m.Ready)
+	}
 	abs, _ := filepath.Abs(f.data)
 	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members)\n",
 		where, abs, f.cluster.name)
@@ -314,6 +360,9 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 			reg := reloadAgents(f, srv, roles, stderr)
 			if reg == nil {
 				continue
+			}
+			if hs != nil && hs.auth != nil {
+				hs.auth.reload(reg)
 			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {

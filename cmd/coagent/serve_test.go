@@ -24,23 +24,31 @@ import (
 // URL it announces; cancelling stop stops it, and its error comes on done.
 func serve(t *testing.T, data string, extra ...string) (url string, stop func() error) {
 	t.Helper()
+	var line string
+	return serveLine(t, data, &line, extra...)
+}
+
+// serveLine is serve, which also returns its start-up line in *line.
+func serveLine(t *testing.T, data string, line *string, extra ...string) (url string, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		args := append([]string{"serve", "--data", data, "--listen", "127.0.0.1:-1"}, extra...)
+		args := append([]string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--http", "127.0.0.1:0"}, extra...)
 		done <- run(ctx, args, strings.NewReader(""), pw, io.Discard)
 		pw.Close()
 	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
+	first, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil {
 		cancel()
 		t.Fatalf("serve said nothing: %v (%v)", err, <-done)
 	}
-	m := regexp.MustCompile(`serving on (nats://\S+) .*data in (\S+)`).FindStringSubmatch(line)
+	*line = first
+	m := regexp.MustCompile(`serving on (nats://\S+) .*data in (\S+)`).FindStringSubmatch(first)
 	if m == nil || !strings.HasSuffix(m[2], filepath.Base(data)) {
 		cancel()
-		t.Fatalf("start-up line %q", line)
+		t.Fatalf("start-up line %q", first)
 	}
 	go io.Copy(io.Discard, pr)
 	return m[1], func() error {

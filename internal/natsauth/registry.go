@@ -38,6 +38,10 @@ type Agent struct {
 	Roles []string `json:"roles,omitempty"`
 	// Nkey is the public key the agent authenticates with.
 	Nkey string `json:"nkey"`
+	// HTTPToken is the SHA-256 (hex) of the token the agent gives serve
+	// --auth's HTTP listener (see NewHTTPToken); "" for none. The token
+	// itself is shown once, when made, and kept nowhere.
+	HTTPToken string `json:"http_token,omitempty"`
 }
 
 // ErrExists is returned by Add for a name already registered.

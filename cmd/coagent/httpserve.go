@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// defaultHTTP is where serve's HTTP listener is unless --http says.
+const defaultHTTP = "127.0.0.1:7070"
+
+// httpServer is serve's HTTP listener: /metrics (Prometheus), /healthz (the
+// process is alive), /readyz (it serves intents), and one handler at "/",
+// the console, which Mount sets (until then "/" is 404). Each serve of a
+// cluster has its own, and so its own metrics and readiness: an active
+// coordinator's or a standby's.
+type httpServer struct {
+	ln  net.Listener
+	srv *http.Server
+	mux *http.ServeMux
+	// reg is the process's registry: the Go and process collectors, each
+	// Service's metrics while it runs (coordinator.Options.Metrics), and
+	// coagent_active.
+	reg *prometheus.Registry
+	// root is the handler at "/"; ready says whether the coordinator
+	// serves intents (nil: not started yet).
+	root  atomic.Pointer[http.Handler]
+	ready atomic.Pointer[func(context.Context) error]
+	// auth, if set (serve --auth), admits only requests with a token.
+	auth *httpAuth
+}
+
+// listenHTTP binds serve's HTTP listener on addr ("off": none, nil). The
+// default address, when taken (a second serve on one machine, a
+// coordinator beside another on a cluster's host), is noted on stderr and
+// leaves the process without one; an address given with --http must be
+// free.
+func listenHTTP(addr string, explicit bool, stderr io.Writer) (*httpServer, error) {
+	if addr == "off" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if !explicit && errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "coagent: note: %s is in use (another coagent serve?): no HTTP listener (metrics, health, console); give one with --http HOST:PORT\n", addr)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("--http %s: %w", addr, err)
+	}
+	h := &httpServer{ln: ln, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
+	h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h.mux.Handle("GET /metrics", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{Registry: h.reg}))
+	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if root := h.root.Load(); root != nil {
+			(*root).ServeHTTP(w, r)
+			return
+		}
+		http.NotFound(w, r)
+	})
+	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	return h, nil
+}
+
+// URL is where the listener is, as the start-up line names it: the bound
+// address, so that --http 127.0.0.1:0 says which port it got.
+func (h *httpServer) URL() string { return "http://" + h.ln.Addr().String() }
+
+// Mount puts root at "/": the console. Safe to call while serving.
+func (h *httpServer) Mount(root http.Handler) { h.root.Store(&root) }
+
+// setReady sets what /readyz asks.
+func (h *httpServer) setReady(fn func(context.Context) error) { h.ready.Store(&fn) }
+
+// start serves until close.
+func (h *httpServer) start() {
+	go func() { _ = h.srv.Serve(h.ln) }() // ends with ErrServerClosed at close
+}
+
+// close stops the listener, letting the requests in hand finish until ctx
+// ends.
+func (h *httpServer) close(ctx context.Context) {
+	if err := h.srv.Shutdown(ctx); err != nil {
+		h.srv.Close()
+	}
+}
+
+// ServeHTTP answers /healthz to anyone, and everything else to those the
+// token check admits.
+func (h *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+		return
+	}
+	if h.auth != nil && !h.auth.admit(w, r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="coagent"`)
+		http.Error(w, "401 unauthorized: give a token (coagent agents add NAME --role observer prints one) as Authorization: Bearer TOKEN, or ?token=TOKEN", http.StatusUnauthorized)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// readyWait bounds one /readyz: it asks the server about the streams.
+const readyWait = 3 * time.Second
+
+func (h *httpServer) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	ready := h.ready.Load()
+	if ready == nil {
+		http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), readyWait)
+	defer cancel()
+	if err := (*ready)(ctx); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ready")
+}
+
+// httpAuth is the token check of serve --auth's HTTP listener. A token is
+// the registry's (coagent agents add --role observer), kept as its hash
+// and read again at SIGHUP, or the one --http-token or COAGENT_HTTP_TOKEN
+// gives. A browser may give it once as ?token=; it is then kept in a
+// cookie, so that the console's own requests carry it.
+type httpAuth struct {
+	// tokens maps each token's hash (natsauth.HashHTTPToken) to whose it is.
+	tokens atomic.Pointer[map[string]string]
+	// extra is the hash of the token of --http-token ("" for none).
+	extra string
+}
+
+// tokenCookie is the cookie that keeps a browser's token.
+const tokenCookie = "coagent_token"
+
+// newHTTPAuth checks tokens against reg's and the hash of extra ("" for
+// none).
+func newHTTPAuth(reg *natsauth.Registry, extra string) *httpAuth {
+	a := &httpAuth{}
+	if extra != "" {
+		a.extra = natsauth.HashHTTPToken(extra)
+	}
+	a.reload(reg)
+	return a
+}
+
+// reload takes the registry's tokens, at SIGHUP.
+func (a *httpAuth) reload(reg *natsauth.Registry) {
+	t := map[string]string{}
+	if reg != nil {
+		t = reg.HTTPTokens()
+	}
+	a.tokens.Store(&t)
+}
+
+// none reports whether no token would be admitted.
+func (a *httpAuth) none() bool { return a.extra == "" && len(*a.tokens.Load()) == 0 }
+
+// valid reports whether token is one of the tokens admitted.
+func (a *httpAuth) valid(token string) bool {
+	if token == "" {
+		return false
+	}
+	h := natsauth.HashHTTPToken(token)
+	if h == a.extra {
+		return true
+	}
+	_, ok := (*a.tokens.Load())[h]
+	return ok
+}
+
+// admit reports whether r carries a valid token: in its Authorization
+// header, its token query parameter (which sets the cookie), or the
+// cookie.
+func (a *httpAuth) admit(w http.ResponseWriter, r *http.Request) bool {
+	if v := r.Header.Get("Authorization"); v != "" {
+		const bearer = "Bearer "
+		return len(v) > len(bearer) && v[:len(bearer)] == bearer && a.valid(v[len(bearer):])
+	}
+	if q := r.URL.Query().Get("token"); q != "" {
+		if !a.valid(q) {
+			return false
+		}
+		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		return true
+	}
+	c, err := r.Cookie(tokenCookie)
+	return err == nil && a.valid(c.Value)
+}
+
+// activeGauge is coagent_active: 1 while this process's coordinator is
+// the one deciding (always, alone; the active member of a cluster), 0 for
+// a standby, so that sum(coagent_active) is 1 on a healthy cluster.
+func activeGauge(active func() bool) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_active",
+		Help: "1 while this coordinator is the one deciding (alone: always; in a cluster: the active member), 0 for a standby."},
+		func() float64 {
+			if active() {
+				return 1
+			}
+			return 0
+		})
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// serveHTTP runs serve (--http 127.0.0.1:0) and returns the NATS URL and
+// the HTTP listener's, as the start-up line names them.
+func serveHTTP(t *testing.T, data string, extra ...string) (natsURL, httpURL string, stop func() error) {
+	t.Helper()
+	var line string
+	natsURL, stop = serveLine(t, data, &line, extra...)
+	m := regexp.MustCompile(`; http on (http://127\.0\.0\.1:\d+);`).FindStringSubmatch(line)
+	if m == nil || strings.HasSuffix(m[1], ":0") {
+		stop()
+		t.Fatalf("start-up line without the bound HTTP address: %q", line)
+	}
+	return natsURL, m[1], stop
+}
+
+// get fetches url with the header Authorization: Bearer token (none if
+// token is "") and returns the status and body.
+func get(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestServeHTTP: the listener named in the start-up line answers /healthz
+// and /readyz, and /metrics in the text format, with the coordinator's
+// metrics and the process's, moved by a submit; "/" is free (404) until
+// the console is mounted; --http off runs none.
+func TestServeHTTP(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	url, base, stop := serveHTTP(t, data)
+	defer stop()
+	if code, body := get(t, base+"/healthz", ""); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/readyz", ""); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz: %d %q", code, body)
+	}
+	if code, _ := get(t, base+"/", ""); code != 404 {
+		t.Fatalf("/ before a console: %d", code)
+	}
+	apply := `{"id":"01JD0000000000000000000H01","agent":"w1","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q3"}]}`
+	if out, _, err := runCmd(t, apply, "submit", "--nats", url, "-"); err != nil {
+		t.Fatalf("submit: %q %v", out, err)
+	}
+	code, body := get(t, base+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "coagent_active", "coagent_txns_in_flight", "coagent_log_last_seq"} {
+		if fams[name] == nil {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	applied := 0.0
+	for _, m := range fams["coagent_decisions_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["outcome"] == "applied" && labels["path"] == "api" {
+			applied = m.Counter.GetValue()
+		}
+	}
+	if applied != 1 {
+		t.Errorf("coagent_decisions_total{path=api,outcome=applied} = %v after one apply", applied)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Fatal("the HTTP listener answers after serve stopped")
+	}
+
+	var line string
+	_, stop = serveLine(t, data, &line, "--http", "off")
+	defer stop()
+	if strings.Contains(line, "http on") {
+		t.Fatalf("--http off, and the start-up line names a listener: %q", line)
+	}
+}
+
+// TestServeHTTPAuth: under --auth only /healthz answers without a token;
+// the observer's token (agents add --role observer prints it) and the one
+// of --http-token open the rest, as a header, a query (which sets a
+// cookie) or that cookie; a wrong one does not.
+func TestServeHTTPAuth(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	out, _, err := runCmd(t, "", "agents", "add", "watcher", "--role", "observer", "--data", data)
+	m := regexp.MustCompile(`HTTP token \(shown only now\): (coagent_[0-9a-f]{64})\n`).FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("agents add --role observer: %q %v", out, err)
+	}
+	token := m[1]
+	if out, _, err := runCmd(t, "", "agents", "add", "plain", "--data", data); err != nil || strings.Contains(out, "token") {
+		t.Fatalf("agents add without observer: %q %v", out, err)
+	}
+	_, base, stop := serveHTTP(t, data, "--auth", "--http-token", "s3cret-flag-token")
+	defer stop()
+	if code, _ := get(t, base+"/healthz", ""); code != 200 {
+		t.Fatalf("/healthz without a token: %d", code)
+	}
+	for _, path := range []string{"/metrics", "/readyz", "/", "/console"} {
+		if code, _ := get(t, base+path, ""); code != 401 {
+			t.Errorf("%s without a token: %d, want 401", path, code)
+		}
+		if code, _ := get(t, base+path, "coagent_"+strings.Repeat("0", 64)); code != 401 {
+			t.Errorf("%s with a wrong token: %d, want 401", path, code)
+		}
+	}
+	for _, tok := range []string{token, "s3cret-flag-token"} {
+		if code, body := get(t, base+"/metrics", tok); code != 200 || !strings.Contains(body, "coagent_decisions_total") {
+			t.Errorf("/metrics with a token: %d", code)
+		}
+		if code, _ := get(t, base+"/readyz", tok); code != 200 {
+			t.Errorf("/readyz with a token: %d", code)
+		}
+	}
+	// A browser: ?token= once, then the cookie.
+	resp, err := http.Get(base + "/metrics?token=" + token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == tokenCookie {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != 200 || cookie == nil || !cookie.HttpOnly {
+		t.Fatalf("?token=: %d, cookie %v", resp.StatusCode, cookie)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+"/readyz", nil)
+	req.AddCookie(&http.Cookie{Name: tokenCookie, Value: cookie.Value})
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("with the cookie: %d", resp.StatusCode)
+	}
+}
+
+// TestReadyzNotReady: /readyz is 503 with the reason while the coordinator
+// is not serving (starting, or its readiness says why), 200 once it is;
+// an address given with --http that is taken is an error naming it.
+func TestReadyzNotReady(t *testing.T) {
+	h, err := listenHTTP("127.0.0.1:0", true, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	defer h.close(t.Context())
+	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "starting") {
+		t.Fatalf("/readyz before the coordinator: %d %q", code, body)
+	}
+	h.setReady(func(context.Context) error {
+		return fmt.Errorf("%w: standby: catching up", coordinator.ErrNotReady)
+	})
+	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "not ready: standby: catching up") {
+		t.Fatalf("/readyz of a standby catching up: %d %q", code, body)
+	}
+	h.setReady(func(context.Context) error { return nil })
+	if code, _ := get(t, h.URL()+"/readyz", ""); code != 200 {
+		t.Fatalf("/readyz once ready: %d", code)
+	}
+	addr := strings.TrimPrefix(h.URL(), "http://")
+	if _, err := listenHTTP(addr, true, io.Discard); err == nil || !strings.Contains(err.Error(), "--http "+addr) {
+		t.Fatalf("--http %s taken: %v", addr, err)
+	}
+	var note strings.Builder
+	if h2, err := listenHTTP(addr, false, &note); h2 != nil || err != nil || !strings.Contains(note.String(), "in use") {
+		t.Fatalf("the default address taken: %v %v %q", h2, err, note.String())
+	}
+}

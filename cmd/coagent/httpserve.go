@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -213,4 +217,30 @@ func activeGauge(active func() bool) prometheus.Collector {
 			}
 			return 0
 		})
+}
+
+// consoleConn returns the connection the console reads through. Under
+// --auth on the embedded server it is one of its own whose replies come
+// under an observer's inbox prefix, since the coordinator answers a read
+// for the agent whose inbox the reply goes to, and the console is there
+// for those who may see everything (the HTTP token is an observer's); with
+// no observer registered it reads what anyone may, and says so. Otherwise
+// it is serve's own connection.
+func consoleConn(f *serveFlags, srv *natsauth.Server, nc *nats.Conn, reg *natsauth.Registry, stderr io.Writer) (*nats.Conn, error) {
+	if !f.authOn || srv == nil || reg == nil {
+		return nc, nil
+	}
+	roles := reg.Roles()
+	names := slices.Sorted(maps.Keys(roles))
+	for _, name := range names {
+		if slices.Contains(roles[name], natsauth.RoleObserver) {
+			cnc, err := srv.Connect(nats.Name("coagent console"), nats.CustomInboxPrefix(intents.InboxPrefix(name)))
+			if err != nil {
+				return nil, fmt.Errorf("console: %w", err)
+			}
+			return cnc, nil
+		}
+	}
+	fmt.Fprintf(stderr, "coagent: note: no observer registered: the console shows only what any agent may read (coagent agents add NAME --role observer)\n")
+	return nc, nil
 }

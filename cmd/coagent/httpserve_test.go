@@ -51,8 +51,8 @@ func get(t *testing.T, url, token string) (int, string) {
 
 // TestServeHTTP: the listener named in the start-up line answers /healthz
 // and /readyz, and /metrics in the text format, with the coordinator's
-// metrics and the process's, moved by a submit; "/" is free (404) until
-// the console is mounted; --http off runs none.
+// metrics and the process's, moved by a submit; "/" is the console, which
+// reads the coordinator; --http off runs none.
 func TestServeHTTP(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	url, base, stop := serveHTTP(t, data)
@@ -63,12 +63,15 @@ func TestServeHTTP(t *testing.T) {
 	if code, body := get(t, base+"/readyz", ""); code != 200 || body != "ready\n" {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
-	if code, _ := get(t, base+"/", ""); code != 404 {
-		t.Fatalf("/ before a console: %d", code)
+	if code, body := get(t, base+"/", ""); code != 200 || !strings.Contains(body, "CoAgent console") {
+		t.Fatalf("/, the console: %d %.200q", code, body)
 	}
 	apply := `{"id":"01JD0000000000000000000H01","agent":"w1","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q3"}]}`
 	if out, _, err := runCmd(t, apply, "submit", "--nats", url, "-"); err != nil {
 		t.Fatalf("submit: %q %v", out, err)
+	}
+	if code, body := get(t, base+"/api/value?path=report.title", ""); code != 200 || !strings.Contains(body, `"Q3"`) {
+		t.Fatalf("the console's value of report.title: %d %s", code, body)
 	}
 	code, body := get(t, base+"/metrics", "")
 	if code != 200 {
@@ -127,7 +130,7 @@ func TestServeHTTPAuth(t *testing.T) {
 	if out, _, err := runCmd(t, "", "agents", "add", "plain", "--data", data); err != nil || strings.Contains(out, "token") {
 		t.Fatalf("agents add without observer: %q %v", out, err)
 	}
-	_, base, stop := serveHTTP(t, data, "--auth", "--http-token", "s3cret-flag-token")
+	url, base, stop := serveHTTP(t, data, "--auth", "--http-token", "s3cret-flag-token")
 	defer stop()
 	if code, _ := get(t, base+"/healthz", ""); code != 200 {
 		t.Fatalf("/healthz without a token: %d", code)
@@ -147,6 +150,15 @@ func TestServeHTTPAuth(t *testing.T) {
 		if code, _ := get(t, base+"/readyz", tok); code != 200 {
 			t.Errorf("/readyz with a token: %d", code)
 		}
+	}
+	// The console reads as an observer: another agent's intent is found,
+	// which the coordinator keeps from anyone else.
+	apply := `{"id":"01JD0000000000000000000H02","agent":"plain","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q4"}]}`
+	if out, _, err := runCmd(t, apply, "submit", "--nats", url, "--nkey", filepath.Join(data, "agents", "plain.nk"), "-"); err != nil {
+		t.Fatalf("submit as plain: %q %v", out, err)
+	}
+	if code, body := get(t, base+"/api/story?q=01JD0000000000000000000H02", token); code != 200 || !strings.Contains(body, `"applied"`) {
+		t.Errorf("the console's story of plain's intent: %d %s", code, body)
 	}
 	// A browser: ?token= once, then the cookie.
 	resp, err := http.Get(base + "/metrics?token=" + token)

@@ -20,6 +20,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/console"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -184,6 +185,18 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			}
 		}
 		where += "; http on " + hs.URL()
+		cnc, err := consoleConn(f, srv, nc, reg, stderr)
+		if err != nil {
+			return err
+		}
+		if cnc != nc {
+			defer cnc.Close()
+		}
+		ch, err := console.New(console.Config{NATS: cnc, Prefix: f.conn.prefix})
+		if err != nil {
+			return err
+		}
+		hs.Mount(ch)
 		hs.start()
 		defer func() {
 			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)

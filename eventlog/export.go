@@ -18,14 +18,17 @@ import (
 // snapshot: what a coordinator that joins a cluster with an empty data
 // directory loads, rather than fold the replicated log from its first
 // message (SPEC §10). It holds the snapshot the log's owner saved
-// (SaveSnapshot, at event Snapshot), the events after it to the last one
+// (SaveSnapshot, at event Snapshot), the events from From to the last one
 // (Last), and the materialized state and idempotency records as of Last.
-// Restore makes of it the log that Compact(Snapshot+1) would have left:
-// the same state, records and events from Snapshot+1, so the same replay
-// hash, and the same answer to a duplicate however old.
+// From is the snapshot's own event when the log still has it, so that a
+// log restored from an export can be checked against another copy of the
+// history even when the export holds no event after its snapshot; else
+// the one after it. Restore makes of it the log that Compact(From) would
+// have left: the same state, records and events from From, so the same
+// replay hash, and the same answer to a duplicate however old.
 //
-// The encoding: exportMagic, the version byte exportVersion, Snapshot and
-// Last as uvarints, then each key and value of the store as a uvarint
+// The encoding: exportMagic, the version byte exportVersion, Snapshot,
+// From and Last as uvarints, then each key and value of the store as a uvarint
 // length and the bytes (idempotency records, events, the snapshot, state
 // entries, in key order), then the key length 0 as the end, the count of
 // pairs as a uvarint and the SHA-256 of every byte before it.
@@ -40,8 +43,10 @@ const (
 type Export struct {
 	view *pebble.Snapshot
 	// Snapshot is the event the log's latest snapshot was taken after (0:
-	// none, and the export holds every event); Last is the last event.
-	Snapshot, Last uint64
+	// none, and the export holds every event); From is the first event it
+	// holds (Snapshot, or Snapshot+1 if that was compacted), Last the last
+	// (From-1 when it holds none).
+	Snapshot, From, Last uint64
 }
 
 // Export returns a view of the log as it is now, to write with WriteTo.
@@ -85,6 +90,7 @@ func (l *Log) Export() (*Export, error) {
 	case e.Snapshot+1 < first:
 		return fail(fmt.Errorf("%w: the log starts at %d and its latest snapshot is at %d", ErrCompacted, first, e.Snapshot))
 	}
+	e.From = max(e.Snapshot, first, 1)
 	return e, nil
 }
 
@@ -98,6 +104,7 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	buf = append(buf, exportMagic...)
 	buf = append(buf, exportVersion)
 	buf = binary.AppendUvarint(buf, e.Snapshot)
+	buf = binary.AppendUvarint(buf, e.From)
 	buf = binary.AppendUvarint(buf, e.Last)
 	cw.Write(buf)
 	var pairs uint64
@@ -111,7 +118,7 @@ func (e *Export) WriteTo(w io.Writer) (int64, error) {
 	}
 	spans := [][2][]byte{
 		{{famDecision}, {famDecision + 1}},
-		{eventKey(e.Snapshot + 1), {famEvent + 1}},
+		{eventKey(e.From), {famEvent + 1}},
 		{snapshotKey(e.Snapshot), snapshotKey(e.Snapshot + 1)},
 		{{famState}, {famState + 1}},
 	}
@@ -173,8 +180,8 @@ func (c *countWriter) Write(p []byte) {
 var ErrExport = errors.New("eventlog: not a whole export")
 
 // Restore creates a log in dir, which must not exist or be empty, from an
-// export read from r, and returns the events it holds: from snapshot+1 to
-// last. The log is synced and closed; Open opens it. Every record is
+// export read from r, and returns the event its snapshot was taken after
+// and the last event it holds. The log is synced and closed; Open opens it. Every record is
 // checked as it is read (the events decode, with the seqs expected; the
 // records and entries decode), and the whole against the export's hash,
 // before the store is synced: a damaged export leaves dir with a store
@@ -205,11 +212,15 @@ func Restore(dir string, r io.Reader, opts *Options) (snapshot, last uint64, err
 	if snapshot, err = binary.ReadUvarint(tr); err != nil {
 		return bad("snapshot seq: %v", err)
 	}
+	from, err := binary.ReadUvarint(tr)
+	if err != nil {
+		return bad("first seq: %v", err)
+	}
 	if last, err = binary.ReadUvarint(tr); err != nil {
 		return bad("last seq: %v", err)
 	}
-	if snapshot > last {
-		return bad("a snapshot at %d after the last event %d", snapshot, last)
+	if snapshot > last || from != max(snapshot, 1) && from != snapshot+1 || from > last+1 {
+		return bad("a snapshot at %d, events %d–%d", snapshot, from, last)
 	}
 	o := Options{}
 	if opts != nil {
@@ -226,7 +237,7 @@ func Restore(dir string, r io.Reader, opts *Options) (snapshot, last uint64, err
 	b := l.db.NewBatch()
 	defer func() { b.Close() }()
 	var pairs uint64
-	next := snapshot + 1 // the event expected next
+	next := from // the event expected next
 	var key, val []byte
 	for {
 		n, err := binary.ReadUvarint(tr)
@@ -281,10 +292,10 @@ func Restore(dir string, r io.Reader, opts *Options) (snapshot, last uint64, err
 		return bad("its events end at %d, and its header says %d", next-1, last)
 	}
 	err = errors.Join(
-		b.Set(metaFirst, eventKey(snapshot + 1)[1:], nil),
-		// The index starts empty, complete to the snapshot: Open
-		// indexes the events after it.
-		b.Set(metaIndexed, eventKey(snapshot)[1:], nil),
+		b.Set(metaFirst, eventKey(from)[1:], nil),
+		// The index starts empty, complete to the event before the
+		// first: Open indexes the events.
+		b.Set(metaIndexed, eventKey(from - 1)[1:], nil),
 		l.commit(b, pebble.Sync),
 	)
 	if err != nil {

@@ -206,3 +206,80 @@ func TestMemberSnapshotJoin(t *testing.T) {
 		t.Fatalf("the logs fold to %v, at events %v", hashes, lasts)
 	}
 }
+
+// TestMemberTrimHeldBack: a member that answers the status request holds
+// the trim back at the message it has folded (here a member at the first,
+// answered by hand), and a member with an empty data directory loads the
+// snapshot even so, rather than fold the log from its first message.
+func TestMemberTrimHeldBack(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	ctx := context.Background()
+	behind, err := nc.Subscribe(intents.Subjects{}.Status(), func(m *nats.Msg) {
+		m.Respond([]byte(`{"node":"slow","role":"standby","seq":1,"log_seq":1}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer behind.Unsubscribe()
+	var logsA, logsB lockedBuffer
+	opts := func(logs *lockedBuffer) MemberOptions {
+		o := MemberOptions{Node: "a", LeaseTTL: time.Second, TrimEvery: -1}
+		o.Replicas = 1
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		return o
+	}
+	a, err := StartMember(ctx, nc, t.TempDir(), opts(&logsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+	awaitActive(t, a, 10*time.Second)
+	incr(t, nc, "c.n", 10)
+	snap, err := a.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, intents.Subjects{}.Stream(intents.StreamLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := st.CachedInfo().State.FirstSeq; first != 1 {
+		t.Fatalf("with a member at message 1, the log was trimmed to %d (the snapshot is at %d)", first, snap.LogSeq)
+	}
+	ob := opts(&logsB)
+	ob.Node = "b"
+	dirB := t.TempDir()
+	b, err := StartMember(ctx, nc, dirB, ob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
+		sts, err := statuses(nc, 3)
+		if err != nil {
+			return err
+		}
+		if sts["b"].Seq != sts["a"].Seq || sts["b"].LogSeq != sts["b"].LogLast {
+			return fmt.Errorf("b at %d, a at %d", sts["b"].Seq, sts["a"].Seq)
+		}
+		return nil
+	})
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	core, err := OpenCore(dirB, CoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer core.Close()
+	if first := core.Log().FirstSeq(); first != snap.Seq {
+		t.Fatalf("b's log starts at event %d, not at the snapshot's %d:\n%s", first, snap.Seq, logsB.String())
+	}
+	if v := counter(t, nc, "c.n"); v != 10 {
+		t.Fatalf("c.n = %v", v)
+	}
+}

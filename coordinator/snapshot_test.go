@@ -283,3 +283,31 @@ func TestMemberTrimHeldBack(t *testing.T) {
 		t.Fatalf("c.n = %v", v)
 	}
 }
+
+// TestMemberTrimEvery: the active member stores a snapshot by itself once
+// TrimEvery events were appended since the last, and trims the log.
+func TestMemberTrimEvery(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	var logs lockedBuffer
+	o := MemberOptions{Node: "a", LeaseTTL: time.Second, TrimEvery: 20}
+	o.Replicas = 1
+	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	a, err := StartMember(context.Background(), nc, t.TempDir(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	awaitActive(t, a, 10*time.Second)
+	incr(t, nc, "c.n", 10)
+	natstest.CheckFor(t, 10*time.Second, "a snapshot stored and the log trimmed", func() error {
+		st, err := statuses(nc, 1)
+		if err != nil {
+			return err
+		}
+		if s := st["a"].Snapshot; s == nil || s.Seq < 20 || st["a"].LogFirst != s.LogSeq {
+			return fmt.Errorf("status %+v snapshot %+v\n%s", st["a"], s, logs.String())
+		}
+		return nil
+	})
+}

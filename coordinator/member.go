@@ -38,6 +38,12 @@ type MemberOptions struct {
 	// memory until its own sync interval (nats-server's sync_interval:
 	// set it to always to have every group on a quorum of disks).
 	SyncLocal bool
+	// TrimEvery is how many events the active coordinator appends
+	// between the snapshots it stores of the replicated log, after each
+	// of which it trims the log below it (see snapshot.go); a negative
+	// value stores none but those Snapshot asks for. The default is
+	// DefaultTrimEvery.
+	TrimEvery int64
 	// OnActive, if set, is called each time this member has become the
 	// active coordinator, with its Service (to put a rules file in force,
 	// say); an error is logged.
@@ -83,8 +89,9 @@ type Member struct {
 		logSeq uint64   // the log message folded last, as a standby
 		folded time.Time
 	}
-	progress chan struct{} // a standby folded a message
-	reads    standbyReads  // a standby's read-only API (standby.go)
+	progress chan struct{}   // a standby folded a message
+	reads    standbyReads    // a standby's read-only API (standby.go)
+	snaps    memberSnapshots // snapshots of the replicated log (snapshot.go)
 }
 
 // StartMember creates the replicated log and the leadership bucket if
@@ -98,6 +105,9 @@ func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOpti
 	opts.EnsureDefaults()
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
+	}
+	if opts.TrimEvery == 0 {
+		opts.TrimEvery = DefaultTrimEvery
 	}
 	var errs []error
 	if err := opts.Validate(); err != nil {
@@ -114,6 +124,7 @@ func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOpti
 	}
 	m := &Member{nc: nc, dir: dir, opts: opts, subj: intents.Subjects{Prefix: opts.Prefix},
 		log: opts.Logger.With("node", opts.Node), done: make(chan struct{}), progress: make(chan struct{}, 1)}
+	m.snaps.now = make(chan chan snapshotResult)
 	var err error
 	if m.js, err = jetstream.New(nc); err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
@@ -290,14 +301,11 @@ func fatal(err error) bool {
 // message; it returns the key's revision and that message's sequence.
 func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 	m.setRole(intents.RoleStandby, nil)
-	core, err := OpenCore(m.dir, m.opts.Core)
-	if err != nil {
+	core, pos, err := m.openFollowing(ctx)
+	if core == nil {
 		return 0, 0, err
 	}
 	defer core.Close()
-	findCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	pos, err := logPosition(findCtx, m.logs, core.Log().LastSeq())
-	cancel()
 	seedable := errors.Is(err, errLogEmpty)
 	if seedable {
 		m.log.Warn("the replicated log is empty and this coordinator's log is not: it will seed the replicated log with its own if it leads; the other coordinators must start from empty data directories",
@@ -678,6 +686,7 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 		return err
 	}
 	m.setRole(intents.RoleActive, svc)
+	stopSnapshots := m.startSnapshots(ctx, svc)
 	m.log.Info("active: this coordinator decides", "log_message", last, "events", svc.core.Log().LastSeq())
 	if m.opts.OnActive != nil {
 		if err := m.opts.OnActive(ctx, svc); err != nil {
@@ -691,6 +700,7 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 	case <-svc.Done():
 		why = svc.Err()
 	}
+	stopSnapshots()
 	// No longer active from here: a status asked while the Service drains
 	// must not show two active coordinators.
 	m.setRole(intents.RoleStandby, nil)
@@ -739,6 +749,7 @@ func (m *Member) answerStatus(req *nats.Msg) {
 	if err == nil {
 		st.LogLast = info.State.LastSeq
 	}
+	m.snapshotStatus(&st, info)
 	if svc != nil {
 		st.Seq, st.LogSeq = svc.core.Log().LastSeq(), st.LogLast
 	}

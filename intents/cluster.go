@@ -24,10 +24,26 @@ type MemberStatus struct {
 	Seq     uint64 `json:"seq"`
 	LogSeq  uint64 `json:"log_seq"`
 	LogLast uint64 `json:"log_last"`
+	// LogFirst is the replicated log's first message when it answered:
+	// the active coordinator trims the messages before it (see Snapshot).
+	LogFirst uint64 `json:"log_first,omitempty"`
+	// Snapshot is the last snapshot of the replicated log this
+	// coordinator stored (the active one) or loaded (one that joined from
+	// it), when there is one.
+	Snapshot *SnapshotStatus `json:"snapshot,omitempty"`
 	// LagGroups is LogLast − LogSeq; LagSeconds how much older the last
 	// group it folded is than the log's last (0 when current).
 	LagGroups  uint64  `json:"lag_groups"`
 	LagSeconds float64 `json:"lag_seconds"`
 	// Since is when it took its role.
 	Since time.Time `json:"since"`
+}
+
+// SnapshotStatus names a snapshot of the replicated log: the state after
+// event Seq, which message LogSeq of the log holds, and when it was
+// stored.
+type SnapshotStatus struct {
+	Seq    uint64    `json:"seq"`
+	LogSeq uint64    `json:"log_seq"`
+	Stored time.Time `json:"stored"`
 }

@@ -111,10 +111,10 @@ type NextCaseInput struct {
 
 // CaseIntent is one intent of a case.
 type CaseIntent struct {
-	ID     string          `json:"id"`
-	Agent  string          `json:"agent"`
-	Kind   string          `json:"kind"`
-	Action string          `json:"action,omitempty"`
+	ID     string    `json:"id"`
+	Agent  string    `json:"agent"`
+	Kind   string    `json:"kind"`
+	Action string    `json:"action,omitempty"`
 	Writes []WriteOp `json:"writes,omitempty"`
 	Pre    []string  `json:"pre,omitempty"`
 	Post   []string  `json:"post,omitempty"`

@@ -147,7 +147,9 @@ func rejected(t *testing.T, what string, r *mcp.Result, reason intents.Reason) {
 	}
 }
 
-func set(path string, v any) map[string]any { return map[string]any{"path": path, "op": "set", "value": v} }
+func set(path string, v any) map[string]any {
+	return map[string]any{"path": path, "op": "set", "value": v}
+}
 
 func TestToolsAndSchemas(t *testing.T) {
 	b := newBoard(t)

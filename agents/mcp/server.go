@@ -144,7 +144,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	s.done, s.cancel = context.WithCancel(context.Background())
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "coagent", Title: "CoAgent", Version: opts.Version}, &sdk.ServerOptions{
 		Instructions:       instructions(c.Name(), opts.Arbiter),
-		Logger:             opts.Logger,
+		Logger:             slog.New(warnings{opts.Logger.Handler()}),
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
 	})
@@ -157,6 +157,18 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	s.addPrompt()
 	return s, nil
 }
+
+// warnings passes on the go-sdk's warnings and errors only: its info lines
+// (each session, each subscription, each notification) would bury the
+// server's own notes.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+func (w warnings) WithGroup(g string) slog.Handler       { return warnings{w.Handler.WithGroup(g)} }
 
 // MCP is the underlying go-sdk server, for a transport this package does
 // not wire (Connect it to one).
@@ -176,7 +188,7 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 // the client ends it or after Options.IdleTimeout without a request.
 func (s *Server) HTTPHandler() http.Handler {
 	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
-		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: s.log})
+		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: slog.New(warnings{s.log.Handler()})})
 }
 
 // Close ends every watch and the arbiter. Open transactions stop being

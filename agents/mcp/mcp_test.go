@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -615,4 +616,44 @@ func TestAdvice(t *testing.T) {
 		}
 		seen[r] = reason
 	}
+}
+
+// TestHTTP: over streamable HTTP each client is a session of its own, and
+// one that ends (the client closes it) lets its transaction expire.
+func TestHTTP(t *testing.T) {
+	b := newBoard(t)
+	nc := natstest.Connect(t, b.ns)
+	c, err := agents.Connect(context.Background(), nc, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := mcp.New(c, nc, mcp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	defer hs.Close()
+	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{t: t, cs: cs}
+	r := s.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 500})
+	ok(t, "begin over http", r)
+	observer := b.open("observer", mcp.Options{})
+	rejected(t, "write while held", observer.result("write", map[string]any{"writes": []any{set("web.page", "x")}}), intents.ReasonConflict)
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, "the expiry of "+r.Txn, func() error {
+		var h mcp.HistoryOutput
+		observer.call("history", map[string]any{"txn": r.Txn, "type": "expire"}, &h)
+		if len(h.Events) != 1 {
+			return fmt.Errorf("%d expire events", len(h.Events))
+		}
+		return nil
+	})
 }

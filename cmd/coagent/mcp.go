@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/agents"
@@ -80,7 +81,7 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer cl.Close()
-	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease, Version: version(), Logger: log})
+	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease, Version: mcpVersion(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -107,6 +108,13 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 		return fmt.Errorf("--http %s: shut down: %w", f.http, err)
 	}
 	return nil
+}
+
+// mcpVersion is the version the server tells hosts: that of `coagent
+// version`'s first line.
+func mcpVersion() string {
+	first, _, _ := strings.Cut(version(), "\n")
+	return strings.TrimPrefix(first, "coagent version ")
 }
 
 // nopWriteCloser is stdout for the stdio transport, which closes its

@@ -601,6 +601,49 @@ func TestArbiter(t *testing.T) {
 	if !strings.Contains(lost.Detail, "the holder was first") {
 		t.Errorf("the loser is not told the rationale: %q", lost.Detail)
 	}
+
+	// The next case goes the other way: the escalated write wins, the
+	// holder's transaction is preempted, and its commit is told so.
+	go func() {
+		var r mcp.Result
+		res, err := asker.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("doc.intro", "mine")}, "on_conflict": "escalate"}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		escalated <- &r
+	}()
+	first := c.ID
+	natstest.CheckFor(t, 20*time.Second, "a second case", func() error {
+		nc = mcp.NextCaseOutput{}
+		judge.call("next_case", map[string]any{"wait_ms": 2000}, &nc)
+		if nc.Case == nil || nc.Case.ID == first {
+			return fmt.Errorf("no new case")
+		}
+		return nil
+	})
+	var winner, preempted string
+	for _, in := range nc.Case.Intents {
+		if in.Escalated {
+			winner = in.ID
+		} else {
+			preempted = in.ID
+		}
+	}
+	judge.call("resolve", map[string]any{"case": nc.Case.ID, "winners": []string{winner}, "losers": []string{preempted},
+		"rationale": "the asker's intro is needed now"}, &out)
+	if !out.OK {
+		t.Fatalf("second resolve: %+v", out)
+	}
+	ok(t, "escalated write that wins", <-escalated)
+	natstest.CheckFor(t, 10*time.Second, "the holder's commit told of the preemption", func() error {
+		r := holder.result("commit", map[string]any{"txn": r.Txn, "writes": []any{set("doc.intro", "late")}})
+		if r.OK || r.Reason != string(intents.ReasonFenced) || r.Next == "" {
+			return fmt.Errorf("commit: %+v", r)
+		}
+		return nil
+	})
 }
 
 // TestAdvice: every rejection reason of SPEC §3 has its own advice.

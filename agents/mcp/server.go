@@ -191,17 +191,21 @@ func (s *Server) HTTPHandler() http.Handler {
 		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: slog.New(warnings{s.log.Handler()})})
 }
 
-// Close ends every watch and the arbiter. Open transactions stop being
-// renewed when their sessions end (or the Client closes); Close does not
-// abort them.
+// Close closes the sessions still open and ends every watch and the
+// arbiter. The sessions' transactions are no longer renewed, and their
+// leases run out: Close does not abort them.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.mu.closed = true
 	sessions := s.mu.sessions
 	s.mu.sessions = map[*sdk.ServerSession]*session{}
 	s.mu.Unlock()
-	for _, ss := range sessions {
-		ss.end()
+	for _, st := range sessions {
+		st.end()
+	}
+	// The sessions still open end here, so that nothing waits on them.
+	for ss := range s.mcp.Sessions() {
+		ss.Close()
 	}
 	s.cancel()
 	s.workers.Wait()

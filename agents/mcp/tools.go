@@ -256,6 +256,9 @@ func (s *Server) decided(what string, d any, err error) (*sdk.CallToolResult, *R
 	} else if dec, ok := d.(*intents.Decision); ok && dec != nil {
 		r = fromDecision(dec)
 	}
+	if r == nil {
+		return nil, nil, fmt.Errorf("%s: no decision", what)
+	}
 	return toolResult(r.summary(what), r), r, nil
 }
 

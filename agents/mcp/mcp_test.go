@@ -1,0 +1,702 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/agents/mcp"
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natstest"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// board is a NATS server with a coordinator, on which the tests connect
+// agents and MCP sessions.
+type board struct {
+	t  *testing.T
+	ns *server.Server
+}
+
+func newBoard(t *testing.T) *board {
+	t.Helper()
+	ns := natstest.Run(t)
+	coordtest.Start(t, ns, coordinator.Options{})
+	return &board{t: t, ns: ns}
+}
+
+// agent connects an SDK client as name.
+func (b *board) agent(name string) *agents.Client {
+	b.t.Helper()
+	c, err := agents.Connect(context.Background(), natstest.Connect(b.t, b.ns), name)
+	if err != nil {
+		b.t.Fatalf("connect %s: %v", name, err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// session is an MCP client session with the server of one agent, over the
+// in-memory transport.
+type session struct {
+	t       *testing.T
+	cs      *sdk.ClientSession
+	updates chan *sdk.ResourceUpdatedNotificationParams
+}
+
+// open starts the MCP server of agent name and connects a client session
+// to it; opts are the server's options.
+func (b *board) open(name string, opts mcp.Options) *session {
+	b.t.Helper()
+	nc := natstest.Connect(b.t, b.ns)
+	c, err := agents.Connect(context.Background(), nc, name)
+	if err != nil {
+		b.t.Fatalf("connect %s: %v", name, err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	srv, err := mcp.New(c, nc, opts)
+	if err != nil {
+		b.t.Fatalf("mcp.New: %v", err)
+	}
+	b.t.Cleanup(func() { srv.Close() })
+	st, ct := sdk.NewInMemoryTransports()
+	if _, err := srv.MCP().Connect(context.Background(), st, nil); err != nil {
+		b.t.Fatalf("server connect: %v", err)
+	}
+	s := &session{t: b.t, updates: make(chan *sdk.ResourceUpdatedNotificationParams, 16)}
+	client := sdk.NewClient(&sdk.Implementation{Name: "test-host", Version: "v0"}, &sdk.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *sdk.ResourceUpdatedNotificationRequest) {
+			s.updates <- req.Params
+		},
+	})
+	cs, err := client.Connect(context.Background(), ct, nil)
+	if err != nil {
+		b.t.Fatalf("client connect: %v", err)
+	}
+	b.t.Cleanup(func() { cs.Close() })
+	s.cs = cs
+	return s
+}
+
+// call calls tool with args and decodes its structured content into out;
+// it returns the result.
+func (s *session) call(tool string, args any, out any) *sdk.CallToolResult {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		s.t.Fatalf("%s: protocol error: %v", tool, err)
+	}
+	if out != nil && res.StructuredContent != nil {
+		data, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(data, out); err != nil {
+			s.t.Fatalf("%s: structured content %s: %v", tool, data, err)
+		}
+	}
+	return res
+}
+
+// result calls a tool that returns a Result.
+func (s *session) result(tool string, args any) *mcp.Result {
+	s.t.Helper()
+	var r mcp.Result
+	res := s.call(tool, args, &r)
+	if res.StructuredContent == nil {
+		s.t.Fatalf("%s: no structured content: %s", tool, text(res))
+	}
+	return &r
+}
+
+func text(res *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+// ok fails the test unless r is a success.
+func ok(t *testing.T, what string, r *mcp.Result) {
+	t.Helper()
+	if !r.OK {
+		t.Fatalf("%s: %s (%s): %s", what, r.Outcome, r.Reason, r.Detail)
+	}
+}
+
+// rejected fails the test unless r is a rejection for reason with a
+// detail and advice.
+func rejected(t *testing.T, what string, r *mcp.Result, reason intents.Reason) {
+	t.Helper()
+	if r.OK || r.Reason != string(reason) {
+		t.Fatalf("%s: got ok=%v %s (%s) %q, want rejected %s", what, r.OK, r.Outcome, r.Reason, r.Detail, reason)
+	}
+	if r.Detail == "" || r.Next == "" {
+		t.Fatalf("%s: rejected %s without detail or next: %+v", what, reason, r)
+	}
+}
+
+func set(path string, v any) map[string]any {
+	return map[string]any{"path": path, "op": "set", "value": v}
+}
+
+func TestToolsAndSchemas(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{Arbiter: true})
+	ctx := context.Background()
+	tools := map[string]*sdk.Tool{}
+	for tool, err := range s.cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools[tool.Name] = tool
+	}
+	want := []string{"read", "write", "claim", "release", "begin", "commit", "abort", "history", "next_case", "resolve"}
+	for _, name := range want {
+		tool := tools[name]
+		if tool == nil {
+			t.Fatalf("tool %s missing; have %v", name, tools)
+		}
+		if tool.Description == "" || tool.OutputSchema == nil {
+			t.Errorf("tool %s: no description or no output schema", name)
+		}
+	}
+	if len(tools) != len(want) {
+		t.Errorf("tools %d, want %d", len(tools), len(want))
+	}
+	schema := func(name string) map[string]any {
+		data, _ := json.Marshal(tools[name].InputSchema)
+		var m map[string]any
+		json.Unmarshal(data, &m)
+		return m
+	}
+	w := schema("write")
+	if req := fmt.Sprint(w["required"]); req != "[writes]" {
+		t.Errorf("write requires %s, want [writes]", req)
+	}
+	props := w["properties"].(map[string]any)
+	writes := props["writes"].(map[string]any)
+	if writes["minItems"] != 1.0 {
+		t.Errorf("write.writes minItems = %v", writes["minItems"])
+	}
+	item := writes["items"].(map[string]any)
+	op := item["properties"].(map[string]any)["op"].(map[string]any)
+	if fmt.Sprint(op["enum"]) != "[set merge append incr delete]" {
+		t.Errorf("write.writes[].op enum = %v", op["enum"])
+	}
+	if fmt.Sprint(item["required"]) != "[path]" {
+		t.Errorf("write.writes[] requires %v, want [path]", item["required"])
+	}
+	if oc := props["on_conflict"].(map[string]any); fmt.Sprint(oc["enum"]) != "[reject wait escalate]" {
+		t.Errorf("write.on_conflict enum = %v", oc["enum"])
+	}
+	for name, req := range map[string]string{"claim": "[path]", "commit": "[txn writes]", "abort": "[txn]", "read": "[paths]",
+		"begin": "[writes]", "resolve": "[case rationale]"} {
+		if got := fmt.Sprint(schema(name)["required"]); got != req {
+			t.Errorf("%s requires %s, want %s", name, got, req)
+		}
+	}
+	// Without Arbiter the arbiter's tools are not offered.
+	plain := b.open("w2", mcp.Options{})
+	for tool, err := range plain.cs.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tool.Name == "next_case" || tool.Name == "resolve" {
+			t.Errorf("tool %s offered without Options.Arbiter", tool.Name)
+		}
+	}
+	// A call that does not fit the schema is a tool error, not a
+	// protocol error.
+	res := s.call("write", map[string]any{"writes": []any{map[string]any{"path": "a.b", "op": "replace"}}}, nil)
+	if !res.IsError || !strings.Contains(text(res), "op") {
+		t.Errorf("write with op replace: %v %s", res.IsError, text(res))
+	}
+}
+
+func TestReadWrite(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	r := s.result("write", map[string]any{"action": "setup", "writes": []any{
+		set("board.title", "Q3"),
+		map[string]any{"path": "board.stats", "op": "merge", "value": map[string]any{"done": 0, "open": 2}},
+		map[string]any{"path": "board.log", "op": "append", "value": "started"},
+		map[string]any{"path": "board.count", "op": "incr"},
+	}})
+	ok(t, "write", r)
+	if r.Outcome != "applied" || r.Rev == 0 || r.Versions["board.title"] != 1 || r.Intent == "" {
+		t.Fatalf("write: %+v", r)
+	}
+	var rd struct {
+		Rev    uint64
+		Values map[string]struct {
+			Exists  bool
+			Value   any
+			Version uint64
+		}
+	}
+	s.call("read", map[string]any{"paths": []string{"board.title", "board.count", "board.stats.open", "board.none"}}, &rd)
+	if rd.Rev < r.Rev || rd.Values["board.title"].Value != "Q3" || rd.Values["board.count"].Value != 1.0 ||
+		rd.Values["board.stats.open"].Value != 2.0 || rd.Values["board.none"].Exists {
+		t.Fatalf("read: %+v", rd)
+	}
+	ok(t, "delete", s.result("write", map[string]any{"writes": []any{map[string]any{"path": "board.log", "op": "delete"}}}))
+
+	// Each rejection a write can surface.
+	rejected(t, "bad path", s.result("write", map[string]any{"writes": []any{set("board..x", 1)}}), intents.ReasonInvalid)
+	rejected(t, "set without value", s.result("write", map[string]any{"writes": []any{map[string]any{"path": "board.x"}}}), intents.ReasonInvalid)
+	rejected(t, "bad expression", s.result("write", map[string]any{"writes": []any{set("board.x", 1)}, "pre": []string{"state.board.title ==="}}),
+		intents.ReasonInvalid)
+	r = s.result("write", map[string]any{"writes": []any{set("board.title", "Q4")}, "pre": []string{`state.board.title == "Q2"`}})
+	rejected(t, "pre", r, intents.ReasonPreconditionFailed)
+	if !strings.Contains(r.Detail, "Q3") {
+		t.Errorf("pre: the detail does not show the value seen: %q", r.Detail)
+	}
+	rejected(t, "post", s.result("write", map[string]any{"writes": []any{set("board.stats.done", 5)},
+		"post": []string{"state.board.stats.done <= state.board.stats.open"}}), intents.ReasonPostconditionFailed)
+	r = s.result("write", map[string]any{"writes": []any{set("board.title", "Q4")}, "expect": []any{map[string]any{"path": "board.title", "version": 0}}})
+	rejected(t, "expect", r, intents.ReasonStaleRead)
+	if r.Versions["board.title"] != 1 || !r.Retryable {
+		t.Errorf("stale read: versions %v retryable %v", r.Versions, r.Retryable)
+	}
+	ok(t, "expect current", s.result("write", map[string]any{"writes": []any{set("board.title", "Q4")},
+		"expect": []any{map[string]any{"path": "board.title", "version": 1}}}))
+
+	// Another agent's transaction holds board.title.
+	other := b.agent("w2")
+	tx, err := other.Propose(context.Background(), intents.Propose("hold").Write("board.title", intents.OpSet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = s.result("write", map[string]any{"writes": []any{set("board.title", "Q5")}})
+	rejected(t, "conflict", r, intents.ReasonConflict)
+	if len(r.Conflicts) == 0 || r.Conflicts[0].WithAgent != "w2" || !strings.Contains(r.Next, "w2") {
+		t.Errorf("conflict: %+v", r)
+	}
+	rejected(t, "wait", s.result("write", map[string]any{"writes": []any{set("board.title", "Q5")}, "on_conflict": "wait", "wait_ms": 200}),
+		intents.ReasonWaitTimeout)
+	// A write that waits is applied once the holder ends.
+	done := make(chan *mcp.Result, 1)
+	go func() {
+		var r mcp.Result
+		res, err := s.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("board.title", "Q6")}, "on_conflict": "wait", "wait_ms": 20000}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		done <- &r
+	}()
+	natstest.CheckFor(t, 10*time.Second, "the write waits on w2's transaction", func() error {
+		var h mcp.HistoryOutput
+		s.call("history", map[string]any{"type": "wait", "mine": true}, &h)
+		if len(h.Events) < 2 { // the wait_timeout one, then this one
+			return fmt.Errorf("%d wait events", len(h.Events))
+		}
+		return nil
+	})
+	if err := tx.Abort(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "write after wait", <-done)
+}
+
+func TestClaimRace(t *testing.T) {
+	b := newBoard(t)
+	s1, s2 := b.open("alice", mcp.Options{}), b.open("bob", mcp.Options{})
+	var wg sync.WaitGroup
+	results := map[string]*mcp.Result{}
+	var mu sync.Mutex
+	start := make(chan struct{})
+	for name, s := range map[string]*session{"alice": s1, "bob": s2} {
+		wg.Go(func() {
+			<-start
+			var r mcp.Result
+			res, err := s.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "claim", Arguments: map[string]any{"path": "tasks.t-1"}})
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+			mu.Lock()
+			results[name] = &r
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winner, loser string
+	for name, r := range results {
+		if r.OK {
+			if winner != "" {
+				t.Fatalf("both won: %+v", results)
+			}
+			winner = name
+		} else {
+			loser = name
+		}
+	}
+	if winner == "" || loser == "" {
+		t.Fatalf("want one winner and one loser: %+v %+v", results["alice"], results["bob"])
+	}
+	lost := results[loser]
+	rejected(t, "lost claim", lost, intents.ReasonPreconditionFailed)
+	if lost.HeldBy != winner || !strings.Contains(lost.Next, winner) {
+		t.Fatalf("lost claim names %q (%s), want %s", lost.HeldBy, lost.Next, winner)
+	}
+	sessions := map[string]*session{"alice": s1, "bob": s2}
+	// Claiming again what is yours is fine; releasing what is not is not.
+	ok(t, "claim again", sessions[winner].result("claim", map[string]any{"path": "tasks.t-1"}))
+	r := sessions[loser].result("release", map[string]any{"path": "tasks.t-1"})
+	rejected(t, "release of another's", r, intents.ReasonPreconditionFailed)
+	if r.HeldBy != winner {
+		t.Errorf("release names %q, want %s", r.HeldBy, winner)
+	}
+	ok(t, "release", sessions[winner].result("release", map[string]any{"path": "tasks.t-1"}))
+	r = sessions[winner].result("release", map[string]any{"path": "tasks.t-1"})
+	rejected(t, "release twice", r, intents.ReasonPreconditionFailed)
+	if !strings.Contains(r.Next, "not held by anyone") {
+		t.Errorf("release twice: %s", r.Next)
+	}
+	ok(t, "claim after release", sessions[loser].result("claim", map[string]any{"path": "tasks.t-1"}))
+	res := s1.call("claim", map[string]any{"path": "tasks..x"}, nil)
+	if !res.IsError || !strings.Contains(text(res), "tasks..x") {
+		t.Errorf("claim of a bad path: %s", text(res))
+	}
+}
+
+func TestTransaction(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	ok(t, "setup", s.result("write", map[string]any{"writes": []any{set("doc.limit", 3)}}))
+	r := s.result("begin", map[string]any{"action": "draft", "lease_ms": 600,
+		"writes": []any{map[string]any{"path": "doc.text"}, map[string]any{"path": "doc.words", "op": "set"}},
+		"reads":  []any{map[string]any{"path": "doc.limit", "version": 1}}})
+	ok(t, "begin", r)
+	txn := r.Txn
+	if r.Outcome != "granted" || txn == "" || r.LeaseExpires == nil {
+		t.Fatalf("begin: %+v", r)
+	}
+	// Another agent cannot write what the transaction holds, nor begin on it.
+	other := b.open("w2", mcp.Options{})
+	rejected(t, "other's write", other.result("write", map[string]any{"writes": []any{set("doc.text", "x")}}), intents.ReasonConflict)
+	rejected(t, "other's begin", other.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc"}}}), intents.ReasonConflict)
+	rejected(t, "other's commit", other.result("commit", map[string]any{"txn": txn, "writes": []any{set("doc.text", "x")}}), intents.ReasonInvalid)
+	// The lease is renewed between calls, past its own length.
+	natstest.CheckFor(t, 10*time.Second, "two renewals of the lease", func() error {
+		var h mcp.HistoryOutput
+		s.call("history", map[string]any{"txn": txn, "type": "renew"}, &h)
+		if len(h.Events) < 2 {
+			return fmt.Errorf("%d renewals", len(h.Events))
+		}
+		return nil
+	})
+	rejected(t, "out of scope", s.result("commit", map[string]any{"txn": txn, "writes": []any{set("doc.title", "x")}}), intents.ReasonOutOfScope)
+	rejected(t, "post", s.result("commit", map[string]any{"txn": txn, "writes": []any{set("doc.words", 9)},
+		"post": []string{"state.doc.words <= state.doc.limit"}}), intents.ReasonPostconditionFailed)
+	rejected(t, "begin with values", s.result("begin", map[string]any{"writes": []any{set("doc.x", 1)}}), intents.ReasonInvalid)
+	if res := s.call("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.y"}}, "lease_ms": 1}, nil); !res.IsError ||
+		!strings.Contains(text(res), "lease_ms") {
+		t.Errorf("begin with lease_ms 1: %s", text(res))
+	}
+	r = s.result("commit", map[string]any{"txn": txn, "action": "draft", "writes": []any{set("doc.text", "hello"), set("doc.words", 1)},
+		"post": []string{"state.doc.words <= state.doc.limit"}})
+	ok(t, "commit", r)
+	if r.Outcome != "committed" || r.Txn != txn || r.Versions["doc.text"] != 1 {
+		t.Fatalf("commit: %+v", r)
+	}
+	rejected(t, "commit twice", s.result("commit", map[string]any{"txn": txn, "writes": []any{set("doc.text", "again")}}), intents.ReasonInvalid)
+	// Abort.
+	r = s.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.text"}}})
+	ok(t, "begin 2", r)
+	ok(t, "abort", s.result("abort", map[string]any{"txn": r.Txn}))
+	rejected(t, "abort twice", s.result("abort", map[string]any{"txn": r.Txn}), intents.ReasonInvalid)
+	ok(t, "other's write after abort", other.result("write", map[string]any{"writes": []any{set("doc.text", "x")}}))
+}
+
+// TestSessionEndLetsLeaseExpire: a host that goes away leaves its
+// transactions to expire at the coordinator, which logs the expiry.
+func TestSessionEndLetsLeaseExpire(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	r := s.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.text"}}, "lease_ms": 500})
+	ok(t, "begin", r)
+	observer := b.open("observer", mcp.Options{})
+	if err := s.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, "the expiry of "+r.Txn+" in the log", func() error {
+		var h mcp.HistoryOutput
+		observer.call("history", map[string]any{"txn": r.Txn, "type": "expire"}, &h)
+		if len(h.Events) != 1 {
+			return fmt.Errorf("%d expire events", len(h.Events))
+		}
+		return nil
+	})
+	// And the paths are free again.
+	ok(t, "write after the expiry", observer.result("write", map[string]any{"writes": []any{set("doc.text", "free")}}))
+}
+
+func TestHistory(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	other := b.open("w2", mcp.Options{})
+	ok(t, "w1", s.result("write", map[string]any{"action": "first", "writes": []any{set("h.a", 1)}}))
+	ok(t, "w2", other.result("write", map[string]any{"action": "second", "writes": []any{set("h.b", 2)}}))
+	var h mcp.HistoryOutput
+	s.call("history", map[string]any{"mine": true}, &h)
+	for _, ev := range h.Events {
+		if ev.Agent != "w1" {
+			t.Fatalf("mine: an event of %s: %+v", ev.Agent, ev)
+		}
+	}
+	if !slices.ContainsFunc(h.Events, func(e mcp.HistoryEvent) bool { return e.Type == "decision" && strings.HasPrefix(e.What, "applied") }) {
+		t.Fatalf("mine: no applied decision in %+v", h.Events)
+	}
+	s.call("history", map[string]any{"path": "h.b", "type": "change"}, &h)
+	if len(h.Events) != 1 || h.Events[0].Agent != "w2" || h.Events[0].What != "set h.b = 2 (v1)" {
+		t.Fatalf("path h.b: %+v", h.Events)
+	}
+	s.call("history", map[string]any{"limit": 2}, &h)
+	if len(h.Events) != 2 || h.Next == 0 {
+		t.Fatalf("limit 2: %d events, next %d", len(h.Events), h.Next)
+	}
+	res := s.call("history", map[string]any{"path": "h..b"}, nil)
+	if !res.IsError {
+		t.Errorf("history of a bad path: %s", text(res))
+	}
+}
+
+func TestResources(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	other := b.open("w2", mcp.Options{})
+	ok(t, "setup", other.result("write", map[string]any{"writes": []any{set("tasks.t1.status", "open")}}))
+	ctx := context.Background()
+	read := func() mcp.StateResource {
+		res, err := s.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "coagent://state/tasks.t1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st mcp.StateResource
+		if err := json.Unmarshal([]byte(res.Contents[0].Text), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := read(); !st.Exists || st.Version != 1 || fmt.Sprint(st.Value) != "map[status:open]" {
+		t.Fatalf("resource: %+v", st)
+	}
+	if _, err := s.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "coagent://state/tasks..t1"}); err == nil {
+		t.Fatal("reading a bad path: no error")
+	}
+	if err := s.cs.Subscribe(ctx, &sdk.SubscribeParams{URI: "coagent://state/tasks"}); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "outside", other.result("write", map[string]any{"writes": []any{set("other.x", 1)}}))
+	r := other.result("write", map[string]any{"writes": []any{set("tasks.t1.status", "done")}})
+	ok(t, "change", r)
+	select {
+	case u := <-s.updates:
+		if u.URI != "coagent://state/tasks" || u.Meta["agent"] != "w2" || u.Meta["rev"] != float64(r.Rev) {
+			t.Fatalf("update: %+v", u)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no resource update for a change under tasks")
+	}
+	if st := read(); st.Version != 2 {
+		t.Fatalf("after the change: %+v", st)
+	}
+	if err := s.cs.Unsubscribe(ctx, &sdk.UnsubscribeParams{URI: "coagent://state/tasks"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPrompt(t *testing.T) {
+	b := newBoard(t)
+	s := b.open("w1", mcp.Options{})
+	res, err := s.cs.GetPrompt(context.Background(), &sdk.GetPromptParams{Name: "shared_board"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if txt := res.Messages[0].Content.(*sdk.TextContent).Text; !strings.Contains(txt, "agent w1") || !strings.Contains(txt, "claim") {
+		t.Fatalf("prompt: %s", txt)
+	}
+	if init := s.cs.InitializeResult(); !strings.Contains(init.Instructions, "w1") {
+		t.Fatalf("instructions: %q", init.Instructions)
+	}
+}
+
+func TestArbiter(t *testing.T) {
+	b := newBoard(t)
+	judge := b.open("judge", mcp.Options{Arbiter: true})
+	holder := b.open("holder", mcp.Options{})
+	asker := b.open("asker", mcp.Options{})
+	r := holder.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.intro"}}})
+	ok(t, "begin", r)
+	var empty mcp.NextCaseOutput
+	judge.call("next_case", map[string]any{"wait_ms": 100}, &empty)
+	if empty.Case != nil || empty.Next == "" {
+		t.Fatalf("next_case with no case: %+v", empty)
+	}
+	escalated := make(chan *mcp.Result, 1)
+	go func() {
+		var r mcp.Result
+		res, err := asker.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("doc.intro", "mine")}, "on_conflict": "escalate"}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		escalated <- &r
+	}()
+	var nc mcp.NextCaseOutput
+	natstest.CheckFor(t, 20*time.Second, "a case", func() error {
+		judge.call("next_case", map[string]any{"wait_ms": 2000}, &nc)
+		if nc.Case == nil {
+			return fmt.Errorf("no case")
+		}
+		return nil
+	})
+	c := nc.Case
+	if len(c.Intents) != 2 || c.Holder == nil || c.Holder.Agent != "holder" {
+		t.Fatalf("case: %+v", c)
+	}
+	var esc, prop string
+	for _, in := range c.Intents {
+		if in.Escalated {
+			esc = in.ID
+		} else {
+			prop = in.ID
+		}
+	}
+	var out mcp.ResolveOutput
+	judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop, "01J00000000000000000000000"}, "rationale": "x"}, &out)
+	if out.OK || out.Reason != "invalid" || !strings.Contains(out.Detail, "01J00000000000000000000000") || out.Next == "" {
+		t.Fatalf("resolve naming an intent not in the case: %+v", out)
+	}
+	judge.call("resolve", map[string]any{"case": "01J00000000000000000000000", "losers": []string{esc}, "rationale": "x"}, &out)
+	if out.OK || out.Reason != "invalid" {
+		t.Fatalf("resolve of a case not held: %+v", out)
+	}
+	judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop}, "losers": []string{esc}, "rationale": "the holder was first"}, &out)
+	if !out.OK {
+		t.Fatalf("resolve: %+v", out)
+	}
+	lost := <-escalated
+	rejected(t, "escalated write", lost, intents.ReasonArbiterRejected)
+	if !strings.Contains(lost.Detail, "the holder was first") {
+		t.Errorf("the loser is not told the rationale: %q", lost.Detail)
+	}
+
+	// The next case goes the other way: the escalated write wins, the
+	// holder's transaction is preempted, and its commit is told so.
+	go func() {
+		var r mcp.Result
+		res, err := asker.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("doc.intro", "mine")}, "on_conflict": "escalate"}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		escalated <- &r
+	}()
+	first := c.ID
+	natstest.CheckFor(t, 20*time.Second, "a second case", func() error {
+		nc = mcp.NextCaseOutput{}
+		judge.call("next_case", map[string]any{"wait_ms": 2000}, &nc)
+		if nc.Case == nil || nc.Case.ID == first {
+			return fmt.Errorf("no new case")
+		}
+		return nil
+	})
+	var winner, preempted string
+	for _, in := range nc.Case.Intents {
+		if in.Escalated {
+			winner = in.ID
+		} else {
+			preempted = in.ID
+		}
+	}
+	judge.call("resolve", map[string]any{"case": nc.Case.ID, "winners": []string{winner}, "losers": []string{preempted},
+		"rationale": "the asker's intro is needed now"}, &out)
+	if !out.OK {
+		t.Fatalf("second resolve: %+v", out)
+	}
+	ok(t, "escalated write that wins", <-escalated)
+	natstest.CheckFor(t, 10*time.Second, "the holder's commit told of the preemption", func() error {
+		r := holder.result("commit", map[string]any{"txn": r.Txn, "writes": []any{set("doc.intro", "late")}})
+		if r.OK || r.Reason != string(intents.ReasonFenced) || r.Next == "" {
+			return fmt.Errorf("commit: %+v", r)
+		}
+		return nil
+	})
+}
+
+// TestAdvice: every rejection reason of SPEC §3 has its own advice.
+func TestAdvice(t *testing.T) {
+	seen := map[string]intents.Reason{}
+	for _, reason := range intents.Reasons {
+		r := mcp.Advice(reason)
+		if r == mcp.Advice("no such reason") {
+			t.Errorf("reason %s has no advice of its own", reason)
+		}
+		if prev, dup := seen[r]; dup {
+			t.Errorf("reasons %s and %s have the same advice", prev, reason)
+		}
+		seen[r] = reason
+	}
+}
+
+// TestHTTP: over streamable HTTP each client is a session of its own, and
+// one that ends (the client closes it) lets its transaction expire.
+func TestHTTP(t *testing.T) {
+	b := newBoard(t)
+	nc := natstest.Connect(t, b.ns)
+	c, err := agents.Connect(context.Background(), nc, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := mcp.New(c, nc, mcp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	defer hs.Close()
+	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{t: t, cs: cs}
+	r := s.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 500})
+	ok(t, "begin over http", r)
+	observer := b.open("observer", mcp.Options{})
+	rejected(t, "write while held", observer.result("write", map[string]any{"writes": []any{set("web.page", "x")}}), intents.ReasonConflict)
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, "the expiry of "+r.Txn, func() error {
+		var h mcp.HistoryOutput
+		observer.call("history", map[string]any{"txn": r.Txn, "type": "expire"}, &h)
+		if len(h.Events) != 1 {
+			return fmt.Errorf("%d expire events", len(h.Events))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,303 @@
+// Package mcp makes one CoAgent agent an MCP server (the Model Context
+// Protocol), so that any MCP-capable language model works on the shared
+// state as that agent, with tools designed for a model rather than a mirror
+// of the wire: read, write, claim and release, begin, commit and abort,
+// history, and for arbiters next_case and resolve; the state tree as
+// resources (coagent://state/<path>) with change notifications; and a short
+// prompt on how to work on a shared board.
+//
+// It is an adapter of package agents: every tool call becomes intents of
+// the one agent of its Client on the main path (request/reply), each with a
+// fresh id and the Client's same-id resend, and a decision — a rejection
+// too — is a tool result the model can act on: the reason, the detail, the
+// conflicting paths, the current versions and what to do next. A
+// transaction begun in a session is renewed by the Client between the
+// model's turns while the session lives; when the session ends (the host
+// exits, or an HTTP session goes idle) its renewal stops and the lease runs
+// out at the coordinator, which logs the expiry.
+//
+//	s, err := mcp.New(client, nc, mcp.Options{})
+//	err = s.Run(ctx, &sdk.StdioTransport{})      // coagent mcp
+//	http.ListenAndServe(addr, s.HTTPHandler())    // coagent mcp --http ADDR
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/intents"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+)
+
+// Options configure a Server. The zero value is ready to use.
+type Options struct {
+	// Prefix is the coordinator's subject prefix, the one the Client was
+	// connected with (agents.WithPrefix). The default is "coagent".
+	Prefix string
+	// Arbiter adds the tools next_case and resolve: the agent serves the
+	// arbiter queue (SPEC §5) when the model asks for a case.
+	Arbiter bool
+	// Lease is the lease of a transaction begun without lease_ms: how long
+	// it outlives the session that began it. The default is 30s.
+	Lease time.Duration
+	// IdleTimeout closes an HTTP session that made no request for this
+	// long, which lets its transactions' leases run out. The default is
+	// 10 minutes. Stdio sessions end when the host closes the pipe.
+	IdleTimeout time.Duration
+	// Version is the server version told to hosts. The default is "dev".
+	Version string
+	// Logger receives the server's notes (sessions that end, watches that
+	// fail). The default discards them.
+	Logger *slog.Logger
+}
+
+// ensureDefaults fills the zero fields with their defaults.
+func (o *Options) ensureDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = intents.DefaultPrefix
+	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 10 * time.Minute
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// validate reports every bad field at once.
+func (o *Options) validate() error {
+	var errs []error
+	if o.Lease < 0 || (o.Lease > 0 && o.Lease < minLease) {
+		errs = append(errs, fmt.Errorf("mcp: Options.Lease = %s: want at least %s", o.Lease, minLease))
+	}
+	if o.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("mcp: Options.IdleTimeout = %s: want a positive duration", o.IdleTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// minLease is the shortest lease a transaction may have here: the Client
+// renews a third of the way through, and a shorter one would be lost to a
+// slow round trip.
+const minLease = 300 * time.Millisecond
+
+// Server is the MCP server of one agent. It is safe for concurrent use by
+// any number of sessions (stdio has one, streamable HTTP one per client).
+type Server struct {
+	c    *agents.Client
+	nc   *nats.Conn
+	subj intents.Subjects
+	opts Options
+	log  *slog.Logger
+	mcp  *sdk.Server
+
+	// done ends the watches and the arbiter when the server closes.
+	done    context.Context
+	cancel  context.CancelFunc
+	workers sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		sessions map[*sdk.ServerSession]*session
+		watches  map[string]*watch // by resource URI
+		closed   bool
+	}
+	arb *arbiterBridge // nil unless Options.Arbiter
+}
+
+// session is what one MCP session holds: the transactions it began.
+type session struct {
+	mu     sync.Mutex
+	txns   map[string]*agents.Txn // open, by transaction id
+	closed bool
+}
+
+// New makes the server of c's agent. nc is the connection c was made on,
+// for the API calls the Client has no method for (log.query,
+// decision.get) and for the arbiter queue. The caller keeps owning c and
+// nc, and closes them after Close.
+func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
+	if c == nil || nc == nil {
+		return nil, errors.New("mcp: New needs a client and its NATS connection")
+	}
+	opts.ensureDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{c: c, nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger}
+	s.mu.sessions = map[*sdk.ServerSession]*session{}
+	s.mu.watches = map[string]*watch{}
+	s.done, s.cancel = context.WithCancel(context.Background())
+	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "coagent", Title: "CoAgent", Version: opts.Version}, &sdk.ServerOptions{
+		Instructions:       instructions(c.Name(), opts.Arbiter),
+		Logger:             slog.New(warnings{opts.Logger.Handler()}),
+		SubscribeHandler:   s.subscribe,
+		UnsubscribeHandler: s.unsubscribe,
+	})
+	s.addTools()
+	if opts.Arbiter {
+		s.arb = newArbiterBridge(s)
+		s.addArbiterTools()
+	}
+	s.addResources()
+	s.addPrompt()
+	return s, nil
+}
+
+// warnings passes on the go-sdk's warnings and errors only: its info lines
+// (each session, each subscription, each notification) would bury the
+// server's own notes.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+func (w warnings) WithGroup(g string) slog.Handler       { return warnings{w.Handler.WithGroup(g)} }
+
+// MCP is the underlying go-sdk server, for a transport this package does
+// not wire (Connect it to one).
+func (s *Server) MCP() *sdk.Server { return s.mcp }
+
+// Run serves one session on t (stdio: &sdk.StdioTransport{}) until the
+// client closes it or ctx ends.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	err := s.mcp.Run(ctx, t)
+	if errors.Is(err, io.EOF) || ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// HTTPHandler serves streamable HTTP: one session per client, closed when
+// the client ends it or after Options.IdleTimeout without a request.
+func (s *Server) HTTPHandler() http.Handler {
+	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
+		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: slog.New(warnings{s.log.Handler()})})
+}
+
+// Close closes the sessions still open and ends every watch and the
+// arbiter. The sessions' transactions are no longer renewed, and their
+// leases run out: Close does not abort them.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.mu.closed = true
+	sessions := s.mu.sessions
+	s.mu.sessions = map[*sdk.ServerSession]*session{}
+	s.mu.Unlock()
+	for _, st := range sessions {
+		st.end()
+	}
+	// The sessions still open end here, so that nothing waits on them.
+	for ss := range s.mcp.Sessions() {
+		ss.Close()
+	}
+	s.cancel()
+	s.workers.Wait()
+	return nil
+}
+
+// sessionOf returns the state of session ss, made when the session is
+// first seen (its first tool call or subscription: a session of protocol
+// 2026-07-28 has no initialized notification), and from then on followed to
+// let go of what it holds when it ends.
+func (s *Server) sessionOf(ss *sdk.ServerSession) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.mu.sessions[ss]
+	if st != nil {
+		return st
+	}
+	st = &session{txns: map[string]*agents.Txn{}, closed: s.mu.closed}
+	if !s.mu.closed {
+		s.mu.sessions[ss] = st
+		s.workers.Go(func() {
+			ss.Wait()
+			s.ended(ss)
+		})
+	}
+	return st
+}
+
+// ended lets go of what session ss held: its transactions are no longer
+// renewed (their leases run out at the coordinator, which logs the
+// expiry), its subscriptions end, a case it held goes back to the queue.
+func (s *Server) ended(ss *sdk.ServerSession) {
+	s.mu.Lock()
+	st := s.mu.sessions[ss]
+	delete(s.mu.sessions, ss)
+	s.mu.Unlock()
+	if st != nil {
+		if n := st.end(); n > 0 {
+			s.log.Info("session ended; its transactions' leases will run out", "session", ss.ID(), "txns", n)
+		}
+	}
+	s.dropSubscriptions(ss)
+	if s.arb != nil {
+		s.arb.abandon(ss)
+	}
+}
+
+// end stops renewing the session's transactions and returns how many
+// there were.
+func (st *session) end() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	for _, t := range st.txns {
+		t.StopRenewing()
+	}
+	n := len(st.txns)
+	st.txns = map[string]*agents.Txn{}
+	return n
+}
+
+// add records t as open in the session; false if the session has ended
+// (then t is not renewed).
+func (st *session) add(t *agents.Txn) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		t.StopRenewing()
+		return false
+	}
+	st.txns[t.ID()] = t
+	return true
+}
+
+func (st *session) txn(id string) *agents.Txn {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.txns[id]
+}
+
+func (st *session) forget(id string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.txns, id)
+}
+
+func (st *session) open() []*agents.Txn {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]*agents.Txn, 0, len(st.txns))
+	for _, t := range st.txns {
+		out = append(out, t)
+	}
+	return out
+}

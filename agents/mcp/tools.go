@@ -1,0 +1,621 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// WriteOp is one change to the shared state.
+type WriteOp struct {
+	Path  string `json:"path" jsonschema:"dot-separated path into the shared JSON tree, e.g. tasks.t1.status (segments: letters, digits, _ or -)"`
+	Op    string `json:"op,omitempty" jsonschema:"set (the default), merge (object keys become child paths), append (one element to an array), incr (add a number) or delete"`
+	Value any    `json:"value,omitempty" jsonschema:"the JSON value: for set the new value, for merge an object, for append the element, for incr the number to add (default 1); leave out for delete"`
+}
+
+// Expect is the version a path must still have.
+type Expect struct {
+	Path    string `json:"path" jsonschema:"a path you read"`
+	Version uint64 `json:"version" jsonschema:"the version read returned for it (0: the path must not exist); a newer version rejects the request as stale_read"`
+}
+
+// ReadInput is the input of read.
+type ReadInput struct {
+	Paths []string `json:"paths" jsonschema:"the paths to read, all at one revision, e.g. [\"tasks\", \"report.title\"]"`
+}
+
+// ReadValue is one path as read.
+type ReadValue struct {
+	Exists  bool   `json:"exists"`
+	Value   any    `json:"value,omitempty" jsonschema:"the JSON value (absent when the path does not exist)"`
+	Version uint64 `json:"version" jsonschema:"how many commits changed the path or anything under it: pass it as expect.version to write only if nobody changed it since"`
+	ModRev  uint64 `json:"mod_rev" jsonschema:"the revision of the last commit that changed it"`
+	// Redacted names what the board rules' readers keep from this agent.
+	Redacted []string `json:"redacted,omitempty" jsonschema:"paths the board rules keep from this agent"`
+}
+
+// ReadOutput is the output of read.
+type ReadOutput struct {
+	Rev    uint64               `json:"rev" jsonschema:"the revision all values were read at"`
+	Values map[string]ReadValue `json:"values" jsonschema:"each path's value, by path"`
+}
+
+// WriteInput is the input of write.
+type WriteInput struct {
+	Writes     []WriteOp `json:"writes" jsonschema:"the changes, applied all together or not at all"`
+	Expect     []Expect  `json:"expect,omitempty" jsonschema:"compare-and-set: paths that must still be at the version you read"`
+	Pre        []string  `json:"pre,omitempty" jsonschema:"conditions (expr-lang) that must all be true before, e.g. state.tasks.t1.status == \"open\"; a missing path reads as nil"`
+	Post       []string  `json:"post,omitempty" jsonschema:"conditions that must all be true after the writes, e.g. state.stats.done <= 10 (old is the state before)"`
+	OnConflict string    `json:"on_conflict,omitempty" jsonschema:"when another agent's transaction holds a path: reject (the default), wait (queue until it ends, at most wait_ms) or escalate (an arbiter decides)"`
+	WaitMS     int64     `json:"wait_ms,omitempty" jsonschema:"with on_conflict wait: how long to wait, in milliseconds (default 30000)"`
+	Action     string    `json:"action,omitempty" jsonschema:"a short label for the history, e.g. mark_done"`
+}
+
+// ClaimInput is the input of claim and release.
+type ClaimInput struct {
+	Path string `json:"path" jsonschema:"the task's path, e.g. tasks.t1: claim sets <path>.owner to this agent if nobody holds it, release deletes it if this agent does"`
+}
+
+// BeginInput is the input of begin.
+type BeginInput struct {
+	Writes     []WriteOp `json:"writes" jsonschema:"the paths the transaction will write and how (op; no values yet): nobody else may write them until it ends"`
+	Reads      []Expect  `json:"reads,omitempty" jsonschema:"paths the work depends on, at the version you read: nobody else may write them until it ends"`
+	Pre        []string  `json:"pre,omitempty" jsonschema:"conditions that must be true to begin"`
+	LeaseMS    int64     `json:"lease_ms,omitempty" jsonschema:"how long the transaction outlives this session, in milliseconds (the server renews it while the session lives; default 30000)"`
+	OnConflict string    `json:"on_conflict,omitempty" jsonschema:"when another transaction holds a path: reject (the default), wait or escalate"`
+	WaitMS     int64     `json:"wait_ms,omitempty" jsonschema:"with on_conflict wait: how long to wait, in milliseconds"`
+	Action     string    `json:"action,omitempty" jsonschema:"a short label for the history"`
+}
+
+// CommitInput is the input of commit.
+type CommitInput struct {
+	Txn    string    `json:"txn" jsonschema:"the txn id begin returned"`
+	Writes []WriteOp `json:"writes" jsonschema:"the writes with their values, inside the paths given to begin"`
+	Post   []string  `json:"post,omitempty" jsonschema:"conditions that must be true after the writes"`
+	Action string    `json:"action,omitempty" jsonschema:"a short label for the history"`
+}
+
+// AbortInput is the input of abort.
+type AbortInput struct {
+	Txn string `json:"txn" jsonschema:"the txn id begin returned"`
+}
+
+// HistoryInput is the input of history.
+type HistoryInput struct {
+	Path  string `json:"path,omitempty" jsonschema:"only events touching this path or anything under it"`
+	Mine  bool   `json:"mine,omitempty" jsonschema:"only this agent's own events (its intents, decisions, transactions)"`
+	Txn   string `json:"txn,omitempty" jsonschema:"only the events of this transaction"`
+	Type  string `json:"type,omitempty" jsonschema:"only events of this type: intent, decision, change, grant, renew, expire, release, wait, escalate, notice, resolve or rules"`
+	From  uint64 `json:"from,omitempty" jsonschema:"start at this log position (a revision); next in the answer continues"`
+	Limit int    `json:"limit,omitempty" jsonschema:"at most this many events (default 50, at most 500)"`
+}
+
+// HistoryEvent is one event of the log, summarized.
+type HistoryEvent struct {
+	Seq    uint64    `json:"seq" jsonschema:"the log position (for a change, its revision)"`
+	Time   time.Time `json:"time"`
+	Type   string    `json:"type"`
+	Agent  string    `json:"agent,omitempty"`
+	Intent string    `json:"intent,omitempty"`
+	Txn    string    `json:"txn,omitempty"`
+	What   string    `json:"what" jsonschema:"what happened, in one line"`
+}
+
+// HistoryOutput is the output of history.
+type HistoryOutput struct {
+	Events []HistoryEvent `json:"events"`
+	Next   uint64         `json:"next,omitempty" jsonschema:"pass as from to see the events after these (absent: no more)"`
+}
+
+var (
+	opEnum       = []any{"set", "merge", "append", "incr", "delete"}
+	conflictEnum = []any{"reject", "wait", "escalate"}
+	typeEnum     = func() []any {
+		var out []any
+		for _, t := range intents.EventTypes {
+			out = append(out, string(t))
+		}
+		return out
+	}()
+)
+
+// schemaFor is the input schema of T, with the enums and bounds its tags
+// cannot say.
+func schemaFor[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err)) // a bug in this file's types
+	}
+	var walk func(*jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil {
+			return
+		}
+		for name, p := range s.Properties {
+			switch name {
+			case "op":
+				p.Enum = opEnum
+			case "on_conflict":
+				p.Enum = conflictEnum
+			case "type":
+				p.Enum = typeEnum
+			case "writes", "paths":
+				p.MinItems = jsonschema.Ptr(1)
+			case "lease_ms":
+				p.Minimum = jsonschema.Ptr(float64(minLease.Milliseconds()))
+			case "limit":
+				p.Minimum, p.Maximum = jsonschema.Ptr(0.0), jsonschema.Ptr(500.0)
+			}
+			walk(p)
+		}
+		walk(s.Items)
+	}
+	walk(s)
+	return s
+}
+
+func (s *Server) addTools() {
+	name := s.c.Name()
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "read", Title: "Read shared state",
+		Description: "Read paths of the shared state, all at one revision: each path's value, version and mod_rev. " +
+			"Read before you write: the versions let a write check that nobody changed what you read (expect).",
+		InputSchema: schemaFor[ReadInput](), Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.read)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "write", Title: "Write shared state",
+		Description: "Change the shared state as agent " + name + ": one atomic request the coordinator applies all together or not at all. " +
+			"ops: set, merge, append, incr, delete. Guard it with expect (the versions you read), pre and post conditions. " +
+			"A rejection is a result with ok false, the reason, the detail and what to do next; nothing was written then.",
+		InputSchema: schemaFor[WriteInput](), Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.write)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "claim", Title: "Claim a task",
+		Description: "Claim a task for agent " + name + ": sets <path>.owner to " + name + " only if nobody holds it. " +
+			"Of agents claiming at once exactly one wins; a lost claim says who holds the task (held_by): pick another then.",
+		InputSchema: schemaFor[ClaimInput]()}, s.claim)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "release", Title: "Release a task",
+		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + ".",
+		InputSchema: schemaFor[ClaimInput]()}, s.release)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "begin", Title: "Begin a transaction",
+		Description: "Begin a transaction for work that takes several steps: name the paths you will write (and those you depend on); " +
+			"until you commit or abort, no other agent writes them, and one that tries is rejected or waits. " +
+			"The lease is renewed for you while this session lives; if the session ends, it runs out and the paths are free again. " +
+			"Returns the txn id for commit and abort.",
+		InputSchema: schemaFor[BeginInput]()}, s.begin)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "commit", Title: "Commit a transaction",
+		Description: "Commit a transaction begun with begin: the writes with their values (only paths given to begin), atomically. " +
+			"A commit rejected for a post condition or a path outside the transaction leaves it open: fix and commit again, or abort.",
+		InputSchema: schemaFor[CommitInput](), Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.commit)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "abort", Title: "Abort a transaction",
+		Description: "Abort a transaction begun with begin: nothing is written and its paths are free again.",
+		InputSchema: schemaFor[AbortInput]()}, s.abort)
+	sdk.AddTool(s.mcp, &sdk.Tool{Name: "history", Title: "History of the shared state",
+		Description: "The coordinator's log, oldest first: who changed a path and when (path), what happened to this agent's own requests (mine), " +
+			"or to one transaction (txn). Every intent, decision, change, grant, renewal and expiry is there.",
+		InputSchema: schemaFor[HistoryInput](), Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.history)
+}
+
+func (s *Server) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (*sdk.CallToolResult, *ReadOutput, error) {
+	for i, p := range in.Paths {
+		if err := intents.CheckPath(p); err != nil {
+			return errorResult(fmt.Sprintf("paths[%d] = %q: %v", i, p, err)), nil, nil
+		}
+	}
+	st, err := s.c.Read(ctx, in.Paths...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", strings.Join(in.Paths, ", "), err)
+	}
+	out := &ReadOutput{Rev: st.Rev, Values: map[string]ReadValue{}}
+	var lines []string
+	for _, p := range in.Paths {
+		v := st.Values[p]
+		rv := ReadValue{Exists: v.Exists, Version: v.Version, ModRev: v.ModRev, Redacted: v.Redacted}
+		if v.Exists && len(v.Value) > 0 {
+			if err := json.Unmarshal(v.Value, &rv.Value); err != nil {
+				return nil, nil, fmt.Errorf("read %s: value: %w", p, err)
+			}
+		}
+		out.Values[p] = rv
+		if v.Exists {
+			lines = append(lines, fmt.Sprintf("%s = %s (version %d)", p, intents.Clip(string(v.Value), 200), v.Version))
+		} else {
+			lines = append(lines, p+" does not exist (version 0)")
+		}
+	}
+	return toolResult(fmt.Sprintf("at rev %d: %s", st.Rev, strings.Join(lines, "; ")), out), out, nil
+}
+
+func (s *Server) write(ctx context.Context, _ *sdk.CallToolRequest, in WriteInput) (*sdk.CallToolResult, *Result, error) {
+	b := intents.Apply(in.Action)
+	for _, e := range in.Expect {
+		b.ReadAt(e.Path, e.Version)
+	}
+	if r := addWrites(b, "writes", in.Writes, true); r != nil {
+		return toolResult(r.summary("write"), r), r, nil
+	}
+	b.Pre(in.Pre...).Post(in.Post...)
+	if r := policy(b, in.OnConflict, in.WaitMS); r != nil {
+		return toolResult(r.summary("write"), r), r, nil
+	}
+	d, err := s.c.Apply(ctx, b)
+	return s.decided("write", d, err)
+}
+
+// decided is the tool result of an intent that got decision d, or failed
+// with err.
+func (s *Server) decided(what string, d any, err error) (*sdk.CallToolResult, *Result, error) {
+	var r *Result
+	if err != nil {
+		if r = fromError(err); r == nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+	} else if dec, ok := d.(*intents.Decision); ok && dec != nil {
+		r = fromDecision(dec)
+	}
+	if r == nil {
+		return nil, nil, fmt.Errorf("%s: no decision", what)
+	}
+	return toolResult(r.summary(what), r), r, nil
+}
+
+// errorResult is a tool error for a bad argument caught before anything
+// was sent.
+func errorResult(detail string) *sdk.CallToolResult {
+	r := invalid(detail)
+	res := toolResult(r.summary("request"), r)
+	res.IsError = true
+	return res
+}
+
+// addWrites adds ws to b; withValues says the values are given (write,
+// commit) rather than only the ops (begin). A bad op or value is the
+// Result naming it.
+func addWrites(b *intents.Builder, field string, ws []WriteOp, withValues bool) *Result {
+	if len(ws) == 0 {
+		return invalid(field + " is empty: give at least one {path, op, value}")
+	}
+	for i, w := range ws {
+		op := intents.Op(w.Op)
+		if op == "" {
+			op = intents.OpSet
+		}
+		where := fmt.Sprintf("%s[%d]", field, i)
+		if !withValues {
+			if w.Value != nil {
+				return invalid(where + ".value: begin takes no values; give them to commit")
+			}
+			b.Write(w.Path, op)
+			continue
+		}
+		switch op {
+		case intents.OpSet:
+			if w.Value == nil {
+				return invalid(where + ".value is missing: set needs a value (to remove a path use op delete)")
+			}
+			b.Set(w.Path, w.Value)
+		case intents.OpMerge:
+			b.Merge(w.Path, w.Value)
+		case intents.OpAppend:
+			b.Append(w.Path, w.Value)
+		case intents.OpIncr:
+			n := 1.0
+			if w.Value != nil {
+				f, ok := w.Value.(float64)
+				if !ok {
+					return invalid(fmt.Sprintf("%s.value = %v: incr adds a number", where, w.Value))
+				}
+				n = f
+			}
+			b.Incr(w.Path, n)
+		case intents.OpDelete:
+			if w.Value != nil {
+				return invalid(where + ".value: delete takes no value")
+			}
+			b.Delete(w.Path)
+		default:
+			return invalid(fmt.Sprintf("%s.op = %q: want set, merge, append, incr or delete", where, w.Op))
+		}
+	}
+	return nil
+}
+
+// policy sets b's on_conflict and wait; a bad value is the Result naming
+// it.
+func policy(b *intents.Builder, onConflict string, waitMS int64) *Result {
+	switch p := intents.OnConflict(onConflict); p {
+	case "":
+	case intents.OnConflictReject, intents.OnConflictWait, intents.OnConflictEscalate:
+		b.OnConflict(p)
+	default:
+		return invalid(fmt.Sprintf("on_conflict = %q: want reject, wait or escalate", onConflict))
+	}
+	if waitMS < 0 {
+		return invalid(fmt.Sprintf("wait_ms = %d: want a positive number of milliseconds", waitMS))
+	}
+	if waitMS > 0 {
+		b.Wait(time.Duration(waitMS) * time.Millisecond)
+	}
+	return nil
+}
+
+// ident is an expr identifier: a segment that can follow a dot.
+var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// stateRef is the expression that reads path from state: state.a.b, with
+// state["a-1"] for a segment that is not an identifier (a-1, 7).
+func stateRef(path string) string {
+	var b strings.Builder
+	b.WriteString("state")
+	for _, seg := range strings.Split(path, ".") {
+		if ident.MatchString(seg) {
+			b.WriteString("." + seg)
+		} else {
+			fmt.Fprintf(&b, "[%q]", seg)
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) claim(ctx context.Context, _ *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
+	if err := intents.CheckPath(in.Path); err != nil {
+		return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
+	}
+	owner := in.Path + ".owner"
+	ref := stateRef(owner)
+	b := intents.Apply("claim").Set(owner, s.c.Name()).Pre(fmt.Sprintf("%s == nil || %s == agent", ref, ref))
+	d, err := s.c.Apply(ctx, b)
+	_, r, err := s.decided("claim "+in.Path, d, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.OK {
+		r.HeldBy = s.c.Name()
+		return toolResult(fmt.Sprintf("claim %s: yours (%s at rev %d)", in.Path, owner, r.Rev), r), r, nil
+	}
+	if r.Reason == string(intents.ReasonPreconditionFailed) {
+		holder, rev := s.holder(ctx, owner)
+		r.HeldBy = holder
+		r.Next = fmt.Sprintf("%s is held by %s (claimed at rev %d): leave it and claim another task.", in.Path, holder, rev)
+		return toolResult(fmt.Sprintf("claim %s: lost, held by %s (claimed at rev %d). %s", in.Path, holder, rev, r.Next), r), r, nil
+	}
+	return toolResult(r.summary("claim "+in.Path), r), r, nil
+}
+
+// holder is who holds a task now (the value of its owner path) and the
+// revision they took it at; "" when nobody does or it cannot be read.
+func (s *Server) holder(ctx context.Context, owner string) (string, uint64) {
+	st, err := s.c.Read(ctx, owner)
+	if err != nil {
+		s.log.Warn("reading who holds a task failed", "path", owner, "err", err)
+		return "", 0
+	}
+	var who string
+	v := st.Values[owner]
+	if err := v.Decode(&who); err != nil {
+		return intents.Clip(string(v.Value), 100), v.ModRev
+	}
+	return who, v.ModRev
+}
+
+func (s *Server) release(ctx context.Context, _ *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
+	if err := intents.CheckPath(in.Path); err != nil {
+		return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
+	}
+	owner := in.Path + ".owner"
+	b := intents.Apply("release").Delete(owner).Pre(stateRef(owner) + " == agent")
+	d, err := s.c.Apply(ctx, b)
+	_, r, err := s.decided("release "+in.Path, d, err)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !r.OK && r.Reason == string(intents.ReasonPreconditionFailed) {
+		holder, _ := s.holder(ctx, owner)
+		r.HeldBy = holder
+		if holder == "" {
+			r.Next = in.Path + " is not held by anyone: there is nothing to release."
+		} else {
+			r.Next = fmt.Sprintf("%s is held by %s, not by %s: only its holder releases it.", in.Path, holder, s.c.Name())
+		}
+		return toolResult(fmt.Sprintf("release %s: not yours. %s", in.Path, r.Next), r), r, nil
+	}
+	return toolResult(r.summary("release "+in.Path), r), r, nil
+}
+
+func (s *Server) begin(ctx context.Context, req *sdk.CallToolRequest, in BeginInput) (*sdk.CallToolResult, *Result, error) {
+	b := intents.Propose(in.Action)
+	for _, e := range in.Reads {
+		b.ReadAt(e.Path, e.Version)
+	}
+	if r := addWrites(b, "writes", in.Writes, false); r != nil {
+		return toolResult(r.summary("begin"), r), r, nil
+	}
+	lease := s.opts.Lease
+	if in.LeaseMS != 0 {
+		lease = time.Duration(in.LeaseMS) * time.Millisecond
+		if lease < minLease {
+			r := invalid(fmt.Sprintf("lease_ms = %d: want at least %d", in.LeaseMS, minLease.Milliseconds()))
+			return toolResult(r.summary("begin"), r), r, nil
+		}
+	}
+	b.Pre(in.Pre...).Lease(lease)
+	if r := policy(b, in.OnConflict, in.WaitMS); r != nil {
+		return toolResult(r.summary("begin"), r), r, nil
+	}
+	t, err := s.c.Propose(ctx, b)
+	if err != nil {
+		return s.decided("begin", nil, err)
+	}
+	r := fromDecision(t.Grant())
+	if !s.sessionOf(req.Session).add(t) {
+		return nil, nil, errors.New("begin: the session ended; the transaction's lease will run out")
+	}
+	return toolResult(fmt.Sprintf("begin: granted txn %s (lease renewed while this session lives; commit or abort it)", t.ID()), r), r, nil
+}
+
+// noTxn is the Result for a txn id this session has no open transaction
+// under.
+func noTxn(id string) *Result {
+	r := invalid(fmt.Sprintf("txn = %q: this session has no open transaction with that id (begin returns it; commit, abort or an expired lease end it)", id))
+	r.Txn = id
+	return r
+}
+
+func (s *Server) commit(ctx context.Context, req *sdk.CallToolRequest, in CommitInput) (*sdk.CallToolResult, *Result, error) {
+	st := s.sessionOf(req.Session)
+	t := st.txn(in.Txn)
+	if t == nil {
+		r := noTxn(in.Txn)
+		return toolResult(r.summary("commit"), r), r, nil
+	}
+	b := intents.Apply(in.Action)
+	if r := addWrites(b, "writes", in.Writes, true); r != nil {
+		return toolResult(r.summary("commit"), r), r, nil
+	}
+	b.Post(in.Post...)
+	d, err := t.Commit(ctx, b)
+	if t.Err() != nil {
+		st.forget(t.ID())
+	}
+	res, r, err := s.decided("commit "+t.ID(), d, err)
+	if r != nil && r.Txn == "" {
+		r.Txn = t.ID()
+	}
+	return res, r, err
+}
+
+func (s *Server) abort(ctx context.Context, req *sdk.CallToolRequest, in AbortInput) (*sdk.CallToolResult, *Result, error) {
+	st := s.sessionOf(req.Session)
+	t := st.txn(in.Txn)
+	if t == nil {
+		r := noTxn(in.Txn)
+		return toolResult(r.summary("abort"), r), r, nil
+	}
+	err := t.Abort(ctx)
+	if t.Err() != nil {
+		st.forget(t.ID())
+	}
+	if err != nil {
+		res, r, err := s.decided("abort "+t.ID(), nil, err)
+		if r != nil && r.Txn == "" {
+			r.Txn = t.ID()
+		}
+		return res, r, err
+	}
+	r := &Result{OK: true, Outcome: string(intents.OutcomeAborted), Txn: t.ID()}
+	return toolResult("abort "+t.ID()+": aborted, nothing written", r), r, nil
+}
+
+func (s *Server) history(ctx context.Context, _ *sdk.CallToolRequest, in HistoryInput) (*sdk.CallToolResult, *HistoryOutput, error) {
+	q := map[string]any{}
+	if in.Path != "" {
+		if err := intents.CheckPath(in.Path); err != nil {
+			return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
+		}
+		q["path"] = in.Path
+	}
+	if in.Mine {
+		q["agent"] = s.c.Name()
+	}
+	if in.Txn != "" {
+		q["txn"] = in.Txn
+	}
+	if in.Type != "" {
+		q["type"] = in.Type
+	}
+	if in.From > 0 {
+		q["from"] = in.From
+	}
+	limit := in.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	q["limit"] = min(limit, 500)
+	var page struct {
+		Events []*intents.Event `json:"events"`
+		Next   uint64           `json:"next"`
+	}
+	if err := s.api(ctx, intents.APILogQuery, q, &page); err != nil {
+		if r := apiResult(err); r != nil {
+			res := toolResult(r.summary("history"), r)
+			res.IsError = true
+			return res, nil, nil
+		}
+		return nil, nil, fmt.Errorf("history: %w", err)
+	}
+	out := &HistoryOutput{Events: []HistoryEvent{}, Next: page.Next}
+	var lines []string
+	for _, ev := range page.Events {
+		h := HistoryEvent{Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Agent: ev.Agent, Intent: ev.Intent, Txn: ev.Txn, What: describe(ev)}
+		out.Events = append(out.Events, h)
+		lines = append(lines, fmt.Sprintf("%d %s %s: %s", h.Seq, h.Type, h.Agent, h.What))
+	}
+	summary := fmt.Sprintf("%d events", len(out.Events))
+	if len(lines) > 0 {
+		summary += ":\n" + strings.Join(lines, "\n")
+	}
+	return toolResult(summary, out), out, nil
+}
+
+// describe says in one line what event ev records.
+func describe(ev *intents.Event) string {
+	switch {
+	case ev.Received != nil && ev.Received.Intent != nil:
+		in := ev.Received.Intent
+		s := string(in.Kind)
+		if in.Action != "" {
+			s += " " + in.Action
+		}
+		var paths []string
+		for _, w := range in.Writes {
+			paths = append(paths, string(w.Op)+" "+w.Path)
+		}
+		if len(paths) > 0 {
+			s += ": " + strings.Join(paths, ", ")
+		}
+		return s
+	case ev.Received != nil:
+		return "an intent that does not decode: " + ev.Received.Error
+	case ev.Decision != nil:
+		d := ev.Decision
+		s := string(d.Outcome)
+		if d.Reason != "" {
+			s += " (" + string(d.Reason) + ")"
+		}
+		if d.Rev > 0 {
+			s += fmt.Sprintf(" at rev %d", d.Rev)
+		}
+		if d.Detail != "" {
+			s += ": " + d.Detail
+		}
+		return s
+	case ev.Change != nil:
+		var ws []string
+		for _, a := range ev.Change.Writes {
+			w := string(a.Op) + " " + a.Path
+			if len(a.Value) > 0 {
+				w += " = " + intents.Clip(string(a.Value), 120)
+			}
+			ws = append(ws, fmt.Sprintf("%s (v%d)", w, a.NewVersion))
+		}
+		return strings.Join(ws, "; ")
+	case ev.Grant != nil && ev.Type == intents.EventRenew:
+		return fmt.Sprintf("lease of %s renewed until %s", ev.Grant.Txn, ev.Grant.Expires.Format(time.RFC3339Nano))
+	case ev.Grant != nil:
+		return fmt.Sprintf("transaction %s granted to %s (fence %d, lease %d ms)", ev.Grant.Txn, ev.Grant.Agent, ev.Grant.Fence, ev.Grant.LeaseMS)
+	case ev.Release != nil:
+		return fmt.Sprintf("transaction %s of %s ended: %s", ev.Release.Txn, ev.Release.Agent, ev.Release.Cause)
+	case ev.Wait != nil:
+		return fmt.Sprintf("waits until %s on %d conflicts", ev.Wait.Deadline.Format(time.RFC3339), len(ev.Wait.Conflicts))
+	case ev.Notice != nil:
+		return string(ev.Notice.Kind) + ": " + ev.Notice.Detail
+	case ev.Resolution != nil:
+		return fmt.Sprintf("case %s settled by %s: %s", ev.Resolution.Escalation, ev.Resolution.Arbiter, ev.Resolution.Rationale)
+	case ev.Rules != nil:
+		return "board rules " + intents.Clip(ev.Rules.Hash, 12) + " in force"
+	}
+	return string(ev.Type)
+}

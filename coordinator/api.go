@@ -180,6 +180,7 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		Path  string `json:"path"`
 		Type  string `json:"type"`
 		Txn   string `json:"txn"`
+		Trace string `json:"trace"`
 		From  uint64 `json:"from"`
 		Limit int    `json:"limit"`
 	}
@@ -200,8 +201,17 @@ func (s *Service) handleLogQuery(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "log.query: type %q is not an event type", body.Type)
 		return
 	}
+	// A trace is named by its id or by a whole traceparent.
+	trace := body.Trace
+	if trace != "" {
+		var err error
+		if trace, err = intents.ParseTraceID(trace); err != nil {
+			replyError(req, intents.ReasonInvalid, "log.query: trace %q: %v", body.Trace, err)
+			return
+		}
+	}
 	out, err := s.logQuery(eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
-		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, s.viewerOf(req.Reply()))
+		Txn: body.Txn, Trace: trace, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, s.viewerOf(req.Reply()))
 	if err != nil {
 		replyError(req, codeInternal, "log.query: %v", err)
 		return

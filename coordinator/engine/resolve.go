@@ -147,13 +147,11 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		}
 		e.reject(p.in, intents.ReasonArbiterRejected,
 			fmt.Sprintf("superseded by replacement %s, which was %s; %s", r.ID, outcome, why), nil)
-	case escWins:
-		e.trace = p.trace
+	case escWins: // under p's trace: no replacement
 		in := *p.in
 		in.OnConflict = intents.OnConflictReject // settled: no second escalation
 		e.decideNew(&in, p, true)
 	default:
-		e.trace = p.trace
 		e.reject(p.in, intents.ReasonArbiterRejected, why, nil)
 	}
 	e.settle()

@@ -475,6 +475,7 @@ func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*in
 		wait = strconv.FormatInt((timeout - replyMargin(timeout)).Milliseconds(), 10)
 	}
 	m.Header.Set(intents.HeaderWait, wait)
+	c.traceHeader(ctx, m)
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {
 		return nil, err

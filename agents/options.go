@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -41,6 +42,7 @@ type clientConfig struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	onDecision  func(*intents.Decision)
+	traceparent func(context.Context) string // nil: TraceparentFrom
 }
 
 type arbiterConfig struct {

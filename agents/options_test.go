@@ -16,10 +16,11 @@ import (
 // here the type assertions stand in for the compiler.
 func TestOptionKinds(t *testing.T) {
 	client := map[string]any{
-		"WithResend":       agents.WithResend(time.Second),
-		"WithRetries":      agents.WithRetries(1),
-		"WithBackoff":      agents.WithBackoff(time.Millisecond, time.Second),
-		"WithDecisionHook": agents.WithDecisionHook(func(*intents.Decision) {}),
+		"WithResend":          agents.WithResend(time.Second),
+		"WithRetries":         agents.WithRetries(1),
+		"WithBackoff":         agents.WithBackoff(time.Millisecond, time.Second),
+		"WithDecisionHook":    agents.WithDecisionHook(func(*intents.Decision) {}),
+		"WithTraceparentFunc": agents.WithTraceparentFunc(func(context.Context) string { return "" }),
 	}
 	arbiter := map[string]any{
 		"WithAckWait":        agents.WithAckWait(time.Second),

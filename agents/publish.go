@@ -45,10 +45,12 @@ func (c *Client) Publish(ctx context.Context, in *intents.Intent) (string, error
 // allows: the message id makes the stream keep one copy however many
 // attempts reach it.
 func (c *Client) publish(ctx context.Context, id string, raw []byte) error {
-	subject := c.subj.Intents(c.name)
+	m := nats.NewMsg(c.subj.Intents(c.name))
+	m.Data = raw
+	c.traceHeader(ctx, m)
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.resend)
-		_, err := c.js.Publish(pctx, subject, raw, jetstream.WithMsgID(id))
+		_, err := c.js.PublishMsg(pctx, m, jetstream.WithMsgID(id))
 		cancel()
 		if err == nil {
 			return nil

@@ -266,6 +266,7 @@ func answerLogQuery(r readSource, st stamp, req micro.Request) {
 		Path  string `json:"path"`
 		Type  string `json:"type"`
 		Txn   string `json:"txn"`
+		Trace string `json:"trace"`
 		From  uint64 `json:"from"`
 		Limit int    `json:"limit"`
 	}
@@ -286,8 +287,17 @@ func answerLogQuery(r readSource, st stamp, req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "log.query: type %q is not an event type", body.Type)
 		return
 	}
+	// A trace is named by its id or by a whole traceparent.
+	trace := body.Trace
+	if trace != "" {
+		var err error
+		if trace, err = intents.ParseTraceID(trace); err != nil {
+			replyError(req, intents.ReasonInvalid, "log.query: trace %q: %v", body.Trace, err)
+			return
+		}
+	}
 	out, rev, err := logQuery(r, eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
-		Txn: body.Txn, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, r.viewerOf(req.Reply()))
+		Txn: body.Txn, Trace: trace, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, r.viewerOf(req.Reply()))
 	switch {
 	case errors.Is(err, errUnavailable):
 		replyError(req, codeUnavailable, "log.query: %v", err)

@@ -169,9 +169,18 @@ func (c *Core) Engine() *engine.Engine { return c.eng }
 // id then has that decision, so a resend is answered from the record and
 // is not decided again.
 func (c *Core) Decide(now time.Time, agent string, raw []byte, via Via) []*intents.Event {
+	return c.DecideTraced(now, agent, raw, nil, via)
+}
+
+// DecideTraced is Decide for an intent that came with a traceparent
+// header: traceparent holds the header's values (see
+// engine.Engine.SubmitTraced), nil when it had none.
+func (c *Core) DecideTraced(now time.Time, agent string, raw []byte, traceparent []string, via Via) []*intents.Event {
 	n := len(c.out)
-	if !c.guard(n, "intent", func() { c.out = c.eng.Submit(now, agent, raw, c.out) }) {
-		c.guard(n, "the refusal of an intent", func() { c.out = c.eng.Refuse(now, agent, raw, errInternalDetail, c.out) })
+	if !c.guard(n, "intent", func() { c.out = c.eng.SubmitTraced(now, agent, raw, traceparent, c.out) }) {
+		c.guard(n, "the refusal of an intent", func() {
+			c.out = c.eng.Refuse(now, agent, raw, traceparent, errInternalDetail, c.out)
+		})
 	}
 	c.done(n, via, true)
 	return c.out[n:]

@@ -34,6 +34,15 @@ func FuzzDecideFold(f *testing.F) {
 			`{"id":"01JD0000000000000000000007","agent":"w2","kind":"apply","on_conflict":"wait","wait_ms":1500,"writes":[{"path":"q","op":"set","value":2}]}` + "\n+30\n" +
 			`{"id":"01JD0000000000000000000008","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"q","op":"merge","value":{"a":[1,2],"b":null}}]}`,
 		`{"id":"01JD0000000000000000000009","agent":"w1","kind":"apply","writes":[{"path":"m","op":"merge","value":{"k":1e308}}],"pre":["state.m == nil"],"post":["state.m.k > 0"],"meta":{"why":1e999}}`,
+		// Traces: a header (a line "@value" is the next intent's
+		// traceparent), meta.traceparent, bad ones of both, and a
+		// transaction whose commit and expiry carry its trace.
+		"@00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n" +
+			`{"id":"01JD0000000000000000000010","agent":"w1","kind":"propose","lease_ms":1000,"writes":[{"path":"q","op":"set"}]}` + "\n" +
+			`{"id":"01JD0000000000000000000011","agent":"w2","kind":"apply","on_conflict":"wait","writes":[{"path":"q","op":"set","value":2}],"meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}` + "\n+30",
+		"@00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01\n" +
+			`{"id":"01JD0000000000000000000012","agent":"w1","kind":"apply","writes":[{"path":"q","op":"set","value":1}],"meta":{"traceparent":["x"]}}`,
+		`{"id":"01JD0000000000000000000013","agent":"w1","kind":"apply","writes":[{"path":"q","op":"bad"}],"meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -46,11 +55,16 @@ func FuzzDecideFold(f *testing.F) {
 		folded, _ := engine.New(cfg)
 		now := t0
 		agents := []string{"w1", "w2", ""}
+		var header []string
 		for i, line := range bytes.Split(data, []byte("\n")) {
 			if i == 64 {
 				break
 			}
 			var evs []*intents.Event
+			if len(line) > 0 && line[0] == '@' {
+				header = []string{string(line[1:])}
+				continue
+			}
 			if len(line) > 1 && line[0] == '+' {
 				n := 0
 				for _, c := range line[1:] {
@@ -59,7 +73,8 @@ func FuzzDecideFold(f *testing.F) {
 				now = now.Add(time.Duration(n%1000) * 100 * time.Millisecond)
 				evs = live.Advance(now, nil)
 			} else {
-				evs = live.Submit(now, agents[i%len(agents)], line, nil)
+				evs = live.SubmitTraced(now, agents[i%len(agents)], line, header, nil)
+				header = nil
 			}
 			for _, ev := range evs {
 				if _, err := json.Marshal(ev); err != nil {
@@ -68,6 +83,9 @@ func FuzzDecideFold(f *testing.F) {
 				back, err := eventlog.DecodeEvent(eventlog.AppendEvent(nil, ev))
 				if err != nil {
 					t.Fatalf("event %d (%s) does not decode from its record: %v", ev.Seq, ev.Type, err)
+				}
+				if ev.Trace != "" && !intents.ValidTraceID(ev.Trace) {
+					t.Fatalf("event %d (%s) has trace %q, not a trace id", ev.Seq, ev.Type, ev.Trace)
 				}
 				if err := folded.Apply(back); err != nil {
 					t.Fatalf("event %d (%s) does not fold after the round trip: %v", ev.Seq, ev.Type, err)

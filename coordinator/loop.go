@@ -2,9 +2,12 @@ package coordinator
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -146,12 +149,12 @@ func (s *Service) decide(batch []input) {
 			if !ok && agent == "" {
 				agent = "?"
 			}
-			s.core.Decide(now, agent, in.msg.Data(), ViaStream)
+			s.core.DecideTraced(now, agent, in.msg.Data(), traceparent(in.msg.Headers()), ViaStream)
 			o.msgs = append(o.msgs, in.msg)
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream})
 			continue
 		}
-		evs := s.core.Decide(now, in.sub.agent, in.sub.req.Data(), ViaAPI)
+		evs := s.core.DecideTraced(now, in.sub.agent, in.sub.req.Data(), traceparent(nats.Header(in.sub.req.Headers())), ViaAPI)
 		in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
 		o.submits = append(o.submits, in.sub)
 		o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI})
@@ -263,4 +266,23 @@ func ownDecision(evs []*intents.Event) int {
 		}
 	}
 	return -1
+}
+
+// traceparent returns the values of a message's traceparent header
+// (intents.HeaderTraceparent), nil when it has none. NATS headers keep
+// their case, and W3C's is named in HTTP's, where case does not count, so
+// any spelling is taken: a gateway or a client library may have
+// capitalized it.
+func traceparent(h nats.Header) []string {
+	if v, ok := h[intents.HeaderTraceparent]; ok {
+		return v
+	}
+	var out []string
+	for k, v := range h {
+		if strings.EqualFold(k, intents.HeaderTraceparent) {
+			out = append(out, v...)
+		}
+	}
+	slices.Sort(out) // the map's order is not the message's
+	return out
 }

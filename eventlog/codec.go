@@ -24,14 +24,18 @@ import (
 //	payloads  the mask: one byte in version 1; two in version 2, the second
 //	          right after the first. Bit i of the first byte is set when
 //	          payload i is present, in the order Received, Decision, Change,
-//	          Grant, Release, Wait, Notice, Resolution; bit 0 of the second
-//	          is Rules, and its other bits are unused (ErrCorrupt). Then each
-//	          present payload in that order, fields in struct order
+//	          Grant, Release, Wait, Notice, Resolution; bits 0–2 of the
+//	          second are Rules, Trace (Event.Trace, a string) and TraceError
+//	          (Received.TraceError, a string, only beside a Received), and
+//	          its other bits are unused (ErrCorrupt). Then each present
+//	          payload in that order, fields in struct order; Trace and
+//	          TraceError are set only when not empty (an empty one is
+//	          ErrCorrupt), so each event has one encoding
 //
 // and nothing after. The versions differ in nothing else. An event takes the
 // lowest version that holds it: version 1 when no payload of the second mask
-// byte is present (every event without Rules, byte for byte as before
-// version 2 existed), version 2 otherwise. A type normally has one payload
+// byte is present (every event without Rules or a trace, byte for byte as
+// before version 2 existed), version 2 otherwise. A type normally has one payload
 // (intent→Received, decision→Decision, change→Change, grant and
 // renew→Grant, expire and release→Release, wait and escalate→Wait,
 // notice→Notice, resolve→Resolution, rules→Rules), but the mask lets any
@@ -91,8 +95,14 @@ import (
 // ErrCorrupt: "unknown event type code 12".) This build reads both
 // versions. It also reads a version 2 record whose second mask byte is 0,
 // which it never writes but a later build might, and re-encodes it as
-// version 1. The next payloads take bits 1–7 of the second byte under
-// version 2, by the rule above.
+// version 1.
+//
+// Trace and TraceError took bits 1 and 2 of the second byte, under version
+// 2, by the rule above: every record written before them decodes as it did
+// (no version 1 record has a second mask byte, and no version 2 one had
+// those bits), and a binary from before them rejects a traced record as
+// ErrCorrupt ("payload mask: unknown bits"), never misreading it. The next
+// payloads take bits 3–7.
 //
 // The fuzz seeds in testdata/fuzz/FuzzDecodeEvent are golden files:
 // TestCodecSeedCorpus fails if the encoding of their fixtures changes.
@@ -136,7 +146,9 @@ const (
 // Bits of the second payload mask byte, in encoding order after those of
 // the first; present in SchemaVersion2 only.
 const (
-	hasRules byte = 1 << iota // SchemaVersion2
+	hasRules      byte = 1 << iota // SchemaVersion2
+	hasTrace                       // Event.Trace, a string; added under SchemaVersion2
+	hasTraceError                  // Received.TraceError, a string, with Received only
 
 	mask2All = 1<<iota - 1
 )
@@ -205,6 +217,12 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	var mask2 byte
 	if ev.Rules != nil {
 		mask2 |= hasRules
+	}
+	if ev.Trace != "" {
+		mask2 |= hasTrace
+	}
+	if ev.Received != nil && ev.Received.TraceError != "" {
+		mask2 |= hasTraceError
 	}
 	if mask2 == 0 {
 		dst = append(dst, SchemaVersion) // the lowest version that holds ev
@@ -306,6 +324,12 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendRaw(dst, p.File)
 		dst = appendString(dst, p.Hash)
 		dst = appendString(dst, p.Source)
+	}
+	if mask2&hasTrace != 0 {
+		dst = appendString(dst, ev.Trace)
+	}
+	if mask2&hasTraceError != 0 {
+		dst = appendString(dst, ev.Received.TraceError)
 	}
 	return dst
 }
@@ -554,7 +578,7 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			x := &changePayload{}
 			change, applied = &x.p, x.w[:]
 		}
-	case mask2 != 0:
+	case mask2&hasRules != 0:
 		ev = &intents.Event{}
 	case mask == hasReceived:
 		x := &receivedEvent{}
@@ -666,6 +690,28 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		p.Hash = r.string("hash")
 		p.Source = r.string("source")
 		ev.Rules = p
+	}
+	if mask2&hasTrace != 0 {
+		r.scope = ""
+		// Its own allocation, as the envelope's strings: the engine keeps
+		// it on a transaction or a parked intent.
+		at := r.off
+		if ev.Trace = r.envelopeString("trace"); ev.Trace == "" {
+			r.failAt(at, "trace", "empty, with its mask bit set")
+		}
+	}
+	if mask2&hasTraceError != 0 {
+		r.scope = "received"
+		at := r.off
+		msg := r.string("trace_error")
+		switch {
+		case msg == "":
+			r.failAt(at, "trace_error", "empty, with its mask bit set")
+		case ev.Received == nil:
+			r.failAt(at, "trace_error", "set on an event without a received payload")
+		default:
+			ev.Received.TraceError = msg
+		}
 	}
 	if err := r.end(); err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ var codecRewriteSeeds = flag.Bool("codec-seeds", false,
 const codecSeedDir = "testdata/fuzz/FuzzDecodeEvent"
 
 var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything",
-	"resolve", "rules", "nine-payloads"}
+	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced"}
 
 type codecCase struct {
 	name string
@@ -198,6 +198,26 @@ func codecFixtures() []codecCase {
 	ev = env(3, intents.EventDecision)
 	ev.Decision = codecFullDecision()
 	add("decision", ev)
+
+	// Traced: the trace id, and a traceparent that could not be used.
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	ev = env(1, intents.EventIntent)
+	ev.Trace = trace
+	ev.Received = &intents.Received{Intent: codecFullIntent(),
+		TraceError: `header traceparent = "00-zz": not a W3C traceparent: 5 characters, a traceparent has 55 (version-traceid-parentid-flags)`}
+	add("intent-traced", ev)
+	ev = env(4, intents.EventIntent)
+	ev.Received = &intents.Received{Raw: []byte(`{"meta":{"traceparent":1}}`), Error: "invalid", TraceError: "meta.traceparent = 1: not a string"}
+	add("intent-trace-error-only", ev)
+	ev = env(5, intents.EventGrant)
+	ev.Trace = trace
+	ev.Grant = &intents.Grant{Txn: "t-7", Agent: "writer-1", Fence: 3, LeaseMS: 30000, Expires: codecBase.Add(30 * time.Second),
+		Propose: &intents.Intent{ID: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "writer-1", Kind: intents.KindPropose}}
+	add("grant-traced", ev)
+	ev = env(6, intents.EventRules)
+	ev.Trace = trace // no event the engine writes, but the bits combine
+	ev.Rules = &intents.Rules{File: []byte(`{}`), Hash: "h", Source: "api"}
+	add("rules-traced", ev)
 
 	ev = env(4, intents.EventChange)
 	ev.Change = codecFullChange()
@@ -645,6 +665,12 @@ func (g codecGen) event() *intents.Event {
 	if mask2&hasRules != 0 {
 		ev.Rules = &intents.Rules{File: g.raw(), Hash: g.str(), Source: g.str()}
 	}
+	if mask2&hasTrace != 0 || g.r.IntN(8) == 0 {
+		ev.Trace = "t" + g.str() // never empty: the codec writes no empty trace
+	}
+	if ev.Received != nil && (mask2&hasTraceError != 0 || g.r.IntN(8) == 0) {
+		ev.Received.TraceError = "e" + g.str()
+	}
 	return ev
 }
 
@@ -803,7 +829,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 			t.Errorf("payload mask bit %d is %#02x", i, b)
 		}
 	}
-	bits2 := []byte{hasRules}
+	bits2 := []byte{hasRules, hasTrace, hasTraceError}
 	for i, b := range bits2 {
 		if b != 1<<i {
 			t.Errorf("second payload mask bit %d is %#02x", i, b)
@@ -925,6 +951,11 @@ func TestDecodeVersion(t *testing.T) {
 	}
 }
 
+// codecV2 says ev needs version 2: a payload of the second mask byte.
+func codecV2(ev *intents.Event) bool {
+	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != ""
+}
+
 // TestCodecVersions checks that an event takes the lowest version that
 // holds it: version 1 unless it carries a payload of the second mask byte,
 // so every record without Rules is written as before version 2 existed.
@@ -932,7 +963,7 @@ func TestCodecVersions(t *testing.T) {
 	check := func(name string, ev *intents.Event) {
 		t.Helper()
 		want := byte(SchemaVersion)
-		if ev.Rules != nil {
+		if codecV2(ev) {
 			want = SchemaVersion2
 		}
 		if got := AppendEvent(nil, ev)[0]; got != want {
@@ -942,7 +973,7 @@ func TestCodecVersions(t *testing.T) {
 	v2 := 0
 	for _, c := range codecFixtures() {
 		check(c.name, c.ev)
-		if c.ev.Rules != nil {
+		if codecV2(c.ev) {
 			v2++
 		}
 	}
@@ -950,7 +981,7 @@ func TestCodecVersions(t *testing.T) {
 	for i := range 2000 {
 		ev := g.event()
 		check(fmt.Sprintf("random event %d", i), ev)
-		if ev.Rules != nil {
+		if codecV2(ev) {
 			v2++
 		}
 	}
@@ -1057,8 +1088,18 @@ func TestDecodeMalformed(t *testing.T) {
 		// Version 2: a second mask byte, whose bit 0 is Rules.
 		{"v2 without its second mask", cat2([]byte{0}), fmt.Sprintf("byte %d: payload mask: truncated", n+1)},
 		{"v2 without any mask", cat2(), fmt.Sprintf("byte %d: payload mask: truncated", n)},
-		{"v2 unknown mask bit", cat2([]byte{0, 0x02}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x02", n+1)},
-		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xfe", n+1)},
+		{"v2 unknown mask bit", cat2([]byte{0, 0x08}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x08", n+1)},
+		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xf8", n+1)},
+		// Bits 1 and 2 of the second mask byte: the trace and a received
+		// payload's trace error.
+		{"trace cut short", cat2([]byte{0, hasTrace}), fmt.Sprintf("byte %d: trace: truncated varint", n+2)},
+		{"trace empty", cat2([]byte{0, hasTrace, 0}), fmt.Sprintf("byte %d: trace: empty, with its mask bit set", n+2)},
+		{"trace one past", cat2([]byte{0, hasTrace, 3, 'a', 'b'}), "trace: length 3 past the end"},
+		{"trace error without received", cat2([]byte{0, hasTraceError, 1, 'x'}),
+			fmt.Sprintf("byte %d: received.trace_error: set on an event without a received payload", n+2)},
+		{"trace error empty", cat2([]byte{hasReceived, hasTraceError, 0, 0, 0, 0}),
+			fmt.Sprintf("byte %d: received.trace_error: empty, with its mask bit set", n+5)},
+		{"trace trailing", cat2([]byte{0, hasTrace, 1, 'a', 9}), fmt.Sprintf("byte %d: end: 1 trailing bytes", n+4)},
 		{"rules cut short", cat2([]byte{0, hasRules}), fmt.Sprintf("byte %d: rules.file: truncated varint", n+2)},
 		{"huge rules file", cat2([]byte{0, hasRules}, huge), fmt.Sprintf("byte %d: rules.file: length %d past the end", n+2, 1<<40-1)},
 		{"rules file one past", cat2([]byte{0, hasRules, 3, '{'}), "rules.file: length 2 past the end"},

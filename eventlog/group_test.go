@@ -54,6 +54,14 @@ func FuzzDecodeGroup(f *testing.F) {
 	f.Add(AppendGroup(nil, g.batch(1).Events))
 	f.Add(AppendGroup(nil, g.batch(5).Events))
 	f.Add([]byte{GroupVersion, 0})
+	traced := g.batch(3).Events
+	for _, ev := range traced {
+		ev.Trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		if ev.Received != nil {
+			ev.Received.TraceError = "meta.traceparent = 1: not a string"
+		}
+	}
+	f.Add(AppendGroup(nil, traced))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		evs, err := DecodeGroup(data)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 //	xx<txn>\0<seq:8>         index by transaction
 //	xp<prefix>\0<seq:8>      index by subtree: every proper prefix of every path an event concerns
 //	xq<path>\0<seq:8>        index by exact path
+//	xr<trace>\0<seq:8>       index by trace id (intents.Event.Trace)
 //
 // A path query for P reads xp P (events under P), xq P (events at P) and
 // xq of each ancestor of P. Logs written before xp held the path itself
@@ -57,6 +58,7 @@ const (
 	idxTxn     = 'x'
 	idxSubtree = 'p'
 	idxExact   = 'q'
+	idxTrace   = 'r'
 )
 
 var (
@@ -177,6 +179,7 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	idx(idxAgent, ev.Agent)
 	idx(idxType, string(ev.Type))
 	idx(idxTxn, ev.Txn)
+	idx(idxTrace, ev.Trace)
 	var buf [8]string
 	for _, p := range appendPaths(buf[:0], ev) {
 		ancestors(p, func(pre string) { idx(idxSubtree, pre) })

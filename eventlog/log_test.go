@@ -40,6 +40,7 @@ type gen struct {
 
 var (
 	genAgents = []string{"a", "b", "c"}
+	genTraces = []string{"4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"}
 	genPaths  = []string{"r", "r.s", "r.s.t", "r.st", "q.x", "q"}
 	genTxns   = []string{"", "", "T1", "T2"}
 )
@@ -49,6 +50,14 @@ func (g *gen) event() *intents.Event {
 	ev := &intents.Event{Seq: g.seq, Time: t0.Add(time.Duration(g.seq) * time.Millisecond),
 		Agent: genAgents[g.rng.IntN(len(genAgents))], Txn: genTxns[g.rng.IntN(len(genTxns))]}
 	ev.ID[15] = byte(g.seq)
+	// Some events are traced, by their seq alone: the rng's draws stay
+	// those of the logs written before traces.
+	switch {
+	case g.seq%3 == 0:
+		ev.Trace = genTraces[0]
+	case g.seq%5 == 0:
+		ev.Trace = genTraces[1]
+	}
 	p := genPaths[g.rng.IntN(len(genPaths))]
 	in := &intents.Intent{ID: ulid.Make().String(), Agent: ev.Agent, Kind: intents.KindApply,
 		Writes: []intents.Write{{Path: p, Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
@@ -465,7 +474,9 @@ func indexPostings(t *testing.T, l *Log) map[string][]uint64 {
 func checkQueries(t *testing.T, l *Log, all []*intents.Event, first uint64) {
 	t.Helper()
 	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant},
-		{Type: intents.EventRules}, {Agent: "c", Type: intents.EventRules}, {Path: "r", Type: intents.EventRules}}
+		{Type: intents.EventRules}, {Agent: "c", Type: intents.EventRules}, {Path: "r", Type: intents.EventRules},
+		{Trace: genTraces[0]}, {Trace: genTraces[1], Agent: "a"}, {Trace: genTraces[0], Type: intents.EventGrant, Txn: "T1"},
+		{Trace: genTraces[1], Path: genPaths[0]}, {Trace: "11111111111111111111111111111111"}}
 	for _, p := range append(slices.Clone(genPaths), "r.s.t.u", "zz") {
 		queries = append(queries, Query{Path: p}, Query{Path: p, Agent: "c"}, Query{Path: p, Type: intents.EventWait, Txn: "T1"})
 	}
@@ -823,4 +834,16 @@ func prefixEnd(p []byte) []byte {
 		}
 	}
 	return nil
+}
+
+// A query names a trace by its id: anything else is an error naming it.
+func TestQueryTraceInvalid(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	for _, trace := range []string{"abc", strings.ToUpper(genTraces[0]), strings.Repeat("0", 32)} {
+		_, _, err := l.Query(Query{Trace: trace})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("query trace %q", trace)) {
+			t.Errorf("trace %q: %v", trace, err)
+		}
+	}
 }

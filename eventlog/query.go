@@ -15,6 +15,9 @@ type Query struct {
 	Agent string            // the event's agent
 	Type  intents.EventType // the event's type
 	Txn   string            // the event's transaction
+	// Trace is the trace id of the intent that caused the event
+	// (intents.Event.Trace): 32 lowercase hex digits.
+	Trace string
 	// Path matches events that concern a path overlapping it: the path
 	// itself, anything under it, or an ancestor of it (a write to report
 	// concerns report.intro). Decisions carry no paths; follow their intent.
@@ -40,6 +43,9 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 		if err := intents.CheckPath(q.Path); err != nil {
 			return nil, 0, fmt.Errorf("query path %q: %v", q.Path, err)
 		}
+	}
+	if q.Trace != "" && !intents.ValidTraceID(q.Trace) {
+		return nil, 0, fmt.Errorf("query trace %q: not a trace id (32 lowercase hex digits, not all zeros)", q.Trace)
 	}
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
@@ -77,7 +83,8 @@ func (q *Query) matches(ev *intents.Event) bool {
 	switch {
 	case q.Agent != "" && ev.Agent != q.Agent,
 		q.Type != "" && ev.Type != q.Type,
-		q.Txn != "" && ev.Txn != q.Txn:
+		q.Txn != "" && ev.Txn != q.Txn,
+		q.Trace != "" && ev.Trace != q.Trace:
 		return false
 	case q.Path != "":
 		return slices.ContainsFunc(pathsOf(ev), func(p string) bool { return intents.Overlaps(p, q.Path) })
@@ -85,11 +92,12 @@ func (q *Query) matches(ev *intents.Event) bool {
 	return true
 }
 
-// stream picks the index that drives q: a transaction has the fewest
-// events, then an agent, a path, a type; with no criterion, the log itself.
+// stream picks the index that drives q: a trace has the fewest events (one
+// intent's story), then a transaction, an agent, a path, a type; with no
+// criterion, the log itself.
 // The events after the index follow the index's.
 func stream(r pebble.Reader, q Query) (seqStream, error) {
-	if q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
+	if q.Trace == "" && q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
 		return newEventStream(r, q.From)
 	}
 	indexed, found, err := readMeta(r, metaIndexed)
@@ -122,6 +130,8 @@ func newEventStream(r pebble.Reader, from uint64) (seqStream, error) {
 // indexStream is the stream of the index that drives q, to seq until.
 func indexStream(r pebble.Reader, q Query, until uint64) (seqStream, error) {
 	switch {
+	case q.Trace != "":
+		return newIndexStream(r, indexPrefix(idxTrace, q.Trace), q.From, until)
 	case q.Txn != "":
 		return newIndexStream(r, indexPrefix(idxTxn, q.Txn), q.From, until)
 	case q.Agent != "":

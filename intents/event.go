@@ -42,6 +42,12 @@ type Event struct {
 	Agent  string    `json:"agent,omitempty"` // the agent concerned (a notice's recipient)
 	Intent string    `json:"intent,omitempty"`
 	Txn    string    `json:"txn,omitempty"`
+	// Trace is the W3C trace id (32 lowercase hex digits) of the intent
+	// that caused the event, when it came with a traceparent (the header,
+	// or meta.traceparent): its own events, the events of its transaction
+	// (grant, renew, release, expire and their notices), of its wait or
+	// escalation, and the resolution of its case (see docs/wire.md).
+	Trace string `json:"trace,omitempty"`
 
 	Received *Received `json:"received,omitempty"`
 	Decision *Decision `json:"decision,omitempty"`
@@ -74,6 +80,10 @@ type Received struct {
 	Intent *Intent `json:"intent,omitempty"`
 	Raw    []byte  `json:"raw,omitempty"`
 	Error  string  `json:"error,omitempty"`
+	// TraceError says why a traceparent that came with the intent was not
+	// used, naming where it came from (the header or meta.traceparent) and
+	// its value. It never decides the intent (see intents.Trace).
+	TraceError string `json:"trace_error,omitempty"`
 }
 
 // Change is the set of writes one intent committed. Merges are expanded into

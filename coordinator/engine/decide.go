@@ -17,11 +17,15 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// rejectRaw records an intent that did not decode or validate.
-func (e *Engine) rejectRaw(agent string, raw []byte, err error) {
+// rejectRaw records an intent that did not decode or validate, with the
+// trace of its traceparent header, or of its meta if that much of it
+// decodes.
+func (e *Engine) rejectRaw(agent string, raw []byte, traceparent []string, err error) {
 	id := sniffID(raw)
+	trace, problem := intents.Trace(traceparent, sniffMeta(raw))
+	defer e.traced(e.traced(trace))
 	e.emit(intents.Event{Type: intents.EventIntent, Agent: agent, Intent: id,
-		Received: &intents.Received{Raw: raw, Error: err.Error()}})
+		Received: &intents.Received{Raw: raw, Error: err.Error(), TraceError: problem}})
 	if d, ok := e.recorded(id); ok && id != "" && (agent == "" || d.Agent == agent) {
 		e.duplicate(d)
 		return
@@ -72,16 +76,38 @@ func sniffID(raw []byte) string {
 	return id
 }
 
-func (e *Engine) submit(agent string, in *intents.Intent, size int) {
+// sniffMeta returns the meta of a document that failed validation, when
+// it is JSON enough to have one and that meta names a traceparent.
+func sniffMeta(raw []byte) json.RawMessage {
+	if !bytes.Contains(raw, []byte(intents.MetaTraceparent)) {
+		return nil
+	}
+	var doc struct {
+		Meta json.RawMessage `json:"meta"`
+	}
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	return doc.Meta
+}
+
+func (e *Engine) submit(agent string, in *intents.Intent, size int, traceparent []string) {
 	// The intent's event names who sent it: the subject's agent. A forged
 	// body must not spend its victim's quota.
 	sender := in.Agent
 	if agent != "" {
 		sender = agent
 	}
+	// A commit, abort or renew sent without a trace of its own belongs to
+	// its transaction's story.
+	trace, problem := intents.Trace(traceparent, in.Meta)
+	if t := e.txns[in.Txn]; trace == "" && t != nil && in.Kind.Transactional() && t.Agent == in.Agent {
+		trace = t.trace
+	}
+	defer e.traced(e.traced(trace))
 	admitted, retry := e.admit(sender, e.now)
 	e.emit(intents.Event{Type: intents.EventIntent, Agent: sender, Intent: in.ID, Txn: in.Txn,
-		Received: &intents.Received{Intent: in}})
+		Received: &intents.Received{Intent: in, TraceError: problem}})
 	if agent != "" && in.Agent != agent {
 		// Answered to the agent that sent it; the fold does not record it as
 		// the id's decision, so a forger can neither take another agent's
@@ -135,13 +161,16 @@ func (e *Engine) settle() {
 		id := e.redecide[0]
 		e.redecide = e.redecide[1:]
 		p := e.parked[id]
-		switch {
-		case p == nil || p.escalated:
-		case !e.now.Before(p.deadline):
+		if p == nil || p.escalated {
+			continue
+		}
+		prev := e.traced(p.trace)
+		if !e.now.Before(p.deadline) {
 			e.deadline(id, p)
-		default:
+		} else {
 			e.decideNew(p.in, p, false)
 		}
+		e.trace = prev
 	}
 }
 
@@ -489,6 +518,7 @@ func (e *Engine) preempt(in *intents.Intent, conflicts []intents.Conflict) bool 
 // preemptTxn ends t, released as preempted, and tells its agent why: its
 // propose is aborted, its fence dead.
 func (e *Engine) preemptTxn(t *txn, detail string) {
+	defer e.traced(e.traced(t.trace))
 	e.emit(intents.Event{Type: intents.EventRelease, Agent: t.Agent, Intent: t.propose.ID, Txn: t.ID,
 		Release: &intents.Release{Txn: t.ID, Agent: t.Agent, Cause: intents.CausePreempted}})
 	e.decide(&intents.Decision{Intent: t.propose.ID, Agent: t.Agent, Outcome: intents.OutcomeAborted, Txn: t.ID,

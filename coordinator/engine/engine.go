@@ -48,6 +48,7 @@ type Engine struct {
 
 	// The call in progress.
 	now      time.Time
+	trace    string // stamped on every event emitted (see traced)
 	out      []*intents.Event
 	redecide []string        // waiters freed by a release, to decide again
 	arena    []intents.Event // where emitted events are carved from
@@ -62,6 +63,7 @@ type txn struct {
 	propose *intents.Intent
 	reads   []intents.Read
 	merged  []string // intents that committed beside it into its documents
+	trace   string   // its propose's trace id, from its grant event
 	warned  bool
 	// warnN and endN number its current lease timers (see timer).
 	warnN, endN uint64
@@ -89,6 +91,7 @@ type parked struct {
 	deadline  time.Time
 	escalated bool
 	conflicts []intents.Conflict
+	trace     string // its trace id, from its wait or escalate event
 	deadlineN uint64 // the number of its current deadline timer
 }
 
@@ -141,17 +144,27 @@ func New(cfg Config) (*Engine, error) {
 // unknown field, a bad path — is recorded and rejected, never a panic.
 // Timers due by now fire first. It appends the events to out and returns it.
 func (e *Engine) Submit(now time.Time, agent string, raw []byte, out []*intents.Event) []*intents.Event {
+	return e.SubmitTraced(now, agent, raw, nil, out)
+}
+
+// SubmitTraced is Submit for an intent that came with a traceparent header
+// (intents.HeaderTraceparent): traceparent holds the header's values, nil
+// when it had none. The trace id it names (or else the intent's
+// meta.traceparent) is recorded on every event the intent causes, at once
+// or later (Event.Trace); one that cannot be used is recorded on the
+// intent's event (Received.TraceError) and changes nothing else.
+func (e *Engine) SubmitTraced(now time.Time, agent string, raw []byte, traceparent []string, out []*intents.Event) []*intents.Event {
 	e.begin(now, out)
 	e.advance()
 	if agent != "" && !intents.ValidSegment(agent) {
-		e.rejectRaw("", raw, fmt.Errorf("the subject's agent token %q is not an agent name", agent))
+		e.rejectRaw("", raw, traceparent, fmt.Errorf("the subject's agent token %q is not an agent name", agent))
 		return e.end()
 	}
 	in, err := intents.Decode(raw)
 	if err != nil {
-		e.rejectRaw(agent, raw, err)
+		e.rejectRaw(agent, raw, traceparent, err)
 	} else {
-		e.submit(agent, in, len(raw))
+		e.submit(agent, in, len(raw), traceparent)
 	}
 	return e.end()
 }
@@ -163,7 +176,7 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 	e.advance()
 	if err := in.Validate(); err != nil {
 		raw, _ := json.Marshal(in)
-		e.rejectRaw(agent, raw, err)
+		e.rejectRaw(agent, raw, nil, err)
 		return e.end()
 	}
 	size := 0
@@ -173,7 +186,7 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 		raw, _ := json.Marshal(in)
 		size = len(raw)
 	}
-	e.submit(agent, in, size)
+	e.submit(agent, in, size, nil)
 	return e.end()
 }
 
@@ -181,11 +194,11 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 // rejected invalid with detail, without deciding it and without firing
 // timers: the caller could not decide it (a panic it contained while the
 // engine decided it). A duplicate of an id already decided gets its
-// recorded decision, as in Submit. It appends the events to out and
-// returns it.
-func (e *Engine) Refuse(now time.Time, agent string, raw []byte, detail string, out []*intents.Event) []*intents.Event {
+// recorded decision, as in Submit. traceparent is as for SubmitTraced. It
+// appends the events to out and returns it.
+func (e *Engine) Refuse(now time.Time, agent string, raw []byte, traceparent []string, detail string, out []*intents.Event) []*intents.Event {
 	e.begin(now, out)
-	e.rejectRaw(agent, raw, errors.New(detail))
+	e.rejectRaw(agent, raw, traceparent, errors.New(detail))
 	return e.end()
 }
 
@@ -216,6 +229,7 @@ func (e *Engine) begin(now time.Time, out []*intents.Event) {
 		now = e.now
 	}
 	e.now = now.UTC().Round(0)
+	e.trace = ""
 	e.out = out
 	e.redecide = e.redecide[:0]
 }
@@ -239,12 +253,25 @@ func (e *Engine) emit(v intents.Event) {
 	ev.Seq = e.seq + 1
 	ev.ID = e.cfg.NewID(e.now)
 	ev.Time = e.now
+	if ev.Trace == "" {
+		ev.Trace = e.trace
+	}
 	if err := e.apply(ev, true); err != nil {
 		// The engine only emits events it can fold; failing here is a bug
 		// in the engine, not bad input.
 		panic(fmt.Sprintf("engine: folding its own event %d (%s): %v", ev.Seq, ev.Type, err))
 	}
 	e.out = append(e.out, ev)
+}
+
+// traced makes trace the one stamped on the events emitted from now on
+// (emit), and returns the one before, which the caller puts back when what
+// it emits under trace is done: an event carries the trace of the intent
+// whose story it belongs to, which is not always the intent being decided
+// (a waiter freed, a transaction preempted or expired).
+func (e *Engine) traced(trace string) (prev string) {
+	prev, e.trace = e.trace, trace
+	return prev
 }
 
 // Effects are what calls did beside their events that the caller must act

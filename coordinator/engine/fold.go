@@ -78,6 +78,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 	case intents.EventGrant:
 		g := ev.Grant
 		t := newTxn(g)
+		t.trace = ev.Trace
 		e.txns[t.ID] = t
 		e.index.Add(&t.Txn)
 		e.fence = max(e.fence, g.Fence)
@@ -106,7 +107,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 			e.parked[w.Intent.ID] = p
 			e.loadOf(w.Intent.Agent).parked++
 		}
-		p.deadline, p.conflicts = w.Deadline, w.Conflicts
+		p.deadline, p.conflicts, p.trace = w.Deadline, w.Conflicts, ev.Trace
 		p.escalated = ev.Type == intents.EventEscalate
 		if !p.escalated {
 			e.waits.Park(w.Intent.ID, w.Intent.Agent, holders(w.Conflicts))

@@ -106,6 +106,19 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	}
 	escWins := arbiter.EscalatedWins(c, res)
 
+	// The resolution belongs to the story of its replacement when that has
+	// a trace of its own (meta.traceparent), else to the escalated intent's;
+	// so does the replacement's decision. The escalated intent's own
+	// decision keeps its trace.
+	var rtrace, rproblem string
+	if res.Replacement != nil {
+		rtrace, rproblem = intents.Trace(nil, res.Replacement.Meta)
+	}
+	if rtrace == "" {
+		rtrace = p.trace
+	}
+	defer e.traced(e.traced(rtrace))
+
 	why := fmt.Sprintf("arbiter %s: %s", res.Arbiter, res.Rationale)
 	e.emit(intents.Event{Type: intents.EventResolve, Agent: res.Arbiter, Intent: esc, Resolution: res})
 	// Whoever loses, or stands in the way of what wins, is preempted; a
@@ -121,8 +134,9 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		r := *res.Replacement
 		r.OnConflict = intents.OnConflictReject
 		e.emit(intents.Event{Type: intents.EventIntent, Agent: r.Agent, Intent: r.ID,
-			Received: &intents.Received{Intent: res.Replacement}})
+			Received: &intents.Received{Intent: res.Replacement, TraceError: rproblem}})
 		e.decideNew(&r, nil, true)
+		e.trace = p.trace
 		d, _ := e.decided.get(r.ID)
 		outcome := "was not decided"
 		if d != nil {
@@ -133,7 +147,7 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		}
 		e.reject(p.in, intents.ReasonArbiterRejected,
 			fmt.Sprintf("superseded by replacement %s, which was %s; %s", r.ID, outcome, why), nil)
-	case escWins:
+	case escWins: // under p's trace: no replacement
 		in := *p.in
 		in.OnConflict = intents.OnConflictReject // settled: no second escalation
 		e.decideNew(&in, p, true)

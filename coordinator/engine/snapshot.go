@@ -88,6 +88,8 @@ type SnapshotTxn struct {
 	Merged []string `json:"merged,omitempty"`
 	// Warned says the agent was told its lease is about to end.
 	Warned bool `json:"warned,omitempty"`
+	// Trace is its propose's trace id, if it had one.
+	Trace string `json:"trace,omitempty"`
 }
 
 // SnapshotParked is an intent waiting on transactions or on an arbiter.
@@ -96,6 +98,8 @@ type SnapshotParked struct {
 	Deadline  time.Time          `json:"deadline"`
 	Escalated bool               `json:"escalated,omitempty"`
 	Conflicts []intents.Conflict `json:"conflicts"`
+	// Trace is the intent's trace id, if it had one.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Window is the two generations of a map that forgets its oldest keys.
@@ -146,12 +150,12 @@ func (e *Engine) Snapshot() *Snapshot {
 	}
 	for _, t := range e.txns {
 		s.Txns = append(s.Txns, SnapshotTxn{ID: t.ID, Agent: t.Agent, Fence: t.fence, LeaseMS: t.leaseMS,
-			Expires: t.expires, Propose: t.propose, Reads: t.reads, Merged: slices.Clone(t.merged), Warned: t.warned})
+			Expires: t.expires, Propose: t.propose, Reads: t.reads, Merged: slices.Clone(t.merged), Warned: t.warned, Trace: t.trace})
 	}
 	slices.SortFunc(s.Txns, func(a, b SnapshotTxn) int { return strings.Compare(a.ID, b.ID) })
 	for _, p := range e.parked {
 		s.Parked = append(s.Parked, SnapshotParked{Intent: p.in, Deadline: p.deadline, Escalated: p.escalated,
-			Conflicts: p.conflicts})
+			Conflicts: p.conflicts, Trace: p.trace})
 	}
 	slices.SortFunc(s.Parked, func(a, b SnapshotParked) int { return strings.Compare(a.Intent.ID, b.Intent.ID) })
 	// Stale timers never fire (see timer), so only the live ones are kept.
@@ -228,7 +232,7 @@ func (e *Engine) restore(s *Snapshot) error {
 		// As the fold of its grant builds it, with what happened since.
 		t := newTxn(&intents.Grant{Txn: st.ID, Agent: st.Agent, Fence: st.Fence, LeaseMS: st.LeaseMS,
 			Expires: st.Expires, Reads: st.Reads, Propose: st.Propose})
-		t.merged, t.warned = slices.Clone(st.Merged), st.Warned
+		t.merged, t.warned, t.trace = slices.Clone(st.Merged), st.Warned, st.Trace
 		e.txns[t.ID] = t
 		e.loadOf(t.Agent).txns++
 	}
@@ -250,7 +254,7 @@ func (e *Engine) restore(s *Snapshot) error {
 		if err := checkIntent(in); err != nil {
 			return fmt.Errorf("parked intent %s: %w", in.ID, err)
 		}
-		e.parked[in.ID] = &parked{in: in, deadline: sp.Deadline, escalated: sp.Escalated, conflicts: sp.Conflicts}
+		e.parked[in.ID] = &parked{in: in, deadline: sp.Deadline, escalated: sp.Escalated, conflicts: sp.Conflicts, trace: sp.Trace}
 		e.loadOf(in.Agent).parked++
 	}
 

@@ -82,6 +82,14 @@ func (e *Engine) advance() {
 		if !e.live(tm) {
 			continue
 		}
+		// What a timer ends belongs to the story of the intent that began
+		// it: the transaction's propose, the parked intent.
+		var prev string
+		if tm.kind == timerDeadline {
+			prev = e.traced(e.parked[tm.id].trace)
+		} else {
+			prev = e.traced(e.txns[tm.id].trace)
+		}
 		switch tm.kind {
 		case timerLeaseWarn:
 			e.leaseWarning(e.txns[tm.id])
@@ -90,5 +98,6 @@ func (e *Engine) advance() {
 		case timerDeadline:
 			e.deadline(tm.id, e.parked[tm.id])
 		}
+		e.trace = prev
 	}
 }

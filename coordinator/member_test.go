@@ -125,20 +125,12 @@ func TestMemberTakeover(t *testing.T) {
 		t.Skip("starts a 3-node cluster")
 	}
 	c := natstest.RunCluster(t, 3)
-	connect := func(i int) *nats.Conn {
-		nc, err := nats.Connect(c.Servers[i].ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	dirA, dirB := t.TempDir(), t.TempDir()
 	var logsA, logsB lockedBuffer
-	a := startMember(t, connect(0), dirA, "a", 3, &logsA)
+	a := startMember(t, c.Connect(t, 0), dirA, "a", 3, &logsA)
 	awaitActive(t, a, 10*time.Second)
-	b := startMember(t, connect(1), dirB, "b", 3, &logsB)
-	client := connect(2)
+	b := startMember(t, c.Connect(t, 1), dirB, "b", 3, &logsB)
+	client := c.Connect(t, 2)
 	incr(t, client, "c.n", 20)
 
 	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
@@ -160,7 +152,7 @@ func TestMemberTakeover(t *testing.T) {
 	}
 	awaitActive(t, b, 5*time.Second)
 	incr(t, client, "c.n", 20)
-	a = startMember(t, connect(0), dirA, "a", 3, &logsA)
+	a = startMember(t, c.Connect(t, 0), dirA, "a", 3, &logsA)
 	natstest.CheckFor(t, 10*time.Second, "a current", func() error {
 		st, err := statuses(client, 2)
 		if err != nil {

@@ -48,16 +48,8 @@ func TestMemberSnapshotJoin(t *testing.T) {
 		t.Skip("starts a 3-node cluster")
 	}
 	c := natstest.RunCluster(t, 3)
-	connect := func(i int) *nats.Conn {
-		nc, err := nats.Connect(c.Servers[i].ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	ctx := context.Background()
-	client := connect(2)
+	client := c.Connect(t, 2)
 	js, err := jetstream.New(client)
 	if err != nil {
 		t.Fatal(err)
@@ -87,9 +79,9 @@ func TestMemberSnapshotJoin(t *testing.T) {
 		})
 	}
 	dirA, dirB, dirC := t.TempDir(), t.TempDir(), t.TempDir()
-	a := startTrimMember(t, connect(0), dirA, "a", &logsA)
+	a := startTrimMember(t, c.Connect(t, 0), dirA, "a", &logsA)
 	awaitActive(t, a, 10*time.Second)
-	b := startTrimMember(t, connect(1), dirB, "b", &logsB)
+	b := startTrimMember(t, c.Connect(t, 1), dirB, "b", &logsB)
 	// An intent decided before the snapshot, sent again at the end to a
 	// coordinator that joined from it, is answered as the duplicate it is.
 	first := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"c.n","op":"incr","value":1}]}`, ulid.Make().String())
@@ -126,7 +118,7 @@ func TestMemberSnapshotJoin(t *testing.T) {
 	}
 
 	// A member with an empty directory joins from the snapshot.
-	cm := startTrimMember(t, connect(2), dirC, "c", &logsC)
+	cm := startTrimMember(t, c.Connect(t, 2), dirC, "c", &logsC)
 	incr(t, client, "c.n", 10)
 	current("a", "b", "c")
 	st, err := statuses(client, 3)
@@ -155,7 +147,7 @@ func TestMemberSnapshotJoin(t *testing.T) {
 	if ls := logState(); ls.FirstSeq != snap2.LogSeq || ls.FirstSeq <= bAt+1 {
 		t.Fatalf("after a snapshot at message %d with b away at %d, the log's first message is %d", snap2.LogSeq, bAt, ls.FirstSeq)
 	}
-	b = startTrimMember(t, connect(1), dirB, "b", &logsB)
+	b = startTrimMember(t, c.Connect(t, 1), dirB, "b", &logsB)
 	incr(t, client, "c.n", 10)
 	current("a", "b", "c")
 	if _, err := os.Stat(dirB + ".replaced"); err != nil {

@@ -80,20 +80,12 @@ func TestStandbyReads(t *testing.T) {
 		t.Skip("starts a 3-node cluster")
 	}
 	c := natstest.RunCluster(t, 3)
-	connect := func(i int) *nats.Conn {
-		nc, err := nats.Connect(c.Servers[i].ClientURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
 	subj := intents.Subjects{}
 	dirA := t.TempDir()
-	a := startMember(t, connect(0), dirA, "a", 3, nil)
+	a := startMember(t, c.Connect(t, 0), dirA, "a", 3, nil)
 	awaitActive(t, a, 10*time.Second)
-	b := startMember(t, connect(1), t.TempDir(), "b", 3, nil)
-	client := connect(2)
+	b := startMember(t, c.Connect(t, 1), t.TempDir(), "b", 3, nil)
+	client := c.Connect(t, 2)
 	incr(t, client, "c.n", 5)
 	// A transaction in flight, for txn.list.
 	txn := ulid.Make().String()
@@ -222,7 +214,7 @@ func TestStandbyReads(t *testing.T) {
 		active = r
 		return nil
 	})
-	a = startMember(t, connect(0), dirA, "a", 3, nil)
+	a = startMember(t, c.Connect(t, 0), dirA, "a", 3, nil)
 	natstest.CheckFor(t, 10*time.Second, "a answers as a standby at b's revision", func() error {
 		r, err := readAt(client, subj.NodeAPI("a", intents.APIStateGet), paths)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/coagent/coagent/internal/nodetest"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
@@ -33,21 +33,7 @@ const text = "text written from JavaScript"
 // COAGENT_JS_REQUIRED=1, as in CI, where a missing one is a failure.
 func requireNode(t *testing.T) string {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("COAGENT_JS_REQUIRED") == "1" {
-			t.Fatalf(format+" (COAGENT_JS_REQUIRED=1)", args...)
-		}
-		t.Skipf(format+"; set COAGENT_JS_REQUIRED=1 to make this a failure", args...)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing("node is not on PATH: install Node.js (v18 or later) to run the JavaScript agent")
-	}
-	if _, err := os.Stat(filepath.Join("node_modules", "@nats-io", "jetstream")); err != nil {
-		missing("examples/js/node_modules is missing: run `npm ci --prefix examples/js`")
-	}
-	return node
+	return nodetest.Require(t, "examples/js", "@nats-io/jetstream", "the JavaScript agent")
 }
 
 // startCoordinator starts an embedded NATS server with JetStream and a

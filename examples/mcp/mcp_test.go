@@ -19,6 +19,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/coagent/coagent/internal/nodetest"
 )
 
 // requireNode returns the node binary, or skips the test when node or the
@@ -26,21 +27,7 @@ import (
 // COAGENT_JS_REQUIRED=1, as in CI, where a missing one is a failure.
 func requireNode(t *testing.T) string {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("COAGENT_JS_REQUIRED") == "1" {
-			t.Fatalf(format+" (COAGENT_JS_REQUIRED=1)", args...)
-		}
-		t.Skipf(format+"; set COAGENT_JS_REQUIRED=1 to make this a failure", args...)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		missing("node is not on PATH: install Node.js (v18 or later) to run the MCP client")
-	}
-	if _, err := os.Stat(filepath.Join("node_modules", "@modelcontextprotocol", "sdk")); err != nil {
-		missing("examples/mcp/node_modules is missing: run `npm ci --prefix examples/mcp`")
-	}
-	return node
+	return nodetest.Require(t, "examples/mcp", "@modelcontextprotocol/sdk", "the MCP client")
 }
 
 // line is one step race.mjs prints.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // Cluster is a JetStream cluster of in-process servers on loopback, as
@@ -120,6 +121,17 @@ func (c *Cluster) URLs() string {
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
 	}
 	return strings.Join(urls, ",")
+}
+
+// Connect connects a client to node i alone, closed when the test ends.
+func (c *Cluster) Connect(t testing.TB, i int) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.opts[i].Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // Stop shuts node i down and waits until it has stopped.

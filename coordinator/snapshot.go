@@ -176,9 +176,10 @@ func (m *Member) Snapshot(ctx context.Context) (intents.SnapshotStatus, error) {
 	}
 }
 
-// startSnapshots runs the active member's snapshot loop for svc; stop
-// ends it and waits, which lead does before the Service stops (the loop
-// reads its log).
+// startSnapshots runs the active member's snapshot loop for svc, and
+// answers the requests for a snapshot (answerSnapshots); stop ends both
+// and waits, which lead does before the Service stops (the loop reads its
+// log).
 func (m *Member) startSnapshots(ctx context.Context, svc *Service) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -186,7 +187,13 @@ func (m *Member) startSnapshots(ctx context.Context, svc *Service) (stop func())
 		defer close(done)
 		m.snapshotLoop(ctx, svc)
 	}()
+	unsubscribe, err := m.answerSnapshots(ctx, svc)
+	if err != nil {
+		m.log.Warn("snapshots are taken only every TrimEvery events", "err", err)
+		unsubscribe = func() {}
+	}
 	return func() {
+		unsubscribe()
 		cancel()
 		<-done
 	}

@@ -47,3 +47,14 @@ type SnapshotStatus struct {
 	LogSeq uint64    `json:"log_seq"`
 	Stored time.Time `json:"stored"`
 }
+
+// SnapshotReply is the active coordinator's answer on
+// Subjects.ClusterSnapshot: the snapshot it stored, who stored it, and
+// the replicated log's first message once it was trimmed below it
+// (lower than the snapshot's message while a coordinator that answers
+// the status has folded less).
+type SnapshotReply struct {
+	SnapshotStatus
+	Node     string `json:"node"`
+	LogFirst uint64 `json:"log_first"`
+}

@@ -162,6 +162,13 @@ const LeaderKey = "active"
 // answers with its MemberStatus: a request gathers one reply from each.
 func (s Subjects) Status() string { return s.p() + ".cluster.status" }
 
+// ClusterSnapshot is where the active coordinator of a cluster, and it
+// alone, answers a request to store a snapshot of the replicated log now
+// and trim the log below it, with a SnapshotReply (`coagent snapshot`).
+// A standby does not subscribe, so with no active coordinator the
+// request has no responders.
+func (s Subjects) ClusterSnapshot() string { return s.p() + ".cluster.snapshot" }
+
 // NodeAPI is the subject of an API endpoint of one coordinator of a
 // cluster, named node, active or standby: <prefix>.cluster.<node>.api.<endpoint>.
 // Each member answers the read-only endpoints (APIStateGet, APILogQuery,

@@ -29,6 +29,7 @@ type clusterFlags struct {
 	replicas               int
 	coordinator            bool
 	leaseTTL               time.Duration
+	snapshotEvery          int64
 	tlsCert, tlsKey, tlsCA string
 }
 
@@ -46,6 +47,7 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "cluster-tls-cert", "", "with --cluster: this node's certificate (PEM) for mutual TLS on the routes; needs --cluster-tls-key and --cluster-tls-ca")
 	fs.StringVar(&f.tlsKey, "cluster-tls-key", "", "with --cluster: the key of --cluster-tls-cert")
 	fs.StringVar(&f.tlsCA, "cluster-tls-ca", "", "with --cluster: the CA every node's route certificate must be signed by: only nodes with one can join")
+	fs.Int64Var(&f.snapshotEvery, "snapshot-every", 0, fmt.Sprintf("with --name: how many events the active coordinator appends between the snapshots it stores of the replicated log, trimming COAGENT_LOG below each (0: %d; negative: only when coagent snapshot asks)", coordinator.DefaultTrimEvery))
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "with --name: how long the leadership lasts unless renewed, which is how soon a standby takes over from a coordinator that died (at least 1s)")
 }
 
@@ -100,6 +102,9 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 	}
 	if changed("lease-ttl") && !f.member() {
 		return usagef(c, "--lease-ttl needs --name: only a coordinator of a cluster holds a lease")
+	}
+	if changed("snapshot-every") && !f.member() {
+		return usagef(c, "--snapshot-every needs --name: only a coordinator of a cluster snapshots the replicated log (a coordinator alone compacts with coagent compact)")
 	}
 	if f.leaseTTL < time.Second {
 		return usagef(c, "--lease-ttl %s: want at least 1s", f.leaseTTL)

@@ -287,6 +287,8 @@ func TestServeClusterUsage(t *testing.T) {
 		{[]string{"--cluster-tls-ca", "ca.pem"}, "--cluster-tls-ca needs --cluster HOST:PORT: it configures this node's part of a cluster"},
 		{[]string{"--lease-ttl", "2s"}, "--lease-ttl needs --name: only a coordinator of a cluster holds a lease"},
 		{append([]string{"--lease-ttl", "500ms"}, node...), "--lease-ttl 500ms: want at least 1s"},
+		{[]string{"--snapshot-every", "500"}, "--snapshot-every needs --name: only a coordinator of a cluster snapshots the replicated log (a coordinator alone compacts with coagent compact)"},
+		{append([]string{"--snapshot-every", "500", "--coordinator=false"}, node...), "--snapshot-every needs --name: only a coordinator of a cluster snapshots the replicated log (a coordinator alone compacts with coagent compact)"},
 		{[]string{"--nats", "nats://h:1", "--name", "n.1"}, `--name "n.1": want letters, digits, '-' or '_'`},
 		{[]string{"--replicas", "0"}, "--replicas 0: want 1 to 5"},
 		{[]string{"--replicas", "6"}, "--replicas 6: want 1 to 5"},

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -44,6 +47,8 @@ type failoverCluster struct {
 	nodeArgs [][]string // each node's serve arguments, to restart it
 	nodes    []*node
 	coords   []*coordProc
+	// coordArgs are more serve arguments of every coordinator.
+	coordArgs []string
 }
 
 // coordProc is one `coagent serve --nats` coordinator process; a restart
@@ -60,11 +65,12 @@ type coordProc struct {
 }
 
 // startFailoverCluster starts three NATS nodes and coords coordinators on
-// them and waits until one coordinator is active.
-func startFailoverCluster(t *testing.T, coords int) *failoverCluster {
+// them, each given coordArgs besides, and waits until one coordinator is
+// active.
+func startFailoverCluster(t *testing.T, coords int, coordArgs ...string) *failoverCluster {
 	t.Helper()
 	ports := natstest.FreePorts(t, 6)
-	c := &failoverCluster{t: t, dir: t.TempDir()}
+	c := &failoverCluster{t: t, dir: t.TempDir(), coordArgs: coordArgs}
 	var routes []string
 	for i := range 3 {
 		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
@@ -116,6 +122,7 @@ func (c *failoverCluster) launchCoord(name, data string) *coordProc {
 	c.t.Helper()
 	co := &coordProc{name: name, data: data, args: []string{"serve", "--nats", strings.Join(c.urls, ","), "--name", name,
 		"--replicas", "3", "--lease-ttl", leaseTTL.String(), "--data", data, "-v"}}
+	co.args = append(co.args, c.coordArgs...)
 	co.launch(c.t)
 	return co
 }
@@ -552,14 +559,26 @@ func (l *load) paths() []string {
 type logView struct {
 	name   string
 	hash   string
+	first  uint64 // its first event: past 1 for one that joined from a snapshot
 	last   uint64
 	rev    uint64
 	values map[string]string // path → its entry as JSON
 	finals map[string][]intents.Outcome
+	// recorded counts the ids of finals read from the idempotency
+	// records, not from events: decided before the log's first event.
+	recorded int
 }
 
-// readLog opens a stopped coordinator's event log and folds it.
-func readLog(t *testing.T, name, data string, paths []string) logView {
+// readLog opens a stopped coordinator's event log and folds it. The
+// final decisions are those of its events; a log that starts past event 1
+// (a coordinator that joined from a snapshot: its log starts at the
+// snapshot's event) holds those decided before only as idempotency
+// records, which the snapshot carries: for each of ids with no final
+// decision among the events, the record's, if final, is taken. A
+// decision both before the snapshot and after it would show as one there;
+// the logs of the coordinators that folded the whole stream, compared
+// beside it, hold every event and would show two.
+func readLog(t *testing.T, name, data string, paths []string, ids []string) logView {
 	t.Helper()
 	core, err := coordinator.OpenCore(filepath.Join(data, "eventlog"), coordinator.CoreOptions{})
 	if err != nil {
@@ -567,14 +586,14 @@ func readLog(t *testing.T, name, data string, paths []string) logView {
 	}
 	defer core.Close()
 	tree := core.Engine().State()
-	v := logView{name: name, hash: coordinator.Hash(tree), last: core.Log().LastSeq(), rev: tree.Rev(),
+	v := logView{name: name, hash: coordinator.Hash(tree), first: max(core.Log().FirstSeq(), 1), last: core.Log().LastSeq(), rev: tree.Rev(),
 		values: map[string]string{}, finals: map[string][]intents.Outcome{}}
 	for _, p := range paths {
 		e := tree.Lookup(p)
 		b, _ := json.Marshal(map[string]any{"exists": e.Exists, "value": e.Value, "version": e.Version, "mod_rev": e.ModRev})
 		v.values[p] = string(b)
 	}
-	err = core.Log().Scan(1, 0, func(ev *intents.Event) error {
+	err = core.Log().Scan(v.first, 0, func(ev *intents.Event) error {
 		if d := ev.Decision; d != nil && !d.Duplicate && d.Outcome.Final() {
 			v.finals[d.Intent] = append(v.finals[d.Intent], d.Outcome)
 		}
@@ -582,6 +601,23 @@ func readLog(t *testing.T, name, data string, paths []string) logView {
 	})
 	if err != nil {
 		t.Fatalf("coordinator %s's log: %v", name, err)
+	}
+	if v.first == 1 {
+		return v
+	}
+	for _, id := range ids {
+		if len(v.finals[id]) > 0 {
+			continue
+		}
+		d, err := core.Log().Decision(id)
+		switch {
+		case errors.Is(err, eventlog.ErrNotFound):
+		case err != nil:
+			t.Fatalf("coordinator %s's log: %v", name, err)
+		case d.Outcome.Final():
+			v.finals[id] = []intents.Outcome{d.Outcome}
+			v.recorded++
+		}
 	}
 	return v
 }
@@ -600,8 +636,9 @@ func liveValue(v agents.Value) string {
 // (the standbys first, so that the active one's log is the longest if
 // anything differs) and checks their logs: the counters are the applied
 // increments, every intent one final decision (the outcome its agent was
-// told), every log the same events and state, the live one.
-func (c *failoverCluster) finish(l *load) {
+// told), every log the same events and state, the live one. It returns
+// the logs it compared.
+func (c *failoverCluster) finish(l *load) []logView {
 	t := c.t
 	t.Helper()
 	l.finish()
@@ -649,13 +686,15 @@ func (c *failoverCluster) finish(l *load) {
 	// A coordinator that had to be killed may have lost the unsynced tail
 	// of its local log (the replicated log is the log of record, and it
 	// would catch up from it): only the others' logs are compared.
+	ids := slices.Collect(maps.Keys(l.mu.strict))
+	ids = slices.AppendSeq(ids, maps.Keys(l.mu.maybe))
 	var views []logView
 	for _, co := range c.coords {
 		if !clean[co] {
 			t.Logf("coordinator %s's log is not compared: it was killed", co.name)
 			continue
 		}
-		views = append(views, readLog(t, co.name, co.data, paths))
+		views = append(views, readLog(t, co.name, co.data, paths, ids))
 	}
 	if len(views) == 0 {
 		t.Fatal("no coordinator stopped by itself")
@@ -700,6 +739,7 @@ func (c *failoverCluster) finish(l *load) {
 	}
 	t.Logf("%d intents decided (%d answered as duplicates, %d probes applied); every log ends at event %d, rev %d, hash %.12s",
 		l.mu.ops, l.mu.dups, l.mu.probes, views[0].last, views[0].rev, views[0].hash)
+	return views
 }
 
 // pace waits between 1 and 3 seconds, drawn from rng: when the next fault
@@ -940,25 +980,91 @@ func TestPausedLeaderFenced(t *testing.T) {
 	c.finish(l)
 }
 
-// TestLateJoiner: after load, a fourth coordinator with an empty data
-// directory joins; it catches up with the active one from the replicated
-// log alone, and its log, stopped, is the others'.
+// TestLateJoiner: the coordinators store a snapshot of the replicated
+// log every 500 events (serve --snapshot-every) and trim COAGENT_LOG
+// below it while 16 agents load them; then `coagent snapshot` asks the
+// active one for another, and a fourth coordinator with an empty data
+// directory joins: with the log's first messages gone it cannot fold it
+// from the start, so it loads the snapshot and follows the tail, catches
+// up with the active one, and its log, stopped, is the others' (its own
+// starting at the snapshot's event, the decisions before it in its
+// idempotency records).
 func TestLateJoiner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3 NATS nodes and 4 coordinators as processes")
 	}
-	c := startFailoverCluster(t, 3)
+	c := startFailoverCluster(t, 3, "--snapshot-every", "500")
 	l := c.startLoad()
 	l.awaitOps(1000, 60*time.Second)
 	l.finish()
+	urls := strings.Join(c.urls, ",")
+	// A snapshot every 500 events: 1000 decisions are a few thousand
+	// events, so the active coordinator has stored one by itself and
+	// trimmed the log below it.
+	natstest.CheckFor(t, 30*time.Second, "a snapshot stored by itself and COAGENT_LOG trimmed", func() error {
+		st, err := c.status(urls)
+		if err != nil {
+			return err
+		}
+		if len(st.Active) != 1 || st.Log == nil {
+			return fmt.Errorf("active %v, log %+v", st.Active, st.Log)
+		}
+		for _, m := range st.Members {
+			if m.Node == st.Active[0] && m.Snapshot != nil && m.Snapshot.Seq >= 500 && st.Log.FirstSeq > 1 && m.LogFirst == st.Log.FirstSeq {
+				return nil
+			}
+		}
+		return fmt.Errorf("members %+v, log from %d", st.Members, st.Log.FirstSeq)
+	})
+	active := c.activeCoord(10 * time.Second)
+	p := runBin(t, nil, "", "snapshot", "--nats", urls)
+	got := snapshotLine.FindStringSubmatch(p.stdout)
+	if p.status != 0 || got == nil || got[3] != active.name {
+		t.Fatalf("coagent snapshot: %+v; want a line of %s's", p, active.name)
+	}
+	snapSeq, _ := strconv.ParseUint(got[1], 10, 64)
+	first, _ := strconv.ParseUint(got[4], 10, 64)
+	st, err := c.status(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first <= 1 || st.Log == nil || st.Log.FirstSeq != first {
+		t.Fatalf("coagent snapshot said %q; the log is %+v", p.stdout, st.Log)
+	}
+	t.Logf("%s", strings.TrimSpace(p.stdout))
+
 	late := c.launchCoord("c4", filepath.Join(c.dir, "c4"))
 	c.coords = append(c.coords, late)
 	late.await(t)
 	joined := time.Now()
 	seq := c.level(30 * time.Second)
 	t.Logf("c4 level with the others at event %d %s after it started", seq, time.Since(joined).Round(time.Millisecond))
-	c.finish(l)
-	if !strings.Contains(late.n.stderr.String(), "following the replicated log") {
-		t.Errorf("c4 never said it followed the log; stderr:\n%s", tail(late.n.stderr.String(), 20))
+	if st, err = c.status(urls); err != nil {
+		t.Fatal(err)
+	}
+	var c4 *intents.MemberStatus
+	for i := range st.Members {
+		if st.Members[i].Node == "c4" {
+			c4 = &st.Members[i]
+		}
+	}
+	if c4 == nil || c4.Snapshot == nil || c4.Snapshot.Seq != snapSeq {
+		t.Fatalf("c4's status %+v names no snapshot at event %d it loaded", c4, snapSeq)
+	}
+	views := c.finish(l)
+	if !strings.Contains(late.n.stderr.String(), "loaded the snapshot of the replicated log") ||
+		!strings.Contains(late.n.stderr.String(), "following the replicated log") {
+		t.Errorf("c4 never said it loaded the snapshot and followed the log; stderr:\n%s", tail(late.n.stderr.String(), 20))
+	}
+	if !slices.ContainsFunc(views, func(v logView) bool { return v.name == "c4" }) {
+		t.Errorf("c4's log was not compared")
+	}
+	for _, v := range views {
+		switch {
+		case v.name == "c4" && (v.first != snapSeq || v.recorded == 0):
+			t.Errorf("c4's log starts at event %d, %d final decisions from its records; want the snapshot's event %d and the decisions before it", v.first, v.recorded, snapSeq)
+		case v.name != "c4" && v.first != 1:
+			t.Errorf("coordinator %s's log starts at event %d: it folded the whole stream", v.name, v.first)
+		}
 	}
 }

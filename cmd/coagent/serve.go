@@ -340,6 +340,7 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 	var out lockedWriter
 	out.w = stdout
 	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
+		TrimEvery: f.cluster.snapshotEvery,
 		OnActive: func(ctx context.Context, svc *coordinator.Service) error {
 			fmt.Fprintf(&out, "coagent: %s is the active coordinator\n", f.cluster.name)
 			if f.rulesFile == "" && !f.authOn {

@@ -40,9 +40,13 @@ func newStatusCmd(e *env) *cobra.Command {
 			"\n" +
 			"EVENTS is the last event of the coordinator's own log, LOG the last group of COAGENT_LOG it holds,\n" +
 			"LAG how many groups it is behind the log's last and how much older the last one it folded is, SINCE\n" +
-			"how long it has had its role. -o json prints one object:\n" +
+			"how long it has had its role. Once a snapshot of the log is stored (serve --snapshot-every, coagent\n" +
+			"snapshot), a column SNAPSHOT says which each coordinator stored (the active one) or loaded (one that\n" +
+			"joined from it): its event, the log message that holds it, how long ago it was stored; and the log's\n" +
+			"line says its first group, the ones before it trimmed. -o json prints one object:\n" +
 			"\n" +
-			"  {\"members\": [{node, role, leader, seq, log_seq, log_last, lag_groups, lag_seconds, since}, …],\n" +
+			"  {\"members\": [{node, role, leader, seq, log_seq, log_first, log_last, snapshot: {seq, log_seq, stored},\n" +
+			"                lag_groups, lag_seconds, since}, …],\n" +
 			"   \"active\": [NODE, …],\n" +
 			"   \"log\": {stream, messages, first_seq, last_seq, last_time, want_replicas, cluster, leader,\n" +
 			"           replicas: [{node, current, offline, seen_seconds, lag}, …]},\n" +
@@ -279,7 +283,14 @@ func aloneAnswers(nc *nats.Conn, conn *natsFlags) bool {
 // printStatus prints the table of members, then a line for the log.
 func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tEVENTS\tLOG\tLAG\tSINCE")
+	// The snapshots' column only once a member has one: until the first
+	// is stored it would be a column of dashes.
+	snaps := slices.ContainsFunc(st.Members, func(m intents.MemberStatus) bool { return m.Snapshot != nil })
+	header := "NODE\tROLE\tEVENTS\tLOG\tLAG\tSINCE"
+	if snaps {
+		header += "\tSNAPSHOT"
+	}
+	fmt.Fprintln(tw, header)
 	for _, m := range st.Members {
 		lag := "-"
 		if m.Role != intents.RoleActive {
@@ -288,7 +299,15 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 				lag += fmt.Sprintf(" %.1fs", m.LagSeconds)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", m.Node, m.Role, m.Seq, m.LogSeq, lag, since(m.Since, now))
+		row := fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", m.Node, m.Role, m.Seq, m.LogSeq, lag, since(m.Since, now))
+		switch {
+		case !snaps:
+		case m.Snapshot == nil:
+			row += "\t-"
+		default:
+			row += fmt.Sprintf("\tevent %d (log %d) %s ago", m.Snapshot.Seq, m.Snapshot.LogSeq, since(m.Snapshot.Stored, now))
+		}
+		fmt.Fprintln(tw, row)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -321,6 +340,9 @@ func logLine(st clusterStatus, stream string) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "log %s: last group %d", l.Stream, l.LastSeq)
+	if l.FirstSeq > 1 {
+		fmt.Fprintf(&b, ", first %d (trimmed below it)", l.FirstSeq)
+	}
 	if l.Cluster == "" && len(l.Replicas) == 0 {
 		// A server alone leads its streams under its id, which says
 		// nothing to whoever reads this.

@@ -249,6 +249,22 @@ func TestStatusTable(t *testing.T) {
 			"n3    standby  1180    394  8 groups 0.4s  1.5s\n" +
 			"log COAGENT_LOG: last group 402, leader n2, replicas n1 (current), n3 (behind by 7 entries, seen 1.2s ago) (3 of 5 replicas placed)\n",
 	}, {
+		name: "a snapshot stored, loaded by one that joined, the log trimmed",
+		st: clusterStatus{Active: []string{"n1"}, Log: &logStatus{Stream: "COAGENT_LOG", FirstSeq: 380, LastSeq: 402, WantReplicas: 3, Cluster: "c", Leader: "n2",
+			Replicas: []logReplica{{Node: "n1", Current: true}, {Node: "n3", Current: true}}},
+			Members: []intents.MemberStatus{
+				{Node: "n1", Role: intents.RoleActive, Seq: 1204, LogSeq: 402, LogLast: 402, LogFirst: 380, Since: now.Add(-123 * time.Second),
+					Snapshot: &intents.SnapshotStatus{Seq: 1150, LogSeq: 380, Stored: now.Add(-90 * time.Second)}},
+				{Node: "n2", Role: intents.RoleStandby, Leader: "n1", Seq: 1204, LogSeq: 402, LogLast: 402, LogFirst: 380, Since: now.Add(-301 * time.Second)},
+				{Node: "n4", Role: intents.RoleStandby, Leader: "n1", Seq: 1204, LogSeq: 402, LogLast: 402, LogFirst: 380, Since: now.Add(-5 * time.Second),
+					Snapshot: &intents.SnapshotStatus{Seq: 1150, LogSeq: 380, Stored: now.Add(-90 * time.Second)}},
+			}},
+		stdout: "NODE  ROLE     EVENTS  LOG  LAG       SINCE  SNAPSHOT\n" +
+			"n1    active   1204    402  -         2m3s   event 1150 (log 380) 1m30s ago\n" +
+			"n2    standby  1204    402  0 groups  5m1s   -\n" +
+			"n4    standby  1204    402  0 groups  5s     event 1150 (log 380) 1m30s ago\n" +
+			"log COAGENT_LOG: last group 402, first 380 (trimmed below it), leader n2, replicas n1 (current), n3 (current)\n",
+	}, {
 		name: "none active",
 		st: clusterStatus{Active: []string{}, Log: &logStatus{Stream: "COAGENT_LOG", LastSeq: 9, WantReplicas: 3, Cluster: "c", Replicas: []logReplica{{Node: "n1", Offline: true}}},
 			Members: []intents.MemberStatus{{Node: "n2", Role: intents.RoleStandby, Leader: "n1", Seq: 30, LogSeq: 9, LogLast: 9}}},

@@ -265,9 +265,9 @@ func (m *Member) run(ctx context.Context) {
 	// is no longer one of the cluster's coordinators.
 	defer m.status.Unsubscribe()
 	for ctx.Err() == nil {
-		rev, last, err := m.follow(ctx)
+		k, last, err := m.follow(ctx)
 		if err == nil {
-			err = m.lead(ctx, rev, last)
+			err = m.lead(ctx, k, last)
 		}
 		if err == nil || ctx.Err() != nil {
 			continue
@@ -298,12 +298,13 @@ func fatal(err error) bool {
 
 // follow is the standby: it folds the replicated log into the local one
 // until it takes the leadership key and has read the log to its last
-// message; it returns the key's revision and that message's sequence.
-func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
+// message; it returns the key's keeper, renewing it from the moment it was
+// taken, and that message's sequence.
+func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err error) {
 	m.setRole(intents.RoleStandby, nil)
 	core, pos, err := m.openFollowing(ctx)
 	if core == nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	defer core.Close()
 	seedable := errors.Is(err, errLogEmpty)
@@ -316,27 +317,27 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 		err = m.sameHistory(ctx, core, pos)
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	m.mu.Lock()
 	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
 	m.mu.Unlock()
 	stopReads, err := m.serveReads(core)
 	if err != nil {
-		return 0, 0, err
+		return nil, 0, err
 	}
 	defer stopReads() // before core closes
 	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
 	if err != nil {
-		return 0, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	// Heartbeats every second: a follower whose pull was lost (a node
 	// restarted, a leader moved) finds out and pulls again within
 	// seconds, not the default's ten.
 	it, err := cons.Messages(jetstream.PullHeartbeat(time.Second))
 	if err != nil {
-		return 0, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	folding := make(chan error, 1)
 	go func() { folding <- m.fold(core, it) }()
@@ -352,37 +353,38 @@ func (m *Member) follow(ctx context.Context) (rev, last uint64, err error) {
 
 	watch, err := m.kv.Watch(ctx, intents.LeaderKey, jetstream.UpdatesOnly())
 	if err != nil {
-		return 0, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
+		return nil, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
 	}
 	defer watch.Stop()
 	tick := time.NewTicker(m.opts.LeaseTTL / 4)
 	defer tick.Stop()
 	for {
 		if rev, ok := m.tryLead(ctx); ok {
+			k := m.keepLease(rev)
 			if seedable {
 				if err := m.seed(ctx, core); err != nil {
-					m.release(rev)
-					return 0, 0, errors.Join(err, stop())
+					m.drop(k)
+					return nil, 0, errors.Join(err, stop())
 				}
 			}
-			last, err := m.catchUp(ctx, folding)
+			last, err := m.catchUp(ctx, folding, k.lost)
 			if err == nil {
 				err = stop()
 			} else {
 				err = errors.Join(err, stop())
 			}
 			if err != nil {
-				m.release(rev)
-				return 0, 0, err
+				m.drop(k)
+				return nil, 0, err
 			}
-			return rev, last, nil
+			return k, last, nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, errors.Join(ctx.Err(), stop())
+			return nil, 0, errors.Join(ctx.Err(), stop())
 		case err := <-folding:
 			folding <- err // for stop
-			return 0, 0, errors.Join(err, stop())
+			return nil, 0, errors.Join(err, stop())
 		case <-watch.Updates():
 		case <-tick.C:
 		}
@@ -567,7 +569,7 @@ func (m *Member) seed(ctx context.Context, core *Core) error {
 // catchUp waits until the standby has folded the log's last message, as
 // the stream has it now that this member holds the key, and returns that
 // message's sequence.
-func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error) {
+func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan error) (uint64, error) {
 	// The log's stream may be electing a leader (the node that led it
 	// died with the coordinator that led): asked again within the lease.
 	var info *jetstream.StreamInfo
@@ -599,6 +601,9 @@ func (m *Member) catchUp(ctx context.Context, folding chan error) (uint64, error
 				err = errors.New("the follower stopped")
 			}
 			return 0, err
+		case err := <-lost:
+			lost <- err // for lead, which is not reached: drop
+			return 0, err
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -615,19 +620,25 @@ func (m *Member) release(rev uint64) {
 	}
 }
 
-// lead runs the Service while this member holds the key: it renews the
-// key every third of the lease, and stops the Service when it cannot, when
-// the Service stops by itself (an append refused), or when ctx ends.
-func (m *Member) lead(ctx context.Context, rev, last uint64) error {
+// leaseKeeper renews the leadership key a member took, from the moment it
+// took it: through the catching up and seeding before it starts deciding
+// too, which may outlast a lease on a long log.
+type leaseKeeper struct {
+	lost    chan error  // the key could not be renewed (one error)
+	stop    func()      // ends the renewals
+	renewed chan uint64 // after stop: the key's revision, 0 if lost
+}
+
+// keepLease starts renewing the key this member holds at rev every third
+// of the lease; a renewal the bucket does not answer (its stream electing
+// a leader while a node fails) is tried again until the lease would
+// lapse: only then, or when another holds the key, is it lost.
+func (m *Member) keepLease(rev uint64) *leaseKeeper {
 	lost := make(chan error, 1)
 	renewCtx, stopRenew := context.WithCancel(context.Background())
 	renewed := make(chan uint64, 1)
 	go func() {
 		defer close(renewed)
-		// Renewed every third of the lease; a renewal the bucket does not
-		// answer (its stream electing a leader while a node fails) is tried
-		// again until the lease would lapse: only then, or when another
-		// holds the key, is it lost.
 		tick := time.NewTicker(m.opts.LeaseTTL / 6)
 		defer tick.Stop()
 		r, until, next := rev, time.Now().Add(m.opts.LeaseTTL), time.Now().Add(m.opts.LeaseTTL/3)
@@ -674,12 +685,24 @@ func (m *Member) lead(ctx context.Context, rev, last uint64) error {
 			}
 		}
 	}()
-	release := func() {
-		stopRenew()
-		if r := <-renewed; r != 0 {
-			m.release(r)
-		}
+	return &leaseKeeper{lost: lost, stop: stopRenew, renewed: renewed}
+}
+
+// drop stops k and gives the key up if it is still this member's, so that
+// a standby takes over at once.
+func (m *Member) drop(k *leaseKeeper) {
+	k.stop()
+	if r := <-k.renewed; r != 0 {
+		m.release(r)
 	}
+}
+
+// lead runs the Service while this member holds the key, which k keeps
+// renewing: it stops the Service when k loses the key, when the Service
+// stops by itself (an append refused), or when ctx ends.
+func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
+	lost := k.lost
+	release := func() { m.drop(k) }
 	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last})
 	if err != nil {
 		release()

@@ -387,3 +387,53 @@ func TestMemberRidesLogLeaderLoss(t *testing.T) {
 		t.Fatalf("c.n = %v, want 10", v)
 	}
 }
+
+// TestMemberKeepsLeaseWhileSeeding: a member renews the leadership key
+// from the moment it takes it, so a seed (or a catch-up) longer than the
+// lease does not let another member take the key from under it: a member
+// that lost it while seeding would leave a standby deciding on a log
+// seeded only in part.
+func TestMemberKeepsLeaseWhileSeeding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seeds a log of 200,000 events")
+	}
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	alone := t.TempDir()
+	l, err := eventlog.Open(alone, &eventlog.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newReplayGen(t).appendEvents(t, l, 150_000)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var logsA, logsB lockedBuffer
+	began := time.Now()
+	a := startMember(t, nc, alone, "a", 1, &logsA)
+	// b waits for a's key, which a takes first: b's stream is made by a.
+	natstest.CheckFor(t, 10*time.Second, "a holds the key", func() error {
+		if !strings.Contains(logsA.String(), "it will seed the replicated log") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	b := startMember(t, natstest.Connect(t, ns), t.TempDir(), "b", 1, &logsB)
+	natstest.CheckFor(t, 2*time.Minute, "a active", func() error {
+		if a.Role() != intents.RoleActive {
+			return fmt.Errorf("%s:\n%s", a.Role(), logsA.String())
+		}
+		return nil
+	})
+	took := time.Since(began)
+	if took < 2*a.opts.LeaseTTL {
+		t.Fatalf("the seed took %s, not longer than the lease (%s): the test proves nothing; give it a longer log", took, a.opts.LeaseTTL)
+	}
+	if !strings.Contains(logsA.String(), "seeded the replicated log") || strings.Contains(logsA.String(), "stepping down") {
+		t.Fatalf("a did not seed and stay active:\n%s", logsA.String())
+	}
+	if strings.Contains(logsB.String(), "active: this coordinator decides") || b.Role() != intents.RoleStandby {
+		t.Fatalf("b became active while a seeded (%s):\n%s", b.Role(), logsB.String())
+	}
+	t.Logf("seeded in %s with a %s lease", took.Round(time.Millisecond), a.opts.LeaseTTL)
+}

@@ -33,6 +33,13 @@ type Query struct {
 // one by one and filtered). It returns the events and the seq to continue
 // from, 0 when there are no more.
 func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
+	return l.QueryProgress(q, nil)
+}
+
+// QueryProgress is Query telling progress of each event it considers
+// (of the driving index, or of the log), of those to the last event
+// logged when it began.
+func (l *Log) QueryProgress(q Query, progress Progress) ([]*intents.Event, uint64, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
@@ -47,6 +54,7 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 	if q.Trace != "" && !intents.ValidTraceID(q.Trace) {
 		return nil, 0, fmt.Errorf("query trace %q: not a trace id (32 lowercase hex digits, not all zeros)", q.Trace)
 	}
+	last := l.LastSeq()
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
 	src, err := stream(snap, q)
@@ -62,6 +70,9 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 		}
 		if len(out) == q.Limit {
 			return out, seq, nil
+		}
+		if progress != nil {
+			progress(seq, max(last, seq))
 		}
 		v, closer, err := snap.Get(eventKey(seq))
 		if err != nil {

@@ -122,7 +122,9 @@ func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer
 		return err
 	}
 	defer log.Close()
-	events, next, err := log.Query(q)
+	p := newProgress(stderr, "log", 0).startAt(max(q.From, log.FirstSeq()))
+	events, next, err := log.QueryProgress(q, p.fn())
+	p.finish()
 	if err != nil {
 		return err
 	}

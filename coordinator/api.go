@@ -262,13 +262,14 @@ func answerTxnList(r readSource, st stamp, req micro.Request) {
 // answerLogQuery answers a log.query from r, its answer stamped with st.
 func answerLogQuery(r readSource, st stamp, req micro.Request) {
 	var body struct {
-		Agent string `json:"agent"`
-		Path  string `json:"path"`
-		Type  string `json:"type"`
-		Txn   string `json:"txn"`
-		Trace string `json:"trace"`
-		From  uint64 `json:"from"`
-		Limit int    `json:"limit"`
+		Agent  string `json:"agent"`
+		Path   string `json:"path"`
+		Type   string `json:"type"`
+		Txn    string `json:"txn"`
+		Trace  string `json:"trace"`
+		Intent string `json:"intent"`
+		From   uint64 `json:"from"`
+		Limit  int    `json:"limit"`
 	}
 	if len(req.Data()) > 0 {
 		if err := strictJSON(req.Data(), &body); err != nil {
@@ -286,6 +287,9 @@ func answerLogQuery(r readSource, st stamp, req micro.Request) {
 	case body.Type != "" && !slices.Contains(intents.EventTypes, intents.EventType(body.Type)):
 		replyError(req, intents.ReasonInvalid, "log.query: type %q is not an event type", body.Type)
 		return
+	case body.Intent != "" && !canonicalULID(body.Intent):
+		replyError(req, intents.ReasonInvalid, "log.query: intent %q: not a ULID in canonical upper case", body.Intent)
+		return
 	}
 	// A trace is named by its id or by a whole traceparent.
 	trace := body.Trace
@@ -297,7 +301,7 @@ func answerLogQuery(r readSource, st stamp, req micro.Request) {
 		}
 	}
 	out, rev, err := logQuery(r, eventlog.Query{Agent: body.Agent, Path: body.Path, Type: intents.EventType(body.Type),
-		Txn: body.Txn, Trace: trace, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, r.viewerOf(req.Reply()))
+		Txn: body.Txn, Trace: trace, Intent: body.Intent, From: body.From, Limit: min(max(body.Limit, 0), 1000)}, r.viewerOf(req.Reply()))
 	switch {
 	case errors.Is(err, errUnavailable):
 		replyError(req, codeUnavailable, "log.query: %v", err)
@@ -307,6 +311,13 @@ func answerLogQuery(r readSource, st stamp, req micro.Request) {
 		return
 	}
 	respond(req, out, st.at(rev)...)
+}
+
+// canonicalULID says whether id is an intent id as a valid intent spells
+// it: a ULID in canonical upper case.
+func canonicalULID(id string) bool {
+	_, err := ulid.ParseStrict(id)
+	return err == nil && strings.ToUpper(id) == id
 }
 
 // codeNotFound is decision.get's error for an intent with no recorded
@@ -325,7 +336,7 @@ func (s *Service) handleDecisionGet(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "decision.get: %v", err)
 		return
 	}
-	if _, err := ulid.ParseStrict(body.Intent); err != nil || strings.ToUpper(body.Intent) != body.Intent {
+	if !canonicalULID(body.Intent) {
 		replyError(req, intents.ReasonInvalid, "decision.get: intent %q: not a ULID in canonical upper case", body.Intent)
 		return
 	}

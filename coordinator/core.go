@@ -474,6 +474,11 @@ func entryOf(path string, st state.Stat) eventlog.Entry {
 // seq of that snapshot (0 if none). It fails with eventlog.ErrCompacted if
 // the events it needs are gone.
 func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine, uint64, error) {
+	return rebuild(log, cfg, until, nil)
+}
+
+// rebuild is Rebuild telling progress (if not nil) of each event folded.
+func rebuild(log *eventlog.Log, cfg engine.Config, until uint64, progress eventlog.Progress) (*engine.Engine, uint64, error) {
 	if until == 0 || until > log.LastSeq() {
 		until = log.LastSeq()
 	}
@@ -490,11 +495,27 @@ func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine
 		return nil, 0, fmt.Errorf("rebuild at %d: %w (the log starts at %d and no snapshot covers the gap)", until, eventlog.ErrCompacted, log.FirstSeq())
 	}
 	if from <= until {
-		if err := log.Fold(from, until, eng.Apply); err != nil {
+		if err := log.Fold(from, until, folding(eng, until, progress)); err != nil {
 			return nil, 0, fmt.Errorf("rebuild: %w", err)
 		}
 	}
 	return eng, at, nil
+}
+
+// folding is what a fold to event last calls with each event: eng.Apply,
+// and progress after it when progress is not nil. Without progress the
+// fold pays nothing for it.
+func folding(eng *engine.Engine, last uint64, progress eventlog.Progress) func(*intents.Event) error {
+	if progress == nil {
+		return eng.Apply
+	}
+	return func(ev *intents.Event) error {
+		if err := eng.Apply(ev); err != nil {
+			return err
+		}
+		progress(ev.Seq, last)
+		return nil
+	}
 }
 
 // restoreLatest returns an engine restored from the latest snapshot at or
@@ -537,6 +558,13 @@ func restoreLatest(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.
 // ReplayUntil rebuilds the state as it was right after event seq, or, when
 // seq is 0 and at is not zero, after the last event at or before time at.
 func ReplayUntil(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time) (*engine.Engine, error) {
+	return ReplayUntilProgress(log, cfg, seq, at, nil)
+}
+
+// ReplayUntilProgress is ReplayUntil telling progress of each event it
+// folds (from the snapshot it starts from, if any): coagent replay's
+// progress line on a large log.
+func ReplayUntilProgress(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time, progress eventlog.Progress) (*engine.Engine, error) {
 	if seq == 0 && !at.IsZero() {
 		var err error
 		if seq, err = seqAt(log, at); err != nil {
@@ -549,7 +577,7 @@ func ReplayUntil(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time)
 	if seq != 0 && seq < log.FirstSeq()-1 {
 		return nil, fmt.Errorf("replay until %d: %w (the log starts at %d)", seq, eventlog.ErrCompacted, log.FirstSeq())
 	}
-	eng, _, err := Rebuild(log, cfg, seq)
+	eng, _, err := rebuild(log, cfg, seq, progress)
 	return eng, err
 }
 
@@ -618,14 +646,20 @@ func (e *MismatchError) Error() string {
 // path by path. It returns the folded state's hash, or a *MismatchError
 // naming the first differing path.
 func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
+	return VerifyProgress(log, cfg, nil)
+}
+
+// VerifyProgress is Verify telling progress of each event it folds.
+func VerifyProgress(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (string, error) {
 	var eng *engine.Engine
 	var err error
 	if log.FirstSeq() > 1 {
-		eng, _, err = Rebuild(log, cfg, 0)
+		eng, _, err = rebuild(log, cfg, 0, progress)
 	} else {
 		eng, err = engine.New(cfg)
 		if err == nil {
-			err = log.Fold(1, 0, eng.Apply)
+			last := log.LastSeq()
+			err = log.Fold(1, last, folding(eng, last, progress))
 		}
 	}
 	if err != nil {

@@ -1114,6 +1114,38 @@ func TestProtocolAPI(t *testing.T) {
 		if len(lg.Events) != 1 || lg.Next != 0 || lg.Events[0].Decision.Intent != ids[2] {
 			t.Fatalf("second page: %d events, next %d", len(lg.Events), lg.Next)
 		}
+		// One intent's events: received, its change, decided.
+		lg = protoLog{} // no field of an event before stays
+		w.api("log.query", fmt.Sprintf(`{"intent":%q}`, ids[1]), &lg)
+		var types []intents.EventType
+		for i, ev := range lg.Events {
+			if ev.Intent != ids[1] || i > 0 && ev.Seq <= lg.Events[i-1].Seq {
+				t.Fatalf("intent %s: event %d is %+v", ids[1], i, ev)
+			}
+			types = append(types, ev.Type)
+		}
+		if want := []intents.EventType{intents.EventIntent, intents.EventChange, intents.EventDecision}; !slices.Equal(types, want) || lg.Next != 0 {
+			t.Fatalf("intent %s: events %v next %d, want %v", ids[1], types, lg.Next, want)
+		}
+		lg = protoLog{}
+		w.api("log.query", fmt.Sprintf(`{"intent":%q,"type":"change","path":"doc.p"}`, ids[2]), &lg)
+		if len(lg.Events) != 1 || lg.Events[0].Change == nil || lg.Events[0].Intent != ids[2] {
+			t.Fatalf("the change of intent %s: %+v", ids[2], lg.Events)
+		}
+		lg = protoLog{}
+		w.api("log.query", fmt.Sprintf(`{"intent":%q}`, ulid.Make()), &lg)
+		if len(lg.Events) != 0 {
+			t.Fatalf("an unknown intent's events: %+v", lg.Events)
+		}
+		// An intent that is not an intent id is invalid, the reply naming
+		// the field and the value.
+		for _, id := range []string{"nope", strings.ToLower(ids[0])} {
+			m := w.request("log.query", []byte(fmt.Sprintf(`{"intent":%q}`, id)), nil)
+			desc := m.Header.Get("Nats-Service-Error")
+			if m.Header.Get(protoHdrErrCode) != string(intents.ReasonInvalid) || !strings.Contains(desc, fmt.Sprintf("intent %q", id)) {
+				t.Fatalf("log.query of intent %q: code %q, %q", id, m.Header.Get(protoHdrErrCode), desc)
+			}
+		}
 	})
 
 	t.Run("bad requests are invalid", func(t *testing.T) {
@@ -1137,6 +1169,8 @@ func TestProtocolAPI(t *testing.T) {
 			{endpoint: "log.query", body: `{"path":"doc..x"}`},
 			{endpoint: "log.query", body: `{"type":"nope"}`},
 			{endpoint: "log.query", body: `{"agent":"a.b"}`},
+			{endpoint: "log.query", body: `{"intent":"01JPA3Z4Y5X6W7V8T9S0R1Q2PU"}`},
+			{endpoint: "log.query", body: `{"intent":7}`},
 			{endpoint: "txn.list", body: `{"path":"doc..x"}`},
 			{endpoint: "txn.list", body: `{"agent":"a b"}`},
 		} {

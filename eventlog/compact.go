@@ -20,6 +20,20 @@ import (
 // be (an *os.File) before anything is dropped. Idempotency records and the
 // materialized state are kept.
 func (l *Log) Compact(before uint64, archive io.Writer) error {
+	return l.CompactProgress(before, archive, nil)
+}
+
+// Progress is told how far long work on the log has come: seq is the
+// event just done and last the one the work ends at, so that the work is
+// done when seq is last (a query that reaches its limit ends sooner). It
+// is called once an event, from the goroutine doing the work, and must be
+// cheap; a nil Progress is not called, and the work costs what it does
+// without one.
+type Progress func(seq, last uint64)
+
+// CompactProgress is Compact telling progress of each event it reads
+// before dropping it (to archive it and find its index terms).
+func (l *Log) CompactProgress(before uint64, archive io.Writer, progress Progress) error {
 	first := l.FirstSeq()
 	switch {
 	case before <= first:
@@ -48,6 +62,9 @@ func (l *Log) Compact(before uint64, archive io.Writer) error {
 			}
 		}
 		indexTerms(ev, func(t indexTerm) { terms[t] = true })
+		if progress != nil {
+			progress(ev.Seq, before-1)
+		}
 		return nil
 	})
 	if err == nil {

@@ -149,7 +149,7 @@ func describeKey(k []byte) string {
 	case famMeta:
 		return "metadata " + name(body)
 	case famIndex:
-		kinds := map[byte]string{idxAgent: "agent", idxType: "type", idxTxn: "transaction", idxSubtree: "subtree", idxExact: "path", idxTrace: "trace"}
+		kinds := map[byte]string{idxAgent: "agent", idxType: "type", idxTxn: "transaction", idxSubtree: "subtree", idxExact: "path", idxTrace: "trace", idxIntent: "intent"}
 		if len(body) >= 10 && kinds[body[0]] != "" && body[len(body)-9] == 0 {
 			return fmt.Sprintf("the %s index of %s at event %d", kinds[body[0]], name(body[1:len(body)-9]), seqOf(body))
 		}

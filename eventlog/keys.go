@@ -16,13 +16,15 @@ import (
 //	s<path>                  the materialized entry of a path (kind, version, mod_rev, leaf value)
 //	d<intent id>             the idempotency record: the id's decision
 //	n<seq:8>                 a snapshot taken after event seq
-//	m<name>                  metadata: "first" (the first event kept), "indexed" (the seq the index is complete to)
+//	m<name>                  metadata: "first" (the first event kept), "indexed" (the seq the index is complete to),
+//	                         "intents" (the seq the intent index is complete to)
 //	xa<agent>\0<seq:8>       index by agent
 //	xt<type>\0<seq:8>        index by event type
 //	xx<txn>\0<seq:8>         index by transaction
 //	xp<prefix>\0<seq:8>      index by subtree: every proper prefix of every path an event concerns
 //	xq<path>\0<seq:8>        index by exact path
 //	xr<trace>\0<seq:8>       index by trace id (intents.Event.Trace)
+//	xi<intent>\0<seq:8>      index by intent id (intents.Event.Intent)
 //
 // A path query for P reads xp P (events under P), xq P (events at P) and
 // xq of each ancestor of P. Logs written before xp held the path itself
@@ -45,6 +47,17 @@ import (
 // committer's memtable work (see BenchmarkAppendSynced in docs/performance.md).
 // Logs written before "indexed" existed were indexed with every group:
 // Open finds no mark and records that they are complete.
+//
+// The intent index came after the others, and unlike a trace, which no
+// event had before its index, every log holds events with an intent: the
+// index of a log written before it lacks them. So it has a mark of its
+// own, "intents", which every index batch sets with "indexed"; Open indexes
+// by intent the events from the mark (or the first event, with no mark)
+// to "indexed", in batches of intentBatch events each with the mark, before
+// it indexes the events after "indexed". That also covers a log a build
+// from before the intent index appended to, which moves "indexed" alone.
+// (Such a build's compaction leaves the intent keys of the events it drops,
+// which queries pass over, as they start at the first event kept.)
 const (
 	famEvent    = 'e'
 	famState    = 's'
@@ -59,11 +72,13 @@ const (
 	idxSubtree = 'p'
 	idxExact   = 'q'
 	idxTrace   = 'r'
+	idxIntent  = 'i'
 )
 
 var (
 	metaFirst   = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
 	metaIndexed = []byte{famMeta, 'i', 'n', 'd', 'e', 'x', 'e', 'd'}
+	metaIntents = []byte{famMeta, 'i', 'n', 't', 'e', 'n', 't', 's'}
 )
 
 func eventKey(seq uint64) []byte { return appendEventKey(make([]byte, 0, 9), seq) }
@@ -180,6 +195,7 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	idx(idxType, string(ev.Type))
 	idx(idxTxn, ev.Txn)
 	idx(idxTrace, ev.Trace)
+	idx(idxIntent, ev.Intent)
 	var buf [8]string
 	for _, p := range appendPaths(buf[:0], ev) {
 		ancestors(p, func(pre string) { idx(idxSubtree, pre) })

@@ -52,6 +52,8 @@ type Options struct {
 	indexWritten func(seq uint64)
 	// retryPause, if set, replaces retryPause (for tests).
 	retryPause time.Duration
+	// intentBatch, if set, replaces intentBatch (for tests).
+	intentBatch int
 	// Pebble, if set, is used to open the store (its Logger is replaced by a
 	// quiet one unless set, a zero MemTableSize and FormatMajorVersion by
 	// the log's defaults, and its EventListener is teed with the log's
@@ -71,6 +73,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.retryPause == 0 {
 		o.retryPause = retryPause
+	}
+	if o.intentBatch == 0 {
+		o.intentBatch = intentBatch
 	}
 }
 
@@ -133,6 +138,7 @@ type Log struct {
 	indexIdle  time.Duration
 	// indexWritten is Options.indexWritten, onSync Options.OnSync.
 	indexWritten func(seq uint64)
+	intentBatch  int // Options.intentBatch
 	onSync       func(events int, took time.Duration)
 	key, gaps    []byte
 
@@ -291,6 +297,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.mu.wake = make(chan struct{}, 1)
 	l.indexEvery = uint64(opts.IndexEvery)
 	l.indexIdle, l.indexWritten, l.onSync = opts.indexIdle, opts.indexWritten, opts.OnSync
+	l.intentBatch = opts.intentBatch
 	if err := l.catchUpIndex(); err != nil {
 		return fail(err)
 	}
@@ -687,7 +694,8 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 	}
 	l.key, l.gaps = key, gaps
 	last := l.index.last
-	if err := b.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
+	mark := binary.BigEndian.AppendUint64(nil, last)
+	if err := errors.Join(b.Set(metaIndexed, mark, nil), b.Set(metaIntents, mark, nil)); err != nil {
 		return fmt.Errorf("eventlog: index: %w", err)
 	}
 	if own {
@@ -710,9 +718,15 @@ func (l *Log) catchUpIndex() error {
 		return err
 	case !found:
 		l.indexed = l.LastSeq()
-		return l.db.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, l.indexed), pebble.Sync)
+		if err := l.db.Set(metaIndexed, binary.BigEndian.AppendUint64(nil, l.indexed), pebble.Sync); err != nil {
+			return err
+		}
+		return l.indexIntents()
 	}
 	l.indexed = indexed
+	if err := l.indexIntents(); err != nil {
+		return err
+	}
 	if l.indexed >= l.LastSeq() {
 		return nil
 	}
@@ -731,6 +745,64 @@ func (l *Log) catchUpIndex() error {
 		return err
 	}
 	return b.Commit(pebble.Sync)
+}
+
+// intentBatch is how many events Open indexes by intent in one batch when
+// the intent index lacks them (see the key space in keys.go): one batch
+// for all of a large log would hold a posting list of every intent in
+// memory.
+const intentBatch = 1 << 16
+
+// indexIntents indexes by intent the events from the intent index's mark
+// to l.indexed, which the other indexes hold and it lacks: a log written
+// before it, or appended to by a build from before it.
+func (l *Log) indexIntents() error {
+	done, _, err := readMeta(l.db, metaIntents)
+	if err != nil {
+		return err
+	}
+	from := max(done+1, l.FirstSeq())
+	if from > l.indexed {
+		return nil
+	}
+	ps := newPostings()
+	var key, gaps []byte
+	flush := func(last uint64) error {
+		b := l.db.NewBatch()
+		defer b.Close()
+		for i, t := range ps.terms {
+			key = indexKey(key[:0], t.kind, t.term, ps.seqs[i][0])
+			gaps = appendGaps(gaps[:0], ps.seqs[i])
+			if err := b.Set(key, gaps, nil); err != nil {
+				return err
+			}
+		}
+		if err := b.Set(metaIntents, binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
+			return err
+		}
+		ps.reset()
+		return l.commit(b, pebble.Sync)
+	}
+	n := 0
+	// Fold keeps the event's strings, the intent among them, valid after
+	// the call.
+	err = l.Fold(from, l.indexed, func(ev *intents.Event) error {
+		if ev.Intent != "" {
+			ps.addSeq(indexTerm{idxIntent, ev.Intent}, ev.Seq)
+		}
+		if n++; n == l.intentBatch && ev.Seq < l.indexed {
+			n = 0
+			return flush(ev.Seq)
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush(l.indexed)
+	}
+	if err != nil {
+		return fmt.Errorf("index by intent the events from %d: %w", from, err)
+	}
+	return nil
 }
 
 // group is batches written to Pebble together, waiting for their sync.

@@ -41,8 +41,10 @@ type gen struct {
 var (
 	genAgents = []string{"a", "b", "c"}
 	genTraces = []string{"4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"}
-	genPaths  = []string{"r", "r.s", "r.s.t", "r.st", "q.x", "q"}
-	genTxns   = []string{"", "", "T1", "T2"}
+	// genIntents are intents with many events, in every index batch.
+	genIntents = []string{"01JPA3Z4Y5X6W7V8T9S0R1Q2P3", "01JPA3Z4Y5X6W7V8T9S0R1Q2P4"}
+	genPaths   = []string{"r", "r.s", "r.s.t", "r.st", "q.x", "q"}
+	genTxns    = []string{"", "", "T1", "T2"}
 )
 
 func (g *gen) event() *intents.Event {
@@ -61,6 +63,13 @@ func (g *gen) event() *intents.Event {
 	p := genPaths[g.rng.IntN(len(genPaths))]
 	in := &intents.Intent{ID: ulid.Make().String(), Agent: ev.Agent, Kind: intents.KindApply,
 		Writes: []intents.Write{{Path: p, Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
+	// Some events are of one of genIntents, by their seq alone too.
+	switch {
+	case g.seq%4 == 1:
+		in.ID = genIntents[0]
+	case g.seq%7 == 2:
+		in.ID = genIntents[1]
+	}
 	ev.Intent = in.ID
 	switch g.rng.IntN(7) {
 	case 0:
@@ -476,7 +485,10 @@ func checkQueries(t *testing.T, l *Log, all []*intents.Event, first uint64) {
 	queries := []Query{{}, {Agent: "a"}, {Type: intents.EventChange}, {Txn: "T2"}, {Agent: "b", Type: intents.EventGrant},
 		{Type: intents.EventRules}, {Agent: "c", Type: intents.EventRules}, {Path: "r", Type: intents.EventRules},
 		{Trace: genTraces[0]}, {Trace: genTraces[1], Agent: "a"}, {Trace: genTraces[0], Type: intents.EventGrant, Txn: "T1"},
-		{Trace: genTraces[1], Path: genPaths[0]}, {Trace: "11111111111111111111111111111111"}}
+		{Trace: genTraces[1], Path: genPaths[0]}, {Trace: "11111111111111111111111111111111"},
+		{Intent: genIntents[0]}, {Intent: genIntents[1], Agent: "a"}, {Intent: genIntents[0], Type: intents.EventDecision},
+		{Intent: genIntents[1], Trace: genTraces[0]}, {Intent: genIntents[0], Txn: "T2"}, {Intent: genIntents[1], Path: genPaths[1]},
+		{Intent: "01JPA3Z4Y5X6W7V8T9S0R1Q2P5"}}
 	for _, p := range append(slices.Clone(genPaths), "r.s.t.u", "zz") {
 		queries = append(queries, Query{Path: p}, Query{Path: p, Agent: "c"}, Query{Path: p, Type: intents.EventWait, Txn: "T1"})
 	}
@@ -509,6 +521,23 @@ func checkQueries(t *testing.T, l *Log, all []*intents.Event, first uint64) {
 			if !slices.Equal(got, want) {
 				t.Errorf("query %+v: got %v, want %v", q, got, want)
 			}
+		}
+	}
+	// An intent's events are those that name it, whichever index drives.
+	for _, id := range genIntents {
+		var want []uint64
+		for _, ev := range all {
+			if ev.Seq >= first && ev.Intent == id {
+				want = append(want, ev.Seq)
+			}
+		}
+		evs, _, err := l.Query(Query{Intent: id, Limit: 1 << 20})
+		got := make([]uint64, len(evs))
+		for i, ev := range evs {
+			got[i] = ev.Seq
+		}
+		if err != nil || !slices.Equal(got, want) || first <= 1 && len(want) == 0 {
+			t.Errorf("intent %s: %v, %v; want %v", id, got, err, want)
 		}
 	}
 	// Rules events come back by type, with their payload, and by no path.
@@ -836,6 +865,18 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
+// A query names an intent by its ULID: anything else is an error naming it.
+func TestQueryIntentInvalid(t *testing.T) {
+	l := openTest(t, t.TempDir())
+	defer l.Close()
+	for _, id := range []string{"abc", "01JPA3Z4Y5X6W7V8T9S0R1Q2P", "01JPA3Z4Y5X6W7V8T9S0R1Q2PU", genIntents[0] + "\x00"} {
+		_, _, err := l.Query(Query{Intent: id})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("query intent %q", id)) {
+			t.Errorf("intent %q: %v", id, err)
+		}
+	}
+}
+
 // A query names a trace by its id: anything else is an error naming it.
 func TestQueryTraceInvalid(t *testing.T) {
 	l := openTest(t, t.TempDir())
@@ -845,5 +886,90 @@ func TestQueryTraceInvalid(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("query trace %q", trace)) {
 			t.Errorf("trace %q: %v", trace, err)
 		}
+	}
+}
+
+// TestIntentIndexOfAnOlderLog: a log indexed before the intent index
+// existed, and one whose tail a build from before it appended, answer
+// intent queries once opened, Open indexing by intent the events the
+// index lacks, in batches; compacted, too.
+func TestIntentIndexOfAnOlderLog(t *testing.T) {
+	dir := t.TempDir()
+	opts := &Options{NoSync: true, IndexEvery: 16, intentBatch: 10}
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gen{rng: rand.New(rand.NewPCG(3, 3))}
+	var all []*intents.Event
+	for range 60 {
+		b := g.batch(1 + g.rng.IntN(8))
+		if err := l.Append(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, b.Events...)
+	}
+	if err := l.flushIndex(); err != nil {
+		t.Fatal(err)
+	}
+	// forget drops the intent index, and keeps of it the events to k (one
+	// posting list each) and the mark that says so: k 0 is a log from
+	// before it, any other k one a build from before it appended to.
+	forget := func(k uint64) {
+		t.Helper()
+		err := l.db.DeleteRange([]byte{famIndex, idxIntent}, []byte{famIndex, idxIntent + 1}, pebble.Sync)
+		for _, ev := range all {
+			if err == nil && ev.Seq <= k && ev.Intent != "" {
+				err = l.db.Set(indexKey(nil, idxIntent, ev.Intent, ev.Seq), nil, pebble.Sync)
+			}
+		}
+		if err == nil && k == 0 {
+			err = l.db.Delete(metaIntents, pebble.Sync)
+		} else if err == nil {
+			err = l.db.Set(metaIntents, binary.BigEndian.AppendUint64(nil, k), pebble.Sync)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Without its intent index the log answers wrongly: what Open
+		// mends is missing.
+		evs, _, err := l.Query(Query{Intent: genIntents[0], Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) > 0 && evs[len(evs)-1].Seq > k {
+			t.Fatalf("with the intent index after %d forgotten, the events of %s are found to %d", k, genIntents[0], evs[len(evs)-1].Seq)
+		}
+	}
+	reopen := func() {
+		t.Helper()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = Open(dir, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := uint64(1)
+	for _, k := range []uint64{0, 37, l.LastSeq() - 3} {
+		forget(k)
+		reopen()
+		if done, _, err := readMeta(l.db, metaIntents); err != nil || done != l.LastSeq() {
+			t.Fatalf("after Open the intent index is complete to %d (%v), want %d", done, err, l.LastSeq())
+		}
+		checkQueries(t, l, all, first)
+		if k == 37 {
+			// The log compacted, then forgotten after its first event kept.
+			first = 50
+			if err := l.SaveSnapshot(first-1, []byte("state")); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Compact(first, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coagent/coagent/intents"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
 )
 
 // Query selects events of the audit trail. Set criteria must all match.
@@ -18,6 +19,14 @@ type Query struct {
 	// Trace is the trace id of the intent that caused the event
 	// (intents.Event.Trace): 32 lowercase hex digits.
 	Trace string
+	// Intent is the id of the intent the event is of (intents.Event.Intent),
+	// a ULID as the intent spelled it (canonical upper case, for any valid
+	// intent): the intent event and its decisions, the change, grant, wait
+	// or escalation it caused, the waiting notices sent for it and the
+	// resolution of its case. Not the events of the transaction it opened
+	// (renewals, expiry, notices, its release by another intent): follow
+	// its transaction for those.
+	Intent string
 	// Path matches events that concern a path overlapping it: the path
 	// itself, anything under it, or an ancestor of it (a write to report
 	// concerns report.intro). Decisions carry no paths; follow their intent.
@@ -33,6 +42,13 @@ type Query struct {
 // one by one and filtered). It returns the events and the seq to continue
 // from, 0 when there are no more.
 func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
+	return l.QueryProgress(q, nil)
+}
+
+// QueryProgress is Query telling progress of each event it considers
+// (of the driving index, or of the log), of those to the last event
+// logged when it began.
+func (l *Log) QueryProgress(q Query, progress Progress) ([]*intents.Event, uint64, error) {
 	if q.Limit <= 0 {
 		q.Limit = 100
 	}
@@ -47,6 +63,12 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 	if q.Trace != "" && !intents.ValidTraceID(q.Trace) {
 		return nil, 0, fmt.Errorf("query trace %q: not a trace id (32 lowercase hex digits, not all zeros)", q.Trace)
 	}
+	if q.Intent != "" {
+		if _, err := ulid.ParseStrict(q.Intent); err != nil {
+			return nil, 0, fmt.Errorf("query intent %q: not a ULID: %v", q.Intent, err)
+		}
+	}
+	last := l.LastSeq()
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
 	src, err := stream(snap, q)
@@ -62,6 +84,9 @@ func (l *Log) Query(q Query) ([]*intents.Event, uint64, error) {
 		}
 		if len(out) == q.Limit {
 			return out, seq, nil
+		}
+		if progress != nil {
+			progress(seq, max(last, seq))
 		}
 		v, closer, err := snap.Get(eventKey(seq))
 		if err != nil {
@@ -84,7 +109,8 @@ func (q *Query) matches(ev *intents.Event) bool {
 	case q.Agent != "" && ev.Agent != q.Agent,
 		q.Type != "" && ev.Type != q.Type,
 		q.Txn != "" && ev.Txn != q.Txn,
-		q.Trace != "" && ev.Trace != q.Trace:
+		q.Trace != "" && ev.Trace != q.Trace,
+		q.Intent != "" && ev.Intent != q.Intent:
 		return false
 	case q.Path != "":
 		return slices.ContainsFunc(pathsOf(ev), func(p string) bool { return intents.Overlaps(p, q.Path) })
@@ -92,12 +118,12 @@ func (q *Query) matches(ev *intents.Event) bool {
 	return true
 }
 
-// stream picks the index that drives q: a trace has the fewest events (one
-// intent's story), then a transaction, an agent, a path, a type; with no
-// criterion, the log itself.
+// stream picks the index that drives q: an intent has the fewest events,
+// then a trace (one intent's story, or a few), a transaction, an agent, a
+// path, a type; with no criterion, the log itself.
 // The events after the index follow the index's.
 func stream(r pebble.Reader, q Query) (seqStream, error) {
-	if q.Trace == "" && q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
+	if q.Intent == "" && q.Trace == "" && q.Txn == "" && q.Agent == "" && q.Path == "" && q.Type == "" {
 		return newEventStream(r, q.From)
 	}
 	indexed, found, err := readMeta(r, metaIndexed)
@@ -130,6 +156,8 @@ func newEventStream(r pebble.Reader, from uint64) (seqStream, error) {
 // indexStream is the stream of the index that drives q, to seq until.
 func indexStream(r pebble.Reader, q Query, until uint64) (seqStream, error) {
 	switch {
+	case q.Intent != "":
+		return newIndexStream(r, indexPrefix(idxIntent, q.Intent), q.From, until)
 	case q.Trace != "":
 		return newIndexStream(r, indexPrefix(idxTrace, q.Trace), q.From, until)
 	case q.Txn != "":

@@ -25,7 +25,7 @@ func newCompactCmd(e *env) *cobra.Command {
 			if before == 0 {
 				return usagef(c, "missing --before SEQ")
 			}
-			return runCompact(data, before, archive, e.stdout)
+			return runCompact(data, before, archive, e.stdout, e.stderr)
 		},
 	}
 	fs := c.Flags()
@@ -35,7 +35,7 @@ func newCompactCmd(e *env) *cobra.Command {
 	return c
 }
 
-func runCompact(data string, before uint64, archive string, stdout io.Writer) error {
+func runCompact(data string, before uint64, archive string, stdout, stderr io.Writer) error {
 	log, err := openLog(data)
 	if err != nil {
 		return err
@@ -48,7 +48,9 @@ func runCompact(data string, before uint64, archive string, stdout io.Writer) er
 		fmt.Fprintf(stdout, "nothing to do: the log already starts at %d\n", log.FirstSeq())
 		return nil
 	}
-	eng, err := coordinator.ReplayUntil(log, engine.Config{}, before-1, time.Time{})
+	p := newProgress(stderr, "compact: snapshot", 0)
+	eng, err := coordinator.ReplayUntilProgress(log, engine.Config{}, before-1, time.Time{}, p.fn())
+	p.finish()
 	if err != nil {
 		return err
 	}
@@ -68,7 +70,10 @@ func runCompact(data string, before uint64, archive string, stdout io.Writer) er
 		defer f.Close()
 		w = f
 	}
-	if err := log.Compact(before, w); err != nil {
+	p = newProgress(stderr, "compact: drop", 0)
+	err = log.CompactProgress(before, w, p.fn())
+	p.finish()
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "compacted: the log now starts at %d; state at %d snapshotted (sha256 %s)\n",

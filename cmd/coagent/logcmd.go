@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 )
 
@@ -24,21 +25,22 @@ import (
 // the question "what happened" is mostly asked of a live system. --data
 // names the directory when that is what is wanted.
 func newLogCmd(e *env) *cobra.Command {
-	var data, typ, trace string
+	var data, typ, trace, intent string
 	var q eventlog.Query
 	var out output
 	var follow bool
 	var conn natsFlags
 	c := &cobra.Command{
 		Use:   "log",
-		Short: "query the audit trail by agent, path, type, transaction or trace (--follow: and go on)",
+		Short: "query the audit trail by agent, path, type, transaction, intent or trace (--follow: and go on)",
 		Long: "Print the events that match every filter given, one a line (-o json: one JSON event a line), from the running\n" +
 			"server at --nats (log.query, as the agent of --nkey may see them), or with --data DIR from the directory of a\n" +
 			"stopped server. When more match than --limit, stderr says where to go on (more: --from SEQ). --follow prints\n" +
 			"every match from --from on and then each new one as it is logged, until interrupted. --trace finds the events of\n" +
-			"the intents that came with that W3C trace id (a traceparent header, or meta.traceparent), in order. On a\n" +
-			"cluster, --node NAME asks that coordinator, a standby too, as far as it has followed the log (stderr says which\n" +
-			"node answered).",
+			"the intents that came with that W3C trace id (a traceparent header, or meta.traceparent), in order. --intent\n" +
+			"finds the events of one intent (its own: those of the transaction it opened are found by --txn). On a cluster,\n" +
+			"--node NAME asks that coordinator, a standby too, as far as it has followed the log (stderr says which node\n" +
+			"answered).",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if typ != "" {
@@ -68,6 +70,13 @@ func newLogCmd(e *env) *cobra.Command {
 				}
 				q.Trace = id
 			}
+			if intent != "" {
+				id, err := ulid.ParseStrict(intent)
+				if err != nil {
+					return usagef(c, "--intent %q: not an intent id (a ULID): %v", intent, err)
+				}
+				q.Intent = id.String() // canonical upper case, as intents spell their ids
+			}
 			if c.Flags().Changed("data") {
 				for _, flag := range []string{"nats", "follow", "nkey", "creds", "subject-prefix", "node"} {
 					if c.Flags().Changed(flag) {
@@ -88,6 +97,7 @@ func newLogCmd(e *env) *cobra.Command {
 	fs.StringVar(&q.Path, "path", "", "events concerning this path, anything under it or an ancestor of it")
 	fs.StringVar(&typ, "type", "", "events of this type ("+typeNames()+")")
 	fs.StringVar(&q.Txn, "txn", "", "events of this transaction")
+	fs.StringVar(&intent, "intent", "", "events of the intent of this `ID` (a ULID): its intent event, decisions, change, grant, wait, escalation, the notices sent for it and the resolution of its case")
 	fs.StringVar(&trace, "trace", "", "events caused by the intents of this trace `ID` (32 hex digits, or a whole traceparent)")
 	fs.Uint64Var(&q.From, "from", 0, "start at this sequence number")
 	fs.IntVar(&q.Limit, "limit", 100, "at most this many events (with --follow: how many one request asks for)")
@@ -122,7 +132,9 @@ func runLog(data string, q eventlog.Query, asJSON bool, stdout, stderr io.Writer
 		return err
 	}
 	defer log.Close()
-	events, next, err := log.Query(q)
+	p := newProgress(stderr, "log", 0).startAt(max(q.From, log.FirstSeq()))
+	events, next, err := log.QueryProgress(q, p.fn())
+	p.finish()
 	if err != nil {
 		return err
 	}
@@ -146,6 +158,9 @@ func logPage(ctx context.Context, nc *nats.Conn, conn *natsFlags, q eventlog.Que
 		"from": q.From, "limit": min(q.Limit, logPageMax)}
 	if q.Trace != "" {
 		req["trace"] = q.Trace // only when asked: a server from before traces knows no such field
+	}
+	if q.Intent != "" {
+		req["intent"] = q.Intent // only when asked, too
 	}
 	body, _ := json.Marshal(req)
 	reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)

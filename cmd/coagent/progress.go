@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/coagent/coagent/eventlog"
 	"golang.org/x/term"
 )
 
@@ -13,15 +14,22 @@ import (
 // compact, log on a large log): events done of the total, the rate, and
 // the time left, redrawn in place on stderr at most every progressEvery.
 // It shows nothing unless stderr is a terminal: a pipe or a file gets no
-// progress lines to clean up. A nil *progress is valid and does nothing.
+// progress lines to clean up. Nor does work done within progressEvery: a
+// query of a few events should not leave a progress line behind it. A nil
+// *progress is valid and does nothing.
 type progress struct {
 	w     io.Writer
 	what  string
 	total uint64
 	done  uint64
 	began time.Time
-	drawn time.Time // when it was last drawn
+	drawn time.Time // when it was last drawn; began until it is
+	shown bool      // whether it has been drawn
 	now   func() time.Time
+	// Of reached: the first seq counted (0 until one is), and how many
+	// calls since the clock was last read.
+	from  uint64
+	calls uint
 }
 
 // progressEvery bounds how often the line is redrawn.
@@ -32,6 +40,13 @@ const progressEvery = 200 * time.Millisecond
 type ttyWriter interface {
 	io.Writer
 	isTerminal() bool
+}
+
+// clockWriter is a writer with a clock of its own: a test's fake terminal,
+// whose time moves as fast as the test needs for the work to show.
+type clockWriter interface {
+	io.Writer
+	clock() time.Time
 }
 
 // isTerminal reports whether w is a terminal.
@@ -51,7 +66,54 @@ func newProgress(stderr io.Writer, what string, total uint64) *progress {
 	if !isTerminal(stderr) {
 		return nil
 	}
-	return &progress{w: stderr, what: what, total: total, now: time.Now, began: time.Now()}
+	now := time.Now
+	if c, ok := stderr.(clockWriter); ok {
+		now = c.clock
+	}
+	began := now()
+	return &progress{w: stderr, what: what, total: total, now: now, began: began, drawn: began}
+}
+
+// startAt counts the events reached from seq from on (the default is the
+// first seq reached); it returns p.
+func (p *progress) startAt(from uint64) *progress {
+	if p != nil {
+		p.from = from
+	}
+	return p
+}
+
+// reachedEvery is how many calls of reached read the clock once: a fold
+// calls it for every event, and reading the clock each time would cost a
+// fold of a small state some percent.
+const reachedEvery = 256
+
+// reached counts the events done to seq, of a run that ends at last: the
+// first seq reached starts the count unless startAt said where, so that a
+// fold from a snapshot counts the events it folds, not those the snapshot
+// holds.
+func (p *progress) reached(seq, last uint64) {
+	if p.from == 0 {
+		p.from = seq
+	}
+	if seq < p.from {
+		return
+	}
+	p.done, p.total = seq-p.from+1, max(last, seq)-p.from+1
+	if p.calls++; p.calls < reachedEvery {
+		return
+	}
+	p.calls = 0
+	p.add(0)
+}
+
+// fn is p.reached as an eventlog.Progress, and nil for a nil p, so that
+// work whose progress is not shown pays nothing for it.
+func (p *progress) fn() eventlog.Progress {
+	if p == nil {
+		return nil
+	}
+	return p.reached
 }
 
 // add counts n more events done and redraws the line if it is due.
@@ -61,7 +123,7 @@ func (p *progress) add(n uint64) {
 	}
 	p.done += n
 	if now := p.now(); now.Sub(p.drawn) >= progressEvery {
-		p.drawn = now
+		p.drawn, p.shown = now, true
 		p.draw(now)
 	}
 }
@@ -88,9 +150,10 @@ func (p *progress) draw(now time.Time) {
 }
 
 // finish draws the last line and ends it, so that what follows on stderr
-// starts on a line of its own.
+// starts on a line of its own; if no line was drawn, the work was quick and
+// it draws none.
 func (p *progress) finish() {
-	if p == nil {
+	if p == nil || !p.shown {
 		return
 	}
 	p.draw(p.now())

@@ -23,7 +23,7 @@ func newReplayCmd(e *env) *cobra.Command {
 		Short: "rebuild the state at a point of the log and print it with its rev and sha256",
 		Args:  noArgs,
 		RunE: func(*cobra.Command, []string) error {
-			return runReplay(data, until, out.json(), e.stdout)
+			return runReplay(data, until, out.json(), e.stdout, e.stderr)
 		},
 	}
 	fs := c.Flags()
@@ -33,7 +33,7 @@ func newReplayCmd(e *env) *cobra.Command {
 	return c
 }
 
-func runReplay(data, until string, asJSON bool, stdout io.Writer) error {
+func runReplay(data, until string, asJSON bool, stdout, stderr io.Writer) error {
 	var seq uint64
 	var at time.Time
 	if until != "" {
@@ -49,7 +49,9 @@ func runReplay(data, until string, asJSON bool, stdout io.Writer) error {
 		return err
 	}
 	defer log.Close()
-	eng, err := coordinator.ReplayUntil(log, engine.Config{}, seq, at)
+	p := newProgress(stderr, "replay", 0)
+	eng, err := coordinator.ReplayUntilProgress(log, engine.Config{}, seq, at, p.fn())
+	p.finish()
 	if err != nil {
 		return err
 	}

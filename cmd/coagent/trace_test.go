@@ -163,6 +163,20 @@ func TestLogTrace(t *testing.T) {
 		if evs[0].Trace != logTraceA {
 			t.Errorf("the propose's event has trace %q", evs[0].Trace)
 		}
+		// --intent finds the events of each intent of the trace: those
+		// of the propose, and those of the commit, which the
+		// transaction's grant is not one of.
+		for id, want := range map[string]string{propose: "intent " + propose + "\ngrant " + propose + "\ndecision " + propose + " granted\n",
+			commit: "intent " + commit + "\nchange " + commit + "\nrelease " + commit + " committed\ndecision " + commit + " committed\n"} {
+			for _, spelt := range []string{id, strings.ToLower(id)} {
+				if _, story := traceStory(t, append(where, "--intent", spelt)...); story != want {
+					t.Errorf("log %v --intent %s:\n%swant:\n%s", where, spelt, story, want)
+				}
+			}
+		}
+		if _, story := traceStory(t, append(where, "--intent", commit, "--type", "release")...); story != "release "+commit+" committed\n" {
+			t.Errorf("log %v --intent %s --type release:\n%s", where, commit, story)
+		}
 		// A whole traceparent names its trace as well.
 		if _, again := traceStory(t, append(where, "--trace", traceparentFor(logTraceA))...); again != story {
 			t.Errorf("log %v --trace with a traceparent:\n%swant:\n%s", where, again, story)
@@ -201,6 +215,10 @@ func TestLogTrace(t *testing.T) {
 	var usage *usageError
 	if !errors.As(err, &usage) || !strings.Contains(err.Error()+errOut, `--trace "xyz": not a W3C traceparent: 3 characters`) {
 		t.Errorf("log --trace xyz: %v, %q", err, errOut)
+	}
+	_, errOut, err = runCmd(t, "", "log", "--nats", url, "--intent", "01JPA3Z4Y5X6W7V8T9S0R1Q2PU")
+	if !errors.As(err, &usage) || !strings.Contains(err.Error()+errOut, `--intent "01JPA3Z4Y5X6W7V8T9S0R1Q2PU": not an intent id (a ULID)`) {
+		t.Errorf("log --intent of a bad ULID: %v, %q", err, errOut)
 	}
 	reply, err = nc.Request(subj.API(intents.APILogQuery), []byte(`{"trace":"XYZ"}`), 10*time.Second)
 	if err != nil || !strings.Contains(reply.Header.Get("Nats-Service-Error"), `log.query: trace "XYZ": not a W3C traceparent`) {

@@ -18,13 +18,13 @@ func newVerifyCmd(e *env) *cobra.Command {
 		Use:   "verify",
 		Short: "check every block of the store, fold the whole log and compare it with the materialized state",
 		Args:  noArgs,
-		RunE:  func(*cobra.Command, []string) error { return runVerify(data, e.stdout) },
+		RunE:  func(*cobra.Command, []string) error { return runVerify(data, e.stdout, e.stderr) },
 	}
 	c.Flags().StringVar(&data, "data", defaultData, "data directory of a stopped server")
 	return c
 }
 
-func runVerify(data string, stdout io.Writer) error {
+func runVerify(data string, stdout, stderr io.Writer) error {
 	log, err := openLog(data)
 	if err != nil {
 		return err
@@ -33,7 +33,9 @@ func runVerify(data string, stdout io.Writer) error {
 	if err := log.Check(); err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
-	hash, err := coordinator.Verify(log, engine.Config{})
+	p := newProgress(stderr, "verify", 0)
+	hash, err := coordinator.VerifyProgress(log, engine.Config{}, p.fn())
+	p.finish()
 	if err != nil {
 		return err
 	}

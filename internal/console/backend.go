@@ -116,13 +116,14 @@ func (b *backend) request(ctx context.Context, endpoint string, body, out any) e
 // coordinator whose log.query has no trace filter is asked it only when
 // the page searches by trace id (and then says so, invalid).
 type logQuery struct {
-	Agent string            `json:"agent,omitempty"`
-	Path  string            `json:"path,omitempty"`
-	Type  intents.EventType `json:"type,omitempty"`
-	Txn   string            `json:"txn,omitempty"`
-	Trace string            `json:"trace,omitempty"`
-	From  uint64            `json:"from,omitempty"`
-	Limit int               `json:"limit,omitempty"`
+	Agent  string            `json:"agent,omitempty"`
+	Path   string            `json:"path,omitempty"`
+	Type   intents.EventType `json:"type,omitempty"`
+	Txn    string            `json:"txn,omitempty"`
+	Trace  string            `json:"trace,omitempty"`
+	Intent string            `json:"intent,omitempty"`
+	From   uint64            `json:"from,omitempty"`
+	Limit  int               `json:"limit,omitempty"`
 }
 
 // logPageMax is the most events one log.query answers.

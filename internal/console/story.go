@@ -21,10 +21,10 @@ var traceID = regexp.MustCompile(`^([0-9a-f]{2}-)?[0-9a-f]{32}(-[0-9a-f]{16}-[0-
 // story answers every event of one intent, in log order (?q=ID): an
 // intent id, or a trace id found by log.query's trace filter.
 //
-// log.query has no intent filter, so an intent's events are gathered from
-// what the indexes give: the events of its agent that name it, those of
-// the transactions it opened or committed, the notices that name it (sent
-// to the agents it waits on) and the arbiter's resolution of its case.
+// An intent's events are those log.query's intent filter finds (its own,
+// the notices sent to the agents it waits on, the arbiter's resolution of
+// its case) and those of the transactions it opened or committed, found by
+// txn: their renewals, notices and end.
 func (b *backend) story(ctx context.Context, r *http.Request) (any, error) {
 	q := strings.TrimSpace(r.URL.Query().Get("q"))
 	switch {
@@ -46,25 +46,16 @@ func (b *backend) story(ctx context.Context, r *http.Request) (any, error) {
 	if d.Txn != "" {
 		txns[d.Txn] = true
 	}
-	keep := func(ev *intents.Event) bool {
-		switch {
-		case ev.Intent == id,
-			ev.Notice != nil && ev.Notice.Intent == id,
-			ev.Resolution != nil && ev.Resolution.Escalation == id:
-			found[ev.Seq] = ev
-			if ev.Txn != "" && ev.Intent == id {
-				txns[ev.Txn] = true
-			}
+	complete, err := b.scanLog(ctx, logQuery{Intent: id}, storyPages, func(ev *intents.Event) bool {
+		found[ev.Seq] = ev
+		// A waiting notice names the holder's transaction, not its own.
+		if ev.Txn != "" && ev.Type != intents.EventNotice {
+			txns[ev.Txn] = true
 		}
 		return true
-	}
-	complete := true
-	for _, q := range []logQuery{{Agent: d.Agent}, {Type: intents.EventNotice}, {Type: intents.EventResolve}} {
-		done, err := b.scanLog(ctx, q, storyPages, keep)
-		if err != nil {
-			return nil, err
-		}
-		complete = complete && done
+	})
+	if err != nil {
+		return nil, err
 	}
 	for txn := range txns {
 		done, err := b.scanLog(ctx, logQuery{Txn: txn}, storyPages, func(ev *intents.Event) bool {

@@ -135,10 +135,10 @@ func (s *Service) arm(t *time.Timer) {
 // its submits to be answered once it is durable.
 func (s *Service) decide(batch []input) {
 	now := s.opts.Now()
-	o := s.acc
-	o.intents += len(batch)
 	api := 0
 	for _, in := range batch {
+		o := s.acc
+		o.intents++
 		if in.msg != nil {
 			// A subject with more than one token after intents names no
 			// agent: the engine records the intent as invalid and answers
@@ -152,17 +152,30 @@ func (s *Service) decide(batch []input) {
 			s.core.DecideTraced(now, agent, in.msg.Data(), traceparent(in.msg.Headers()), ViaStream)
 			o.msgs = append(o.msgs, in.msg)
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream})
-			continue
+			o.bytes += len(in.msg.Data())
+		} else {
+			evs := s.core.DecideTraced(now, in.sub.agent, in.sub.req.Data(), traceparent(nats.Header(in.sub.req.Headers())), ViaAPI)
+			in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
+			o.submits = append(o.submits, in.sub)
+			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI})
+			o.bytes += len(in.sub.req.Data())
+			api++
 		}
-		evs := s.core.DecideTraced(now, in.sub.agent, in.sub.req.Data(), traceparent(nats.Header(in.sub.req.Headers())), ViaAPI)
-		in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
-		o.submits = append(o.submits, in.sub)
-		o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI})
-		api++
+		if o.bytes >= maxGroupBytes {
+			s.flush()
+		}
 	}
 	s.metrics.receivedBatch(api, len(batch)-api)
 	s.core.Tick(now)
 }
+
+// maxGroupBytes bounds the intents' bytes in one group: past it the group
+// is committed at once, whatever is in flight. A cluster's group is one
+// message of the replicated log, which the stream and the server take up
+// to MaxWireMessage; an intent's events take about twice its bytes (the
+// intent, its change), and an intent is at most intents.MaxIntentSize, so
+// a group stays under a third of that.
+const maxGroupBytes = 1 << 20
 
 // flush commits what was decided since the last commit as one group and
 // hands it, with what came in for it, to the output stage. A failure to

@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
@@ -436,4 +437,75 @@ func TestMemberKeepsLeaseWhileSeeding(t *testing.T) {
 		t.Fatalf("b became active while a seeded (%s):\n%s", b.Role(), logsB.String())
 	}
 	t.Logf("seeded in %s with a %s lease", took.Round(time.Millisecond), a.opts.LeaseTTL)
+}
+
+// TestMemberLargeIntents: a cluster's group is one message of the
+// replicated log, so what an active member decides at once must fit one:
+// a burst of intents near the size limit is cut into several groups,
+// instead of a group the stream refuses (which fenced the member, and its
+// successor with the same burst redelivered).
+func TestMemberLargeIntents(t *testing.T) {
+	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = MaxWireMessage })
+	nc := natstest.Connect(t, ns)
+	dir := t.TempDir()
+	first := startMember(t, nc, dir, "a", 1, nil)
+	awaitActive(t, first, 10*time.Second)
+	// Sent while no coordinator runs, the burst is fetched at once by the
+	// next, which decides it in one batch.
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var futures []jetstream.PubAckFuture
+	send := func(id, body string) {
+		f, err := js.PublishAsync(protoIntents+"a", []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, futures = append(ids, id), append(futures, f)
+	}
+	// Each near the limit with a value as large, so that its events (the
+	// intent, the change) take twice its bytes.
+	for range 12 {
+		send(protoIntent(`{"id":%q,"agent":"a","kind":"apply","writes":[{"path":"big.x","op":"set","value":%q}]}`,
+			strings.Repeat("v", intents.MaxIntentSize-200)))
+	}
+	send(padIntent(t, MaxWireMessage-4<<10)) // invalid: its record keeps its start (engine's TestOversizeRecordKeepsItsStart)
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		}
+	}
+	var logs lockedBuffer
+	m := startMember(t, nc, dir, "a", 1, &logs)
+	awaitActive(t, m, 10*time.Second)
+	for i, id := range ids {
+		natstest.CheckFor(t, 20*time.Second, "decision of "+id, func() error {
+			resp, err := nc.Request(intents.Subjects{}.API(intents.APIDecisionGet), []byte(`{"intent":"`+id+`"}`), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			var d intents.Decision
+			if err := json.Unmarshal(resp.Data, &d); err != nil || d.Intent != id {
+				return fmt.Errorf("%s: %v", resp.Data, err)
+			}
+			want := intents.OutcomeApplied
+			if i == len(ids)-1 {
+				want = intents.OutcomeRejected
+			}
+			if d.Outcome != want {
+				t.Fatalf("intent %d: %s %s, want %s", i, d.Outcome, d.Reason, want)
+			}
+			return nil
+		})
+	}
+	if strings.Contains(logs.String(), "stepping down") || m.Role() != intents.RoleActive {
+		t.Fatalf("the member stepped down (%s):\n%s", m.Role(), logs.String())
+	}
 }

@@ -21,8 +21,9 @@ type output struct {
 	// submits are the API submits decided in it: answered once it is
 	// durable.
 	submits []*submit
-	// intents counts the inputs decided into it.
+	// intents counts the inputs decided into it, bytes their bytes.
 	intents int
+	bytes   int
 	// done are closed once it is durable and published (or it failed).
 	done []chan struct{}
 	// committed is when the loop committed it, to tell a slow group;

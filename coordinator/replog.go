@@ -44,13 +44,16 @@ var errLogEmpty = fmt.Errorf("%w: the replicated log is empty", ErrAhead)
 const seedChunk = 1 << 20
 
 // seed appends the whole of log to an empty replicated log, in messages
-// of consecutive events of at most seedChunk bytes, and returns the
+// of consecutive events of at most seedChunk bytes (half the server's
+// max_payload, if that is less), and returns the
 // stream sequence of the last. The first append expects an empty stream,
 // so a seed can never land on top of another's.
 func seed(ctx context.Context, js jetstream.JetStream, subject string, log *eventlog.Log) (uint64, error) {
 	if log.FirstSeq() > 1 {
 		return 0, fmt.Errorf("this coordinator's log starts at event %d (compacted), so it cannot seed the replicated log: start the cluster from a log that was never compacted, or from empty directories", log.FirstSeq())
 	}
+	// A server may take less than the stream would (its max_payload).
+	chunk := min(seedChunk, int(js.Conn().MaxPayload())/2)
 	var last uint64
 	var evs []*intents.Event
 	size := 0
@@ -71,7 +74,7 @@ func seed(ctx context.Context, js jetstream.JetStream, subject string, log *even
 	}
 	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
 		n := len(eventlog.AppendEvent(nil, ev))
-		if size+n > seedChunk {
+		if size+n > chunk {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -24,8 +24,15 @@ func (e *Engine) rejectRaw(agent string, raw []byte, traceparent []string, err e
 	id := sniffID(raw)
 	trace, problem := intents.Trace(traceparent, sniffMeta(raw))
 	defer e.traced(e.traced(trace))
+	kept := raw
+	if len(kept) > intents.MaxIntentSize {
+		// The error says how large it was; the log keeps its start. Kept
+		// whole, a message up to the wire's limit would make an event, and
+		// a group of a cluster's log, larger than a message may be.
+		kept = kept[:rawKept]
+	}
 	e.emit(intents.Event{Type: intents.EventIntent, Agent: agent, Intent: id,
-		Received: &intents.Received{Raw: raw, Error: err.Error(), TraceError: problem}})
+		Received: &intents.Received{Raw: kept, Error: err.Error(), TraceError: problem}})
 	if d, ok := e.recorded(id); ok && id != "" && (agent == "" || d.Agent == agent) {
 		e.duplicate(d)
 		return
@@ -33,6 +40,10 @@ func (e *Engine) rejectRaw(agent string, raw []byte, traceparent []string, err e
 	e.decide(&intents.Decision{Intent: id, Agent: agent, Outcome: intents.OutcomeRejected,
 		Reason: intents.ReasonInvalid, Detail: err.Error()})
 }
+
+// rawKept is how much of an intent larger than intents.MaxIntentSize its
+// record keeps.
+const rawKept = 4 << 10
 
 // sniffID returns the intent id of a document that failed validation, when
 // it has a well-formed one, so the rejection is recorded under it: the

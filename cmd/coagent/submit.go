@@ -25,7 +25,10 @@ type submitFlags struct {
 	conn    natsFlags
 	timeout time.Duration
 	agent   string
-	out     output
+	// traceparent, if set, is sent as the W3C traceparent header: every
+	// event of the intent then carries its trace id.
+	traceparent string
+	out         output
 }
 
 // newSubmitCmd is `coagent submit`: one intent to the API, and its
@@ -40,6 +43,11 @@ func newSubmitCmd(e *env) *cobra.Command {
 			"An intent without an id is given a new ULID; --agent fills in its agent. Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "FILE (or - for stdin)"),
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.traceparent != "" {
+				if _, err := intents.ParseTraceparent(f.traceparent); err != nil {
+					return usagef(c, "--traceparent %q: %v", f.traceparent, err)
+				}
+			}
 			return runSubmit(c.Context(), &f, args[0], e.stdin, e.stdout, e.stderr)
 		},
 	}
@@ -47,6 +55,7 @@ func newSubmitCmd(e *env) *cobra.Command {
 	f.conn.register(fs, e.defaultNATS())
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for a final decision")
 	fs.StringVar(&f.agent, "agent", "", "the intent's agent, where the intent names none (default the agent of --nkey)")
+	fs.StringVar(&f.traceparent, "traceparent", "", "send this W3C traceparent (00-TRACEID-PARENTID-FLAGS) with the intent: its events carry the trace id (coagent log --trace)")
 	f.out.register(fs, true)
 	return c
 }
@@ -84,7 +93,7 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 	reqCtx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	// An authenticated agent submits on its own subject.
-	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(f.conn.agent()), data, stderr)
+	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(f.conn.agent()), data, f.traceparent, stderr)
 	if err != nil {
 		return err
 	}
@@ -202,11 +211,14 @@ func describeDecision(d *intents.Decision) string {
 // is full), when none answers (no responders: a cluster between two
 // active coordinators), and when a reply does not come within attempt (the
 // coordinator died with the request): so a submit rides a failover.
-func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte, stderr io.Writer) (*nats.Msg, error) {
+func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte, traceparent string, stderr io.Writer) (*nats.Msg, error) {
 	said := ""
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 		msg := nats.NewMsg(subject)
 		msg.Data = data
+		if traceparent != "" {
+			msg.Header.Set(intents.HeaderTraceparent, traceparent)
+		}
 		// The coordinator answers with the interim decision a little before
 		// this attempt gives up, rather than not at all.
 		attemptCtx, cancel := ctx, context.CancelFunc(func() {})

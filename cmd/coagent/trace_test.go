@@ -25,6 +25,7 @@ const (
 	logTraceB = "0af7651916cd43dd8448eb211c80319c"
 	logTraceC = "5c1f0a2b3d4e5f60718293a4b5c6d7e8"
 	logTraceD = "aaaabbbbccccddddeeeeffff00001111"
+	logTraceE = "e0e1e2e3e4e5e6e7e8e9eaebecedeeef"
 )
 
 func traceparentFor(trace string) string { return "00-" + trace + "-00f067aa0ba902b7-01" }
@@ -115,6 +116,16 @@ func TestLogTrace(t *testing.T) {
 	metaID := ulid.Make().String()
 	submitOK(t, url, fmt.Sprintf(`{"id":%q,"agent":"w2","kind":"apply","writes":[{"path":"doc.m","op":"set","value":1}],"meta":{"traceparent":%q}}`,
 		metaID, traceparentFor(logTraceC)))
+	// E: the header from the CLI's submit --traceparent; a malformed one
+	// is a usage error, and nothing is sent.
+	flagID := ulid.Make().String()
+	flagIntent := fmt.Sprintf(`{"id":%q,"agent":"w2","kind":"apply","writes":[{"path":"doc.e","op":"set","value":1}]}`, flagID)
+	if p := runBin(t, nil, flagIntent, "submit", "-", "--nats", url, "--traceparent", traceparentFor(logTraceE)); p.status != 0 {
+		t.Fatalf("submit --traceparent: %+v", p)
+	}
+	if p := runBin(t, nil, flagIntent, "submit", "-", "--nats", url, "--traceparent", "00-nope"); p.status != 2 || !strings.Contains(p.stderr, `--traceparent "00-nope"`) {
+		t.Fatalf("submit --traceparent 00-nope: %+v", p)
+	}
 	// D: on the stream by hand, the header capitalized.
 	subj := intents.Subjects{}
 	js, err := nc.JetStream()
@@ -181,7 +192,7 @@ func TestLogTrace(t *testing.T) {
 		if _, again := traceStory(t, append(where, "--trace", traceparentFor(logTraceA))...); again != story {
 			t.Errorf("log %v --trace with a traceparent:\n%swant:\n%s", where, again, story)
 		}
-		for trace, id := range map[string]string{logTraceB: pubID, logTraceC: metaID, logTraceD: streamID} {
+		for trace, id := range map[string]string{logTraceB: pubID, logTraceC: metaID, logTraceD: streamID, logTraceE: flagID} {
 			_, story := traceStory(t, append(where, "--trace", trace)...)
 			if want := "intent " + id + "\nchange " + id + "\ndecision " + id + " applied\n"; story != want {
 				t.Errorf("log %v --trace %s:\n%swant:\n%s", where, trace, story, want)

@@ -37,6 +37,15 @@ type clusterFlags struct {
 // cluster's (coordinator.Member) rather than alone.
 func (f *clusterFlags) member() bool { return f.coordinator && f.name != "" }
 
+// embeddedNode is the name of this node of an embedded cluster, "" when
+// the embedded server is alone or there is none (--nats).
+func (f *clusterFlags) embeddedNode() string {
+	if f.listen == "" {
+		return ""
+	}
+	return f.name
+}
+
 func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "cluster", "", "make the embedded server a node of a JetStream cluster, its routes listening on HOST:PORT (plain TCP: keep it on loopback or a private network)")
 	fs.StringSliceVar(&f.routes, "routes", nil, "with --cluster: the nodes' route URLs, nats://HOST:PORT, comma separated (this node's own may be among them)")
@@ -61,7 +70,11 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 			return usagef(c, "--name %q: %v", f.name, err)
 		}
 		if s.authOn {
-			return usagef(c, "--auth with --name is not supported yet: every coordinator would need the same agents and the coordinator's key")
+			// Untried: each member would need the operator's server to
+			// give every agent the cluster's subjects too (status, each
+			// member's reads), and nothing here has run it. On an
+			// embedded cluster each node admits its own registry's agents.
+			return usagef(c, "--auth with --nats and --name is not supported yet; run the cluster's nodes with coagent serve --cluster … --auth (docs/cluster.md)")
 		}
 	} else if f.listen == "" {
 		for _, name := range []string{"routes", "name", "cluster-name", "cluster-tls-cert", "cluster-tls-key", "cluster-tls-ca"} {
@@ -95,9 +108,6 @@ func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 		}
 		if n := btoi(f.tlsCert != "") + btoi(f.tlsKey != "") + btoi(f.tlsCA != ""); n != 0 && n != 3 {
 			return usagef(c, "route TLS needs all three of --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca")
-		}
-		if s.authOn {
-			return usagef(c, "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)")
 		}
 	}
 	if changed("lease-ttl") && !f.member() {

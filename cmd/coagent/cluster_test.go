@@ -281,7 +281,7 @@ func TestServeClusterUsage(t *testing.T) {
 		{[]string{"--cluster", "h:1", "--routes", "nats://h:1", "--name", "n.1"}, `--name "n.1": '.' is not allowed in a name: want letters, digits, '-' or '_'`},
 		{append([]string{"--cluster-name", "a b"}, node...), `--cluster-name "a b": want letters, digits, '-' or '_'`},
 		{append([]string{"--nats", "nats://h:1"}, node...), "--cluster and --nats nats://h:1 exclude each other: --cluster makes the embedded server a cluster node, --nats uses a server that is not embedded"},
-		{append([]string{"--auth"}, node...), "--auth with --cluster is not supported yet: every node would need the same agents and the coordinator's key; run the cluster on a private network without --auth, or use --nats with a cluster whose operator sets the identities (docs/auth.md)"},
+		{[]string{"--auth", "--nats", "nats://h:1", "--name", "n1"}, "--auth with --nats and --name is not supported yet; run the cluster's nodes with coagent serve --cluster … --auth (docs/cluster.md)"},
 		{append([]string{"--rules", "r.json", "--coordinator=false"}, node...), "--rules r.json needs --coordinator: this node runs no coordinator to put them in force"},
 		{append([]string{"--cluster-tls-cert", "c.pem"}, node...), "route TLS needs all three of --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca"},
 		{[]string{"--cluster-tls-ca", "ca.pem"}, "--cluster-tls-ca needs --cluster HOST:PORT: it configures this node's part of a cluster"},

@@ -17,7 +17,11 @@ const operatorName = "admin"
 
 // ensureOperator registers the operator in reg, and writes its seed, when
 // no registered agent has the role admin. It says what it did on stderr.
-func ensureOperator(data string, reg *natsauth.Registry, stderr io.Writer) error {
+// On a node of a cluster (node is its name, "" alone) it says besides that
+// the other nodes need this registry: each node's server admits the agents
+// of its own, so a node started on an empty one would make an admin of its
+// own, whom the others do not know.
+func ensureOperator(data, node string, reg *natsauth.Registry, stderr io.Writer) error {
 	for _, a := range reg.Agents {
 		if slices.Contains(a.Roles, natsauth.RoleAdmin) {
 			return nil
@@ -39,6 +43,10 @@ func ensureOperator(data string, reg *natsauth.Registry, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stderr, "coagent: registered the operator %q (role admin, for rules set and dlq); its key is %s: keep it secret\n", operatorName, seedPath)
+	if node != "" {
+		fmt.Fprintf(stderr, "coagent: node %s of a cluster: copy %s to every other node's data directory before it starts, and after each agents add or remove (then SIGHUP): each node admits the agents of its own registry\n",
+			node, natsauth.RegistryPath(data))
+	}
 	return nil
 }
 

@@ -134,3 +134,31 @@ func TestServeChecksRulesFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestEnsureOperatorOnANode: a node of a cluster that registers the
+// operator says that the other nodes need its registry; one alone does
+// not; a registry with an admin, copied in, is kept as it is.
+func TestEnsureOperatorOnANode(t *testing.T) {
+	for _, node := range []string{"", "n1"} {
+		data := t.TempDir()
+		reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
+		var stderr strings.Builder
+		if err := ensureOperator(data, node, reg, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		note := "node n1 of a cluster: copy " + natsauth.RegistryPath(data) + " to every other node's data directory before it starts"
+		if _, ok := reg.Agents[operatorName]; !ok || strings.Contains(stderr.String(), note) != (node != "") {
+			t.Errorf("node %q: agents %v, stderr %q", node, reg.Agents, stderr.String())
+		}
+		// The registry as a node started with it copied in finds it.
+		copied, err := natsauth.Load(natsauth.RegistryPath(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stderr.Reset()
+		if err := ensureOperator(t.TempDir(), node, copied, &stderr); err != nil || stderr.Len() != 0 ||
+			copied.Agents[operatorName].Nkey != reg.Agents[operatorName].Nkey {
+			t.Errorf("node %q, a copied registry: %v, stderr %q, agents %v", node, err, stderr.String(), copied.Agents)
+		}
+	}
+}

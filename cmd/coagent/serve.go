@@ -119,7 +119,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			return err
 		}
 		if f.authOn {
-			if err := ensureOperator(f.data, reg, stderr); err != nil {
+			if err := ensureOperator(f.data, f.cluster.embeddedNode(), reg, stderr); err != nil {
 				return err
 			}
 		}

@@ -158,6 +158,10 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.API(intents.APIFeedFollow),
 		"$JS.API.CONSUMER.INFO." + events + ".*",
 		"$JS.API.CONSUMER.MSG.NEXT." + events + ".*",
+		// The read-only API of each coordinator of a cluster, a standby's
+		// too (`--node`), answered through the same viewer as the active
+		// one's shared subjects.
+		s.NodeAPI("*", intents.APIStateGet), s.NodeAPI("*", intents.APILogQuery), s.NodeAPI("*", intents.APITxnList),
 	}
 	sub := []string{
 		s.Decisions(agent),
@@ -166,7 +170,11 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		intents.InboxPrefix(agent) + ".>",
 	}
 	if slices.Contains(roles, RoleObserver) || slices.Contains(roles, RoleAdmin) {
+		// `coagent status`: every member's answer, and the replicated
+		// log's stream information (its sequences and replicas, none of
+		// its messages).
 		sub = append(sub, s.AllEvents())
+		pub = append(pub, s.Status(), "$JS.API.STREAM.INFO."+s.Stream(intents.StreamLog))
 	}
 	if slices.Contains(roles, RoleAdmin) {
 		// What `coagent rules set` and `coagent dlq list|show|retry` do:
@@ -176,6 +184,7 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		dlq := s.Stream(intents.StreamDLQ)
 		pub = append(pub,
 			s.API(intents.APIRulesSet),
+			s.ClusterSnapshot(), // coagent snapshot: the active coordinator checks the role too
 			s.Intents("*"),
 			"$JS.API.STREAM.INFO."+dlq,
 			"$JS.API.STREAM.MSG.GET."+dlq,

@@ -59,7 +59,14 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("alice may not subscribe to %s", s)
 		}
 	}
-	for _, s := range []string{"coagent.api.arbiter.resolve", "coagent.api.submit", "coagent.intents.>"} {
+	// Each coordinator of a cluster answers the reads on its own subjects
+	// too, a standby's through the same viewer as the active one's.
+	for _, s := range []string{"coagent.cluster.*.api.state.get", "coagent.cluster.*.api.log.query", "coagent.cluster.*.api.txn.list"} {
+		if !slices.Contains(p.Publish.Allow, s) {
+			t.Errorf("alice may not publish %s", s)
+		}
+	}
+	for _, s := range []string{"coagent.api.arbiter.resolve", "coagent.api.submit", "coagent.intents.>", "coagent.cluster.status", "coagent.cluster.snapshot"} {
 		if slices.Contains(p.Publish.Allow, s) {
 			t.Errorf("alice may publish %s", s)
 		}
@@ -107,7 +114,15 @@ func TestRoleFor(t *testing.T) {
 		{"$JS.API.STREAM.INFO.COAGENT_DLQ", true, []string{RoleObserver}, RoleAdmin},
 		{"coagent.api.arbiter.resolve", true, nil, RoleArbiter},
 		{"coagent.events.decision", false, nil, RoleObserver},
-		{"coagent.api.state.get", true, nil, ""},            // allowed already
+		{"coagent.api.state.get", true, nil, ""}, // allowed already
+		// A cluster's: status to observers, snapshot to the admin, each
+		// member's reads to everyone.
+		{"coagent.cluster.status", true, nil, RoleObserver},
+		{"$JS.API.STREAM.INFO.COAGENT_LOG", true, nil, RoleObserver},
+		{"coagent.cluster.snapshot", true, []string{RoleObserver}, RoleAdmin},
+		{"coagent.cluster.n2.api.state.get", true, nil, ""},     // allowed already
+		{"coagent.cluster.n2.api.conflicts.top", true, nil, ""}, // nobody: a member answers no other read there
+		{"$JS.API.STREAM.INFO.COAGENT_INTENTS", true, nil, ""},
 		{"$JS.API.STREAM.PURGE.COAGENT_DLQ", true, nil, ""}, // nobody may
 	} {
 		if got := RoleFor("", "alice", c.roles, c.subject, c.publish); got != c.want {

@@ -13,7 +13,6 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
-	"github.com/oklog/ulid/v2"
 )
 
 // snapshotLine is the line `coagent snapshot` prints.
@@ -40,21 +39,7 @@ func TestSnapshotCmd(t *testing.T) {
 		t.Fatalf("snapshot without coordinators took %s", d)
 	}
 
-	a := startStatusMember(t, url, "a", 1)
-	natstest.CheckFor(t, 5*time.Second, "a active", func() error {
-		if r := a.Role(); r != intents.RoleActive {
-			return errors.New(r)
-		}
-		return nil
-	})
-	nc := natstest.Connect(t, ns)
-	for range 3 {
-		body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"c.n","op":"incr","value":1}]}`, ulid.Make().String())
-		m, err := nc.Request(intents.Subjects{}.Submit(""), []byte(body), 5*time.Second)
-		if err != nil || !strings.Contains(string(m.Data), `"applied"`) {
-			t.Fatalf("submit: %v %v", m, err)
-		}
-	}
+	_, nc := startActiveWithIncrements(t, ns, url)
 	startStatusMember(t, url, "b", 1)
 	status := func() clusterStatus {
 		t.Helper()

@@ -14,6 +14,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
@@ -61,21 +62,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status without coordinators took %s: it waited for answers that could not come", d)
 	}
 
-	a := startStatusMember(t, url, "a", 1)
-	natstest.CheckFor(t, 5*time.Second, "a active", func() error {
-		if r := a.Role(); r != intents.RoleActive {
-			return errors.New(r)
-		}
-		return nil
-	})
-	nc := natstest.Connect(t, ns)
-	for range 3 {
-		body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"c.n","op":"incr","value":1}]}`, ulid.Make().String())
-		m, err := nc.Request(intents.Subjects{}.Submit(""), []byte(body), 5*time.Second)
-		if err != nil || !strings.Contains(string(m.Data), `"applied"`) {
-			t.Fatalf("submit: %v %v", m, err)
-		}
-	}
+	a, _ := startActiveWithIncrements(t, ns, url)
 	b := startStatusMember(t, url, "b", 1)
 
 	var st clusterStatus
@@ -304,4 +291,27 @@ func TestStatusUsage(t *testing.T) {
 	if !errors.Is(err, errUsage) || !strings.Contains(errOut, "--wait 0s: want a duration above 0") {
 		t.Fatalf("status --wait 0s: %v, %q", err, errOut)
 	}
+}
+
+// startActiveWithIncrements starts member a on the server at url, waits
+// until it is active, and has it decide three increments of c.n, so that
+// its log holds something; it returns a and a connection of the test's.
+func startActiveWithIncrements(t *testing.T, ns *server.Server, url string) (*coordinator.Member, *nats.Conn) {
+	t.Helper()
+	a := startStatusMember(t, url, "a", 1)
+	natstest.CheckFor(t, 5*time.Second, "a active", func() error {
+		if r := a.Role(); r != intents.RoleActive {
+			return errors.New(r)
+		}
+		return nil
+	})
+	nc := natstest.Connect(t, ns)
+	for range 3 {
+		body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":"c.n","op":"incr","value":1}]}`, ulid.Make().String())
+		m, err := nc.Request(intents.Subjects{}.Submit(""), []byte(body), 5*time.Second)
+		if err != nil || !strings.Contains(string(m.Data), `"applied"`) {
+			t.Fatalf("submit: %v %v", m, err)
+		}
+	}
+	return a, nc
 }

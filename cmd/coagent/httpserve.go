@@ -221,26 +221,40 @@ func activeGauge(active func() bool) prometheus.Collector {
 
 // consoleConn returns the connection the console reads through. Under
 // --auth on the embedded server it is one of its own whose replies come
-// under an observer's inbox prefix, since the coordinator answers a read
-// for the agent whose inbox the reply goes to, and the console is there
-// for those who may see everything (the HTTP token is an observer's); with
-// no observer registered it reads what anyone may, and says so. Otherwise
+// under the inbox prefix of an agent that may read everything (see
+// consoleReader), since the coordinator answers a read for the agent whose
+// inbox the reply goes to, and the console is there for those who may see
+// everything (the HTTP token is an observer's or the operator's); with no
+// such agent registered it reads what anyone may, and says so. Otherwise
 // it is serve's own connection.
 func consoleConn(f *serveFlags, srv *natsauth.Server, nc *nats.Conn, reg *natsauth.Registry, stderr io.Writer) (*nats.Conn, error) {
 	if !f.authOn || srv == nil || reg == nil {
 		return nc, nil
 	}
-	roles := reg.Roles()
+	name, ok := consoleReader(reg.Roles())
+	if !ok {
+		fmt.Fprintf(stderr, "coagent: note: no observer nor admin registered: the console shows only what any agent may read (coagent agents add NAME --role observer)\n")
+		return nc, nil
+	}
+	cnc, err := srv.Connect(nats.Name("coagent console"), nats.CustomInboxPrefix(intents.InboxPrefix(name)))
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return cnc, nil
+}
+
+// consoleReader picks whom the console reads as: the first observer by
+// name, else the first admin (the operator, whom the first start with
+// --auth registers, and who may read everything too), so that the console
+// sees everything from the first start on, before any observer is added.
+func consoleReader(roles map[string][]string) (string, bool) {
 	names := slices.Sorted(maps.Keys(roles))
-	for _, name := range names {
-		if slices.Contains(roles[name], natsauth.RoleObserver) {
-			cnc, err := srv.Connect(nats.Name("coagent console"), nats.CustomInboxPrefix(intents.InboxPrefix(name)))
-			if err != nil {
-				return nil, fmt.Errorf("console: %w", err)
+	for _, role := range []string{natsauth.RoleObserver, natsauth.RoleAdmin} {
+		for _, name := range names {
+			if slices.Contains(roles[name], role) {
+				return name, true
 			}
-			return cnc, nil
 		}
 	}
-	fmt.Fprintf(stderr, "coagent: note: no observer registered: the console shows only what any agent may read (coagent agents add NAME --role observer)\n")
-	return nc, nil
+	return "", false
 }

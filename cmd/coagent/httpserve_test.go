@@ -219,3 +219,22 @@ func TestReadyzNotReady(t *testing.T) {
 		t.Fatalf("the default address taken: %v %v %q", h2, err, note.String())
 	}
 }
+
+// TestConsoleReader: the console reads as an observer, else as the
+// operator (admin), who may read everything as well; as nobody in
+// particular when neither is registered.
+func TestConsoleReader(t *testing.T) {
+	for _, c := range []struct {
+		roles map[string][]string
+		want  string
+	}{
+		{map[string][]string{"admin": {"admin"}, "zed": {"observer"}, "bob": {"observer"}, "al": nil}, "bob"},
+		{map[string][]string{"admin": {"admin"}, "al": {"coder"}}, "admin"},
+		{map[string][]string{"al": {"coder"}}, ""},
+	} {
+		got, ok := consoleReader(c.roles)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("consoleReader(%v) = %q %v, want %q", c.roles, got, ok, c.want)
+		}
+	}
+}

@@ -188,13 +188,12 @@ func TestStartServerClusterTLS(t *testing.T) {
 		}
 		return fmt.Sprint(slices.Sorted(maps.Keys(names)))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for peers(joiner) != "[n1 n2]" || peers(n1) != "[n2 n3]" || peers(n2) != "[n1 n3]" {
-		if time.Now().After(deadline) {
-			t.Fatalf("routes: n1 to %s, n2 to %s, the joiner to %s", peers(n1), peers(n2), peers(joiner))
+	natstest.CheckFor(t, 30*time.Second, "the routes of the good nodes", func() error {
+		if peers(joiner) != "[n1 n2]" || peers(n1) != "[n2 n3]" || peers(n2) != "[n1 n3]" {
+			return fmt.Errorf("n1 to %s, n2 to %s, the joiner to %s", peers(n1), peers(n2), peers(joiner))
 		}
-		time.Sleep(20 * time.Millisecond) // a route coming up signals nothing to wait on
-	}
+		return nil
+	})
 	if p := peers(intruder); p != "[]" {
 		t.Fatalf("a node with another CA's certificate has routes to %s, want none", p)
 	}

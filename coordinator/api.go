@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coagent/coagent/conflict"
@@ -80,9 +81,13 @@ func (s *Service) startAPI() (micro.Service, error) {
 // answer through the same handlers, so a viewer is shown the same either
 // way.
 type readSource interface {
-	// readEngine runs fn with the engine where reading it is safe, and
-	// reports false when it cannot (the coordinator stopped).
-	readEngine(ctx context.Context, fn func(*engine.Engine)) bool
+	// readEngine runs read with the engine, where reading it is safe, and
+	// with what the engine holds that may not be durable yet; read returns
+	// the event that must be durable before what it read is told (0: none
+	// is needed). Then answer is called once, on any goroutine: ok is
+	// false when the coordinator cannot answer (it stopped, its log
+	// failed, or too many reads wait).
+	readEngine(ctx context.Context, read func(*engine.Engine, *unsynced) uint64, answer func(ok bool))
 	// readLog runs fn with the event log, for log.query (safe to read
 	// beside its writer), and reports false when it cannot (the
 	// coordinator stopped).
@@ -94,8 +99,23 @@ type readSource interface {
 
 var _ readSource = (*Service)(nil)
 
-func (s *Service) readEngine(ctx context.Context, fn func(*engine.Engine)) bool {
-	return s.call(ctx, func() { fn(s.core.Engine()) })
+// readEngine reads on the loop. A read that showed something in flight is
+// held until it is durable (reads.go); the others are answered at once.
+func (s *Service) readEngine(ctx context.Context, read func(*engine.Engine, *unsynced) uint64, answer func(ok bool)) {
+	var once sync.Once
+	answer1 := func(ok bool) { once.Do(func() { answer(ok) }) }
+	held, ok := false, true
+	if !s.call(ctx, func() {
+		if until := read(s.core.Engine(), s.inFlight()); until != 0 {
+			held, ok = s.reads.hold(until, answer1)
+		}
+	}) {
+		answer1(false)
+		return
+	}
+	if !held {
+		answer1(ok)
+	}
 }
 
 func (s *Service) readLog(fn func(*eventlog.Log)) bool {
@@ -226,12 +246,13 @@ func answerStateGet(r readSource, st stamp, req micro.Request) {
 			return
 		}
 	}
-	out, err := stateGet(context.Background(), r, body.Paths, r.viewerOf(req.Reply()))
-	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
-		return
-	}
-	respond(req, out, st.at(out.at)...)
+	stateGet(context.Background(), r, body.Paths, r.viewerOf(req.Reply()), func(out *stateReply, err error) {
+		if err != nil {
+			replyError(req, codeUnavailable, "%v", err)
+			return
+		}
+		respond(req, out, st.at(out.at)...)
+	})
 }
 
 // answerTxnList answers a txn.list from r, its answer stamped with st.
@@ -251,12 +272,13 @@ func answerTxnList(r readSource, st stamp, req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "txn.list: agent %q is not an agent name", f.Agent)
 		return
 	}
-	out, rev, err := txnList(context.Background(), r, f, r.viewerOf(req.Reply()))
-	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
-		return
-	}
-	respond(req, out, st.at(rev)...)
+	txnList(context.Background(), r, f, r.viewerOf(req.Reply()), func(out any, rev uint64, err error) {
+		if err != nil {
+			replyError(req, codeUnavailable, "%v", err)
+			return
+		}
+		respond(req, out, st.at(rev)...)
+	})
 }
 
 // answerLogQuery answers a log.query from r, its answer stamped with st.
@@ -340,16 +362,17 @@ func (s *Service) handleDecisionGet(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "decision.get: intent %q: not a ULID in canonical upper case", body.Intent)
 		return
 	}
-	d, err := s.decisionGet(context.Background(), body.Intent)
-	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
-		return
-	}
-	if v := s.viewerOf(req.Reply()); d == nil || !v.all && d.Agent != v.Agent {
-		replyError(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
-		return
-	}
-	respond(req, d)
+	s.decisionGet(context.Background(), body.Intent, func(d *intents.Decision, err error) {
+		if err != nil {
+			replyError(req, codeUnavailable, "%v", err)
+			return
+		}
+		if v := s.viewerOf(req.Reply()); d == nil || !v.all && d.Agent != v.Agent {
+			replyError(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
+			return
+		}
+		respond(req, d)
+	})
 }
 
 // strictJSON decodes an API request body, refusing unknown fields.
@@ -488,11 +511,19 @@ type stateValue struct {
 	Redacted []string `json:"redacted,omitempty"`
 }
 
-func stateGet(ctx context.Context, r readSource, paths []string, v viewer) (*stateReply, error) {
+// stateGet reads paths as v may see them and hands the reply to answer:
+// at once, at the durable revision, when none of them has a change in
+// flight; else at the engine's revision, once that change is durable.
+func stateGet(ctx context.Context, r readSource, paths []string, v viewer, answer func(*stateReply, error)) {
 	out := &stateReply{Values: map[string]stateValue{}}
-	ok := r.readEngine(ctx, func(eng *engine.Engine) {
+	r.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
 		t := eng.State()
-		out.Rev, out.at = t.Rev(), eng.Seq()
+		until := u.paths(paths)
+		if until != 0 {
+			out.Rev, out.at = t.Rev(), eng.Seq()
+		} else {
+			out.Rev, out.at = u.rev, u.seq
+		}
 		for _, p := range paths {
 			e := t.Lookup(p)
 			value, hidden := v.value(p, e.Value)
@@ -502,29 +533,43 @@ func stateGet(ctx context.Context, r readSource, paths []string, v viewer) (*sta
 			}
 			out.Values[p] = stateValue{Exists: e.Exists, Value: value, Version: e.Version, ModRev: e.ModRev, Redacted: hidden}
 		}
+		if until != 0 {
+			return eng.Seq()
+		}
+		return 0
+	}, func(ok bool) {
+		if !ok {
+			answer(nil, errUnavailable)
+			return
+		}
+		answer(out, nil)
 	})
-	if !ok {
-		return nil, errUnavailable
-	}
-	return out, nil
 }
 
-// decisionGet returns the decision recorded for intent id, nil when there
-// is none: the engine's (the latest, interim ones included) or, for an id
-// older than its window, the log's record.
-func (s *Service) decisionGet(ctx context.Context, id string) (*intents.Decision, error) {
+// decisionGet hands answer the decision recorded for intent id, nil when
+// there is none: the engine's (the latest, interim ones included), once it
+// is durable, or, for an id older than its window, the log's record.
+func (s *Service) decisionGet(ctx context.Context, id string, answer func(*intents.Decision, error)) {
 	var d *intents.Decision
-	if !s.call(ctx, func() { d, _ = s.core.Engine().Decision(id) }) {
-		return nil, errUnavailable
-	}
-	if d != nil {
-		return d, nil
-	}
-	d, err := s.core.Log().Decision(id)
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return nil, nil
-	}
-	return d, err
+	s.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
+		d, _ = eng.Decision(id)
+		return u.intent(id)
+	}, func(ok bool) {
+		if !ok {
+			answer(nil, errUnavailable)
+			return
+		}
+		if d != nil {
+			answer(d, nil)
+			return
+		}
+		d, err := s.core.Log().Decision(id)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			answer(nil, nil)
+			return
+		}
+		answer(d, err)
+	})
 }
 
 type txnFilter struct {
@@ -532,16 +577,21 @@ type txnFilter struct {
 	Path  string `json:"path,omitempty"`
 }
 
-// txnList lists the transactions in flight, and the engine's revision
-// (its last event) they are listed at. A fence is a capability, and a
+// txnList hands answer the transactions in flight and the sequence
+// number they are listed at: the durable one, or, when anything is in
+// flight, the engine's last event once it is durable. A fence is a capability, and a
 // propose's writes may carry values: v sees its own transactions whole,
 // and another agent's without its fence and with only the paths and ops of
 // its writes (an observer sees everything).
-func txnList(ctx context.Context, r readSource, f txnFilter, v viewer) (any, uint64, error) {
+func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer func(any, uint64, error)) {
 	var out []map[string]any
 	var rev uint64
-	ok := r.readEngine(ctx, func(eng *engine.Engine) {
-		rev = eng.Seq()
+	r.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
+		until := u.any()
+		rev = u.seq
+		if until != 0 {
+			rev = eng.Seq()
+		}
 		for _, t := range eng.Txns() {
 			if f.Agent != "" && t.Agent != f.Agent {
 				continue
@@ -562,14 +612,22 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer) (any, uin
 			}
 			out = append(out, row)
 		}
+		// A transaction begins and ends with a decision; which ones a
+		// filter would show is not worth telling apart.
+		if until != 0 {
+			return eng.Seq()
+		}
+		return 0
+	}, func(ok bool) {
+		if !ok {
+			answer(nil, 0, errUnavailable)
+			return
+		}
+		if out == nil {
+			out = []map[string]any{}
+		}
+		answer(map[string]any{"txns": out}, rev, nil)
 	})
-	if !ok {
-		return nil, 0, errUnavailable
-	}
-	if out == nil {
-		out = []map[string]any{}
-	}
-	return map[string]any{"txns": out}, rev, nil
 }
 
 // logQuery answers log.query as v may see the log (see viewer.event): a

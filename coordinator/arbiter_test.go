@@ -198,7 +198,7 @@ func TestArbiterReplacementRejected(t *testing.T) {
 	if d := next(sub); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected {
 		t.Fatalf("escalated intent: %+v", d)
 	}
-	st, err := stateGet(context.Background(), svc, []string{"doc.x"}, svc.viewerOf(""))
+	st, err := stateGetNow(svc, []string{"doc.x"}, svc.viewerOf(""))
 	if err != nil || st.Values["doc.x"].Exists {
 		t.Fatalf("doc.x after a rejected replacement: %+v %v", st, err)
 	}

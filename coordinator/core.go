@@ -43,6 +43,11 @@ type CoreOptions struct {
 
 	// recordedMax says the Core keeps Engine.RecordedMax to the log.
 	recordedMax bool
+	// holdWrite, set by tests, may hold a batch back from the log until
+	// the channel it returns yields (nil: write it at once), as a
+	// replicated log does: the window between a decision and its
+	// durability, made as long as a test needs.
+	holdWrite func([]*intents.Event) <-chan error
 }
 
 // EnsureDefaults fills every zero field with its default, Engine's and
@@ -155,6 +160,11 @@ func (c *Core) Log() *eventlog.Log { return c.log }
 
 // Engine returns the engine; only the goroutine that submits may use it.
 func (c *Core) Engine() *engine.Engine { return c.eng }
+
+// Uncommitted returns the events decided since the last Commit, which the
+// engine has folded and no log holds yet; only the goroutine that submits
+// may use it, and only until its next call.
+func (c *Core) Uncommitted() []*intents.Event { return c.out }
 
 // Decide decides one raw intent that arrived on agent's subject at now,
 // by via. Its events join the batch the next Commit makes durable; nothing
@@ -320,6 +330,8 @@ func (c *Core) Commit() (*Group, error) {
 			c.failed = err
 			return nil, err
 		}
+	} else if c.opts.holdWrite != nil {
+		ready = c.opts.holdWrite(b.Events)
 	}
 	p, err := c.log.EnqueueAfter(b, ready)
 	g := c.group(b, p)

@@ -33,9 +33,13 @@ import (
 //	ready                  Start returned: it is serving
 //	hash <hex> <rev>       after SIGTERM and Shutdown: the state it ended with
 //	error <what>           it could not start or stop
+//	holding                the write of the group with the incr of
+//	                       $COAGENT_KILL_HOLD is held back from the log for
+//	                       good (TestReadKilledBeforeDurable)
 const (
 	envKillNATS = "COAGENT_KILL_NATS"
 	envKillDir  = "COAGENT_KILL_DIR"
+	envKillHold = "COAGENT_KILL_HOLD"
 )
 
 // killAckWait is the child's AckWait: intents a killed child had fetched
@@ -57,7 +61,11 @@ func TestServiceKillChild(t *testing.T) {
 	if err != nil {
 		fail("connect", err)
 	}
-	svc, err := Start(context.Background(), nc, dir, Options{AckWait: killAckWait})
+	opts := Options{AckWait: killAckWait}
+	if path := os.Getenv(envKillHold); path != "" {
+		opts.Core.holdWrite = holdIncr(path)
+	}
+	svc, err := Start(context.Background(), nc, dir, opts)
 	if err != nil {
 		fail("start", err)
 	}

@@ -205,6 +205,7 @@ func (s *Service) flush() {
 			s.hot.Observe(ev.Time, ev.Decision)
 		}
 	}
+	s.fly(g)
 	o.g = g
 	o.committed = time.Now() // the wall clock, not Options.Now: this measures the disk
 	s.committed++

@@ -543,7 +543,7 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 			continue // the one that is not JSON is answered to its subject's agent, checked below
 		}
 		natstest.CheckFor(t, 10*time.Second, "the decision of "+in.ID, func() error {
-			d, err := svc.decisionGet(context.Background(), in.ID)
+			d, err := decisionGetNow(svc, in.ID)
 			if err != nil || d == nil {
 				return fmt.Errorf("none yet (%v)", err)
 			}

@@ -81,6 +81,7 @@ func (s *Service) output() {
 		close(s.cases.ops)
 		<-acked
 		<-s.cases.done
+		s.reads.fail() // none is left unless the log failed
 		close(s.stopped)
 	}()
 	var slow slowGroups
@@ -92,6 +93,11 @@ func (s *Service) output() {
 			}
 			o.durableAfter = time.Since(o.committed)
 			s.noteSlow(&slow, o)
+		}
+		if s.broken.Load() {
+			s.reads.fail()
+		} else {
+			s.reads.release(o.g.Last(), lastChange(o.g))
 		}
 		// The loop may commit the next group now.
 		s.durable.Add(1)
@@ -138,6 +144,14 @@ func (s *Service) output() {
 			s.acks <- pendingAck{stored: stored, msgs: o.msgs}
 		}
 	}
+}
+
+// lastChange is the revision of g's last change, 0 if it has none.
+func lastChange(g *Group) uint64 {
+	if n := len(g.Changes); n > 0 {
+		return g.Changes[n-1].Seq
+	}
+	return 0
 }
 
 // publishLive sends every event of g but its changes on the live feed,

@@ -236,6 +236,11 @@ type Service struct {
 	durable     atomic.Int64
 	durableKick chan struct{}
 	calls       chan func()     // API calls that need the engine
+	// flying are the telling events of the groups committed and not yet
+	// known to be durable (loop-owned); reads holds the reads waiting for
+	// them (reads.go).
+	flying []*intents.Event
+	reads  heldReads
 	groups      chan *output    // durable groups, from the loop to the output stage
 	acks        chan pendingAck // stream messages, from the output stage to the acknowledger
 	replies     *replies        // API submits waiting for their decisions
@@ -365,6 +370,8 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	// What the engine was rebuilt from, for the start's log line (read
 	// now: the loop takes snapshots once it runs).
 	snapAt, lastAt := s.core.lastSnap, s.core.Log().LastSeq()
+	// Everything the engine was rebuilt from is durable.
+	s.reads.release(s.core.Engine().Seq(), s.core.Engine().State().Rev())
 	_, set := s.core.Engine().Rules()
 	s.rules.Store(set)
 	// The conflict dashboard starts from the tail of the log.

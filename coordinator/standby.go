@@ -55,17 +55,20 @@ func (r *standbyReads) follow(core *Core, evs []*intents.Event) error {
 	return err
 }
 
-// readEngine runs fn with the follower's engine, unless there is none or
-// it failed part way through a group (then it must be rebuilt before it
-// says anything).
-func (r *standbyReads) readEngine(_ context.Context, fn func(*engine.Engine)) bool {
+// readEngine runs read with the follower's engine, unless there is none
+// or it failed part way through a group (then it must be rebuilt before
+// it says anything). Nothing a standby folds is in flight: it folds only
+// what the replicated log has stored, which is the cluster's durable
+// record.
+func (r *standbyReads) readEngine(_ context.Context, read func(*engine.Engine, *unsynced) uint64, answer func(ok bool)) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.core == nil || r.mu.core.failed != nil {
-		return false
+	ok := r.mu.core != nil && r.mu.core.failed == nil
+	if ok {
+		eng := r.mu.core.eng
+		read(eng, &unsynced{seq: eng.Seq(), rev: eng.State().Rev()})
 	}
-	fn(r.mu.core.eng)
-	return true
+	r.mu.Unlock()
+	answer(ok)
 }
 
 func (r *standbyReads) readLog(fn func(*eventlog.Log)) bool {

@@ -102,6 +102,10 @@ var _ readSource = (*Service)(nil)
 // readEngine reads on the loop. A read that showed something in flight is
 // held until it is durable (reads.go); the others are answered at once.
 func (s *Service) readEngine(ctx context.Context, read func(*engine.Engine, *unsynced) uint64, answer func(ok bool)) {
+	if s.leased != nil && !s.leased() {
+		answer(false) // another member may have taken over and written since
+		return
+	}
 	var once sync.Once
 	answer1 := func(ok bool) { once.Do(func() { answer(ok) }) }
 	held, ok := false, true
@@ -119,6 +123,9 @@ func (s *Service) readEngine(ctx context.Context, read func(*engine.Engine, *uns
 }
 
 func (s *Service) readLog(fn func(*eventlog.Log)) bool {
+	if s.leased != nil && !s.leased() {
+		return false
+	}
 	fn(s.core.Log())
 	return true
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/eventlog"
@@ -359,8 +360,8 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 	tick := time.NewTicker(m.opts.LeaseTTL / 4)
 	defer tick.Stop()
 	for {
-		if rev, ok := m.tryLead(ctx); ok {
-			k := m.keepLease(rev)
+		if rev, until, ok := m.tryLead(ctx); ok {
+			k := m.keepLease(rev, until)
 			if seedable {
 				if err := m.seed(ctx, core); err != nil {
 					m.drop(k)
@@ -472,20 +473,25 @@ func (m *Member) readLease(ctx context.Context) (l lease, rev uint64, ok bool, e
 }
 
 // putLease writes this member's lease, valid for LeaseTTL from now, over
-// revision rev (0: create it) and returns the new revision.
-func (m *Member) putLease(ctx context.Context, rev uint64) (uint64, error) {
-	data, _ := json.Marshal(lease{Node: m.opts.Node, Until: time.Now().Add(m.opts.LeaseTTL)})
+// revision rev (0: create it) and returns the new revision and the
+// lease's end as written: the others may take the key from then on.
+func (m *Member) putLease(ctx context.Context, rev uint64) (uint64, time.Time, error) {
+	l := lease{Node: m.opts.Node, Until: time.Now().Add(m.opts.LeaseTTL)}
+	data, _ := json.Marshal(l)
+	var err error
 	if rev == 0 {
-		return m.kv.Create(ctx, intents.LeaderKey, data)
+		rev, err = m.kv.Create(ctx, intents.LeaderKey, data)
+	} else {
+		rev, err = m.kv.Update(ctx, intents.LeaderKey, data, rev)
 	}
-	return m.kv.Update(ctx, intents.LeaderKey, data, rev)
+	return rev, l.Until, err
 }
 
 // tryLead takes the leadership key if nobody holds it, if its lease has
 // lapsed, or if it is this member's own (it stepped down, or restarted,
 // within the lease); the compare-and-set on the key's revision makes one
 // member win when several try at once.
-func (m *Member) tryLead(parent context.Context) (uint64, bool) {
+func (m *Member) tryLead(parent context.Context) (uint64, time.Time, bool) {
 	// Every call to the bucket is bounded: one sent to a node that died
 	// (the bucket's stream leader) is never answered.
 	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/2)
@@ -493,20 +499,20 @@ func (m *Member) tryLead(parent context.Context) (uint64, bool) {
 	l, rev, ok, err := m.readLease(ctx)
 	if err != nil {
 		m.log.Info("read the leadership key", "err", err)
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	if ok && l.Node != m.opts.Node && time.Now().Before(l.Until) {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	if !ok {
 		rev = 0
 	}
-	next, err := m.putLease(ctx, rev)
+	next, until, err := m.putLease(ctx, rev)
 	if err != nil {
 		m.log.Info("take the leadership key", "err", err)
-		return 0, false
+		return 0, time.Time{}, false
 	}
-	return next, true
+	return next, until, true
 }
 
 // casFailed reports whether err says another wrote the key first (the
@@ -624,28 +630,45 @@ func (m *Member) release(rev uint64) {
 // took it: through the catching up and seeding before it starts deciding
 // too, which may outlast a lease on a long log.
 type leaseKeeper struct {
-	lost    chan error  // the key could not be renewed (one error)
+	lost    chan error  // another member took the key (one error)
 	stop    func()      // ends the renewals
 	renewed chan uint64 // after stop: the key's revision, 0 if lost
+	// until is the end of the lease last written (Unix nanoseconds): the
+	// others may take the key after it, so reads are refused after it
+	// (see leased).
+	until atomic.Int64
 }
 
-// keepLease starts renewing the key this member holds at rev every third
-// of the lease; a renewal the bucket does not answer (its stream electing
-// a leader while a node fails) is tried again until the lease would
-// lapse: only then, or when another holds the key, is it lost.
-func (m *Member) keepLease(rev uint64) *leaseKeeper {
-	lost := make(chan error, 1)
+// leased reports whether the lease this member wrote last is still in
+// force: until it ends no other member can have taken the key, so what
+// this one reads is the cluster's latest.
+func (k *leaseKeeper) leased() bool { return time.Now().UnixNano() < k.until.Load() }
+
+// keepLease starts renewing the key this member holds at rev, its lease
+// written to last until then, every third of the lease. A renewal the
+// bucket does not answer (its stream electing a leader while a node
+// fails, which takes longer than a lease) is tried again for as long as
+// it takes: no other member can take the key meanwhile either, and
+// whoever takes it once the bucket answers again fences this member's
+// appends to the replicated log, so that nothing it decides after that is
+// durable or told. Only reads, which the fence does not cover, stop once
+// the lease has lapsed, until a renewal goes through. The key is lost
+// only when another member holds it.
+func (m *Member) keepLease(rev uint64, until time.Time) *leaseKeeper {
+	k := &leaseKeeper{lost: make(chan error, 1), renewed: make(chan uint64, 1)}
+	k.until.Store(until.UnixNano())
 	renewCtx, stopRenew := context.WithCancel(context.Background())
-	renewed := make(chan uint64, 1)
+	k.stop = stopRenew
 	go func() {
-		defer close(renewed)
+		defer close(k.renewed)
 		tick := time.NewTicker(m.opts.LeaseTTL / 6)
 		defer tick.Stop()
-		r, until, next := rev, time.Now().Add(m.opts.LeaseTTL), time.Now().Add(m.opts.LeaseTTL/3)
+		r, next := rev, time.Now().Add(m.opts.LeaseTTL/3)
+		lapsed := false
 		for {
 			select {
 			case <-renewCtx.Done():
-				renewed <- r
+				k.renewed <- r
 				return
 			case <-tick.C:
 			}
@@ -653,8 +676,7 @@ func (m *Member) keepLease(rev uint64) *leaseKeeper {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(renewCtx, m.opts.LeaseTTL/4)
-			at := time.Now()
-			n, err := m.putLease(ctx, r)
+			n, end, err := m.putLease(ctx, r)
 			if renewCtx.Err() != nil {
 				cancel()
 				continue
@@ -664,10 +686,8 @@ func (m *Member) keepLease(rev uint64) *leaseKeeper {
 				// (the bucket's stream changed leaders meanwhile) moved the
 				// revision: the lease is still its own.
 				if l, rev, ok, rerr := m.readLease(ctx); rerr == nil && ok && l.Node == m.opts.Node && rev > r {
-					r, err = rev, nil
-					if n, err = m.putLease(ctx, r); err == nil {
-						at = time.Now()
-					}
+					r = rev
+					n, end, err = m.putLease(ctx, r)
 				} else if rerr == nil && ok {
 					err = fmt.Errorf("%w (the key names %s until %s)", err, l.Node, l.Until.Format(time.StampMilli))
 				}
@@ -675,17 +695,25 @@ func (m *Member) keepLease(rev uint64) *leaseKeeper {
 			cancel()
 			switch {
 			case err == nil:
-				r, until, next = n, at.Add(m.opts.LeaseTTL), at.Add(m.opts.LeaseTTL/3)
-			case casFailed(err) || time.Now().Add(m.opts.LeaseTTL/6).After(until):
-				lost <- fmt.Errorf("coordinator: renew the leadership key: %w", err)
-				renewed <- 0
+				r, next = n, time.Now().Add(m.opts.LeaseTTL/3)
+				k.until.Store(end.UnixNano())
+				if lapsed {
+					m.log.Warn("the leadership key is renewed again; reads are answered again")
+					lapsed = false
+				}
+			case casFailed(err):
+				k.lost <- fmt.Errorf("coordinator: renew the leadership key: %w", err)
+				k.renewed <- 0
 				return
-			default:
-				m.log.Info("renew the leadership key: trying again", "err", err, "lease_left", time.Until(until).Round(time.Millisecond))
+			case !k.leased() && !lapsed:
+				m.log.Warn("the leadership key cannot be renewed and its lease has lapsed: reads are refused until it is renewed; decisions go on, fenced in the replicated log", "err", err)
+				lapsed = true
+			case !lapsed:
+				m.log.Info("renew the leadership key: trying again", "err", err, "lease_left", time.Until(time.Unix(0, k.until.Load())).Round(time.Millisecond))
 			}
 		}
 	}()
-	return &leaseKeeper{lost: lost, stop: stopRenew, renewed: renewed}
+	return k
 }
 
 // drop stops k and gives the key up if it is still this member's, so that
@@ -703,7 +731,7 @@ func (m *Member) drop(k *leaseKeeper) {
 func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
-	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last})
+	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last, leased: k.leased})
 	if err != nil {
 		release()
 		return err

@@ -261,6 +261,9 @@ type Service struct {
 	node string
 	// stamp marks the answers of its reads with node (nil alone).
 	stamp stamp
+	// leased, in a cluster, reports whether this coordinator's lease is in
+	// force (nil alone: it always is).
+	leased func() bool
 
 	mu struct {
 		sync.Mutex
@@ -292,6 +295,9 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 type activeAt struct {
 	node string
 	last uint64
+	// leased reports whether the member's lease is in force: its reads
+	// are refused while it is not (see leaseKeeper).
+	leased func() bool
 }
 
 func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *activeAt) (*Service, error) {
@@ -356,7 +362,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		return nil, err
 	}
 	if active != nil {
-		s.node, s.stamp = active.node, stampOf(active.node, intents.RoleActive)
+		s.node, s.stamp, s.leased = active.node, stampOf(active.node, intents.RoleActive), active.leased
 		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
 		if err != nil {
 			s.core.Close()

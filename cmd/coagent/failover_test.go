@@ -911,6 +911,95 @@ func TestNATSNodeKillUnderLoad(t *testing.T) {
 	c.finish(l)
 }
 
+// TestBucketLeaderNodeKilled: the NATS node that leads the leadership
+// bucket's stream (not the active coordinator's node) is killed under
+// load. Its stream elects a new leader, which takes longer than the lease,
+// and meanwhile nobody can write the key: the active coordinator rides it
+// out rather than step down, and decisions go on; nothing is lost or
+// decided twice.
+func TestBucketLeaderNodeKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 NATS nodes and 2 coordinators as processes")
+	}
+	c := startFailoverCluster(t, 2)
+	l := c.startLoad()
+	l.awaitOps(50, 30*time.Second)
+	active := c.activeCoord(15 * time.Second)
+	bucket := "KV_" + intents.Subjects{}.LeaderBucket()
+	nc, err := nats.Connect(strings.Join(c.urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The bucket's leader is moved off the active coordinator's node, so
+	// that killing it leaves the coordinator connected.
+	victim := -1
+	natstest.CheckFor(t, 30*time.Second, "the bucket led by a node other than the active coordinator's", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		info := st.CachedInfo()
+		if info.Cluster == nil || info.Cluster.Leader == "" {
+			return errors.New("no leader")
+		}
+		i, _ := strconv.Atoi(strings.TrimPrefix(info.Cluster.Leader, "n"))
+		if i < 1 || i > 3 {
+			return fmt.Errorf("leader %q", info.Cluster.Leader)
+		}
+		if c.urls[i-1] == active.conn {
+			_, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+bucket, nil, 2*time.Second)
+			return fmt.Errorf("led by the active coordinator's node %s; stepped down (%v)", info.Cluster.Leader, err)
+		}
+		victim = i - 1
+		return nil
+	})
+	t.Logf("%s is active, connected to %s; killing n%d, the leader of %s", active.name, active.conn, victim+1, bucket)
+	killed := time.Now()
+	c.nodes[victim].kill(t)
+	if _, err := l.probeApplied(30 * time.Second); err != nil {
+		t.Fatalf("node n%d killed: %v; coordinators' stderr:\n%s", victim+1, err, c.stderrs(nil))
+	}
+	l.awaitOps(50, 30*time.Second)
+	// While the lease has lapsed, another coordinator could take the key
+	// as soon as the bucket answers, so the active one refuses reads.
+	if strings.Contains(active.n.stderr.String(), "its lease has lapsed") {
+		m, err := nc.Request(intents.Subjects{}.API(intents.APIStateGet), []byte(`{"paths":["ctr"]}`), 2*time.Second)
+		switch {
+		case err != nil:
+			t.Fatalf("a read while the lease had lapsed: %v", err)
+		case m.Header.Get("Nats-Service-Error-Code") == "unavailable":
+		default:
+			natstest.CheckFor(t, 5*time.Second, "the read answered because the lease was renewed", func() error {
+				if !strings.Contains(active.n.stderr.String(), "reads are answered again") {
+					return fmt.Errorf("answered %s while the lease had lapsed", m.Data)
+				}
+				return nil
+			})
+		}
+	}
+	natstest.CheckFor(t, 30*time.Second, "the key renewed after the bucket's election", func() error {
+		if s := active.n.stderr.String(); strings.Contains(s, "its lease has lapsed") && !strings.Contains(s, "reads are answered again") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if !strings.Contains(active.n.stderr.String(), "its lease has lapsed") {
+		t.Logf("the bucket elected a leader within the lease (%s after the kill): riding it out was not needed", time.Since(killed).Round(time.Millisecond))
+	}
+	if now := c.activeCoord(15 * time.Second); now != active || strings.Contains(active.n.stderr.String(), "stepping down") {
+		t.Fatalf("%s stepped down (%s active now):\n%s", active.name, now.name, tail(active.n.stderr.String(), 40))
+	}
+	t.Logf("%s stayed active through the bucket's election; the coordinators' warnings:\n%s", active.name, c.warnings())
+	c.finish(l)
+}
+
 // TestPausedLeaderFenced: the active coordinator is paused (SIGSTOP) for
 // more than three leases while the agents submit; another takes over.
 // Resumed, the paused one finds itself deposed: it steps down, answers as a

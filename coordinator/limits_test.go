@@ -97,3 +97,42 @@ func TestHugeTraceparentIsClippedAndCounted(t *testing.T) {
 		t.Fatalf("an intent with a 1 KiB traceparent under a limit of 2048: %+v, want applied", d)
 	}
 }
+
+// TestFollowQuotaIsPerConnection: a client that used up its feed.follow
+// quota is refused rate_limited, and another client's follow still gets
+// its consumer. Without --auth every client was the agent "anyone", with
+// one quota for all: 64 follows from one client made every other's watch
+// fail for 30 s.
+func TestFollowQuotaIsPerConnection(t *testing.T) {
+	ns := natstest.Run(t)
+	startService(t, ns, t.TempDir(), Options{})
+	greedy, other := natstest.Connect(t, ns), natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	subject := intents.Subjects{}.API(intents.APIFeedFollow)
+	follow := func(nc *nats.Conn) (code, desc string) {
+		t.Helper()
+		reply, err := nc.RequestWithContext(ctx, subject, []byte(`{"path":"doc"}`))
+		if err != nil {
+			t.Fatalf("feed.follow: %v", err)
+		}
+		return reply.Header.Get("Nats-Service-Error-Code"), reply.Header.Get("Nats-Service-Error")
+	}
+	n := 0
+	for ; n <= 2*maxFollows; n++ {
+		code, desc := follow(greedy)
+		if code == "" {
+			continue
+		}
+		if code != string(intents.ReasonRateLimited) {
+			t.Fatalf("follow %d of one client: %s %q, want rate_limited", n+1, code, desc)
+		}
+		break
+	}
+	if n != maxFollows {
+		t.Fatalf("one client got %d consumers before rate_limited, want %d", n, maxFollows)
+	}
+	if code, desc := follow(other); code != "" {
+		t.Fatalf("another client's follow after the first used up its quota: %s %q, want a consumer", code, desc)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -81,6 +82,12 @@ const watchHeartbeat = 5 * time.Second
 //
 // The log must still hold revision from+1: changes compacted away are not
 // delivered.
+//
+// A coordinator that refuses the feed consumer for now (rate_limited: the
+// connection or the agent made too many within 30 s) or cannot answer
+// (unavailable) is asked again, after a pause that grows from 100 ms to
+// 5 s with jitter, until ctx ends; Watch then returns ctx's error. Any
+// other failure is returned at once.
 func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watcher, error) {
 	if subtree != "" {
 		if err := intents.CheckPath(subtree); err != nil {
@@ -89,9 +96,20 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := &feed{c: c, subtree: subtree}
-	if err := f.follow(ctx, 0); err != nil {
-		cancel()
-		return nil, fmt.Errorf("agents: watch %q: %w", subtree, err)
+	for attempt := 0; ; attempt++ {
+		err := f.follow(ctx, 0)
+		if err == nil {
+			break
+		}
+		if !retryFollow(err) {
+			cancel()
+			return nil, fmt.Errorf("agents: watch %q: %w", subtree, err)
+		}
+		c.log.Warn("asking for a feed consumer failed; trying again", "err", err, "attempt", attempt+1)
+		if !sleep(ctx, followBackoff(attempt)) {
+			cancel()
+			return nil, fmt.Errorf("agents: watch %q: %w (after %w)", subtree, context.Cause(ctx), err)
+		}
 	}
 	w := &Watcher{ch: make(chan Change, 64), cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -112,6 +130,37 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 		f.stop()
 	}()
 	return w, nil
+}
+
+// The pauses between two asks for a feed consumer: from
+// followBackoffBase, doubling up to followBackoffMax. A refusal
+// (rate_limited) lasts until the oldest of the connection's consumers is
+// 30 s old, and a coordinator that is unavailable is busy or changing
+// hands: asking at once, or in step with the other watchers, would only
+// add to it.
+const (
+	followBackoffBase = 100 * time.Millisecond
+	followBackoffMax  = 5 * time.Second
+)
+
+// followBackoff is the pause after the ask numbered attempt (from 0)
+// failed: at random between half its bound and its bound, so that
+// watchers refused together do not ask again together, and none asks in a
+// tight loop.
+func followBackoff(attempt int) time.Duration {
+	bound := followBackoffMax
+	if attempt < 30 {
+		bound = min(bound, followBackoffBase<<attempt)
+	}
+	return bound/2 + rand.N(bound/2+1)
+}
+
+// retryFollow reports whether a failed feed.follow may succeed if asked
+// again: the coordinator refused it for the requester's quota
+// (rate_limited) or could not answer it (unavailable).
+func retryFollow(err error) bool {
+	var api *APIError
+	return errors.As(err, &api) && (api.Code == string(intents.ReasonRateLimited) || api.Code == codeUnavailable)
 }
 
 // feed reads the change feed through consumers the coordinator makes, in
@@ -212,7 +261,7 @@ func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
 			return nil, jetstream.ErrMsgIteratorClosed
 		}
 		f.c.log.Warn("the change feed consumer failed; asking for another", "err", err, "from_stream_seq", f.next)
-		for {
+		for attempt := 0; ; attempt++ {
 			ferr := f.follow(ctx, f.next)
 			if ferr == nil {
 				break
@@ -220,8 +269,8 @@ func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
 			if errors.Is(ferr, jetstream.ErrMsgIteratorClosed) {
 				return nil, ferr
 			}
-			f.c.log.Warn("asking for a feed consumer failed; trying again", "err", ferr)
-			if !sleep(ctx, time.Second) {
+			f.c.log.Warn("asking for a feed consumer failed; trying again", "err", ferr, "attempt", attempt+1)
+			if !sleep(ctx, followBackoff(attempt)) {
 				return nil, ctx.Err()
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -24,9 +25,47 @@ import (
 // lives; the server then deletes it.
 const followInactive = 30 * time.Second
 
-// maxFollows bounds the feed consumers one agent may have made within
-// followInactive, so that an agent cannot fill the server with them.
-const maxFollows = 64
+// maxFollows bounds the feed consumers one connection may have made
+// within followInactive, and maxAgentFollows those of one agent over all
+// its connections (without --auth everyone is the one agent "anyone"), so
+// that a client cannot fill the server with them, and a client that leaks
+// them spends its own quota, not its neighbours'.
+const (
+	maxFollows      = 64
+	maxAgentFollows = 1024
+)
+
+// followMark is one feed consumer made: when, and for which connection
+// (requesterOf).
+type followMark struct {
+	at   time.Time
+	conn string
+}
+
+// requesterOf names the connection a request came from by its reply
+// subject. NATS does not tell a responder in the same account who sent a
+// request: the server's client id reaches it only across a service import
+// between accounts (the header Nats-Request-Info), and its connz needs the
+// system account, which a coordinator on --nats has not, and sees only its
+// own server's clients, not a cluster's. What a request does carry is
+// where its answer goes, and the NATS clients (Go, JavaScript, Python,
+// Rust, the nats CLI) send every request of a connection to one response
+// subscription, <inbox prefix>.<random per connection>.*, so the reply
+// subject less its last token names the connection. A client can name
+// another's inbox, and then spend its quota; it needs to have read that
+// inbox's name first, which under --auth it cannot (an agent subscribes
+// only under its own inbox prefix), and without --auth nothing stops a
+// client from being anyone anyway: the bound keeps one client's leak from
+// starving others, and maxAgentFollows keeps a client that draws a new
+// inbox per request from filling the server. A reply of one or two
+// tokens (an inbox per request, as the old request style of nats.go) is
+// its own connection.
+func requesterOf(reply string) string {
+	if strings.Count(reply, ".") < 2 {
+		return reply
+	}
+	return reply[:strings.LastIndexByte(reply, '.')]
+}
 
 // arbitersAckWait is the AckWait of the arbiters' consumer the coordinator
 // creates: how long a case an arbiter took and went silent on waits before
@@ -73,8 +112,9 @@ func (s *Service) handleFollow(req micro.Request) {
 	if who == "" {
 		who = "anyone"
 	}
-	if !s.mayFollow(who, s.opts.Now()) {
-		replyError(req, intents.ReasonRateLimited, "feed.follow: agent %s made %d feed consumers within %s; reuse one, or ask again later", who, maxFollows, followInactive)
+	conn := requesterOf(req.Reply())
+	if over := s.mayFollow(who, conn, s.opts.Now()); over != "" {
+		replyError(req, intents.ReasonRateLimited, "feed.follow: %s feed consumers within %s; reuse one, or ask again later", over, followInactive)
 		return
 	}
 	cfg := jetstream.ConsumerConfig{
@@ -105,23 +145,31 @@ func (s *Service) handleFollow(req micro.Request) {
 	respond(req, followReply{Stream: s.subj.Stream(intents.StreamEvents), Consumer: cfg.Name, StartSeq: start})
 }
 
-// mayFollow counts one more feed consumer for agent at now, unless it made
-// maxFollows within followInactive.
-func (s *Service) mayFollow(agent string, now time.Time) bool {
+// mayFollow counts one more feed consumer for the connection conn of
+// agent at now, unless the connection made maxFollows, or the agent
+// maxAgentFollows, within followInactive: it then says which, and how
+// many.
+func (s *Service) mayFollow(agent, conn string, now time.Time) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recent := s.mu.follows[agent][:0]
-	for _, t := range s.mu.follows[agent] {
-		if now.Sub(t) < followInactive {
-			recent = append(recent, t)
+	recent, mine := s.mu.follows[agent][:0], 0
+	for _, m := range s.mu.follows[agent] {
+		if now.Sub(m.at) < followInactive {
+			recent = append(recent, m)
+			if m.conn == conn {
+				mine++
+			}
 		}
 	}
-	if len(recent) >= maxFollows {
-		s.mu.follows[agent] = recent
-		return false
+	s.mu.follows[agent] = recent
+	switch {
+	case mine >= maxFollows:
+		return fmt.Sprintf("connection %q of agent %s made %d", intents.Clip(conn, 100), agent, mine)
+	case len(recent) >= maxAgentFollows:
+		return fmt.Sprintf("agent %s made %d, over its connections,", agent, len(recent))
 	}
-	s.mu.follows[agent] = append(recent, now)
-	return true
+	s.mu.follows[agent] = append(recent, followMark{at: now, conn: conn})
+	return ""
 }
 
 // ensureArbitersConsumer creates the durable pull consumer every arbiter

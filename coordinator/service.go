@@ -267,8 +267,9 @@ type Service struct {
 
 	mu struct {
 		sync.Mutex
-		// follows are when each agent had feed consumers made (feed.follow).
-		follows map[string][]time.Time
+		// follows are the feed consumers made for each agent
+		// (feed.follow) within followInactive.
+		follows map[string][]followMark
 	}
 	// hot counts where conflicts happen, for conflicts.top; loop-owned,
 	// rebuilt from the tail of the log at start.
@@ -310,7 +311,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
 		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1)}
-	s.mu.follows = map[string][]time.Time{}
+	s.mu.follows = map[string][]followMark{}
 	s.metrics = newMetrics(s)
 	if sync := opts.Core.Log.OnSync; sync != nil {
 		opts.Core.Log.OnSync = func(events int, took time.Duration) {

@@ -47,20 +47,35 @@ func ParseTraceparent(s string) (string, error) {
 		n           int
 	}{{"version", version, 2}, {"trace-id", trace, 32}, {"parent-id", parent, 16}, {"trace-flags", flags, 2}} {
 		if len(f.value) != f.n || !lowerHex(f.value) {
-			return bad("%s %q is not %d lowercase hex digits", f.name, f.value, f.n)
+			return bad("%s %s is not %d lowercase hex digits", f.name, noted(f.value), f.n)
 		}
 	}
 	switch {
 	case version == "ff":
 		return bad("version ff is forbidden")
 	case version == "00" && len(s) != 55:
-		return bad("version 00 has nothing after the flags, and this one has %q", s[55:])
+		return bad("version 00 has nothing after the flags, and this one has %s", noted(s[55:]))
 	case strings.Count(trace, "0") == len(trace):
 		return bad("trace-id is all zeros")
 	case strings.Count(parent, "0") == len(parent):
 		return bad("parent-id is all zeros")
 	}
 	return trace, nil
+}
+
+// traceNoted is how much of a traceparent, or of one of its parts, a
+// note quotes. A header is as large as the message allows, and the note
+// is recorded on the intent's event: quoted whole, a 900 KB header would
+// be stored whole, past the limit on the intent's size.
+const traceNoted = 64
+
+// noted quotes s for a note about a traceparent that cannot be used: at
+// most traceNoted bytes of it, and its length when it is cut.
+func noted(s string) string {
+	if len(s) <= traceNoted {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q (%d bytes)", Clip(s, traceNoted), len(s))
 }
 
 func lowerHex(s string) bool {
@@ -83,21 +98,29 @@ func Trace(header []string, meta json.RawMessage) (trace, problem string) {
 	var problems []string
 	switch {
 	case len(header) > 1:
-		problems = append(problems, fmt.Sprintf("header %s given %d times (%q): a request has one", HeaderTraceparent, len(header), header))
+		var quoted []string
+		for i, h := range header {
+			if i == 4 {
+				quoted = append(quoted, "…")
+				break
+			}
+			quoted = append(quoted, noted(h))
+		}
+		problems = append(problems, fmt.Sprintf("header %s given %d times (%s): a request has one", HeaderTraceparent, len(header), strings.Join(quoted, ", ")))
 	case len(header) == 1:
 		id, err := ParseTraceparent(header[0])
 		if err == nil {
 			return id, ""
 		}
-		problems = append(problems, fmt.Sprintf("header %s = %q: %v", HeaderTraceparent, header[0], err))
+		problems = append(problems, fmt.Sprintf("header %s = %s: %v", HeaderTraceparent, noted(header[0]), err))
 	}
 	if v, ok := metaTraceparent(meta); ok {
 		s, isString := v.(string)
 		if !isString {
 			raw, _ := json.Marshal(v)
-			problems = append(problems, fmt.Sprintf("meta.%s = %s: %v: not a string", MetaTraceparent, raw, ErrTraceparent))
+			problems = append(problems, fmt.Sprintf("meta.%s = %s: %v: not a string", MetaTraceparent, Clip(string(raw), traceNoted), ErrTraceparent))
 		} else if id, err := ParseTraceparent(s); err != nil {
-			problems = append(problems, fmt.Sprintf("meta.%s = %q: %v", MetaTraceparent, s, err))
+			problems = append(problems, fmt.Sprintf("meta.%s = %s: %v", MetaTraceparent, noted(s), err))
 		} else {
 			trace = id
 		}

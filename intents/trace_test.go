@@ -69,3 +69,29 @@ func TestTraceOfMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceNoteIsBounded: a traceparent that cannot be used is quoted by
+// a prefix and its length, in every form the note takes (one header, the
+// header given twice, a part of one too long, meta.traceparent), so that
+// a header of any size makes a note of a few hundred bytes.
+func TestTraceNoteIsBounded(t *testing.T) {
+	const id = "4bf92f3577b34da6a3ce929d0e0e4736"
+	huge := strings.Repeat("z", 900<<10)
+	for _, c := range []struct {
+		name   string
+		header []string
+		meta   string
+	}{
+		{name: "header", header: []string{"00-" + huge}},
+		{name: "header twice", header: []string{huge, huge, huge, huge, huge}},
+		{name: "a long part", header: []string{"00-" + id + "-" + huge + "-01"}},
+		{name: "after the flags", header: []string{"00-" + id + "-00f067aa0ba902b7-01-" + huge}},
+		{name: "meta", meta: `{"traceparent":"00-` + huge + `"}`},
+		{name: "meta not a string", meta: `{"traceparent":["` + huge + `"]}`},
+	} {
+		trace, problem := intents.Trace(c.header, json.RawMessage(c.meta))
+		if trace != "" || problem == "" || len(problem) > 1024 {
+			t.Errorf("%s: trace %q, a note of %d bytes (%.200q); want none and a note under 1 KiB", c.name, trace, len(problem), problem)
+		}
+	}
+}

@@ -102,7 +102,12 @@ func sniffMeta(raw []byte) json.RawMessage {
 	return doc.Meta
 }
 
-func (e *Engine) submit(agent string, in *intents.Intent, size int, traceparent []string) {
+// submit decides in, which arrived on the subject of agent; size is its
+// bytes, the headers it came with included (headers of them), which count
+// against the limits on an intent's size: a header is recorded too (a
+// traceparent that cannot be used is quoted in the intent's event), so a
+// limit on the body alone would let a large header through.
+func (e *Engine) submit(agent string, in *intents.Intent, size, headers int, traceparent []string) {
 	// The intent's event names who sent it: the subject's agent. A forged
 	// body must not spend its victim's quota.
 	sender := in.Agent
@@ -141,7 +146,12 @@ func (e *Engine) submit(agent string, in *intents.Intent, size int, traceparent 
 		e.reject(in, intents.ReasonRateLimited, rateDetail(in.Agent, q, retry), nil)
 		return
 	}
-	if v := e.rules.CheckIntent(in, size); v != nil {
+	if headers > 0 && size > intents.MaxIntentSize {
+		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("the intent is %d bytes, %d of them in its headers: above the %d-byte limit",
+			size, headers, intents.MaxIntentSize), nil)
+		return
+	}
+	if v := e.rules.CheckIntent(in, size, headers); v != nil {
 		e.reject(in, v.Reason, v.Detail, nil)
 		return
 	}

@@ -164,9 +164,20 @@ func (e *Engine) SubmitTraced(now time.Time, agent string, raw []byte, tracepare
 	if err != nil {
 		e.rejectRaw(agent, raw, traceparent, err)
 	} else {
-		e.submit(agent, in, len(raw), traceparent)
+		h := traceparentBytes(traceparent)
+		e.submit(agent, in, len(raw)+h, h, traceparent)
 	}
 	return e.end()
+}
+
+// traceparentBytes is what the traceparent header's values take on the
+// wire, as NATS writes each one ("name: value" and a line break).
+func traceparentBytes(values []string) int {
+	n := 0
+	for _, v := range values {
+		n += len(intents.HeaderTraceparent) + len(": \r\n") + len(v)
+	}
+	return n
 }
 
 // SubmitIntent is Submit for an intent already decoded. It is validated
@@ -186,7 +197,7 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 		raw, _ := json.Marshal(in)
 		size = len(raw)
 	}
-	e.submit(agent, in, size, nil)
+	e.submit(agent, in, size, 0, nil)
 	return e.end()
 }
 

@@ -427,9 +427,10 @@ func (s *Set) QuotaOf(agent string) (Quota, bool) {
 	return Quota{}, false
 }
 
-// CheckIntent checks an intent of size bytes against the limits: an
-// invalid decision naming the field, its value and the limit.
-func (s *Set) CheckIntent(in *intents.Intent, size int) *Violation {
+// CheckIntent checks an intent of size bytes, headers of them in the
+// headers it came with, against the limits: an invalid decision naming
+// the field, its value and the limit.
+func (s *Set) CheckIntent(in *intents.Intent, size, headers int) *Violation {
 	if s == nil || s.file.Limits == nil {
 		return nil
 	}
@@ -439,6 +440,9 @@ func (s *Set) CheckIntent(in *intents.Intent, size int) *Violation {
 			"intent field %s = %d %s: above the rules' limit of %d", field, v, what, limit)}
 	}
 	switch {
+	case l.IntentBytes > 0 && size > l.IntentBytes && headers > 0:
+		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+			"the intent is %d bytes, %d of them in its headers: above the rules' limit of %d", size, headers, l.IntentBytes)}
 	case l.IntentBytes > 0 && size > l.IntentBytes:
 		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
 			"the intent is %d bytes: above the rules' limit of %d", size, l.IntentBytes)}

@@ -29,6 +29,7 @@ type benchFlags struct {
 	duration               time.Duration
 	out                    output
 	cpuProfile             string
+	redis                  string
 }
 
 // newBenchCmd is `coagent bench`: the load generator, against a
@@ -64,6 +65,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	fs.IntVar(&f.replicas, "replicas", 1, "with --nats of a JetStream cluster: how many servers store the raw JetStream publish baseline's stream, 1 to 5 (give 3 beside a coordinator whose streams are R3)")
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
 	f.out.register(fs, true)
+	fs.StringVar(&f.redis, "redis", "", "with --workload rmw or incr, the redis-server to run the Redis + Lua baseline on (AOF with appendfsync always, then everysec): default the one on PATH, none if there is none; off for none")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
 	return c
 }
@@ -129,6 +131,9 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		cfg.Agents = n
 		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
+			return err
+		}
+		if res.Redis, err = redisBaselines(ctx, cfg, f.redis, stderr); err != nil {
 			return err
 		}
 		if f.out.json() {
@@ -218,6 +223,7 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 	fmt.Fprintln(w)
 	row("raw request/reply", r.ReqReplyThroughput, r.ReqReplyLatency)
 	fmt.Fprintln(w)
+	printRedis(w, r, r.Redis)
 	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
 		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)
 	if len(r.Servers) > 1 {

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -54,7 +56,7 @@ func TestBenchWorkloads(t *testing.T) {
 		{"--workload", "rmw", "--path", "api"},
 		{"--workload", "txn", "--path", "stream"},
 	} {
-		out, _, err := runCmd(t, "", append([]string{"bench", "--agents", "3", "--keys", "2", "--duration", "200ms", "--json"}, args...)...)
+		out, _, err := runCmd(t, "", append([]string{"bench", "--agents", "3", "--keys", "2", "--duration", "200ms", "--json", "--redis", "off"}, args...)...)
 		if err != nil {
 			t.Fatalf("bench %v: %v\n%s", args, err, out)
 		}
@@ -86,7 +88,7 @@ func TestBenchWorkloads(t *testing.T) {
 // Without --json a run is one table: the coordinator, both baselines, the
 // counts and the check.
 func TestBenchText(t *testing.T) {
-	out, _, err := runCmd(t, "", "bench", "--workload", "incr", "--agents", "2", "--duration", "200ms")
+	out, _, err := runCmd(t, "", "bench", "--workload", "incr", "--agents", "2", "--duration", "200ms", "--redis", "off")
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
@@ -94,6 +96,46 @@ func TestBenchText(t *testing.T) {
 		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The Redis + Lua baseline of rmw: a redis-server of the bench's own with
+// each appendfsync, the same agents and keys, every update counted and
+// none lost. It needs redis-server on PATH; CI installs it and sets
+// COAGENT_REDIS_REQUIRED=1, so that the test never passes by skipping
+// there.
+func TestBenchRedis(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("COAGENT_REDIS_REQUIRED") != "" {
+			t.Fatal("COAGENT_REDIS_REQUIRED is set and there is no redis-server on PATH")
+		}
+		t.Skip("no redis-server on PATH (apt-get install redis-server)")
+	}
+	out, _, err := runCmd(t, "", "bench", "--workload", "rmw", "--agents", "4", "--keys", "2", "--duration", "300ms", "--json")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var r struct {
+		Updates int
+		Redis   []struct {
+			Fsync                 string
+			Updates, Tries, Reads int
+			UpdateThroughput      float64
+			Lost                  int64
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(r.Redis) != 2 || r.Redis[0].Fsync != "always" || r.Redis[1].Fsync != "everysec" {
+		t.Fatalf("redis baselines: %+v", r.Redis)
+	}
+	for _, b := range r.Redis {
+		// 4 agents on 2 keys contend: some compare-and-sets fail and are
+		// tried again with the version their answer gave.
+		if b.Updates == 0 || b.Lost != 0 || b.Tries < b.Updates || b.Reads == 0 || b.UpdateThroughput <= 0 {
+			t.Errorf("redis, aof %s: %+v", b.Fsync, b)
 		}
 	}
 }

@@ -287,6 +287,9 @@ type Result struct {
 	// VsPublish and VsRequest compare UpdateThroughput and UpdateLatency
 	// with each baseline.
 	VsPublish, VsRequest Ratio
+	// Redis are the Redis + Lua baselines of the same workload, one per
+	// appendfsync setting, when `coagent bench` ran them (RedisBaseline).
+	Redis []*RedisResult `json:",omitempty"`
 }
 
 // Run measures the two baselines, then the coordinator, with the same

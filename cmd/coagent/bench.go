@@ -66,7 +66,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
 	f.out.register(fs, true)
 	fs.StringVar(&f.redis, "redis", "", "with --workload rmw or incr, the redis-server to run the Redis + Lua baseline on (AOF with appendfsync always, then everysec): default the one on PATH, none if there is none; off for none")
-	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (embedded server, coordinator and agents alike) to FILE")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the coordinator's measurement (embedded server, coordinator and agents alike; the baselines left out) to FILE, or with several --agents to FILE-<agents> for each")
 	return c
 }
 
@@ -85,15 +85,25 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		return err
 	}
 	if f.cpuProfile != "" {
-		f, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+		// Each run's profile covers its coordinator measurement alone: the
+		// baselines' would mix the server's work for them with its work
+		// for the coordinator.
+		cfg.Phase = func() func() {
+			name := profileName(f.cpuProfile, cfg.Agents, len(counts))
+			pf, err := os.Create(name)
+			if err == nil {
+				err = pprof.StartCPUProfile(pf)
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "bench: --cpuprofile: %v\n", err)
+				return func() {}
+			}
+			return func() {
+				pprof.StopCPUProfile()
+				pf.Close()
+				fmt.Fprintf(stderr, "bench: CPU profile of the coordinator's measurement with %d agents (baselines left out) in %s\n", cfg.Agents, name)
+			}
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
 	}
 	cfg.URL = conn.url
 	if cfg.URL == "" {
@@ -148,6 +158,17 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// profileName is where the CPU profile of the run with agents goes: file,
+// or, when there are several runs, file with "-<agents>" before its
+// extension.
+func profileName(file string, agents, runs int) string {
+	if runs == 1 {
+		return file
+	}
+	ext := filepath.Ext(file)
+	return strings.TrimSuffix(file, ext) + "-" + strconv.Itoa(agents) + ext
 }
 
 // benchAgents returns the agent counts of the runs: the --agents list, or

@@ -102,6 +102,11 @@ type Config struct {
 	// log do. More than 1 needs a cluster of as many JetStream servers. The
 	// default is 1.
 	Replicas int
+	// Phase, if set, is called as the coordinator's measurement starts,
+	// after the baselines', and the function it returns as it ends: a
+	// profile taken between them covers the coordinator's work alone. The
+	// default is nil.
+	Phase func() (end func())
 	// Responder is the connection the request/reply baseline's responder
 	// answers on: `coagent bench` passes one made as the coordinator's is,
 	// so that the baseline crosses the transport the coordinator does. The
@@ -329,7 +334,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if res.ReqReplyThroughput, res.ReqReplyLatency, err = rawRequest(ctx, cfg, conns, run); err != nil {
 		return nil, err
 	}
-	if err := coordinated(ctx, cfg, conns, run, res); err != nil {
+	end := func() {}
+	if cfg.Phase != nil {
+		end = cfg.Phase()
+	}
+	err = coordinated(ctx, cfg, conns, run, res)
+	end()
+	if err != nil {
 		return nil, err
 	}
 	res.VsPublish = ratio(res.UpdateThroughput, res.UpdateLatency, res.RawThroughput, res.RawLatency)

@@ -149,7 +149,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "sevre"}, `unknown command "sevre"; did you mean serve?`, "coagent"},
 		{[]string{"submit"}, "missing FILE (or - for stdin)", "coagent submit"},
 		{[]string{"submit", "a.json", "b.json"}, `unexpected argument "b.json"`, "coagent submit"},
-		{[]string{"state"}, "missing PATH (or --prefix PATH)", "coagent state"},
 		{[]string{"watch"}, "missing PATH", "coagent watch"},
 		{[]string{"watch", "a..b"}, `PATH "a..b": segment "" is not 1–128 letters, digits, '_' or '-'`, "coagent watch"},
 		{[]string{"txn"}, "missing subcommand: list", "coagent txn"},

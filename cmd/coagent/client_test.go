@@ -91,8 +91,59 @@ func TestStatePrefix(t *testing.T) {
 	if p := runBin(t, nil, "", "state", "--prefix", "none", "--nats", url); p.status != 0 || p.stdout != "" || !regexp.MustCompile(`^nothing under none \(rev \d+\)\n$`).MatchString(p.stderr) {
 		t.Fatalf("state --prefix of nothing: %+v", p)
 	}
-	if p := runBin(t, nil, "", "state", "--prefix", "report", "report.title"); p.status != 2 || !strings.HasPrefix(p.stderr, "coagent: --prefix report lists a subtree: give it or PATHs, not both\n") {
+	if p := runBin(t, nil, "", "state", "--prefix", "report", "report.title"); p.status != 2 || !strings.HasPrefix(p.stderr, "coagent: --prefix \"report\" lists a subtree: give it or PATHs, not both\n") {
 		t.Fatalf("state --prefix with a PATH: %+v", p)
+	}
+}
+
+// TestStateWholeTree: state with no PATH, and state --prefix "", list
+// every leaf of the tree, as etcdctl's get "" --prefix; a board the
+// readers rules keep from the reader is left out and named on stderr.
+func TestStateWholeTree(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, a := range [][]string{{"alice"}, {"lead", "--role", "lead"}} {
+		if p := runBin(t, nil, "", append([]string{"agents", "add", "--data", data}, a...)...); p.status != 0 {
+			t.Fatalf("agents add %v: %+v", a, p)
+		}
+	}
+	rules := filepath.Join(dir, "rules.json")
+	writeFile(t, rules, `{"rules":[{"pattern":"secrets.**","readers":["role:lead"],"writers":["role:lead"]}]}`)
+	url, stop := serve(t, data, "--auth", "--rules", rules)
+	defer stop()
+	seed := func(agent string) string { return natsauth.SeedPath(data, agent) }
+	state := func(agent string, args ...string) proc {
+		return runBin(t, nil, "", append([]string{"state", "--nats", url, "--nkey", seed(agent)}, args...)...)
+	}
+	if p := state("alice"); p.status != 0 || p.stdout != "" || !regexp.MustCompile(`^the state is empty \(rev \d+\)\n$`).MatchString(p.stderr) {
+		t.Fatalf("state of an empty tree: %+v", p)
+	}
+	for _, w := range []struct{ agent, path, value string }{{"alice", "report.title", "Q3"}, {"alice", "notes", "n"}, {"lead", "secrets.plan", "merge"}} {
+		if p := runBin(t, nil, set(ulid.Make().String(), w.agent, w.path, w.value), "submit", "-", "--nats", url, "--nkey", seed(w.agent)); p.status != 0 {
+			t.Fatalf("submit %v: %+v", w, p)
+		}
+	}
+	all := regexp.MustCompile(`^notes = "n" \(version 1, mod_rev \d+\)\n` +
+		`report\.title = "Q3" \(version 1, mod_rev \d+\)\n` +
+		`secrets\.plan = "merge" \(version 1, mod_rev \d+\)\n` +
+		`rev \d+\n$`)
+	for _, args := range [][]string{{}, {"--prefix", ""}, {"--prefix="}} {
+		if p := state("lead", args...); p.status != 0 || !all.MatchString(p.stdout) || p.stderr != "" {
+			t.Errorf("state %q as lead: %+v", args, p)
+		}
+	}
+	p := state("alice")
+	if p.status != 0 || strings.Contains(p.stdout, "secrets") || !strings.Contains(p.stdout, `report.title = "Q3"`) ||
+		p.stderr != "kept from you by the readers rules: secrets\n" {
+		t.Errorf("state as alice: %+v", p)
+	}
+	p = state("lead", "-o", "json")
+	var got stateAnswer
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &got) != nil || len(got.Values) != 3 || string(got.Values["secrets.plan"].Value) != `"merge"` {
+		t.Errorf("state -o json as lead: %+v", p)
+	}
+	if p := state("lead", "--prefix", "", "notes"); p.status != 2 || !strings.HasPrefix(p.stderr, `coagent: --prefix "" lists a subtree: give it or PATHs, not both`) {
+		t.Errorf("state --prefix \"\" with a PATH: %+v", p)
 	}
 }
 

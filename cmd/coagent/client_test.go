@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -220,6 +221,62 @@ func TestLogLive(t *testing.T) {
 	}
 	if status, rest := f.interrupt(t); status != 0 || len(rest) != 0 {
 		t.Fatalf("log --follow after SIGINT: exit %d, stdout %q", status, rest)
+	}
+}
+
+// TestLogFollowPathDecisions: log --follow --path P prints the decisions
+// of the intents that touch P, interim and final, in log order among the
+// path's events, and nothing of the intents elsewhere.
+func TestLogFollowPathDecisions(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	first := ulid.Make().String()
+	submitOK(t, url, set(first, "w1", "notes.n1", 1))
+	f := startBin(t, "log", "--follow", "--nats", url, "--path", "notes", "-o", "json")
+	// next reads events until the decision of intent id with outcome; every
+	// event read is of an intent of want, in seq order.
+	seq := uint64(0)
+	next := func(id string, outcome intents.Outcome, want ...string) {
+		t.Helper()
+		for {
+			var ev intents.Event
+			l := line(t, f.stdout, "the decision of "+id)
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("log --follow -o json: %q: %v", l, err)
+			}
+			if ev.Seq <= seq || !slices.Contains(want, ev.Intent) {
+				t.Fatalf("log --follow --path notes, after seq %d: %q", seq, l)
+			}
+			seq = ev.Seq
+			if ev.Type == intents.EventDecision && ev.Intent == id && ev.Decision.Outcome == outcome {
+				return
+			}
+		}
+	}
+	next(first, intents.OutcomeApplied, first)
+
+	// A holder's grant, a waiter queued behind it, the holder's abort:
+	// the waiter's queued and then applied decisions both come.
+	elsewhere := ulid.Make().String()
+	submitOK(t, url, set(elsewhere, "w1", "report.title", "x"))
+	holder := ulid.Make().String()
+	p := runBin(t, nil, `{"id":"`+holder+`","agent":"h","kind":"propose","lease_ms":60000,"writes":[{"path":"notes.n2","op":"set"}]}`, "submit", "-", "--nats", url, "-o", "json")
+	var grant intents.Decision
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &grant) != nil {
+		t.Fatalf("propose: %+v", p)
+	}
+	next(holder, intents.OutcomeGranted, holder)
+	waiter := ulid.Make().String()
+	runBin(t, nil, `{"id":"`+waiter+`","agent":"w","kind":"apply","on_conflict":"wait","wait_ms":60000,"writes":[{"path":"notes.n2","op":"set","value":2}]}`,
+		"submit", "-", "--nats", url, "--timeout", "2s")
+	next(waiter, intents.OutcomeQueued, waiter)
+	abort := ulid.Make().String()
+	if p := runBin(t, nil, fmt.Sprintf(`{"id":%q,"agent":"h","kind":"abort","txn":%q,"fence":%d}`, abort, grant.Txn, grant.Fence), "submit", "-", "--nats", url); !strings.HasPrefix(p.stdout, "aborted ") {
+		t.Fatalf("abort: %+v", p)
+	}
+	next(waiter, intents.OutcomeApplied, waiter, holder, abort)
+	if status, _ := f.interrupt(t); status != 0 {
+		t.Fatalf("log --follow after SIGINT: exit %d", status)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,8 @@ func newLogCmd(e *env) *cobra.Command {
 		Long: "Print the events that match every filter given, one a line (-o json: one JSON event a line), from the running\n" +
 			"server at --nats (log.query, as the agent of --nkey may see them), or with --data DIR from the directory of a\n" +
 			"stopped server. When more match than --limit, stderr says where to go on (more: --from SEQ). --follow prints\n" +
-			"every match from --from on and then each new one as it is logged, until interrupted. --trace finds the events of\n" +
+			"every match from --from on and then each new one as it is logged, until interrupted (with --path, the decisions of\n" +
+			"the intents that touch the path too, which carry no path themselves). --trace finds the events of\n" +
 			"the intents that came with that W3C trace id (a traceparent header, or meta.traceparent), in order. --intent\n" +
 			"finds the events of one intent (its own: those of the transaction it opened are found by --txn). On a cluster,\n" +
 			"--node NAME asks that coordinator, a standby too, as far as it has followed the log (stderr says which node\n" +
@@ -223,15 +225,32 @@ const logPoll = 250 * time.Millisecond
 // followLog prints every event of q from q.From on, then each new one,
 // until ctx ends. It asks log.query from the seq after the last event it
 // printed: the log is appended in seq order, so nothing is missed and
-// nothing printed twice.
+// nothing printed twice. With --path it prints the decisions of the
+// intents it saw touch the path too (pathFollow), which carry no paths
+// themselves: following a path shows what became of each intent.
 func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bool, stdout io.Writer) error {
 	nc, err := conn.connect("coagent log")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	for {
+	page := func(q eventlog.Query) ([]*intents.Event, uint64, bool, error) {
 		events, next, _, err := logPage(ctx, nc, conn, q)
+		switch {
+		case err != nil:
+			return nil, 0, false, err
+		case next != 0:
+			return events, next, true, nil
+		case len(events) > 0:
+			return events, events[len(events)-1].Seq + 1, false, nil
+		}
+		return nil, q.From, false, nil
+	}
+	if q.Path != "" && (q.Type == "" || q.Type == intents.EventDecision) {
+		page = (&pathFollow{ctx: ctx, nc: nc, conn: conn, pending: map[string]bool{}}).page
+	}
+	for {
+		events, from, more, err := page(q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -241,12 +260,9 @@ func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bo
 		if err := printEvents(events, asJSON, stdout); err != nil {
 			return err
 		}
-		switch {
-		case next != 0:
-			q.From = next
+		q.From = from
+		if more {
 			continue
-		case len(events) > 0:
-			q.From = events[len(events)-1].Seq + 1
 		}
 		select {
 		case <-time.After(logPoll):
@@ -254,6 +270,86 @@ func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bo
 			return nil
 		}
 	}
+}
+
+// pathFollow reads the pages of a follow of a path with the decisions of
+// the intents that touch it.
+type pathFollow struct {
+	ctx  context.Context
+	nc   *nats.Conn
+	conn *natsFlags
+	// pending are the intents seen touching the path whose final decision
+	// has not been printed yet.
+	pending map[string]bool
+}
+
+// page is logPage for q with the decisions of the pending intents merged
+// in, in seq order; it returns them, the seq to go on from and whether
+// more are logged already. The decisions are asked first: an intent is
+// logged before its decision, so the path's events asked next reach every
+// intent whose decision came. What lies past the end of the shorter of two
+// pages that go on is left for the next page, so nothing is printed twice
+// or out of order.
+func (f *pathFollow) page(q eventlog.Query) ([]*intents.Event, uint64, bool, error) {
+	dq := q
+	dq.Path, dq.Type = "", intents.EventDecision
+	decisions, dnext, _, err := logPage(f.ctx, f.nc, f.conn, dq)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	pq := q
+	pq.Type = ""
+	touching, pnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	bound, next := uint64(math.MaxUint64), uint64(0)
+	for _, n := range []uint64{dnext, pnext} {
+		if n != 0 && n-1 < bound {
+			bound, next = n-1, n
+		}
+	}
+	var out []*intents.Event
+	i, j := 0, 0
+	for i < len(decisions) || j < len(touching) {
+		var ev *intents.Event
+		if j == len(touching) || i < len(decisions) && decisions[i].Seq < touching[j].Seq {
+			ev, i = decisions[i], i+1
+		} else {
+			ev, j = touching[j], j+1
+			if ev.Type == intents.EventDecision {
+				continue // the same event comes among the decisions
+			}
+		}
+		if ev.Seq > bound {
+			break
+		}
+		if ev.Type == intents.EventDecision {
+			if !f.pending[ev.Intent] {
+				continue
+			}
+			if ev.Decision != nil && ev.Decision.Outcome.Final() {
+				delete(f.pending, ev.Intent)
+			}
+		} else if ev.Intent != "" {
+			f.pending[ev.Intent] = true
+		}
+		if q.Type == "" || ev.Type == q.Type {
+			out = append(out, ev)
+		}
+	}
+	if next != 0 {
+		return out, next, true, nil
+	}
+	// Both pages reached the end: every event they hold is done with,
+	// those not printed (other intents' decisions) included.
+	from := q.From
+	for _, evs := range [][]*intents.Event{decisions, touching} {
+		if len(evs) > 0 {
+			from = max(from, evs[len(evs)-1].Seq+1)
+		}
+	}
+	return out, from, false, nil
 }
 
 func typeNames() string {

@@ -92,8 +92,10 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 	defer nc.Close()
 	reqCtx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	// An authenticated agent submits on its own subject.
-	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(f.conn.agent()), data, f.traceparent, stderr)
+	// An agent known from --nkey or --agent submits on its own subject: an
+	// authenticated one may only, and the coordinator then records even an
+	// intent it cannot read as that agent's.
+	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(agent), data, f.traceparent, stderr)
 	if err != nil {
 		return err
 	}
@@ -164,7 +166,11 @@ func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
 // `applied 01J… rev 7 (report.title v3)`.
 func describeDecision(d *intents.Decision) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", d.Outcome, d.Intent)
+	intent := d.Intent
+	if intent == "" {
+		intent = "(no intent id)" // an intent the coordinator could not read
+	}
+	fmt.Fprintf(&b, "%s %s", d.Outcome, intent)
 	if d.Reason != "" {
 		fmt.Fprintf(&b, " %s", d.Reason)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,23 @@ func TestSubmitWhileUnavailable(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "unavailable") || !strings.Contains(r.stderr, "sending the same intent again") {
 		t.Fatalf("stderr %q does not say the coordinator was unavailable", r.stderr)
+	}
+}
+
+// TestSubmitMalformedAgent: a malformed intent sent with --agent is
+// recorded as that agent's (log --agent finds it), and its decision,
+// which has no intent id, is printed without a gap where the id would be.
+func TestSubmitMalformedAgent(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	for _, bad := range []string{`{not json`, `{"agent":"w1","kind":"apply","writes":[]}`} {
+		p := runBin(t, nil, bad, "submit", "-", "--nats", url, "--agent", "w1")
+		if p.status != 1 || !strings.HasPrefix(p.stdout, "rejected ") || strings.Contains(p.stdout, "  ") {
+			t.Errorf("submit %s: %+v", bad, p)
+		}
+	}
+	p := runBin(t, nil, "", "log", "--nats", url, "--agent", "w1", "--type", "intent")
+	if p.status != 0 || strings.Count(p.stdout, " invalid: ") != 2 {
+		t.Errorf("log --agent w1 --type intent: %+v", p)
 	}
 }

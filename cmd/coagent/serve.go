@@ -108,6 +108,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	// directory as it found it. The deferred cleanup runs after the
 	// server's shutdown, which closes the files it made.
 	before := noteData(f.data)
+	// started: the data directory is in use, this start's or, when its
+	// log is locked, another's that may have made what is new in it.
 	started := false
 	defer func() {
 		if err != nil && !started {
@@ -263,6 +265,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
 	if errors.Is(err, eventlog.ErrLocked) {
+		started = true
 		return fmt.Errorf("%w\n  another coagent serve runs on %s; stop it, or give this one its own --data", err, f.data)
 	}
 	if err != nil {

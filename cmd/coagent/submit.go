@@ -40,6 +40,8 @@ func newSubmitCmd(e *env) *cobra.Command {
 		Short: "submit an intent (FILE or - for stdin) and print its decision",
 		Long: "Send the intent by request/reply on coagent.api.submit (the agent's own subject with --nkey), again while\n" +
 			"the coordinator is unavailable, and print its decision: one line, or the decision's JSON with -o json.\n" +
+			"An intent that waits or escalates is asked for again, with the same id, until its final decision or --timeout\n" +
+			"(then its interim decision is printed, exit 1).\n" +
 			"An intent without an id is given a new ULID; --agent fills in its agent. Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "FILE (or - for stdin)"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -95,13 +97,33 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 	// An agent known from --nkey or --agent submits on its own subject: an
 	// authenticated one may only, and the coordinator then records even an
 	// intent it cannot read as that agent's.
-	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(agent), data, f.traceparent, stderr)
-	if err != nil {
-		return err
-	}
 	var d intents.Decision
-	if err := json.Unmarshal(resp.Data, &d); err != nil {
-		return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
+	for said := false; ; {
+		resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(agent), data, f.traceparent, stderr)
+		if err != nil {
+			return err
+		}
+		d = intents.Decision{}
+		if err := json.Unmarshal(resp.Data, &d); err != nil {
+			return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
+		}
+		// An interim decision (queued, escalated) is the answer at the end
+		// of one request's wait, not of --timeout: the same intent asks
+		// again, the coordinator answering its final decision as soon as
+		// it exists, as the SDK's Submit does.
+		if said {
+			// The answer to this command's own asking again: the intent
+			// was decided once, whatever the reply's record says.
+			d.Duplicate = false
+		}
+		dl, _ := reqCtx.Deadline()
+		if d.Outcome.Final() || d.Intent == "" || time.Until(dl) < reaskMin {
+			break
+		}
+		if !said {
+			fmt.Fprintf(stderr, "coagent submit: %s %s; waiting up to --timeout %s for its final decision\n", d.Outcome, d.Intent, f.timeout)
+			said = true
+		}
 	}
 	if f.out.json() {
 		out, _ := json.MarshalIndent(&d, "", "  ")
@@ -269,7 +291,12 @@ func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte,
 	}
 }
 
-// attempt bounds one request of a submit whose timeout is longer than
+// reaskMin is the least time left of --timeout for which submit asks
+// again after an interim decision: below it the coordinator's wait, a
+// second less than the request's, would be none.
+const reaskMin = 1500 * time.Millisecond
+
+// attempt bounds one request// attempt bounds one request of a submit whose timeout is longer than
 // twice it: a coordinator that died holding the request is not waited
 // for, the intent goes to whichever coordinator is active.
 const attempt = 5 * time.Second

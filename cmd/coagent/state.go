@@ -22,8 +22,9 @@ func newStateCmd(e *env) *cobra.Command {
 	var out output
 	var prefix string
 	c := &cobra.Command{
-		Use:   "state [PATH... | --prefix PATH]",
-		Short: "print the current values of paths (or of all under one, --prefix; of the whole tree, none) with their versions and the rev",
+		Use:     "state [PATH... | --prefix PATH]",
+		Aliases: []string{"get"}, // etcdctl's and nats kv's word
+		Short:   "print the current values of paths (or of all under one, --prefix; of the whole tree, none) with their versions and the rev",
 		Long: "Print each PATH = VALUE (version N, mod_rev M), then the rev they were read at. With --prefix PATH,\n" +
 			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path;\n" +
 			"with no PATH (or --prefix \"\"), every leaf of the whole tree.\n" +

@@ -73,33 +73,58 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 	if err != nil {
 		return fmt.Errorf("read intent: %w", err)
 	}
-	agent, from := f.agent, "--agent"
-	if nk := f.conn.agent(); nk != "" {
+	s := submission{name: "coagent submit", conn: &f.conn, timeout: f.timeout, agent: f.agent, traceparent: f.traceparent, out: &f.out}
+	return s.send(ctx, data, stdout, stderr)
+}
+
+// submission is how one command sends an intent and prints its decision:
+// submit, and the commands that make the intent for the user (put, del,
+// incr, txn commit|abort|renew).
+type submission struct {
+	name    string // the command, for what it says on stderr
+	conn    *natsFlags
+	timeout time.Duration
+	// agent is --agent: the intent's agent where the intent names none
+	// ("": the agent of --nkey, or none).
+	agent       string
+	traceparent string
+	out         *output
+	// success says which outcomes exit 0 (nil: Outcome.Success, applied,
+	// granted or committed).
+	success func(intents.Outcome) bool
+}
+
+// send completes the intent data (its id, its agent), sends it, asks again
+// after an interim decision up to the timeout, and prints the decision; it
+// is exitError(1) unless the outcome is a success.
+func (s *submission) send(ctx context.Context, data []byte, stdout, stderr io.Writer) error {
+	agent, from := s.agent, "--agent"
+	if nk := s.conn.agent(); nk != "" {
 		if agent != "" && agent != nk {
-			return fmt.Errorf("--agent %s, but --nkey %s is the key of agent %s", agent, f.conn.nkey, nk)
+			return fmt.Errorf("--agent %s, but --nkey %s is the key of agent %s", agent, s.conn.nkey, nk)
 		}
-		agent, from = nk, "--nkey "+f.conn.nkey
+		agent, from = nk, "--nkey "+s.conn.nkey
 	}
 	data, id, err := completeIntent(data, agent, from)
 	if err != nil {
 		return err
 	}
 	if id != "" {
-		fmt.Fprintf(stderr, "coagent submit: intent id %s\n", id)
+		fmt.Fprintf(stderr, "%s: intent id %s\n", s.name, id)
 	}
-	nc, err := f.conn.connect("coagent submit")
+	nc, err := s.conn.connect(s.name)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	reqCtx, cancel := context.WithTimeout(ctx, f.timeout)
+	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	// An agent known from --nkey or --agent submits on its own subject: an
 	// authenticated one may only, and the coordinator then records even an
 	// intent it cannot read as that agent's.
 	var d intents.Decision
 	for said := false; ; {
-		resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(agent), data, f.traceparent, stderr)
+		resp, err := sendIntent(reqCtx, nc, s.conn.subjects().Submit(agent), data, s.traceparent, stderr)
 		if err != nil {
 			return err
 		}
@@ -107,31 +132,35 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 		if err := json.Unmarshal(resp.Data, &d); err != nil {
 			return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
 		}
-		// An interim decision (queued, escalated) is the answer at the end
-		// of one request's wait, not of --timeout: the same intent asks
-		// again, the coordinator answering its final decision as soon as
-		// it exists, as the SDK's Submit does.
 		if said {
 			// The answer to this command's own asking again: the intent
 			// was decided once, whatever the reply's record says.
 			d.Duplicate = false
 		}
+		// An interim decision (queued, escalated) is the answer at the end
+		// of one request's wait, not of the timeout: the same intent asks
+		// again, the coordinator answering its final decision as soon as
+		// it exists, as the SDK's Submit does.
 		dl, _ := reqCtx.Deadline()
 		if d.Outcome.Final() || d.Intent == "" || time.Until(dl) < reaskMin {
 			break
 		}
 		if !said {
-			fmt.Fprintf(stderr, "coagent submit: %s %s; waiting up to --timeout %s for its final decision\n", d.Outcome, d.Intent, f.timeout)
+			fmt.Fprintf(stderr, "%s: %s %s; waiting up to --timeout %s for its final decision\n", s.name, d.Outcome, d.Intent, s.timeout)
 			said = true
 		}
 	}
-	if f.out.json() {
+	if s.out.json() {
 		out, _ := json.MarshalIndent(&d, "", "  ")
 		fmt.Fprintln(stdout, string(out))
 	} else {
 		fmt.Fprintln(stdout, describeDecision(&d))
 	}
-	if !d.Outcome.Success() {
+	ok := intents.Outcome.Success
+	if s.success != nil {
+		ok = s.success
+	}
+	if !ok(d.Outcome) {
 		return exitError(1)
 	}
 	return nil

@@ -151,7 +151,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"submit", "a.json", "b.json"}, `unexpected argument "b.json"`, "coagent submit"},
 		{[]string{"watch"}, "missing PATH", "coagent watch"},
 		{[]string{"watch", "a..b"}, `PATH "a..b": segment "" is not 1–128 letters, digits, '_' or '-'`, "coagent watch"},
-		{[]string{"txn"}, "missing subcommand: list", "coagent txn"},
+		{[]string{"txn"}, "missing subcommand: abort, commit, list, renew", "coagent txn"},
 		{[]string{"txn", "list", "--agent", "a.b"}, `--agent "a.b": not an agent name`, "coagent txn list"},
 		{[]string{"log", "--data", dir, "--follow"}, "--data reads a stopped server's directory, --follow is for a running server: give one", "coagent log"},
 		{[]string{"log", "--nats", "nats://x", "--data", dir}, "--data reads a stopped server's directory, --nats is for a running server: give one", "coagent log"},

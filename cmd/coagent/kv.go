@@ -77,8 +77,8 @@ func newPutCmd(e *env) *cobra.Command {
 			if err := checkPath(c, args[0]); err != nil {
 				return err
 			}
-			value := json.RawMessage(args[1])
-			if asString || !json.Valid(value) {
+			value := jsonOrString(args[1])
+			if asString {
 				value, _ = json.Marshal(args[1])
 			}
 			return f.send(c, e, intents.Write{Path: args[0], Op: intents.OpSet, Value: value}, c.Flags().Changed("expect-version"))
@@ -136,4 +136,14 @@ func newIncrCmd(e *env) *cobra.Command {
 	}
 	f.register(c, e)
 	return c
+}
+
+// jsonOrString is v as a JSON value: itself when it is JSON, else the
+// string v.
+func jsonOrString(v string) json.RawMessage {
+	if json.Valid([]byte(v)) {
+		return json.RawMessage(v)
+	}
+	b, _ := json.Marshal(v)
+	return b
 }

@@ -60,3 +60,62 @@ func TestPutGetDelIncr(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnCommitAbortRenew: after a propose, txn commit, abort and renew
+// send the intent with the fence and agent txn list shows; commit's values
+// come from flags or a file; each exits 0 for its own outcome.
+func TestTxnCommitAbortRenew(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	env := []string{"NATS_URL=" + url}
+	propose := func(writes string) string {
+		t.Helper()
+		p := runBin(t, env, `{"agent":"w1","kind":"propose","lease_ms":60000,"writes":`+writes+`}`, "submit", "-")
+		m := regexp.MustCompile(`^granted \S+ txn (\S+) fence \d+`).FindStringSubmatch(p.stdout)
+		if p.status != 0 || m == nil {
+			t.Fatalf("propose: %+v", p)
+		}
+		return m[1]
+	}
+	txn := propose(`[{"path":"doc.title","op":"set"},{"path":"doc.old","op":"delete"},{"path":"doc.n","op":"incr"},{"path":"doc.body","op":"set"}]`)
+	if p := runBin(t, env, "", "txn", "renew", txn, "--lease", "2m"); p.status != 0 || !regexp.MustCompile(`^renewed \S+ txn `+txn+` fence \d+ lease until `).MatchString(p.stdout) {
+		t.Fatalf("txn renew: %+v", p)
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "w.json"), `{"doc.body":{"text":"hi"}}`)
+	if p := runBin(t, env, "", "txn", "commit", txn, "--set", "doc.title=Q3 report", "--delete", "doc.old", "--incr", "doc.n=2", "--writes", filepath.Join(dir, "w.json")); p.status != 0 ||
+		!strings.HasPrefix(p.stdout, "committed ") {
+		t.Fatalf("txn commit: %+v", p)
+	}
+	p := runBin(t, env, "", "get", "doc.title", "doc.n", "doc.body")
+	if !regexp.MustCompile(`^doc\.title = "Q3 report" \(version 1, mod_rev \d+\)\ndoc\.n = 2 \(version 1, mod_rev \d+\)\ndoc\.body = \{"text":"hi"\} `).MatchString(p.stdout) {
+		t.Fatalf("the state after txn commit: %+v", p)
+	}
+	if p := runBin(t, env, "", "txn", "commit", txn); p.status != 1 || !strings.Contains(p.stderr, "txn "+txn+": no such transaction in flight") {
+		t.Fatalf("txn commit of a committed transaction: %+v", p)
+	}
+
+	txn = propose(`[{"path":"doc.title","op":"set"}]`)
+	// The writes from stdin, as an array; a fence given that is not the grant's is refused.
+	if p := runBin(t, env, `[{"path":"doc.title","op":"set","value":"x"}]`, "txn", "commit", txn, "--writes", "-", "--fence", "999"); p.status != 1 || !strings.HasPrefix(p.stdout, "rejected ") {
+		t.Fatalf("txn commit --fence 999: %+v", p)
+	}
+	if p := runBin(t, env, "", "txn", "abort", txn); p.status != 0 || !strings.HasPrefix(p.stdout, "aborted ") {
+		t.Fatalf("txn abort: %+v", p)
+	}
+	if p := runBin(t, env, "", "txn", "list"); p.stderr != "no transactions in flight\n" {
+		t.Fatalf("txn list after the abort: %+v", p)
+	}
+	for _, c := range []struct {
+		args []string
+		line string
+	}{
+		{[]string{"txn", "commit"}, "missing TXN"},
+		{[]string{"txn", "commit", "T", "--set", "doc.title"}, `--set "doc.title": want PATH=VALUE`},
+		{[]string{"txn", "commit", "T", "--incr", "doc.n=two"}, `--incr "doc.n=two": want PATH=N, N a number`},
+	} {
+		if p := runBin(t, env, "", c.args...); p.status != 2 || !strings.Contains(p.stderr, c.line) {
+			t.Errorf("coagent %s: %+v", strings.Join(c.args, " "), p)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func (s *submission) send(ctx context.Context, data []byte, stdout, stderr io.Wr
 		}
 		agent, from = nk, "--nkey "+s.conn.nkey
 	}
-	data, id, err := completeIntent(data, agent, from)
+	data, id, _, err := completeIntent(data, agent, from)
 	if err != nil {
 		return err
 	}
@@ -168,13 +168,14 @@ func (s *submission) send(ctx context.Context, data []byte, stdout, stderr io.Wr
 
 // completeIntent gives the intent data a new ULID when it has no id, and
 // agent as its agent when it names none (agent may be ""); it returns the
-// intent and the id it made. An intent naming an agent other than agent is
-// an error naming both, and from, the flag that named agent. What is not a JSON object is left for the
-// coordinator to refuse, with the reasons it gives.
-func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
+// intent, the id it made and whether it names no agent (before agent is
+// filled in). An intent naming an agent other than agent is an error naming
+// both, and from, the flag that named agent. What is not a JSON object is
+// left for the coordinator to refuse, with the reasons it gives.
+func completeIntent(data []byte, agent, from string) (out []byte, made string, noAgent bool, err error) {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(data, &fields) != nil || fields == nil {
-		return data, "", nil
+		return data, "", false, nil
 	}
 	str := func(key string) (string, bool) {
 		raw, ok := fields[key]
@@ -187,30 +188,31 @@ func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
 		}
 		return v, true
 	}
-	changed, made := false, ""
+	changed := false
 	if id, ok := str("id"); ok && id == "" {
 		made = ulid.Make().String()
 		fields["id"], _ = json.Marshal(made)
 		changed = true
 	}
-	if named, ok := str("agent"); ok && agent != "" {
+	named, ok := str("agent")
+	noAgent = ok && named == ""
+	if ok && agent != "" {
 		switch named {
 		case "":
 			fields["agent"], _ = json.Marshal(agent)
 			changed = true
 		case agent:
 		default:
-			return nil, "", fmt.Errorf("the intent's agent is %s, but %s says %s", named, from, agent)
+			return nil, "", false, fmt.Errorf("the intent's agent is %s, but %s says %s", named, from, agent)
 		}
 	}
 	if !changed {
-		return data, "", nil // the bytes as written: the coordinator decodes them strictly
+		return data, "", noAgent, nil // the bytes as written: the coordinator decodes them strictly
 	}
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return nil, "", fmt.Errorf("encode the intent: %w", err)
+	if out, err = json.Marshal(fields); err != nil {
+		return nil, "", false, fmt.Errorf("encode the intent: %w", err)
 	}
-	return out, made, nil
+	return out, made, noAgent, nil
 }
 
 // describeDecision is a decision as one line a person reads:

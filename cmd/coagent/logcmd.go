@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -285,29 +284,66 @@ type pathFollow struct {
 
 // page is logPage for q with the decisions of the pending intents merged
 // in, in seq order; it returns them, the seq to go on from and whether
-// more are logged already. The decisions are asked first: an intent is
-// logged before its decision, so the path's events asked next reach every
-// intent whose decision came. What lies past the end of the shorter of two
-// pages that go on is left for the next page, so nothing is printed twice
-// or out of order.
+// more are logged already.
+//
+// The path's events and the decisions are two queries, made one after the
+// other while the log grows, so each is complete only up to a point the
+// answer does not say: a query that stops at its limit up to the seq before
+// its next, one that reaches the end up to the log's end when it was made,
+// which is past its last event and not before the end of any query made
+// earlier. What page prints is up to a seq both are complete to, so that
+// no decision is printed out of order or dropped for an intent not yet
+// seen: the path's last event (the decisions were asked after), or, when
+// decisions come after it, the last of those, once the path's events are
+// asked again after them. The rest is asked again from there next time.
 func (f *pathFollow) page(q eventlog.Query) ([]*intents.Event, uint64, bool, error) {
-	dq := q
+	q.From = max(q.From, 1) // seqs start at 1: q.From-1 is a seq or none
+	pq, dq := q, q
+	pq.Type = ""
 	dq.Path, dq.Type = "", intents.EventDecision
+	touching, tnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
+	if err != nil {
+		return nil, 0, false, err
+	}
 	decisions, dnext, _, err := logPage(f.ctx, f.nc, f.conn, dq)
 	if err != nil {
 		return nil, 0, false, err
 	}
-	pq := q
-	pq.Type = ""
-	touching, pnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	bound, next := uint64(math.MaxUint64), uint64(0)
-	for _, n := range []uint64{dnext, pnext} {
-		if n != 0 && n-1 < bound {
-			bound, next = n-1, n
+	more := tnext != 0 || dnext != 0
+	// upTo is the seq both are complete to: a page cut at its limit is
+	// complete to the seq before its next; one that reached the end, to
+	// at least its last event (q.From-1 when it has none).
+	upTo := func(next uint64, evs []*intents.Event) uint64 {
+		if next != 0 {
+			return next - 1
 		}
+		if len(evs) == 0 {
+			return q.From - 1
+		}
+		return evs[len(evs)-1].Seq
+	}
+	x := upTo(tnext, touching)
+	if dnext != 0 {
+		x = min(x, dnext-1)
+	}
+	if n := len(decisions); tnext == 0 && n > 0 && decisions[n-1].Seq > x {
+		// Decisions after the path's last event: ask the path's events
+		// again, after the decisions were asked, up to the last of them.
+		pq.From = x + 1
+		later, lnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		touching = append(touching, later...)
+		y := decisions[n-1].Seq
+		if dnext != 0 {
+			y = min(y, dnext-1)
+		}
+		if lnext != 0 {
+			y = min(y, lnext-1)
+			more = true
+		}
+		x = max(x, y)
 	}
 	var out []*intents.Event
 	i, j := 0, 0
@@ -321,7 +357,7 @@ func (f *pathFollow) page(q eventlog.Query) ([]*intents.Event, uint64, bool, err
 				continue // the same event comes among the decisions
 			}
 		}
-		if ev.Seq > bound {
+		if ev.Seq > x {
 			break
 		}
 		if ev.Type == intents.EventDecision {
@@ -338,18 +374,7 @@ func (f *pathFollow) page(q eventlog.Query) ([]*intents.Event, uint64, bool, err
 			out = append(out, ev)
 		}
 	}
-	if next != 0 {
-		return out, next, true, nil
-	}
-	// Both pages reached the end: every event they hold is done with,
-	// those not printed (other intents' decisions) included.
-	from := q.From
-	for _, evs := range [][]*intents.Event{decisions, touching} {
-		if len(evs) > 0 {
-			from = max(from, evs[len(evs)-1].Seq+1)
-		}
-	}
-	return out, from, false, nil
+	return out, max(x+1, q.From), more, nil
 }
 
 func typeNames() string {

@@ -248,6 +248,9 @@ func answerStateGet(r readSource, st stamp, req micro.Request) {
 		return
 	}
 	for i, p := range body.Paths {
+		if p == "" {
+			continue // the whole tree, as etcd's get "" --prefix
+		}
 		if err := intents.CheckPath(p); err != nil {
 			replyError(req, intents.ReasonInvalid, "state.get: paths[%d] = %q: %v", i, p, err)
 			return

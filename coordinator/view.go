@@ -62,7 +62,31 @@ func (v viewer) value(path string, value any) (any, []string) {
 	if v.all {
 		return value, nil
 	}
+	if path == "" {
+		return v.root(value)
+	}
 	return v.set.Redact(v.Viewer, path, value)
+}
+
+// root is value for the whole tree (the path ""): each board as v may
+// read it, a board kept from v whole taken out and named.
+func (v viewer) root(value any) (any, []string) {
+	boards, ok := value.(map[string]any)
+	if !ok || !v.hides() {
+		return value, nil
+	}
+	out := make(map[string]any, len(boards))
+	var hidden []string
+	for b, bv := range boards {
+		seen, h := v.set.Redact(v.Viewer, b, bv)
+		hidden = append(hidden, h...)
+		if len(h) == 1 && h[0] == b {
+			continue
+		}
+		out[b] = seen
+	}
+	slices.Sort(hidden)
+	return out, hidden
 }
 
 // change returns ev, a change event, as v may see it: a copy whose writes

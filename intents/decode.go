@@ -91,6 +91,24 @@ func Decode(data []byte) (*Intent, error) {
 	return in, nil
 }
 
+// DecodeAll is Decode reporting every problem of the intent (Problems)
+// rather than the first, for a tool that checks a document: in is the
+// intent decoded, nil with the one problem that kept data from decoding
+// (its size, its JSON, an unknown field).
+func DecodeAll(data []byte) (in *Intent, problems []*ValidationError) {
+	if len(data) > MaxIntentSize {
+		return nil, []*ValidationError{invalid("", "", "%d bytes is larger than the %d-byte limit", len(data), MaxIntentSize)}
+	}
+	in = new(Intent)
+	if err := strictUnmarshal(data, in); err != nil {
+		return nil, []*ValidationError{decodeError(data, err)}
+	}
+	if firstByte(data) != '{' {
+		return nil, []*ValidationError{invalid("", "", "a JSON null, not an object")}
+	}
+	return in, in.Problems()
+}
+
 // DecodeResolution parses an arbiter's resolution as strictly as Decode
 // parses an intent, its replacement intent included: unknown fields, names
 // given twice or in another case, invalid UTF-8, wrong types and trailing
@@ -276,136 +294,222 @@ func abbreviate(s string) string {
 // Validate checks the intent against SPEC §1–2 and returns the first problem
 // as a *ValidationError.
 func (in *Intent) Validate() error {
-	if in.ID == "" {
-		return invalid("id", "", "missing; want a ULID")
+	var first *ValidationError
+	in.check(func(e *ValidationError) bool {
+		first = e
+		return false
+	})
+	if first != nil {
+		return first
 	}
-	if _, err := ulid.ParseStrict(in.ID); err != nil {
-		return invalid("id", quote(in.ID), "not a ULID: %v", err)
-	}
+	return nil
+}
+
+// Problems checks the intent as Validate does and returns every problem,
+// in the order Validate meets them (Validate's error is the first): a tool
+// that checks a document tells all that is wrong with it at once. A field
+// whose problem makes the checks that depend on it meaningless (a kind
+// that is none, a write's path) is reported once, not once for each.
+func (in *Intent) Problems() []*ValidationError {
+	var all []*ValidationError
+	in.check(func(e *ValidationError) bool {
+		all = append(all, e)
+		return true
+	})
+	return all
+}
+
+// check reports each problem of the intent to report, in order, as long
+// as report returns true.
+func (in *Intent) check(report func(*ValidationError) bool) {
+	switch {
+	case in.ID == "":
+		if !report(invalid("id", "", "missing; want a ULID")) {
+			return
+		}
+	case !validULID(in.ID):
+		_, err := ulid.ParseStrict(in.ID)
+		if !report(invalid("id", quote(in.ID), "not a ULID: %v", err)) {
+			return
+		}
 	// One intent, one key: a lowercase spelling of the same ULID would be
 	// another idempotency key (and another Nats-Msg-Id).
-	if strings.ToUpper(in.ID) != in.ID {
-		return invalid("id", quote(in.ID), "not in canonical upper case")
+	case strings.ToUpper(in.ID) != in.ID:
+		if !report(invalid("id", quote(in.ID), "not in canonical upper case")) {
+			return
+		}
 	}
-	if in.Agent == "" {
-		return invalid("agent", "", "missing")
+	switch {
+	case in.Agent == "":
+		if !report(invalid("agent", "", "missing")) {
+			return
+		}
+	case !ValidSegment(in.Agent):
+		if !report(invalid("agent", quote(in.Agent), "not 1–%d letters, digits, '_' or '-'", MaxSegmentLen)) {
+			return
+		}
 	}
-	if !ValidSegment(in.Agent) {
-		return invalid("agent", quote(in.Agent), "not 1–%d letters, digits, '_' or '-'", MaxSegmentLen)
-	}
+	kindKnown := false
 	switch in.Kind {
 	case "":
-		return invalid("kind", "", "missing; want one of %s", names(Kinds))
+		if !report(invalid("kind", "", "missing; want one of %s", names(Kinds))) {
+			return
+		}
 	case KindApply, KindPropose, KindCommit, KindAbort, KindRenew:
+		kindKnown = true
 	default:
-		return invalid("kind", quote(string(in.Kind)), "want one of %s", names(Kinds))
-	}
-	if in.Kind.Transactional() {
-		if in.Txn == "" {
-			return invalid("txn", "", "missing; a %s names the transaction of its grant", in.Kind)
-		}
-		if len(in.Txn) > MaxTxnLen {
-			return invalid("txn", quote(in.Txn), "longer than %d bytes", MaxTxnLen)
-		}
-		if !utf8.ValidString(in.Txn) {
-			return invalid("txn", quote(in.Txn), "not valid UTF-8")
-		}
-		if in.Fence == 0 {
-			return invalid("fence", "", "missing; a %s carries the fencing token of its grant", in.Kind)
-		}
-	} else {
-		if in.Txn != "" {
-			return invalid("txn", quote(in.Txn), "only commit, abort and renew name a transaction")
-		}
-		if in.Fence != 0 {
-			return invalid("fence", strconv.FormatUint(in.Fence, 10), "only commit, abort and renew carry a fence")
+		if !report(invalid("kind", quote(string(in.Kind)), "want one of %s", names(Kinds))) {
+			return
 		}
 	}
-	if len(in.Action) > MaxActionLen {
-		return invalid("action", quote(in.Action), "longer than %d bytes", MaxActionLen)
+	if kindKnown && !in.checkTxn(report) {
+		return
 	}
+	switch {
+	case len(in.Action) > MaxActionLen:
+		if !report(invalid("action", quote(in.Action), "longer than %d bytes", MaxActionLen)) {
+			return
+		}
 	// Decode refuses invalid UTF-8; an intent built in Go could carry it,
 	// and encoding it for the log would change it.
-	if !utf8.ValidString(in.Action) {
-		return invalid("action", quote(in.Action), "not valid UTF-8")
+	case !utf8.ValidString(in.Action):
+		if !report(invalid("action", quote(in.Action), "not valid UTF-8")) {
+			return
+		}
 	}
-	if err := in.validateReads(); err != nil {
-		return err
+	if !in.checkReads(report) || kindKnown && !in.checkWrites(report) ||
+		!checkConditions("pre", in.Pre, report) || !checkConditions("post", in.Post, report) {
+		return
 	}
-	if err := in.validateWrites(); err != nil {
-		return err
-	}
-	if err := validateConditions("pre", in.Pre); err != nil {
-		return err
-	}
-	if err := validateConditions("post", in.Post); err != nil {
-		return err
-	}
-	if in.LeaseMS < 0 {
-		return invalid("lease_ms", strconv.FormatInt(in.LeaseMS, 10), "negative")
-	}
-	if in.LeaseMS != 0 && in.Kind != KindPropose && in.Kind != KindRenew {
-		return invalid("lease_ms", strconv.FormatInt(in.LeaseMS, 10), "only propose and renew take a lease")
+	switch {
+	case in.LeaseMS < 0:
+		if !report(invalid("lease_ms", strconv.FormatInt(in.LeaseMS, 10), "negative")) {
+			return
+		}
+	case in.LeaseMS != 0 && kindKnown && in.Kind != KindPropose && in.Kind != KindRenew:
+		if !report(invalid("lease_ms", strconv.FormatInt(in.LeaseMS, 10), "only propose and renew take a lease")) {
+			return
+		}
 	}
 	switch in.OnConflict {
 	case "", OnConflictReject, OnConflictWait, OnConflictEscalate:
 	default:
-		return invalid("on_conflict", quote(string(in.OnConflict)), "want one of reject, wait, escalate")
+		if !report(invalid("on_conflict", quote(string(in.OnConflict)), "want one of reject, wait, escalate")) {
+			return
+		}
 	}
 	if in.WaitMS < 0 {
-		return invalid("wait_ms", strconv.FormatInt(in.WaitMS, 10), "negative")
+		if !report(invalid("wait_ms", strconv.FormatInt(in.WaitMS, 10), "negative")) {
+			return
+		}
 	}
-	if len(in.Meta) > 0 && firstByte(in.Meta) != '{' {
-		return invalid("meta", quote(string(in.Meta)), "not a JSON object")
-	}
+	switch {
+	case len(in.Meta) > 0 && firstByte(in.Meta) != '{':
+		report(invalid("meta", quote(string(in.Meta)), "not a JSON object"))
 	// Meta is recorded as given, so it must encode: an intent built in Go
 	// has not been through Decode.
-	if len(in.Meta) > 0 && !jsontext.Value(in.Meta).IsValid() {
-		return invalid("meta", quote(string(in.Meta)), "not valid JSON (a name twice, invalid UTF-8 or a syntax error)")
+	case len(in.Meta) > 0 && !jsontext.Value(in.Meta).IsValid():
+		report(invalid("meta", quote(string(in.Meta)), "not valid JSON (a name twice, invalid UTF-8 or a syntax error)"))
 	}
-	return nil
 }
 
-func (in *Intent) validateReads() error {
+// validULID reports whether id is a ULID, in any case.
+func validULID(id string) bool {
+	_, err := ulid.ParseStrict(id)
+	return err == nil
+}
+
+// checkTxn reports the problems of txn and fence for the intent's kind;
+// false when report said to stop.
+func (in *Intent) checkTxn(report func(*ValidationError) bool) bool {
+	if in.Kind.Transactional() {
+		switch {
+		case in.Txn == "":
+			if !report(invalid("txn", "", "missing; a %s names the transaction of its grant", in.Kind)) {
+				return false
+			}
+		case len(in.Txn) > MaxTxnLen:
+			if !report(invalid("txn", quote(in.Txn), "longer than %d bytes", MaxTxnLen)) {
+				return false
+			}
+		case !utf8.ValidString(in.Txn):
+			if !report(invalid("txn", quote(in.Txn), "not valid UTF-8")) {
+				return false
+			}
+		}
+		if in.Fence == 0 {
+			return report(invalid("fence", "", "missing; a %s carries the fencing token of its grant", in.Kind))
+		}
+		return true
+	}
+	if in.Txn != "" {
+		if !report(invalid("txn", quote(in.Txn), "only commit, abort and renew name a transaction")) {
+			return false
+		}
+	}
+	if in.Fence != 0 {
+		return report(invalid("fence", strconv.FormatUint(in.Fence, 10), "only commit, abort and renew carry a fence"))
+	}
+	return true
+}
+
+// checkReads reports the problems of the reads; false when report said to
+// stop.
+func (in *Intent) checkReads(report func(*ValidationError) bool) bool {
 	if len(in.Reads) > MaxReads {
-		return invalid("reads", strconv.Itoa(len(in.Reads)), "more than %d reads", MaxReads)
+		return report(invalid("reads", strconv.Itoa(len(in.Reads)), "more than %d reads", MaxReads))
 	}
 	for i, r := range in.Reads {
 		if err := CheckPath(r.Path); err != nil {
-			return invalid(fmt.Sprintf("reads[%d].path", i), quote(r.Path), "%v", err)
+			if !report(invalid(fmt.Sprintf("reads[%d].path", i), quote(r.Path), "%v", err)) {
+				return false
+			}
 		}
 	}
-	return nil
+	return true
 }
 
-func (in *Intent) validateWrites() error {
+// checkWrites reports the problems of the writes for the intent's kind, a
+// known one; false when report said to stop.
+func (in *Intent) checkWrites(report func(*ValidationError) bool) bool {
 	switch {
 	case len(in.Writes) > MaxWrites:
-		return invalid("writes", strconv.Itoa(len(in.Writes)), "more than %d writes", MaxWrites)
+		return report(invalid("writes", strconv.Itoa(len(in.Writes)), "more than %d writes", MaxWrites))
 	case len(in.Writes) == 0 && (in.Kind == KindApply || in.Kind == KindPropose):
-		return invalid("writes", "", "empty; %s must write at least one path", in.Kind)
+		return report(invalid("writes", "", "empty; %s must write at least one path", in.Kind))
 	case len(in.Writes) > 0 && (in.Kind == KindAbort || in.Kind == KindRenew):
-		return invalid("writes", "", "%s takes no writes", in.Kind)
+		return report(invalid("writes", "", "%s takes no writes", in.Kind))
 	}
 	// Values are required wherever they will be applied; a propose only
 	// declares its write set.
 	needValues := in.Kind != KindPropose
 	var vc valueChecker
+	paths := true
 	for i, w := range in.Writes {
 		if err := CheckPath(w.Path); err != nil {
-			return invalid(fmt.Sprintf("writes[%d].path", i), quote(w.Path), "%v", err)
+			paths = false
+			if !report(invalid(fmt.Sprintf("writes[%d].path", i), quote(w.Path), "%v", err)) {
+				return false
+			}
+			continue
 		}
 		if err := checkValue(i, w, needValues, &vc); err != nil {
-			return err
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				ve = invalid(fmt.Sprintf("writes[%d]", i), "", "%v", err)
+			}
+			if !report(ve) {
+				return false
+			}
 		}
 	}
 	// Writes of one intent must not overlap: their order would matter and
-	// the post-state would depend on it.
-	if i, j, ok := overlapping(in.Writes); ok {
-		return invalid(fmt.Sprintf("writes[%d].path", i), quote(in.Writes[i].Path),
-			"overlaps writes[%d].path %q", j, in.Writes[j].Path)
+	// the post-state would depend on it. (Only paths that are paths can.)
+	if i, j, ok := overlapping(in.Writes); paths && ok {
+		return report(invalid(fmt.Sprintf("writes[%d].path", i), quote(in.Writes[i].Path),
+			"overlaps writes[%d].path %q", j, in.Writes[j].Path))
 	}
-	return nil
+	return true
 }
 
 // overlapping finds a write whose path overlaps an earlier one's: i is the
@@ -706,23 +810,28 @@ func plainString(b []byte) bool {
 // trimSpace removes JSON whitespace around b.
 func trimSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
 
-func validateConditions(field string, exprs []string) error {
+// checkConditions reports the problems of the expressions of field (pre or
+// post); false when report said to stop.
+func checkConditions(field string, exprs []string, report func(*ValidationError) bool) bool {
 	if len(exprs) > MaxConditions {
-		return invalid(field, strconv.Itoa(len(exprs)), "more than %d expressions", MaxConditions)
+		return report(invalid(field, strconv.Itoa(len(exprs)), "more than %d expressions", MaxConditions))
 	}
 	for i, x := range exprs {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if strings.TrimSpace(x) == "" {
-			return invalid(f, quote(x), "empty expression")
+		var e *ValidationError
+		switch {
+		case strings.TrimSpace(x) == "":
+			e = invalid(f, quote(x), "empty expression")
+		case len(x) > MaxExprLen:
+			e = invalid(f, quote(x), "longer than %d bytes", MaxExprLen)
+		case !utf8.ValidString(x):
+			e = invalid(f, quote(x), "not valid UTF-8")
 		}
-		if len(x) > MaxExprLen {
-			return invalid(f, quote(x), "longer than %d bytes", MaxExprLen)
-		}
-		if !utf8.ValidString(x) {
-			return invalid(f, quote(x), "not valid UTF-8")
+		if e != nil && !report(e) {
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 func firstByte(b []byte) byte {

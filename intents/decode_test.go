@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -438,5 +439,39 @@ func TestDecodeResolution(t *testing.T) {
 				t.Errorf("DecodeResolution error\n got %v\nwant %s", err, c.want)
 			}
 		})
+	}
+}
+
+// TestDecodeAll: every problem of an intent, in the order Validate meets
+// them (its error is the first); a field whose problem makes the checks
+// that depend on it meaningless is reported once; what cannot be decoded
+// is one problem.
+func TestDecodeAll(t *testing.T) {
+	data := []byte(`{"agent":"w 1","kind":"apply","reads":[{"path":"a..b"}],
+		"writes":[{"path":"x..y","op":"set","value":1},{"path":"z","op":"incr","value":"two"},{"path":"q","op":"frob"}],
+		"pre":[" "],"wait_ms":-1}`)
+	in, problems := intents.DecodeAll(data)
+	var fields []string
+	for _, p := range problems {
+		fields = append(fields, p.Field)
+	}
+	want := []string{"id", "agent", "reads[0].path", "writes[0].path", "writes[1].value", "writes[2].op", "pre[0]", "wait_ms"}
+	if in == nil || !slices.Equal(fields, want) {
+		t.Fatalf("DecodeAll: fields %q, want %q (%v)", fields, want, problems)
+	}
+	if _, err := intents.Decode(data); err == nil || err.Error() != problems[0].Error() {
+		t.Fatalf("Decode = %v, want the first problem %v", err, problems[0])
+	}
+	// An unknown kind: the checks of kind (txn, writes) are not reported.
+	_, problems = intents.DecodeAll([]byte(`{"id":"01JD0000000000000000000000","agent":"a","kind":"frob","txn":"t"}`))
+	if len(problems) != 1 || problems[0].Field != "kind" {
+		t.Fatalf("DecodeAll of an unknown kind: %v", problems)
+	}
+	in, problems = intents.DecodeAll([]byte(`{"id":"01JD0000000000000000000000","nope":1}`))
+	if in != nil || len(problems) != 1 || problems[0].Field != "nope" {
+		t.Fatalf("DecodeAll of an unknown field: %v %v", in, problems)
+	}
+	if _, problems := intents.DecodeAll([]byte(`{"id":"01JD0000000000000000000000","agent":"a","kind":"apply","writes":[{"path":"a","op":"delete"}]}`)); len(problems) != 0 {
+		t.Fatalf("DecodeAll of a valid intent: %v", problems)
 	}
 }

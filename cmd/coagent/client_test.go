@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,8 +92,59 @@ func TestStatePrefix(t *testing.T) {
 	if p := runBin(t, nil, "", "state", "--prefix", "none", "--nats", url); p.status != 0 || p.stdout != "" || !regexp.MustCompile(`^nothing under none \(rev \d+\)\n$`).MatchString(p.stderr) {
 		t.Fatalf("state --prefix of nothing: %+v", p)
 	}
-	if p := runBin(t, nil, "", "state", "--prefix", "report", "report.title"); p.status != 2 || !strings.HasPrefix(p.stderr, "coagent: --prefix report lists a subtree: give it or PATHs, not both\n") {
+	if p := runBin(t, nil, "", "state", "--prefix", "report", "report.title"); p.status != 2 || !strings.HasPrefix(p.stderr, "coagent: --prefix \"report\" lists a subtree: give it or PATHs, not both\n") {
 		t.Fatalf("state --prefix with a PATH: %+v", p)
+	}
+}
+
+// TestStateWholeTree: state with no PATH, and state --prefix "", list
+// every leaf of the tree, as etcdctl's get "" --prefix; a board the
+// readers rules keep from the reader is left out and named on stderr.
+func TestStateWholeTree(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	for _, a := range [][]string{{"alice"}, {"lead", "--role", "lead"}} {
+		if p := runBin(t, nil, "", append([]string{"agents", "add", "--data", data}, a...)...); p.status != 0 {
+			t.Fatalf("agents add %v: %+v", a, p)
+		}
+	}
+	rules := filepath.Join(dir, "rules.json")
+	writeFile(t, rules, `{"rules":[{"pattern":"secrets.**","readers":["role:lead"],"writers":["role:lead"]}]}`)
+	url, stop := serve(t, data, "--auth", "--rules", rules)
+	defer stop()
+	seed := func(agent string) string { return natsauth.SeedPath(data, agent) }
+	state := func(agent string, args ...string) proc {
+		return runBin(t, nil, "", append([]string{"state", "--nats", url, "--nkey", seed(agent)}, args...)...)
+	}
+	if p := state("alice"); p.status != 0 || p.stdout != "" || !regexp.MustCompile(`^the state is empty \(rev \d+\)\n$`).MatchString(p.stderr) {
+		t.Fatalf("state of an empty tree: %+v", p)
+	}
+	for _, w := range []struct{ agent, path, value string }{{"alice", "report.title", "Q3"}, {"alice", "notes", "n"}, {"lead", "secrets.plan", "merge"}} {
+		if p := runBin(t, nil, set(ulid.Make().String(), w.agent, w.path, w.value), "submit", "-", "--nats", url, "--nkey", seed(w.agent)); p.status != 0 {
+			t.Fatalf("submit %v: %+v", w, p)
+		}
+	}
+	all := regexp.MustCompile(`^notes = "n" \(version 1, mod_rev \d+\)\n` +
+		`report\.title = "Q3" \(version 1, mod_rev \d+\)\n` +
+		`secrets\.plan = "merge" \(version 1, mod_rev \d+\)\n` +
+		`rev \d+\n$`)
+	for _, args := range [][]string{{}, {"--prefix", ""}, {"--prefix="}} {
+		if p := state("lead", args...); p.status != 0 || !all.MatchString(p.stdout) || p.stderr != "" {
+			t.Errorf("state %q as lead: %+v", args, p)
+		}
+	}
+	p := state("alice")
+	if p.status != 0 || strings.Contains(p.stdout, "secrets") || !strings.Contains(p.stdout, `report.title = "Q3"`) ||
+		p.stderr != "kept from you by the readers rules: secrets\n" {
+		t.Errorf("state as alice: %+v", p)
+	}
+	p = state("lead", "-o", "json")
+	var got stateAnswer
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &got) != nil || len(got.Values) != 3 || string(got.Values["secrets.plan"].Value) != `"merge"` {
+		t.Errorf("state -o json as lead: %+v", p)
+	}
+	if p := state("lead", "--prefix", "", "notes"); p.status != 2 || !strings.HasPrefix(p.stderr, `coagent: --prefix "" lists a subtree: give it or PATHs, not both`) {
+		t.Errorf("state --prefix \"\" with a PATH: %+v", p)
 	}
 }
 
@@ -169,6 +221,62 @@ func TestLogLive(t *testing.T) {
 	}
 	if status, rest := f.interrupt(t); status != 0 || len(rest) != 0 {
 		t.Fatalf("log --follow after SIGINT: exit %d, stdout %q", status, rest)
+	}
+}
+
+// TestLogFollowPathDecisions: log --follow --path P prints the decisions
+// of the intents that touch P, interim and final, in log order among the
+// path's events, and nothing of the intents elsewhere.
+func TestLogFollowPathDecisions(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	first := ulid.Make().String()
+	submitOK(t, url, set(first, "w1", "notes.n1", 1))
+	f := startBin(t, "log", "--follow", "--nats", url, "--path", "notes", "-o", "json")
+	// next reads events until the decision of intent id with outcome; every
+	// event read is of an intent of want, in seq order.
+	seq := uint64(0)
+	next := func(id string, outcome intents.Outcome, want ...string) {
+		t.Helper()
+		for {
+			var ev intents.Event
+			l := line(t, f.stdout, "the decision of "+id)
+			if err := json.Unmarshal([]byte(l), &ev); err != nil {
+				t.Fatalf("log --follow -o json: %q: %v", l, err)
+			}
+			if ev.Seq <= seq || !slices.Contains(want, ev.Intent) {
+				t.Fatalf("log --follow --path notes, after seq %d: %q", seq, l)
+			}
+			seq = ev.Seq
+			if ev.Type == intents.EventDecision && ev.Intent == id && ev.Decision.Outcome == outcome {
+				return
+			}
+		}
+	}
+	next(first, intents.OutcomeApplied, first)
+
+	// A holder's grant, a waiter queued behind it, the holder's abort:
+	// the waiter's queued and then applied decisions both come.
+	elsewhere := ulid.Make().String()
+	submitOK(t, url, set(elsewhere, "w1", "report.title", "x"))
+	holder := ulid.Make().String()
+	p := runBin(t, nil, `{"id":"`+holder+`","agent":"h","kind":"propose","lease_ms":60000,"writes":[{"path":"notes.n2","op":"set"}]}`, "submit", "-", "--nats", url, "-o", "json")
+	var grant intents.Decision
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &grant) != nil {
+		t.Fatalf("propose: %+v", p)
+	}
+	next(holder, intents.OutcomeGranted, holder)
+	waiter := ulid.Make().String()
+	runBin(t, nil, `{"id":"`+waiter+`","agent":"w","kind":"apply","on_conflict":"wait","wait_ms":60000,"writes":[{"path":"notes.n2","op":"set","value":2}]}`,
+		"submit", "-", "--nats", url, "--timeout", "2s")
+	next(waiter, intents.OutcomeQueued, waiter)
+	abort := ulid.Make().String()
+	if p := runBin(t, nil, fmt.Sprintf(`{"id":%q,"agent":"h","kind":"abort","txn":%q,"fence":%d}`, abort, grant.Txn, grant.Fence), "submit", "-", "--nats", url); !strings.HasPrefix(p.stdout, "aborted ") {
+		t.Fatalf("abort: %+v", p)
+	}
+	next(waiter, intents.OutcomeApplied, waiter, holder, abort)
+	if status, _ := f.interrupt(t); status != 0 {
+		t.Fatalf("log --follow after SIGINT: exit %d", status)
 	}
 }
 

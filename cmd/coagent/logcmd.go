@@ -36,7 +36,8 @@ func newLogCmd(e *env) *cobra.Command {
 		Long: "Print the events that match every filter given, one a line (-o json: one JSON event a line), from the running\n" +
 			"server at --nats (log.query, as the agent of --nkey may see them), or with --data DIR from the directory of a\n" +
 			"stopped server. When more match than --limit, stderr says where to go on (more: --from SEQ). --follow prints\n" +
-			"every match from --from on and then each new one as it is logged, until interrupted. --trace finds the events of\n" +
+			"every match from --from on and then each new one as it is logged, until interrupted (with --path, the decisions of\n" +
+			"the intents that touch the path too, which carry no path themselves). --trace finds the events of\n" +
 			"the intents that came with that W3C trace id (a traceparent header, or meta.traceparent), in order. --intent\n" +
 			"finds the events of one intent (its own: those of the transaction it opened are found by --txn). On a cluster,\n" +
 			"--node NAME asks that coordinator, a standby too, as far as it has followed the log (stderr says which node\n" +
@@ -223,15 +224,32 @@ const logPoll = 250 * time.Millisecond
 // followLog prints every event of q from q.From on, then each new one,
 // until ctx ends. It asks log.query from the seq after the last event it
 // printed: the log is appended in seq order, so nothing is missed and
-// nothing printed twice.
+// nothing printed twice. With --path it prints the decisions of the
+// intents it saw touch the path too (pathFollow), which carry no paths
+// themselves: following a path shows what became of each intent.
 func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bool, stdout io.Writer) error {
 	nc, err := conn.connect("coagent log")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	for {
+	page := func(q eventlog.Query) ([]*intents.Event, uint64, bool, error) {
 		events, next, _, err := logPage(ctx, nc, conn, q)
+		switch {
+		case err != nil:
+			return nil, 0, false, err
+		case next != 0:
+			return events, next, true, nil
+		case len(events) > 0:
+			return events, events[len(events)-1].Seq + 1, false, nil
+		}
+		return nil, q.From, false, nil
+	}
+	if q.Path != "" && (q.Type == "" || q.Type == intents.EventDecision) {
+		page = (&pathFollow{ctx: ctx, nc: nc, conn: conn, pending: map[string]bool{}}).page
+	}
+	for {
+		events, from, more, err := page(q)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -241,12 +259,9 @@ func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bo
 		if err := printEvents(events, asJSON, stdout); err != nil {
 			return err
 		}
-		switch {
-		case next != 0:
-			q.From = next
+		q.From = from
+		if more {
 			continue
-		case len(events) > 0:
-			q.From = events[len(events)-1].Seq + 1
 		}
 		select {
 		case <-time.After(logPoll):
@@ -254,6 +269,112 @@ func followLog(ctx context.Context, conn *natsFlags, q eventlog.Query, asJSON bo
 			return nil
 		}
 	}
+}
+
+// pathFollow reads the pages of a follow of a path with the decisions of
+// the intents that touch it.
+type pathFollow struct {
+	ctx  context.Context
+	nc   *nats.Conn
+	conn *natsFlags
+	// pending are the intents seen touching the path whose final decision
+	// has not been printed yet.
+	pending map[string]bool
+}
+
+// page is logPage for q with the decisions of the pending intents merged
+// in, in seq order; it returns them, the seq to go on from and whether
+// more are logged already.
+//
+// The path's events and the decisions are two queries, made one after the
+// other while the log grows, so each is complete only up to a point the
+// answer does not say: a query that stops at its limit up to the seq before
+// its next, one that reaches the end up to the log's end when it was made,
+// which is past its last event and not before the end of any query made
+// earlier. What page prints is up to a seq both are complete to, so that
+// no decision is printed out of order or dropped for an intent not yet
+// seen: the path's last event (the decisions were asked after), or, when
+// decisions come after it, the last of those, once the path's events are
+// asked again after them. The rest is asked again from there next time.
+func (f *pathFollow) page(q eventlog.Query) ([]*intents.Event, uint64, bool, error) {
+	q.From = max(q.From, 1) // seqs start at 1: q.From-1 is a seq or none
+	pq, dq := q, q
+	pq.Type = ""
+	dq.Path, dq.Type = "", intents.EventDecision
+	touching, tnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	decisions, dnext, _, err := logPage(f.ctx, f.nc, f.conn, dq)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	more := tnext != 0 || dnext != 0
+	// upTo is the seq both are complete to: a page cut at its limit is
+	// complete to the seq before its next; one that reached the end, to
+	// at least its last event (q.From-1 when it has none).
+	upTo := func(next uint64, evs []*intents.Event) uint64 {
+		if next != 0 {
+			return next - 1
+		}
+		if len(evs) == 0 {
+			return q.From - 1
+		}
+		return evs[len(evs)-1].Seq
+	}
+	x := upTo(tnext, touching)
+	if dnext != 0 {
+		x = min(x, dnext-1)
+	}
+	if n := len(decisions); tnext == 0 && n > 0 && decisions[n-1].Seq > x {
+		// Decisions after the path's last event: ask the path's events
+		// again, after the decisions were asked, up to the last of them.
+		pq.From = x + 1
+		later, lnext, _, err := logPage(f.ctx, f.nc, f.conn, pq)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		touching = append(touching, later...)
+		y := decisions[n-1].Seq
+		if dnext != 0 {
+			y = min(y, dnext-1)
+		}
+		if lnext != 0 {
+			y = min(y, lnext-1)
+			more = true
+		}
+		x = max(x, y)
+	}
+	var out []*intents.Event
+	i, j := 0, 0
+	for i < len(decisions) || j < len(touching) {
+		var ev *intents.Event
+		if j == len(touching) || i < len(decisions) && decisions[i].Seq < touching[j].Seq {
+			ev, i = decisions[i], i+1
+		} else {
+			ev, j = touching[j], j+1
+			if ev.Type == intents.EventDecision {
+				continue // the same event comes among the decisions
+			}
+		}
+		if ev.Seq > x {
+			break
+		}
+		if ev.Type == intents.EventDecision {
+			if !f.pending[ev.Intent] {
+				continue
+			}
+			if ev.Decision != nil && ev.Decision.Outcome.Final() {
+				delete(f.pending, ev.Intent)
+			}
+		} else if ev.Intent != "" {
+			f.pending[ev.Intent] = true
+		}
+		if q.Type == "" || ev.Type == q.Type {
+			out = append(out, ev)
+		}
+	}
+	return out, max(x+1, q.From), more, nil
 }
 
 func typeNames() string {

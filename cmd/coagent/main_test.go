@@ -53,6 +53,42 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheckAsSubmit: check fills in the id and agent as submit does, so
+// the README's intent checks; and it lists every problem of an intent, a
+// line each, not the first alone.
+func TestCheckAsSubmit(t *testing.T) {
+	readme := `{"kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q3"}]}`
+	out, _, err := runCmd(t, readme, "check", "-")
+	if err != nil || out != "-: ok; reads []; it names no agent: submit --agent A (or --nkey) gives it one\n" {
+		t.Fatalf("check - of the README's intent: %q, %v", out, err)
+	}
+	if out, _, err := runCmd(t, readme, "check", "--agent", "w1", "-"); err != nil || out != "-: ok; reads []\n" {
+		t.Fatalf("check --agent w1 -: %q, %v", out, err)
+	}
+	if out, _, err := runCmd(t, `{"agent":"w1","kind":"apply","writes":[{"path":"a","op":"delete"}]}`, "check", "--agent", "w2", "-"); err == nil ||
+		out != "-: the intent's agent is w1, but --agent says w2\n" {
+		t.Fatalf("check --agent w2 of w1's intent: %q, %v", out, err)
+	}
+	bad := `{"agent":"w1","kind":"apply","writes":[{"path":"a..b","op":"set","value":1},{"path":"c","op":"incr","value":"x"}],"pre":["state.a +"],"wait_ms":-5}`
+	out, _, err = runCmd(t, bad, "check", "-")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	var exit exitError
+	if !errors.As(err, &exit) || exit != 1 || len(lines) != 4 || !strings.HasPrefix(lines[0], "-: intent field writes[0].path = ") ||
+		!strings.HasPrefix(lines[1], "-: intent field writes[1].value = ") || !strings.HasPrefix(lines[2], "-: intent field wait_ms = -5") ||
+		!strings.Contains(lines[3], "pre[0]") {
+		t.Fatalf("check - of an intent with four problems: %q, %v", out, err)
+	}
+	out, _, _ = runCmd(t, bad, "check", "-o", "json", "-")
+	var got struct {
+		OK     bool
+		Error  string
+		Errors []string
+	}
+	if json.Unmarshal([]byte(out), &got) != nil || got.OK || len(got.Errors) != 4 || got.Error != got.Errors[0] {
+		t.Fatalf("check -o json: %q", out)
+	}
+}
+
 func TestSchema(t *testing.T) {
 	out, _, err := runCmd(t, "", "schema")
 	if err != nil || !strings.Contains(out, "intent.json") || !strings.Contains(out, "decision.json") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,7 +57,10 @@ func TestServeRegistersOperator(t *testing.T) {
 }
 
 // TestServePortInUse: serve on a taken address fails at once, saying so
-// and what to do.
+// and what to do, and leaves the data directory as it found it: none made
+// when there was none, and in one that was there only what was there
+// (the store, log and registry of an earlier start), what this start made
+// removed.
 func TestServePortInUse(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,6 +71,40 @@ func TestServePortInUse(t *testing.T) {
 	p := runBin(t, nil, "", "serve", "--data", data, "--listen", l.Addr().String())
 	if p.status != 1 || !strings.Contains(p.stderr, l.Addr().String()+" is in use") || !strings.Contains(p.stderr, "--listen") {
 		t.Fatalf("serve on a taken address: %+v", p)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed start left %s behind: %v", data, err)
+	}
+
+	// A directory with the log of an earlier start, and a file of the operator's.
+	_, stop := serve(t, data)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(data, "jetstream")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(data, "notes.txt"), "mine")
+	list := func() []string {
+		entries, err := os.ReadDir(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	was := list()
+	for _, args := range [][]string{{"--listen", l.Addr().String()}, {"--listen", "127.0.0.1:-1", "--http", l.Addr().String()}, {"--listen", l.Addr().String(), "--auth"}} {
+		p := runBin(t, nil, "", append([]string{"serve", "--data", data}, args...)...)
+		if p.status != 1 || !strings.Contains(p.stderr, "in use") {
+			t.Fatalf("serve %v on a taken address: %+v", args, p)
+		}
+		if now := list(); !slices.Equal(now, was) {
+			t.Fatalf("serve %v failed and left %v in the data directory, which held %v", args, now, was)
+		}
 	}
 }
 

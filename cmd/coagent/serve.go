@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -102,7 +103,19 @@ func newServeCmd(e *env) *cobra.Command {
 	return c
 }
 
-func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) error {
+func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err error) {
+	// A start that fails (a port in use, a locked log) leaves the data
+	// directory as it found it. The deferred cleanup runs after the
+	// server's shutdown, which closes the files it made.
+	before := noteData(f.data)
+	// started: the data directory is in use, this start's or, when its
+	// log is locked, another's that may have made what is new in it.
+	started := false
+	defer func() {
+		if err != nil && !started {
+			before.restore()
+		}
+	}()
 	if err := os.MkdirAll(f.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -151,6 +164,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		}
 		defer srv.Shutdown()
 		if !f.cluster.coordinator {
+			started = true
 			return serveNode(ctx, f, srv, stdout)
 		}
 		if nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
@@ -246,10 +260,12 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		opts.Metrics = hs.reg
 	}
 	if f.cluster.member() {
+		started = true
 		return serveMember(ctx, f, nc, srv, reg, &roles, opts, hs, where, stdout, stderr)
 	}
 	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
 	if errors.Is(err, eventlog.ErrLocked) {
+		started = true
 		return fmt.Errorf("%w\n  another coagent serve runs on %s; stop it, or give this one its own --data", err, f.data)
 	}
 	if err != nil {
@@ -274,6 +290,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 		hs.setReady(svc.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
+	started = true
 	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
 	io.Copy(stdout, &rulesLine)
 	for ctx.Err() == nil {
@@ -309,6 +326,51 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintln(stdout, "coagent: stopped")
 	return nil
+}
+
+// dataBefore is what a data directory held before a start: whether it
+// existed, and the names in it.
+type dataBefore struct {
+	dir     string
+	existed bool
+	names   map[string]bool
+}
+
+// noteData notes what dir holds now.
+func noteData(dir string) *dataBefore {
+	d := &dataBefore{dir: dir, names: map[string]bool{}}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// Unreadable: whatever is there is not this start's to remove.
+		d.existed = true
+		d.names = nil
+		return d
+	}
+	d.existed = err == nil
+	for _, e := range entries {
+		d.names[e.Name()] = true
+	}
+	return d
+}
+
+// restore removes what was made in the directory since noteData: the
+// directory itself if it was not there, else the names it did not hold
+// (the jetstream store, the event log, a registry made for --auth). What
+// was there is left as it is, made by an earlier start.
+func (d *dataBefore) restore() {
+	if d.names == nil {
+		return
+	}
+	if !d.existed {
+		os.RemoveAll(d.dir)
+		return
+	}
+	entries, _ := os.ReadDir(d.dir)
+	for _, e := range entries {
+		if !d.names[e.Name()] {
+			os.RemoveAll(filepath.Join(d.dir, e.Name()))
+		}
+	}
 }
 
 // reloadAgents reads the agent registry again at SIGHUP: the roles the

@@ -22,18 +22,17 @@ func newStateCmd(e *env) *cobra.Command {
 	var out output
 	var prefix string
 	c := &cobra.Command{
-		Use:   "state PATH... | --prefix PATH",
-		Short: "print the current values of paths (or of all under one, --prefix) with their versions and the rev",
+		Use:     "state [PATH... | --prefix PATH]",
+		Aliases: []string{"get"}, // etcdctl's and nats kv's word
+		Short:   "print the current values of paths (or of all under one, --prefix; of the whole tree, none) with their versions and the rev",
 		Long: "Print each PATH = VALUE (version N, mod_rev M), then the rev they were read at. With --prefix PATH,\n" +
-			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path.\n" +
+			"every leaf under PATH (a value that is not an object, or an empty object) on a line of its own, by path;\n" +
+			"with no PATH (or --prefix \"\"), every leaf of the whole tree.\n" +
 			"On a cluster, --node NAME reads from that coordinator, a standby too, as far as it has followed the log\n" +
 			"(stderr says which node answered and at which event).",
 		Args: func(c *cobra.Command, args []string) error {
-			switch {
-			case prefix != "" && len(args) > 0:
-				return usagef(c, "--prefix %s lists a subtree: give it or PATHs, not both", prefix)
-			case prefix == "" && len(args) == 0:
-				return usagef(c, "missing PATH (or --prefix PATH)")
+			if c.Flags().Changed("prefix") && len(args) > 0 {
+				return usagef(c, "--prefix %q lists a subtree: give it or PATHs, not both", prefix)
 			}
 			return nil
 		},
@@ -41,13 +40,14 @@ func newStateCmd(e *env) *cobra.Command {
 			if msg := conn.checkNode(); msg != "" {
 				return usagef(c, "%s", msg)
 			}
-			if prefix != "" {
+			if len(args) == 0 {
+				// No PATH is the whole tree: the prefix "", as etcdctl's get "" --prefix.
 				return runStatePrefix(c.Context(), &conn, &out, prefix, e.stdout, e.stderr)
 			}
 			return runState(c.Context(), &conn, &out, args, e.stdout, e.stderr)
 		},
 	}
-	c.Flags().StringVar(&prefix, "prefix", "", "list every leaf under this path")
+	c.Flags().StringVar(&prefix, "prefix", "", `list every leaf under this path ("": the whole tree)`)
 	conn.register(c.Flags(), e.defaultNATS())
 	conn.registerNode(c.Flags())
 	out.register(c.Flags(), true)
@@ -141,7 +141,8 @@ func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix
 			return err
 		}
 		root := top.Values[prefix]
-		if !root.Exists {
+		// The root is an object even before any write, and only then has no members.
+		if !root.Exists || prefix == "" && string(root.Value) == "{}" {
 			noteAnswered(conn, by, stderr)
 			if format.json() {
 				b, _ := json.Marshal(stateAnswer{Rev: top.Rev, Values: map[string]stateEntry{}})
@@ -149,6 +150,8 @@ func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix
 			}
 			if slices.Contains(root.Redacted, prefix) {
 				fmt.Fprintf(stderr, "%s is kept from you by the readers rules (rev %d)\n", prefix, top.Rev)
+			} else if prefix == "" {
+				fmt.Fprintf(stderr, "the state is empty (rev %d)\n", top.Rev)
 			} else {
 				fmt.Fprintf(stderr, "nothing under %s (rev %d)\n", prefix, top.Rev)
 			}
@@ -202,9 +205,16 @@ func runStatePrefix(ctx context.Context, conn *natsFlags, format *output, prefix
 }
 
 // collectLeaves appends the paths of the leaves of v, the value at path,
-// in path order: v itself when it is not an object or an empty one.
+// in path order: v itself when it is not an object or an empty one. The
+// path "" is the root, whose members are the boards.
 func collectLeaves(path string, v any, out *[]string) {
 	obj, ok := v.(map[string]any)
+	if path == "" && ok {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			collectLeaves(k, obj[k], out)
+		}
+		return
+	}
 	if !ok || len(obj) == 0 {
 		*out = append(*out, path)
 		return

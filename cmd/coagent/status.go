@@ -15,6 +15,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
 )
 
@@ -27,7 +28,7 @@ func newStatusCmd(e *env) *cobra.Command {
 	var wait time.Duration
 	c := &cobra.Command{
 		Use:   "status [--wait DURATION]",
-		Short: "print the cluster: its coordinators, the active one, each standby's lag, and the nodes of the log",
+		Short: "print the cluster (its coordinators, the active one, each standby's lag, the nodes of the log), or the coordinator alone",
 		Long: "Ask every coordinator of a cluster for its status (one request on PREFIX.cluster.status, which each\n" +
 			"coordinator answers, active or standby), gather the answers for --wait, and read the replicated log's\n" +
 			"stream, COAGENT_LOG, for the NATS nodes that hold it. The table has a row a coordinator, by node name:\n" +
@@ -56,6 +57,11 @@ func newStatusCmd(e *env) *cobra.Command {
 			"(none while a failover is under way; two, for an instant, while one is deposed); log is null when the\n" +
 			"stream does not exist, or could not be read (log_error then says why); its replicas are the nodes\n" +
 			"other than the leader, lag in Raft entries.\n" +
+			"A coordinator that runs alone (no --cluster) is shown as one row, role alone, with no name, log or lag:\n" +
+			"\n" +
+			"  NODE  ROLE   EVENTS  LOG  LAG  SINCE\n" +
+			"  -     alone  1204    -    -    2m3s\n" +
+			"\n" +
 			"No coordinator answering is an error (exit 1); none active is said on stderr, and the status is 0.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -158,6 +164,14 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 			return fmt.Errorf("status: stream %s: %w", stream, err)
 		}
 		st.LogError = la.err.Error()
+	}
+	if len(members) == 0 && la.log == nil && la.err != nil {
+		// No cluster here: a coordinator that runs alone is shown as the
+		// one it is, as etcdctl's endpoint status shows any member.
+		if m, ok := aloneStatus(ctx, nc, conn); ok {
+			members = []intents.MemberStatus{m}
+			st.Members = members
+		}
 	}
 	if len(members) == 0 {
 		return noMembersError(nc, conn, subj.Status(), stream, wait, noResponders, la.log)
@@ -273,6 +287,90 @@ func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait
 	return fmt.Errorf("%w on %s %s\n  %s", errNoMembers, subject, what, hint)
 }
 
+// roleAlone is the role `coagent status` gives a coordinator that runs
+// alone, not in cluster mode: it decides, as an active one does, and no
+// other takes over from it.
+const roleAlone = "alone"
+
+// aloneStatus is the status of a coordinator that runs alone under the
+// prefix, as far as its API tells: its last event (log.query, to the end
+// of its log) and, when the micro service's stats may be asked (without
+// --nkey or --creds), since when it has served. ok is false when none
+// answers.
+func aloneStatus(ctx context.Context, nc *nats.Conn, conn *natsFlags) (m intents.MemberStatus, ok bool) {
+	m = intents.MemberStatus{Node: "", Role: roleAlone}
+	subject := conn.subjects().API(intents.APILogQuery)
+	from := uint64(0)
+	if resp, err := nc.Request(conn.subjects().API(intents.APIStateGet), []byte(`{"paths":[]}`), time.Second); err != nil || apiError(resp) != nil {
+		return m, false
+	} else {
+		var st stateAnswer
+		if json.Unmarshal(resp.Data, &st) == nil {
+			from = st.Rev // the last commit: only what was logged since is read
+		}
+	}
+	for {
+		body, _ := json.Marshal(map[string]any{"from": from, "limit": 1000})
+		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := nc.RequestWithContext(reqCtx, subject, body)
+		cancel()
+		if err != nil || apiError(resp) != nil {
+			break
+		}
+		var page struct {
+			Events []struct {
+				Seq uint64 `json:"seq"`
+			} `json:"events"`
+			Next uint64 `json:"next"`
+		}
+		if json.Unmarshal(resp.Data, &page) != nil {
+			break
+		}
+		for _, ev := range page.Events {
+			m.Seq = max(m.Seq, ev.Seq)
+		}
+		if page.Next == 0 || page.Next <= from {
+			break
+		}
+		from = page.Next
+	}
+	if conn.nkey == "" && conn.creds == "" {
+		m.Since = aloneStarted(nc, conn.subjects().API(intents.APIStateGet))
+	}
+	return m, true
+}
+
+// aloneStarted is when the coagent micro service whose state.get is on
+// stateGet started, from its stats; zero when none says.
+func aloneStarted(nc *nats.Conn, stateGet string) time.Time {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return time.Time{}
+	}
+	defer sub.Unsubscribe()
+	// Every coagent service on the server answers, whatever its prefix.
+	if nc.PublishRequest("$SRV.STATS.coagent", inbox, nil) != nil {
+		return time.Time{}
+	}
+	deadline := time.Now().Add(time.Second)
+	for {
+		msg, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return time.Time{}
+		}
+		var stats micro.Stats
+		if json.Unmarshal(msg.Data, &stats) != nil {
+			continue
+		}
+		for _, ep := range stats.Endpoints {
+			if ep != nil && ep.Subject == stateGet {
+				return stats.Started
+			}
+		}
+	}
+}
+
 // aloneAnswers reports whether a coordinator answers its API under the
 // prefix: one that runs alone answers state.get but not the status.
 func aloneAnswers(nc *nats.Conn, conn *natsFlags) bool {
@@ -299,7 +397,14 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 				lag += fmt.Sprintf(" %.1fs", m.LagSeconds)
 			}
 		}
-		row := fmt.Sprintf("%s\t%s\t%d\t%d\t%s\t%s", m.Node, m.Role, m.Seq, m.LogSeq, lag, since(m.Since, now))
+		node, logSeq := m.Node, fmt.Sprint(m.LogSeq)
+		switch m.Role {
+		case intents.RoleActive:
+		case roleAlone:
+			// No name, no replicated log, nothing to lag behind.
+			node, logSeq, lag = "-", "-", "-"
+		}
+		row := fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s", node, m.Role, m.Seq, logSeq, lag, since(m.Since, now))
 		switch {
 		case !snaps:
 		case m.Snapshot == nil:
@@ -311,6 +416,9 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(st.Members) == 1 && st.Members[0].Role == roleAlone {
+		return nil // no replicated log to speak of
 	}
 	_, err := fmt.Fprintln(w, logLine(st, stream))
 	return err
@@ -379,6 +487,10 @@ func logLine(st clusterStatus, stream string) string {
 // statusNotes says on stderr what the table leaves to the eye: no active
 // coordinator, two of them, two coordinators of one name, no log.
 func statusNotes(w io.Writer, st clusterStatus, stream string) {
+	if len(st.Members) == 1 && st.Members[0].Role == roleAlone {
+		fmt.Fprintln(w, "a coordinator alone, not in cluster mode: no standby, no replicated log")
+		return
+	}
 	switch len(st.Active) {
 	case 0:
 		note := "no active coordinator (a failover may be under way)"

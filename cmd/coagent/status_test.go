@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -115,18 +116,38 @@ func TestStatus(t *testing.T) {
 	}
 }
 
-// TestStatusNotACluster: against a coordinator that runs alone, or no
-// server, status says so and what to do.
-func TestStatusNotACluster(t *testing.T) {
-	ns := natstest.Run(t)
-	coordtest.Start(t, ns, coordinator.Options{})
-	p := runBin(t, nil, "", "status", "--nats", ns.ClientURL())
-	if p.status != 1 || !strings.Contains(p.stderr, "coagent: no coordinator of a cluster answered on coagent.cluster.status (nothing subscribes to it)\n") ||
-		!strings.Contains(p.stderr, "a coordinator answers its API on "+ns.ClientURL()+", but it runs alone, not in cluster mode") {
-		t.Fatalf("status of a coordinator alone: %+v", p)
+// TestStatusAlone: against a coordinator that runs alone, status shows
+// it, as etcdctl's endpoint status shows any member: one row, role alone,
+// its last event and since when it serves; exit 0.
+func TestStatusAlone(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	submitOK(t, url, set(ulid.Make().String(), "w1", "report.title", "Q3"))
+	p := runBin(t, nil, "", "status", "--nats", url, "-o", "json")
+	var st clusterStatus
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &st) != nil || len(st.Members) != 1 {
+		t.Fatalf("status -o json of a coordinator alone: %+v", p)
 	}
-	url := "nats://" + freeAddr(t)
+	// The submit's events: its intent, the change and the decision, after
+	// the rules the coordinator logs at start.
+	if m := st.Members[0]; m.Role != roleAlone || m.Node != "" || m.Seq < 3 || m.Since.IsZero() || time.Since(m.Since) > time.Minute ||
+		len(st.Active) != 0 || st.Log != nil {
+		t.Fatalf("status -o json of a coordinator alone: %s", p.stdout)
+	}
+	seq := st.Members[0].Seq
 	p = runBin(t, nil, "", "status", "--nats", url)
+	lines := strings.Split(strings.TrimSuffix(p.stdout, "\n"), "\n")
+	if p.status != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE  ROLE   EVENTS") ||
+		!regexp.MustCompile(fmt.Sprintf(`^-     alone  %d +- +- +\d`, seq)).MatchString(lines[1]) ||
+		p.stderr != "a coordinator alone, not in cluster mode: no standby, no replicated log\n" {
+		t.Fatalf("status of a coordinator alone:\n%s\nstderr %q, exit %d", p.stdout, p.stderr, p.status)
+	}
+}
+
+// TestStatusNotACluster: against no server, status says so and what to do.
+func TestStatusNotACluster(t *testing.T) {
+	url := "nats://" + freeAddr(t)
+	p := runBin(t, nil, "", "status", "--nats", url)
 	if p.status != 1 || p.stderr != "coagent: no NATS server at "+url+"\nstart one with 'coagent serve', or point at one with --nats URL or $NATS_URL\n" {
 		t.Fatalf("status without a server: %+v", p)
 	}

@@ -40,6 +40,8 @@ func newSubmitCmd(e *env) *cobra.Command {
 		Short: "submit an intent (FILE or - for stdin) and print its decision",
 		Long: "Send the intent by request/reply on coagent.api.submit (the agent's own subject with --nkey), again while\n" +
 			"the coordinator is unavailable, and print its decision: one line, or the decision's JSON with -o json.\n" +
+			"An intent that waits or escalates is asked for again, with the same id, until its final decision or --timeout\n" +
+			"(then its interim decision is printed, exit 1).\n" +
 			"An intent without an id is given a new ULID; --agent fills in its agent. Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "FILE (or - for stdin)"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -71,43 +73,94 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 	if err != nil {
 		return fmt.Errorf("read intent: %w", err)
 	}
-	agent, from := f.agent, "--agent"
-	if nk := f.conn.agent(); nk != "" {
+	s := submission{name: "coagent submit", conn: &f.conn, timeout: f.timeout, agent: f.agent, traceparent: f.traceparent, out: &f.out}
+	return s.send(ctx, data, stdout, stderr)
+}
+
+// submission is how one command sends an intent and prints its decision:
+// submit, and the commands that make the intent for the user (put, del,
+// incr, txn commit|abort|renew).
+type submission struct {
+	name    string // the command, for what it says on stderr
+	conn    *natsFlags
+	timeout time.Duration
+	// agent is --agent: the intent's agent where the intent names none
+	// ("": the agent of --nkey, or none).
+	agent       string
+	traceparent string
+	out         *output
+	// success says which outcomes exit 0 (nil: Outcome.Success, applied,
+	// granted or committed).
+	success func(intents.Outcome) bool
+}
+
+// send completes the intent data (its id, its agent), sends it, asks again
+// after an interim decision up to the timeout, and prints the decision; it
+// is exitError(1) unless the outcome is a success.
+func (s *submission) send(ctx context.Context, data []byte, stdout, stderr io.Writer) error {
+	agent, from := s.agent, "--agent"
+	if nk := s.conn.agent(); nk != "" {
 		if agent != "" && agent != nk {
-			return fmt.Errorf("--agent %s, but --nkey %s is the key of agent %s", agent, f.conn.nkey, nk)
+			return fmt.Errorf("--agent %s, but --nkey %s is the key of agent %s", agent, s.conn.nkey, nk)
 		}
-		agent, from = nk, "--nkey "+f.conn.nkey
+		agent, from = nk, "--nkey "+s.conn.nkey
 	}
-	data, id, err := completeIntent(data, agent, from)
+	data, id, _, err := completeIntent(data, agent, from)
 	if err != nil {
 		return err
 	}
 	if id != "" {
-		fmt.Fprintf(stderr, "coagent submit: intent id %s\n", id)
+		fmt.Fprintf(stderr, "%s: intent id %s\n", s.name, id)
 	}
-	nc, err := f.conn.connect("coagent submit")
+	nc, err := s.conn.connect(s.name)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	reqCtx, cancel := context.WithTimeout(ctx, f.timeout)
+	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// An authenticated agent submits on its own subject.
-	resp, err := sendIntent(reqCtx, nc, f.conn.subjects().Submit(f.conn.agent()), data, f.traceparent, stderr)
-	if err != nil {
-		return err
-	}
+	// An agent known from --nkey or --agent submits on its own subject: an
+	// authenticated one may only, and the coordinator then records even an
+	// intent it cannot read as that agent's.
 	var d intents.Decision
-	if err := json.Unmarshal(resp.Data, &d); err != nil {
-		return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
+	for said := false; ; {
+		resp, err := sendIntent(reqCtx, nc, s.conn.subjects().Submit(agent), data, s.traceparent, stderr)
+		if err != nil {
+			return err
+		}
+		d = intents.Decision{}
+		if err := json.Unmarshal(resp.Data, &d); err != nil {
+			return fmt.Errorf("submit: the coordinator answered %q: %w", resp.Data, err)
+		}
+		if said {
+			// The answer to this command's own asking again: the intent
+			// was decided once, whatever the reply's record says.
+			d.Duplicate = false
+		}
+		// An interim decision (queued, escalated) is the answer at the end
+		// of one request's wait, not of the timeout: the same intent asks
+		// again, the coordinator answering its final decision as soon as
+		// it exists, as the SDK's Submit does.
+		dl, _ := reqCtx.Deadline()
+		if d.Outcome.Final() || d.Intent == "" || time.Until(dl) < reaskMin {
+			break
+		}
+		if !said {
+			fmt.Fprintf(stderr, "%s: %s %s; waiting up to --timeout %s for its final decision\n", s.name, d.Outcome, d.Intent, s.timeout)
+			said = true
+		}
 	}
-	if f.out.json() {
+	if s.out.json() {
 		out, _ := json.MarshalIndent(&d, "", "  ")
 		fmt.Fprintln(stdout, string(out))
 	} else {
 		fmt.Fprintln(stdout, describeDecision(&d))
 	}
-	if !d.Outcome.Success() {
+	ok := intents.Outcome.Success
+	if s.success != nil {
+		ok = s.success
+	}
+	if !ok(d.Outcome) {
 		return exitError(1)
 	}
 	return nil
@@ -115,13 +168,14 @@ func runSubmit(ctx context.Context, f *submitFlags, file string, stdin io.Reader
 
 // completeIntent gives the intent data a new ULID when it has no id, and
 // agent as its agent when it names none (agent may be ""); it returns the
-// intent and the id it made. An intent naming an agent other than agent is
-// an error naming both, and from, the flag that named agent. What is not a JSON object is left for the
-// coordinator to refuse, with the reasons it gives.
-func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
+// intent, the id it made and whether it names no agent (before agent is
+// filled in). An intent naming an agent other than agent is an error naming
+// both, and from, the flag that named agent. What is not a JSON object is
+// left for the coordinator to refuse, with the reasons it gives.
+func completeIntent(data []byte, agent, from string) (out []byte, made string, noAgent bool, err error) {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(data, &fields) != nil || fields == nil {
-		return data, "", nil
+		return data, "", false, nil
 	}
 	str := func(key string) (string, bool) {
 		raw, ok := fields[key]
@@ -134,37 +188,42 @@ func completeIntent(data []byte, agent, from string) ([]byte, string, error) {
 		}
 		return v, true
 	}
-	changed, made := false, ""
+	changed := false
 	if id, ok := str("id"); ok && id == "" {
 		made = ulid.Make().String()
 		fields["id"], _ = json.Marshal(made)
 		changed = true
 	}
-	if named, ok := str("agent"); ok && agent != "" {
+	named, ok := str("agent")
+	noAgent = ok && named == ""
+	if ok && agent != "" {
 		switch named {
 		case "":
 			fields["agent"], _ = json.Marshal(agent)
 			changed = true
 		case agent:
 		default:
-			return nil, "", fmt.Errorf("the intent's agent is %s, but %s says %s", named, from, agent)
+			return nil, "", false, fmt.Errorf("the intent's agent is %s, but %s says %s", named, from, agent)
 		}
 	}
 	if !changed {
-		return data, "", nil // the bytes as written: the coordinator decodes them strictly
+		return data, "", noAgent, nil // the bytes as written: the coordinator decodes them strictly
 	}
-	out, err := json.Marshal(fields)
-	if err != nil {
-		return nil, "", fmt.Errorf("encode the intent: %w", err)
+	if out, err = json.Marshal(fields); err != nil {
+		return nil, "", false, fmt.Errorf("encode the intent: %w", err)
 	}
-	return out, made, nil
+	return out, made, noAgent, nil
 }
 
 // describeDecision is a decision as one line a person reads:
 // `applied 01J… rev 7 (report.title v3)`.
 func describeDecision(d *intents.Decision) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", d.Outcome, d.Intent)
+	intent := d.Intent
+	if intent == "" {
+		intent = "(no intent id)" // an intent the coordinator could not read
+	}
+	fmt.Fprintf(&b, "%s %s", d.Outcome, intent)
 	if d.Reason != "" {
 		fmt.Fprintf(&b, " %s", d.Reason)
 	}
@@ -263,7 +322,12 @@ func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte,
 	}
 }
 
-// attempt bounds one request of a submit whose timeout is longer than
+// reaskMin is the least time left of --timeout for which submit asks
+// again after an interim decision: below it the coordinator's wait, a
+// second less than the request's, would be none.
+const reaskMin = 1500 * time.Millisecond
+
+// attempt bounds one request// attempt bounds one request of a submit whose timeout is longer than
 // twice it: a coordinator that died holding the request is not waited
 // for, the intent goes to whichever coordinator is active.
 const attempt = 5 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +107,82 @@ func TestSubmitWhileUnavailable(t *testing.T) {
 	}
 	if !strings.Contains(r.stderr, "unavailable") || !strings.Contains(r.stderr, "sending the same intent again") {
 		t.Fatalf("stderr %q does not say the coordinator was unavailable", r.stderr)
+	}
+}
+
+// TestSubmitMalformedAgent: a malformed intent sent with --agent is
+// recorded as that agent's (log --agent finds it), and its decision,
+// which has no intent id, is printed without a gap where the id would be.
+func TestSubmitMalformedAgent(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	for _, bad := range []string{`{not json`, `{"agent":"w1","kind":"apply","writes":[]}`} {
+		p := runBin(t, nil, bad, "submit", "-", "--nats", url, "--agent", "w1")
+		if p.status != 1 || !strings.HasPrefix(p.stdout, "rejected ") || strings.Contains(p.stdout, "  ") {
+			t.Errorf("submit %s: %+v", bad, p)
+		}
+	}
+	p := runBin(t, nil, "", "log", "--nats", url, "--agent", "w1", "--type", "intent")
+	if p.status != 0 || strings.Count(p.stdout, " invalid: ") != 2 {
+		t.Errorf("log --agent w1 --type intent: %+v", p)
+	}
+}
+
+// TestSubmitWaitsForFinal: an intent that waits is answered queued when
+// one request's wait ends; coagent submit asks again with the same id, up
+// to --timeout, and prints the final decision once the holder aborts.
+func TestSubmitWaitsForFinal(t *testing.T) {
+	ns := natstest.Run(t)
+	coordtest.Start(t, ns, coordinator.Options{})
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	reply, err := nc.Request(subj.Submit(""), []byte(`{"id":"`+ulid.Make().String()+`","agent":"h","kind":"propose","lease_ms":120000,"writes":[{"path":"doc.y","op":"set"}]}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var grant intents.Decision
+	if err := json.Unmarshal(reply.Data, &grant); err != nil || grant.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose: %s %v", reply.Data, err)
+	}
+	spy, err := nc.SubscribeSync(subj.Submit(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	id := ulid.Make().String()
+	type result struct {
+		out, stderr string
+		err         error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, stderr, err := runCmd(t, `{"id":"`+id+`","agent":"w","kind":"apply","on_conflict":"wait","wait_ms":120000,"writes":[{"path":"doc.y","op":"set","value":1}]}`,
+			"submit", "--nats", ns.ClientURL(), "--timeout", "1m", "-")
+		done <- result{out, stderr, err}
+	}()
+	// The second request of the intent is sent once the first one's wait
+	// ended with the interim decision: the holder aborts after it.
+	for sent := 0; sent < 2; {
+		select {
+		case r := <-done:
+			t.Fatalf("coagent submit ended after %d requests: %q, %v (stderr %q)", sent, r.out, r.err, r.stderr)
+		default:
+		}
+		m, err := spy.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("coagent submit sent its intent %d times, want it asked again: %v", sent, err)
+		}
+		if strings.Contains(string(m.Data), id) {
+			sent++
+		}
+	}
+	abort := ulid.Make().String()
+	if _, err := nc.Request(subj.Submit(""), fmt.Appendf(nil, `{"id":%q,"agent":"h","kind":"abort","txn":%q,"fence":%d}`, abort, grant.Txn, grant.Fence), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || !strings.HasPrefix(r.out, "applied "+id+" rev ") || strings.Contains(r.out, "duplicate") ||
+		!strings.Contains(r.stderr, "queued "+id+"; waiting up to --timeout 1m0s for its final decision") {
+		t.Fatalf("coagent submit: %q, %v (stderr %q)", r.out, r.err, r.stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -54,25 +55,41 @@ func TestRunScript(t *testing.T) {
 		t.Skip("starts three coagent processes and kills one")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "coagent")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/coagent")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build coagent: %v\n%s", err, out)
-	}
-	ports := freeRun(t, 6)
+	ports := freeRun(t, 9)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "run.sh")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
-	cmd.Env = append(cmd.Environ(), "COAGENT="+bin, "DIR="+filepath.Join(dir, "data"),
-		fmt.Sprintf("BASE=%d", ports), fmt.Sprintf("ROUTES=%d", ports+3))
+	// As the README runs it: no COAGENT, and no coagent on PATH; the
+	// script builds its own.
+	var path []string
+	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(d, "coagent")); err != nil {
+			path = append(path, d)
+		}
+	}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COAGENT=") && !strings.HasPrefix(kv, "PATH=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	cmd.Env = append(cmd.Env, "PATH="+strings.Join(path, string(filepath.ListSeparator)), "DIR="+data,
+		fmt.Sprintf("BASE=%d", ports), fmt.Sprintf("ROUTES=%d", ports+3), fmt.Sprintf("HTTP=%d", ports+6))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("run.sh: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
 	}
 	got := out.String()
+	if !strings.Contains(errOut.String(), "run.sh: building coagent from ") {
+		t.Errorf("run.sh did not say it built coagent: stderr %q", errOut.String())
+	}
+	// Each node has its own HTTP listener: none says its address is in use.
+	if strings.Contains(got, "no HTTP listener") {
+		t.Errorf("a node of run.sh has no HTTP listener:\n%s", got)
+	}
 	for _, want := range []string{
 		"node n1 of cluster coagent", "node n2 of cluster coagent", "node n3 of cluster coagent",
 		"streams with 3 replicas", "a standby until it holds the leadership",

@@ -10,19 +10,37 @@
 # killed node on its data directory, shows it rejoin as a standby, and stops
 # the nodes (also on Ctrl-C or a failure).
 #
-# Ports: clients 4222-4224 (BASE), routes 6222-6224 (ROUTES); data under DIR
-# (a temporary directory by default). Each wait has a deadline of WAIT
-# seconds (60).
+# Ports: clients 4222-4224 (BASE), routes 6222-6224 (ROUTES), each node's
+# HTTP listener (/metrics, the console) 7070-7072 (HTTP); data under DIR (a
+# temporary directory by default). Each wait has a deadline of WAIT seconds
+# (60).
 #
-#   examples/cluster/run.sh            # uses `coagent` from PATH
-#   COAGENT=./coagent examples/cluster/run.sh
+#   examples/cluster/run.sh                     # builds coagent from this source tree into DIR
+#   COAGENT=./coagent examples/cluster/run.sh   # or runs the binary given
 set -euo pipefail
-COAGENT=${COAGENT:-coagent}
 BASE=${BASE:-4222}
 ROUTES=${ROUTES:-6222}
+HTTP=${HTTP:-7070}
 DIR=${DIR:-$(mktemp -d)}
 WAIT=${WAIT:-60}
 mkdir -p "$DIR"
+
+# The coagent to run: COAGENT if given, else one built from the source tree
+# this script is in (so that the example runs the code beside it), else the
+# one on PATH when there is no Go to build with.
+if [[ -z ${COAGENT:-} ]]; then
+  src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  if command -v go >/dev/null && [[ -d $src/cmd/coagent ]]; then
+    echo "run.sh: building coagent from $src into $DIR/coagent" >&2
+    (cd "$src" && go build -o "$DIR/coagent" ./cmd/coagent) || { echo "run.sh: go build failed" >&2; exit 1; }
+    COAGENT=$DIR/coagent
+  elif command -v coagent >/dev/null; then
+    COAGENT=coagent
+  else
+    echo "run.sh: no coagent: install Go to build it, or give one with COAGENT=path/to/coagent" >&2
+    exit 1
+  fi
+fi
 
 R=""
 for i in 0 1 2; do R+="${R:+,}nats://127.0.0.1:$((ROUTES + i))"; done
@@ -36,6 +54,7 @@ node() { # node N OUTFILE: start node nN, its output in OUTFILE
   out[$n]=$2 from[$n]=0
   "$COAGENT" serve --data "$DIR/n$n" --listen "127.0.0.1:$((BASE + i))" \
     --cluster "127.0.0.1:$((ROUTES + i))" --routes "$R" --name "n$n" \
+    --http "127.0.0.1:$((HTTP + i))" \
     >"${out[$n]}" 2>&1 &
   pid[$n]=$!
 }

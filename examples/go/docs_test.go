@@ -287,6 +287,27 @@ func TestCIRunsTheREADMEsTestCommand(t *testing.T) {
 	}
 }
 
+// TestREADMESaysHowToGetTheSDK: the README gives the `go get` line of the
+// SDK under the module path go.mod declares, so that a module of a user's
+// gets the package the README's Go quotes import.
+func TestREADMESaysHowToGetTheSDK(t *testing.T) {
+	mod, err := readRoot("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^module (\S+)$`).FindStringSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod declares no module")
+	}
+	readme, err := readRoot("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := "    go get " + m[1] + "/agents@"; !strings.Contains(readme, line) {
+		t.Errorf("README.md gives no %q… line: a user's module cannot tell how to get the SDK", strings.TrimSpace(line))
+	}
+}
+
 // TestRulesExampleCompiles: the rules file docs/rules.md quotes is one the
 // coordinator puts in force.
 func TestRulesExampleCompiles(t *testing.T) {

@@ -1,9 +1,11 @@
 package mcp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -699,4 +701,59 @@ func TestHTTP(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestStdioLineTooLong: a line longer than MaxLineLength is refused with
+// a parse error and skipped whole; the session reads on.
+func TestStdioLineTooLong(t *testing.T) {
+	b := newBoard(t)
+	nc := natstest.Connect(t, b.ns)
+	c, err := agents.Connect(context.Background(), nc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := mcp.New(c, nc, mcp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	stdin, host := io.Pipe()
+	replies, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- srv.Run(context.Background(), &mcp.StdioTransport{Reader: stdin, Writer: stdout, MaxLineLength: 200})
+		stdout.Close()
+	}()
+	defer replies.Close()
+	lines := bufio.NewScanner(replies)
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(host, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("no reply: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if r := next(); !strings.Contains(r, `"id":1`) || !strings.Contains(r, "serverInfo") {
+		t.Fatalf("initialize: %s", r)
+	}
+	send(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"` + strings.Repeat("x", 100_000) + `"}}`)
+	if r := next(); !strings.Contains(r, `"code":-32700`) || !strings.Contains(r, `"id":null`) || !strings.Contains(r, "longer than 200 bytes") {
+		t.Fatalf("a line too long: %s", r)
+	}
+	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if r := next(); !strings.Contains(r, `"id":3`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("ping after a line too long: %s", r)
+	}
+	host.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after the input closed: %v", err)
+	}
 }

@@ -17,8 +17,8 @@
 // out at the coordinator, which logs the expiry.
 //
 //	s, err := mcp.New(client, nc, mcp.Options{})
-//	err = s.Run(ctx, &sdk.StdioTransport{})      // coagent mcp
-//	http.ListenAndServe(addr, s.HTTPHandler())    // coagent mcp --http ADDR
+//	err = s.Run(ctx, &mcp.StdioTransport{Reader: os.Stdin, Writer: os.Stdout}) // coagent mcp
+//	http.ListenAndServe(addr, s.HTTPHandler())                                 // coagent mcp --http ADDR
 package mcp
 
 import (
@@ -174,7 +174,7 @@ func (w warnings) WithGroup(g string) slog.Handler       { return warnings{w.Han
 // not wire (Connect it to one).
 func (s *Server) MCP() *sdk.Server { return s.mcp }
 
-// Run serves one session on t (stdio: &sdk.StdioTransport{}) until the
+// Run serves one session on t (stdio: a StdioTransport) until the
 // client closes it or ctx ends.
 func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	err := s.mcp.Run(ctx, t)

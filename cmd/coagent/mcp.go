@@ -14,7 +14,6 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/agents/mcp"
 	"github.com/coagent/coagent/intents"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
 
@@ -87,7 +86,7 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 	}
 	defer srv.Close()
 	if f.http == "" {
-		return srv.Run(ctx, &sdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+		return srv.Run(ctx, &mcp.StdioTransport{Reader: stdin, Writer: stdout, Logger: log})
 	}
 	ln, err := net.Listen("tcp", f.http)
 	if err != nil {
@@ -116,9 +115,3 @@ func mcpVersion() string {
 	first, _, _ := strings.Cut(version(), "\n")
 	return strings.TrimPrefix(first, "coagent version ")
 }
-
-// nopWriteCloser is stdout for the stdio transport, which closes its
-// writer at the end of the session: the command's stdout stays open.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

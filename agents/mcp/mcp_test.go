@@ -117,6 +117,10 @@ func (s *session) result(tool string, args any) *mcp.Result {
 	if res.StructuredContent == nil {
 		s.t.Fatalf("%s: no structured content: %s", tool, text(res))
 	}
+	// A host that looks only at isError must see a rejection as a failure.
+	if res.IsError == r.OK {
+		s.t.Fatalf("%s: isError %v with ok %v: %s", tool, res.IsError, r.OK, text(res))
+	}
 	return &r
 }
 
@@ -220,12 +224,77 @@ func TestToolsAndSchemas(t *testing.T) {
 			t.Errorf("tool %s offered without Options.Arbiter", tool.Name)
 		}
 	}
-	// A call that does not fit the schema is a tool error, not a
-	// protocol error.
-	res := s.call("write", map[string]any{"writes": []any{map[string]any{"path": "a.b", "op": "replace"}}}, nil)
-	if !res.IsError || !strings.Contains(text(res), "op") {
-		t.Errorf("write with op replace: %v %s", res.IsError, text(res))
+	// No schema gives a node more than one type (["null", "array"]),
+	// which some hosts refuse.
+	for name, tool := range tools {
+		for what, sch := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			data, _ := json.Marshal(sch)
+			var m any
+			json.Unmarshal(data, &m)
+			if where := typeList(m, ""); where != "" {
+				t.Errorf("tool %s: %s schema has a list of types at %s", name, what, where)
+			}
+		}
 	}
+	// A replacement's values are any JSON, not arrays of bytes.
+	rp := schema("resolve")["properties"].(map[string]any)["replacement"].(map[string]any)
+	val := rp["properties"].(map[string]any)["writes"].(map[string]any)["items"].(map[string]any)["properties"].(map[string]any)["value"]
+	if val != true || rp["required"] != nil {
+		t.Errorf("resolve.replacement: value %v, required %v", val, rp["required"])
+	}
+	// A call that does not fit the schema is a tool error naming the
+	// field and the value, with advice, not the go-sdk's bare
+	// `validating "arguments"`.
+	for _, c := range []struct {
+		args any
+		want []string
+	}{
+		{map[string]any{"writes": []any{map[string]any{"path": "a.b", "op": "replace"}}},
+			[]string{`writes[0].op = "replace": want one of set, merge, append, incr, delete`}},
+		{map[string]any{}, []string{"writes is missing"}},
+		{map[string]any{"writes": []any{}}, []string{"writes is empty"}},
+		{map[string]any{"writes": "a.b", "wait_ms": 1.5}, []string{`writes = "a.b": want an array`, "wait_ms = 1.5: want an integer"}},
+		{map[string]any{"writes": []any{set("a.b", 1)}, "expect": []any{map[string]any{"path": "a.b", "version": -1}}, "force": true},
+			[]string{"expect[0].version = -1: want at least 0", "force is not a field here"}},
+	} {
+		var r mcp.Result
+		res := s.call("write", c.args, &r)
+		if !res.IsError || r.Reason != "invalid" || r.Next == "" || strings.Contains(text(res), "validating") {
+			t.Errorf("write %v: isError %v, %+v: %s", c.args, res.IsError, r, text(res))
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.Detail, w) {
+				t.Errorf("write %v: detail %q, want %q in it", c.args, r.Detail, w)
+			}
+		}
+	}
+	// A tool whose output is not a Result says it in its text alone.
+	res := s.call("read", map[string]any{"paths": "tasks"}, nil)
+	if !res.IsError || res.StructuredContent != nil || !strings.Contains(text(res), `paths = "tasks": want an array`) {
+		t.Errorf("read with paths a string: %v %v %s", res.IsError, res.StructuredContent, text(res))
+	}
+}
+
+// typeList is where in schema m a "type" is a list, or "".
+func typeList(m any, at string) string {
+	switch m := m.(type) {
+	case map[string]any:
+		if _, ok := m["type"].([]any); ok {
+			return at + "/type"
+		}
+		for k, v := range m {
+			if w := typeList(v, at+"/"+k); w != "" {
+				return w
+			}
+		}
+	case []any:
+		for i, v := range m {
+			if w := typeList(v, fmt.Sprintf("%s/%d", at, i)); w != "" {
+				return w
+			}
+		}
+	}
+	return ""
 }
 
 func TestReadWrite(t *testing.T) {
@@ -586,9 +655,9 @@ func TestArbiter(t *testing.T) {
 		}
 	}
 	var out mcp.ResolveOutput
-	judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop, "01J00000000000000000000000"}, "rationale": "x"}, &out)
-	if out.OK || out.Reason != "invalid" || !strings.Contains(out.Detail, "01J00000000000000000000000") || out.Next == "" {
-		t.Fatalf("resolve naming an intent not in the case: %+v", out)
+	res := judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop, "01J00000000000000000000000"}, "rationale": "x"}, &out)
+	if out.OK || !res.IsError || out.Reason != "invalid" || !strings.Contains(out.Detail, "01J00000000000000000000000") || out.Next == "" {
+		t.Fatalf("resolve naming an intent not in the case: isError %v, %+v", res.IsError, out)
 	}
 	judge.call("resolve", map[string]any{"case": "01J00000000000000000000000", "losers": []string{esc}, "rationale": "x"}, &out)
 	if out.OK || out.Reason != "invalid" {

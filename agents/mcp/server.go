@@ -104,6 +104,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mcp  *sdk.Server
+	// inputs are the tools' input schemas, by tool name; written in New
+	// only.
+	inputs map[string]toolInput
 
 	// done ends the watches and the arbiter when the server closes.
 	done    context.Context
@@ -138,7 +141,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{c: c, nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger}
+	s := &Server{c: c, nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger, inputs: map[string]toolInput{}}
 	s.mu.sessions = map[*sdk.ServerSession]*session{}
 	s.mu.watches = map[string]*watch{}
 	s.done, s.cancel = context.WithCancel(context.Background())
@@ -148,6 +151,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
 	})
+	s.mcp.AddReceivingMiddleware(s.checkArguments)
 	s.addTools()
 	if opts.Arbiter {
 		s.arb = newArbiterBridge(s)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,9 +20,13 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // board is a NATS server with a coordinator, on which the tests connect
@@ -28,6 +34,56 @@ import (
 type board struct {
 	t  *testing.T
 	ns *server.Server
+	// svc is the coordinator; seeds the agents' seed files, by agent,
+	// when the board authenticates (newAuthBoard).
+	svc   *coordinator.Service
+	seeds map[string]string
+}
+
+// newAuthBoard is a board under authentication (coordinator.Options.Auth)
+// with the board rules rules in force, for the agents names.
+func newAuthBoard(t *testing.T, rules string, names ...string) *board {
+	t.Helper()
+	dir := t.TempDir()
+	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
+	b := &board{t: t, seeds: map[string]string{}}
+	for _, name := range names {
+		seed, err := reg.Add(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.seeds[name] = filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(b.seeds[name], seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := self.PublicKey()
+	b.ns = natstest.Run(t, func(o *server.Options) { o.Nkeys = reg.Users("", pub) })
+	nc := natstest.Connect(t, b.ns, nats.Nkey(pub, self.Sign))
+	b.svc = coordtest.StartOn(t, nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.svc.SetRules(ctx, []byte(rules), "test"); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// connect connects to the board's NATS server as agent name.
+func (b *board) connect(name string) *nats.Conn {
+	b.t.Helper()
+	if b.seeds == nil {
+		return natstest.Connect(b.t, b.ns)
+	}
+	opts, err := agents.AuthOptions(name, b.seeds[name])
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return natstest.Connect(b.t, b.ns, opts...)
 }
 
 func newBoard(t *testing.T) *board {
@@ -40,7 +96,7 @@ func newBoard(t *testing.T) *board {
 // agent connects an SDK client as name.
 func (b *board) agent(name string) *agents.Client {
 	b.t.Helper()
-	c, err := agents.Connect(context.Background(), natstest.Connect(b.t, b.ns), name)
+	c, err := agents.Connect(context.Background(), b.connect(name), name)
 	if err != nil {
 		b.t.Fatalf("connect %s: %v", name, err)
 	}
@@ -60,7 +116,7 @@ type session struct {
 // to it; opts are the server's options.
 func (b *board) open(name string, opts mcp.Options) *session {
 	b.t.Helper()
-	nc := natstest.Connect(b.t, b.ns)
+	nc := b.connect(name)
 	c, err := agents.Connect(context.Background(), nc, name)
 	if err != nil {
 		b.t.Fatalf("connect %s: %v", name, err)
@@ -776,53 +832,186 @@ func TestHTTP(t *testing.T) {
 // a parse error and skipped whole; the session reads on.
 func TestStdioLineTooLong(t *testing.T) {
 	b := newBoard(t)
-	nc := natstest.Connect(t, b.ns)
-	c, err := agents.Connect(context.Background(), nc, "w1")
-	if err != nil {
-		t.Fatal(err)
+	rs := b.raw("w1", 200)
+	rs.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if r := rs.next(); !strings.Contains(r, `"id":1`) || !strings.Contains(r, "serverInfo") {
+		t.Fatalf("initialize: %s", r)
 	}
-	defer c.Close()
-	srv, err := mcp.New(c, nc, mcp.Options{})
-	if err != nil {
-		t.Fatal(err)
+	rs.send(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"` + strings.Repeat("x", 100_000) + `"}}`)
+	if r := rs.next(); !strings.Contains(r, `"code":-32700`) || !strings.Contains(r, `"id":null`) || !strings.Contains(r, "longer than 200 bytes") {
+		t.Fatalf("a line too long: %s", r)
 	}
-	defer srv.Close()
-	stdin, host := io.Pipe()
-	replies, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- srv.Run(context.Background(), &mcp.StdioTransport{Reader: stdin, Writer: stdout, MaxLineLength: 200})
-		stdout.Close()
-	}()
-	defer replies.Close()
-	lines := bufio.NewScanner(replies)
-	send := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(host, line+"\n"); err != nil {
+	rs.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if r := rs.next(); !strings.Contains(r, `"id":3`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("ping after a line too long: %s", r)
+	}
+	rs.in.Close()
+	if err := <-rs.done; err != nil {
+		t.Fatalf("Run after the input closed: %v", err)
+	}
+}
+
+// TestRedacted: what the board rules' readers keep from an agent, its MCP
+// server keeps too, as state.get does: resources/read of a kept path says
+// redacted (not a false "does not exist"), and neither history nor a
+// resource notification shows a kept path's writer, revision or version.
+func TestRedacted(t *testing.T) {
+	b := newAuthBoard(t, `{"rules": [{"pattern": "secrets.**", "readers": ["judge"], "writers": ["judge"]}]}`, "alice", "judge")
+	alice := b.open("alice", mcp.Options{})
+	judge := b.open("judge", mcp.Options{})
+	ctx := context.Background()
+	for _, uri := range []string{"coagent://state/secrets", "coagent://state/tasks"} {
+		if err := alice.cs.Subscribe(ctx, &sdk.SubscribeParams{URI: uri}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	next := func() string {
-		t.Helper()
-		if !lines.Scan() {
-			t.Fatalf("no reply: %v", lines.Err())
+	secret := judge.result("write", map[string]any{"writes": []any{set("secrets.k", "s3cret")}})
+	ok(t, "judge's secret", secret)
+	// A commit of a kept path and one alice may read: alice hears of the
+	// second only, naming only what she may read.
+	both := judge.result("write", map[string]any{"writes": []any{set("secrets.j", 1), set("tasks.t1", "open")}})
+	ok(t, "judge's mixed write", both)
+	select {
+	case u := <-alice.updates:
+		if u.URI != "coagent://state/tasks" || u.Meta["rev"] != float64(both.Rev) || fmt.Sprint(u.Meta["paths"]) != "[tasks.t1]" {
+			t.Fatalf("alice's first notification: %+v, want the one of tasks at rev %d", u, both.Rev)
 		}
-		return lines.Text()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification of tasks.t1")
 	}
-	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
-	if r := next(); !strings.Contains(r, `"id":1`) || !strings.Contains(r, "serverInfo") {
-		t.Fatalf("initialize: %s", r)
+
+	res, err := alice.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "coagent://state/secrets.k"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	send(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"` + strings.Repeat("x", 100_000) + `"}}`)
-	if r := next(); !strings.Contains(r, `"code":-32700`) || !strings.Contains(r, `"id":null`) || !strings.Contains(r, "longer than 200 bytes") {
-		t.Fatalf("a line too long: %s", r)
+	txt := res.Contents[0].Text
+	var st mcp.StateResource
+	if err := json.Unmarshal([]byte(txt), &st); err != nil {
+		t.Fatal(err)
 	}
-	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
-	if r := next(); !strings.Contains(r, `"id":3`) || !strings.Contains(r, `"result"`) {
-		t.Fatalf("ping after a line too long: %s", r)
+	if !st.Redacted || strings.Contains(txt, "exists") || strings.Contains(txt, "version") || strings.Contains(txt, "s3cret") {
+		t.Fatalf("alice reads the resource secrets.k: %s, want redacted and nothing of it", txt)
 	}
-	host.Close()
-	if err := <-done; err != nil {
-		t.Fatalf("Run after the input closed: %v", err)
+	var rd mcp.ReadOutput
+	rr := alice.call("read", map[string]any{"paths": []string{"secrets.k"}}, &rd)
+	if strings.Contains(text(rr), "does not exist") || !slices.Equal(rd.Values["secrets.k"].Redacted, []string{"secrets.k"}) {
+		t.Fatalf("alice reads secrets.k: %s", text(rr))
 	}
+	st = mcp.StateResource{}
+	if err := json.Unmarshal([]byte(mustRead(t, judge, "coagent://state/secrets.k")), &st); err != nil || st.Redacted || st.Value != "s3cret" || st.Version != 1 {
+		t.Fatalf("judge reads the resource secrets.k: %+v", st)
+	}
+
+	var h mcp.HistoryOutput
+	hres := alice.call("history", map[string]any{"type": "change"}, &h)
+	for _, ev := range h.Events {
+		if strings.Contains(ev.What, "secrets") || ev.Seq == secret.Rev {
+			t.Fatalf("alice's history shows a kept path: %+v", ev)
+		}
+	}
+	if strings.Contains(text(hres), "secrets") {
+		t.Fatalf("alice's history: %s", text(hres))
+	}
+	if len(h.Events) != 1 || h.Events[0].Seq != both.Rev || h.Events[0].What != `set tasks.t1 = "open" (v1)` {
+		t.Fatalf("alice's history of changes: %+v, want the one of tasks.t1", h.Events)
+	}
+	judge.call("history", map[string]any{"path": "secrets", "type": "change"}, &h)
+	if len(h.Events) != 2 {
+		t.Fatalf("judge's history of secrets: %+v", h.Events)
+	}
+
+}
+
+// TestResourceErrorCodes: a subscription or a read of a URI that names no
+// path is refused with invalid params (-32602), not the code 0 a plain
+// error gets. Subscribe speaks protocol 2025-06-18, where
+// resources/subscribe is a request answered at once.
+func TestResourceErrorCodes(t *testing.T) {
+	b := newBoard(t)
+	rs := b.raw("w1", 0)
+	rs.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	rs.next()
+	rs.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for i, c := range []struct{ method, uri string }{
+		{"resources/subscribe", "coagent://state/tasks..x"},
+		{"resources/subscribe", "file:///etc/passwd"},
+		{"resources/read", "coagent://state/tasks..x"},
+	} {
+		rs.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"uri":%q}}`, 10+i, c.method, c.uri))
+		var m struct {
+			ID    int
+			Error *jsonrpc.Error
+		}
+		if err := json.Unmarshal([]byte(rs.next()), &m); err != nil || m.ID != 10+i || m.Error == nil ||
+			m.Error.Code != jsonrpc.CodeInvalidParams {
+			t.Fatalf("%s %s: %+v (%v), want error %d", c.method, c.uri, m, err, jsonrpc.CodeInvalidParams)
+		}
+		if !strings.Contains(m.Error.Message, c.uri) {
+			t.Errorf("%s %s: %q does not name it", c.method, c.uri, m.Error.Message)
+		}
+	}
+	rs.send(`{"jsonrpc":"2.0","id":20,"method":"resources/subscribe","params":{"uri":"coagent://state/tasks"}}`)
+	if r := rs.next(); !strings.Contains(r, `"id":20,"result"`) {
+		t.Fatalf("subscribe to tasks: %s", r)
+	}
+}
+
+// rawSession is a host speaking JSON-RPC lines to a server of this package
+// over a StdioTransport, for what the go-sdk's client does not send.
+type rawSession struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines *bufio.Scanner
+	done  chan error
+}
+
+// raw starts the MCP server of agent name on a StdioTransport with
+// MaxLineLength max (0: the default) and connects a raw host to it.
+func (b *board) raw(name string, max int) *rawSession {
+	b.t.Helper()
+	nc := b.connect(name)
+	c, err := agents.Connect(context.Background(), nc, name)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	srv, err := mcp.New(c, nc, mcp.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { srv.Close() })
+	stdin, host := io.Pipe()
+	replies, stdout := io.Pipe()
+	rs := &rawSession{t: b.t, in: host, lines: bufio.NewScanner(replies), done: make(chan error, 1)}
+	go func() {
+		rs.done <- srv.Run(context.Background(), &mcp.StdioTransport{Reader: stdin, Writer: stdout, MaxLineLength: max})
+		stdout.Close()
+	}()
+	b.t.Cleanup(func() { host.Close(); replies.Close() })
+	return rs
+}
+
+func (rs *rawSession) send(line string) {
+	rs.t.Helper()
+	if _, err := io.WriteString(rs.in, line+"\n"); err != nil {
+		rs.t.Fatal(err)
+	}
+}
+
+// next is the next line the server writes.
+func (rs *rawSession) next() string {
+	rs.t.Helper()
+	if !rs.lines.Scan() {
+		rs.t.Fatalf("no reply: %v", rs.lines.Err())
+	}
+	return rs.lines.Text()
+}
+
+func mustRead(t *testing.T, s *session, uri string) string {
+	t.Helper()
+	res, err := s.cs.ReadResource(context.Background(), &sdk.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Contents[0].Text
 }

@@ -268,7 +268,9 @@ func (s *Server) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput)
 			}
 		}
 		out.Values[p] = rv
-		if v.Exists {
+		if kept(p, v.Redacted) {
+			lines = append(lines, p+" is kept from this agent by the board rules (redacted)")
+		} else if v.Exists {
 			lines = append(lines, fmt.Sprintf("%s = %s (version %d)", p, intents.Clip(string(v.Value), 200), v.Version))
 		} else {
 			lines = append(lines, p+" does not exist (version 0)")
@@ -597,6 +599,9 @@ func (s *Server) history(ctx context.Context, _ *sdk.CallToolRequest, in History
 	out := &HistoryOutput{Events: []HistoryEvent{}, Next: page.Next}
 	var lines []string
 	for _, ev := range page.Events {
+		if ev = visible(ev); ev == nil {
+			continue
+		}
 		h := HistoryEvent{Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Agent: ev.Agent, Intent: ev.Intent, Txn: ev.Txn, What: describe(ev)}
 		out.Events = append(out.Events, h)
 		lines = append(lines, fmt.Sprintf("%d %s %s: %s", h.Seq, h.Type, h.Agent, h.What))
@@ -606,6 +611,29 @@ func (s *Server) history(ctx context.Context, _ *sdk.CallToolRequest, in History
 		summary += ":\n" + strings.Join(lines, "\n")
 	}
 	return toolResult(summary, out), out, nil
+}
+
+// visible is ev without the writes of paths the board rules keep whole
+// from this agent (named in its change's Redacted), or nil when nothing
+// is left: log.query takes out such a write's value but keeps its path,
+// writer, revision and version, which state.get does not show.
+func visible(ev *intents.Event) *intents.Event {
+	if ev.Change == nil || len(ev.Change.Redacted) == 0 {
+		return ev
+	}
+	var writes []intents.Applied
+	for _, a := range ev.Change.Writes {
+		if !kept(a.Path, ev.Change.Redacted) {
+			writes = append(writes, a)
+		}
+	}
+	if len(writes) == 0 {
+		return nil
+	}
+	cp, ch := *ev, *ev.Change
+	ch.Writes = writes
+	cp.Change = &ch
+	return &cp
 }
 
 // describe says in one line what event ev records.

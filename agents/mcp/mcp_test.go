@@ -1015,3 +1015,63 @@ func mustRead(t *testing.T, s *session, uri string) string {
 	}
 	return res.Contents[0].Text
 }
+
+// TestSilentClientLetsLeaseExpire: an HTTP client that vanishes without
+// ending its session stops its transactions' renewal once it has made no
+// request for Options.Silence, and their leases run out, long before the
+// idle timeout closes the session; a client that goes on making requests
+// keeps its own renewed past the same bound.
+func TestSilentClientLetsLeaseExpire(t *testing.T) {
+	b := newBoard(t)
+	const silence = 500 * time.Millisecond
+	nc := b.connect("web")
+	c, err := agents.Connect(context.Background(), nc, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := mcp.New(c, nc, mcp.Options{Silence: silence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	defer hs.Close()
+	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	gone := &session{t: t, cs: cs}
+	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 300})
+	ok(t, "begin of the client that vanishes", held)
+	quiet := time.Now()
+	// From here on the HTTP client says nothing, and does not end its
+	// session.
+
+	busy := b.open("busy", mcp.Options{Silence: silence})
+	mine := busy.result("begin", map[string]any{"writes": []any{map[string]any{"path": "busy.page"}}, "lease_ms": 300})
+	ok(t, "begin of the busy client", mine)
+	natstest.CheckFor(t, 10*time.Second, "the expiry of the silent client's "+held.Txn, func() error {
+		var h mcp.HistoryOutput
+		busy.call("history", map[string]any{"txn": held.Txn, "type": "expire"}, &h)
+		if len(h.Events) != 1 {
+			return fmt.Errorf("%d expire events", len(h.Events))
+		}
+		return nil
+	})
+	if waited := time.Since(quiet); waited < silence {
+		t.Fatalf("the lease ran out %s after the client's last request, before the silence of %s", waited, silence)
+	}
+	ok(t, "write where the silent client held", busy.result("write", map[string]any{"writes": []any{set("web.page", "free")}}))
+	// The busy client's requests kept its own transaction, past the same
+	// silence and many leases.
+	var h mcp.HistoryOutput
+	busy.call("history", map[string]any{"txn": mine.Txn, "type": "expire"}, &h)
+	if len(h.Events) != 0 {
+		t.Fatalf("the busy client's transaction expired: %+v", h.Events)
+	}
+	r := busy.result("commit", map[string]any{"txn": mine.Txn, "writes": []any{set("busy.page", "done")}})
+	ok(t, "commit of the busy client", r)
+}

@@ -22,6 +22,7 @@ type mcpFlags struct {
 	agent, http string
 	arbiter     bool
 	lease       time.Duration
+	silence     time.Duration
 	conn        natsFlags
 }
 
@@ -36,8 +37,9 @@ func newMCPCmd(e *env) *cobra.Command {
 			"Tools: read, write, claim, release, begin, commit, abort, history (and next_case, resolve with --arbiter);\n" +
 			"resources coagent://state/<path> with change notifications; the prompt shared_board.\n" +
 			"Over stdio by default (what an MCP host spawns: stdout is the protocol, notes go to stderr), over\n" +
-			"streamable HTTP with --http ADDR. A transaction begun in a session is renewed while the session lives;\n" +
-			"when the session ends its lease runs out. docs/mcp.md has the host's mcpServers entry.",
+			"streamable HTTP with --http ADDR. A transaction begun in a session is renewed while the session lives\n" +
+			"and its client makes requests; when the session ends, or its client is silent for --silence, its lease runs out.\n" +
+			"docs/mcp.md has the host's mcpServers entry.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if f.agent == "" {
@@ -52,6 +54,8 @@ func newMCPCmd(e *env) *cobra.Command {
 				return usagef(c, "--agent %s with --nkey %s: the seed file is agent %s's", f.agent, f.conn.nkey, f.conn.agent())
 			case f.lease < 0:
 				return usagef(c, "--lease %s: want a positive duration", f.lease)
+			case f.silence <= 0 || f.silence >= mcpIdleTimeout:
+				return usagef(c, "--silence %s: want a positive duration below the HTTP idle timeout (%s)", f.silence, mcpIdleTimeout)
 			}
 			return runMCP(c.Context(), &f, e.stdin, e.stdout, e.stderr)
 		},
@@ -61,6 +65,7 @@ func newMCPCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.http, "http", "", "serve streamable HTTP on this address (host:port) instead of stdio")
 	fs.BoolVar(&f.arbiter, "arbiter", false, "add the arbiter's tools next_case and resolve")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "the lease of a transaction begun without lease_ms: how long it outlives its session")
+	fs.DurationVar(&f.silence, "silence", time.Minute, "how long a session's client may make no request before its transactions are no longer renewed (their leases then run out)")
 	f.conn.register(fs, e.defaultNATS())
 	return c
 }
@@ -80,7 +85,8 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer cl.Close()
-	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease, Version: mcpVersion(), Logger: log})
+	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease,
+		IdleTimeout: mcpIdleTimeout, Silence: f.silence, Version: mcpVersion(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -108,6 +114,10 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 	}
 	return nil
 }
+
+// mcpIdleTimeout closes an HTTP session that made no request for this
+// long.
+const mcpIdleTimeout = 10 * time.Minute
 
 // mcpVersion is the version the server tells hosts: that of `coagent
 // version`'s first line.

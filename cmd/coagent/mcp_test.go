@@ -25,6 +25,8 @@ func TestMCPUsage(t *testing.T) {
 		{[]string{"mcp", "--agent", "a.b"}, `--agent "a.b"`},
 		{[]string{"mcp", "--agent", "alice", "--nkey", "/x/bob.nk"}, "the seed file is agent bob's"},
 		{[]string{"mcp", "--agent", "alice", "extra"}, "extra"},
+		{[]string{"mcp", "--agent", "alice", "--silence", "0s"}, "--silence 0s"},
+		{[]string{"mcp", "--agent", "alice", "--silence", "11m"}, "--silence 11m0s: want a positive duration below the HTTP idle timeout"},
 	} {
 		_, errOut, err := runCmd(t, "", c.args...)
 		if !errors.Is(err, errUsage) || !strings.Contains(errOut, c.want) {

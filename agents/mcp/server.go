@@ -24,6 +24,7 @@ package mcp
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 )
@@ -62,6 +64,11 @@ type Options struct {
 	// told the lease ran out. The default is 1 minute; it must be below
 	// IdleTimeout.
 	Silence time.Duration
+	// Token, when set, is the bearer token HTTPHandler requires of every
+	// request (Authorization: Bearer <Token>): whoever reaches the
+	// handler acts as the agent. The default is none (for a loopback
+	// address).
+	Token string
 	// Version is the server version told to hosts. The default is "dev".
 	Version string
 	// Logger receives the server's notes (sessions that end, watches that
@@ -215,10 +222,25 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 }
 
 // HTTPHandler serves streamable HTTP: one session per client, closed when
-// the client ends it or after Options.IdleTimeout without a request.
+// the client ends it or after Options.IdleTimeout without a request. With
+// Options.Token, a request without it as its bearer token is refused
+// (401) before it reaches a session.
 func (s *Server) HTTPHandler() http.Handler {
-	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
 		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: slog.New(warnings{s.log.Handler()})})
+	if s.opts.Token == "" {
+		return h
+	}
+	want := []byte(s.opts.Token)
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		// One token, one user: the go-sdk ties a session to the user that
+		// opened it.
+		return &auth.TokenInfo{UserID: s.c.Name()}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 // Close closes the sessions still open and ends every watch and the

@@ -2,14 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/coordtest"
@@ -26,6 +30,7 @@ func TestMCPUsage(t *testing.T) {
 		{[]string{"mcp", "--agent", "alice", "--nkey", "/x/bob.nk"}, "the seed file is agent bob's"},
 		{[]string{"mcp", "--agent", "alice", "extra"}, "extra"},
 		{[]string{"mcp", "--agent", "alice", "--silence", "0s"}, "--silence 0s"},
+		{[]string{"mcp", "--agent", "alice", "--http-token", "x"}, "--http-token and --http-no-auth are of --http ADDR"},
 		{[]string{"mcp", "--agent", "alice", "--silence", "11m"}, "--silence 11m0s: want a positive duration below the HTTP idle timeout"},
 	} {
 		_, errOut, err := runCmd(t, "", c.args...)
@@ -194,5 +199,101 @@ func TestMCPStdioMalformed(t *testing.T) {
 	h.in.Close()
 	if err := <-h.done; err != nil {
 		t.Fatalf("coagent mcp after stdin closed: %v\n%s", err, h.errOut.String())
+	}
+}
+
+// TestMCPHTTPAuth: `coagent mcp --http` on an address that is not
+// loopback is refused without a token, naming the address and the flags;
+// with --http-token every request must carry the token; --http-no-auth
+// serves it open, saying so.
+func TestMCPHTTPAuth(t *testing.T) {
+	ns := natstest.Run(t)
+	coordtest.Start(t, ns, coordinator.Options{})
+	var errOut bytes.Buffer
+	// Served, it would run until the context ends, without an error.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"mcp", "--agent", "alice", "--nats", ns.ClientURL(), "--http", "0.0.0.0:0"},
+		strings.NewReader(""), io.Discard, &errOut)
+	for _, want := range []string{"--http 0.0.0.0:0", "not a loopback address", "--http-token", "$COAGENT_MCP_TOKEN", "--http-no-auth"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("--http 0.0.0.0:0 without a token: %v, want an error with %q", err, want)
+		}
+	}
+
+	// serve starts `coagent mcp --http ADDR args…` and returns its URL and
+	// its notes.
+	serve := func(addr string, args ...string) (string, *lockedBuilder) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		notes := &lockedBuilder{}
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, append([]string{"mcp", "--agent", "alice", "--nats", ns.ClientURL(), "--http", addr}, args...),
+				strings.NewReader(""), io.Discard, notes)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("coagent mcp --http %s: %v\n%s", addr, err, notes.String())
+			}
+		})
+		var url string
+		natstest.CheckFor(t, 10*time.Second, "the listening line", func() error {
+			_, rest, ok := strings.Cut(notes.String(), " on http://")
+			if !ok {
+				return fmt.Errorf("stderr: %q", notes.String())
+			}
+			hostport, _, _ := strings.Cut(rest, " ")
+			_, port, err := net.SplitHostPort(hostport)
+			if err != nil {
+				return err
+			}
+			url = "http://127.0.0.1:" + port
+			return nil
+		})
+		return url, notes
+	}
+	initialize := func(url, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	url, notes := serve("0.0.0.0:0", "--http-token", "s3cret")
+	if !strings.Contains(notes.String(), "bearer token required") {
+		t.Errorf("the listening line: %q", notes.String())
+	}
+	for token, want := range map[string]int{"": http.StatusUnauthorized, "wrong": http.StatusUnauthorized, "s3cret": http.StatusOK} {
+		if got := initialize(url, token); got != want {
+			t.Errorf("initialize with token %q: status %d, want %d", token, got, want)
+		}
+	}
+	// From the environment, on loopback too.
+	t.Setenv("COAGENT_MCP_TOKEN", "from-env")
+	url, _ = serve("127.0.0.1:0")
+	if got := initialize(url, ""); got != http.StatusUnauthorized {
+		t.Errorf("initialize without the token of $COAGENT_MCP_TOKEN: status %d", got)
+	}
+	if got := initialize(url, "from-env"); got != http.StatusOK {
+		t.Errorf("initialize with the token of $COAGENT_MCP_TOKEN: status %d", got)
+	}
+	t.Setenv("COAGENT_MCP_TOKEN", "")
+	url, notes = serve("0.0.0.0:0", "--http-no-auth")
+	if !strings.Contains(notes.String(), "warning: --http-no-auth: anyone who reaches") {
+		t.Errorf("--http-no-auth says nothing of it: %q", notes.String())
+	}
+	if got := initialize(url, ""); got != http.StatusOK {
+		t.Errorf("initialize with --http-no-auth: status %d", got)
 	}
 }

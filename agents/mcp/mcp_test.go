@@ -771,6 +771,42 @@ func TestArbiter(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A third case is settled by a replacement given as a model writes
+	// one: a value of any JSON, no id, agent or kind (filled in).
+	r = holder.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.intro"}}})
+	ok(t, "begin again", r)
+	go func() {
+		var r mcp.Result
+		res, err := asker.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("doc.intro", "mine again")}, "on_conflict": "escalate"}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		escalated <- &r
+	}()
+	second := nc.Case.ID
+	natstest.CheckFor(t, 20*time.Second, "a third case", func() error {
+		nc = mcp.NextCaseOutput{}
+		judge.call("next_case", map[string]any{"wait_ms": 2000}, &nc)
+		if nc.Case == nil || nc.Case.ID == first || nc.Case.ID == second {
+			return fmt.Errorf("no new case")
+		}
+		return nil
+	})
+	res = judge.call("resolve", map[string]any{"case": nc.Case.ID, "rationale": "both intros, merged",
+		"replacement": map[string]any{"writes": []any{set("doc.intro", map[string]any{"a": "mine again", "b": "holder's"})}}}, &out)
+	if !out.OK || res.IsError {
+		t.Fatalf("resolve with a replacement: %+v %s", out, text(res))
+	}
+	lost = <-escalated
+	rejected(t, "escalated write superseded", lost, intents.ReasonArbiterRejected)
+	var rd mcp.ReadOutput
+	judge.call("read", map[string]any{"paths": []string{"doc.intro"}}, &rd)
+	if got := fmt.Sprint(rd.Values["doc.intro"].Value); got != "map[a:mine again b:holder's]" {
+		t.Fatalf("doc.intro after the replacement: %s", got)
+	}
 }
 
 // TestAdvice: every rejection reason of SPEC §3 has its own advice.

@@ -223,7 +223,7 @@ func (s *Server) addTools() {
 	addTool(s, &sdk.Tool{Name: "write", Title: "Write shared state",
 		Description: "Change the shared state as agent " + name + ": one atomic request the coordinator applies all together or not at all. " +
 			"ops: set, merge, append, incr, delete. Guard it with expect (the versions you read), pre and post conditions. " +
-			"A rejection is a result with ok false, the reason, the detail and what to do next; nothing was written then.",
+			"A rejection is a tool error whose result has ok false, the reason, the detail and what to do next; nothing was written then.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.write)
 	addTool(s, &sdk.Tool{Name: "claim", Title: "Claim a task",
 		Description: "Claim a task for agent " + name + ": sets <path>.owner to " + name + " only if nobody holds it. " +

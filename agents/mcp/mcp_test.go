@@ -881,6 +881,12 @@ func TestStdioLineTooLong(t *testing.T) {
 	if r := rs.next(); !strings.Contains(r, `"id":3`) || !strings.Contains(r, `"result"`) {
 		t.Fatalf("ping after a line too long: %s", r)
 	}
+	// A line of exactly the bound is served.
+	head, tail := `{"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta":{"pad":"`, `"}}}`
+	rs.send(head + strings.Repeat("x", 200-len(head)-len(tail)) + tail)
+	if r := rs.next(); !strings.Contains(r, `"id":4`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("a ping of 200 bytes: %s", r)
+	}
 	rs.in.Close()
 	if err := <-rs.done; err != nil {
 		t.Fatalf("Run after the input closed: %v", err)

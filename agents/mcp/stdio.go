@@ -57,8 +57,8 @@ func (t *StdioTransport) Connect(ctx context.Context) (sdk.Connection, error) {
 	w := &lockedWriter{w: t.Writer}
 	f := &lineFilter{r: bufio.NewReader(t.Reader), w: w, max: max, log: log}
 	// The filter passes on only lines it has checked, each at most max
-	// bytes, so the go-sdk's own bound is never what refuses one.
-	return (&sdk.IOTransport{Reader: f, Writer: w, MaxLineLength: max + 1}).Connect(ctx)
+	// bytes: the go-sdk's own bound, which ends the session, is off.
+	return (&sdk.IOTransport{Reader: f, Writer: w, MaxLineLength: -1}).Connect(ctx)
 }
 
 // lockedWriter serializes whole writes: the go-sdk writes each message in

@@ -61,8 +61,8 @@ type Options struct {
 	// vanished) then holds their paths for Silence and a lease, not until
 	// IdleTimeout. A transaction whose renewal stopped stays the
 	// session's: a commit within its lease still succeeds, a later one is
-	// told the lease ran out. The default is 1 minute; it must be below
-	// IdleTimeout.
+	// told the lease ran out. The default is 1 minute, or half of
+	// IdleTimeout when that is shorter; it must be below IdleTimeout.
 	Silence time.Duration
 	// Token, when set, is the bearer token HTTPHandler requires of every
 	// request (Authorization: Bearer <Token>): whoever reaches the

@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/intents"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/oklog/ulid/v2"
 )
 
 // arbiterBridge puts a model behind agents.RunArbiter: the queue is served
@@ -145,7 +146,7 @@ type ResolveInput struct {
 	Case        string          `json:"case" jsonschema:"the case id next_case returned"`
 	Winners     []string        `json:"winners,omitempty" jsonschema:"ids of the intents that win (applied or kept)"`
 	Losers      []string        `json:"losers,omitempty" jsonschema:"ids of the intents that lose (rejected, reason arbiter_rejected)"`
-	Replacement *intents.Intent `json:"replacement,omitempty" jsonschema:"instead of winners: one apply intent of your own that merges the conflicting writes (its id and agent are filled in)"`
+	Replacement *intents.Intent `json:"replacement,omitempty" jsonschema:"instead of winners: one apply intent of your own that merges the conflicting writes (its id, agent and kind are filled in when left out)"`
 	Rationale   string          `json:"rationale" jsonschema:"one sentence on why, told to the agents involved"`
 }
 
@@ -158,14 +159,12 @@ type ResolveOutput struct {
 }
 
 func (s *Server) addArbiterTools() {
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "next_case", Title: "Take the next arbiter case",
+	addTool(s, &sdk.Tool{Name: "next_case", Title: "Take the next arbiter case",
 		Description: "As an arbiter: take the next escalated conflict to settle, waiting up to wait_ms for one. " +
-			"The case is yours until you resolve it or its deadline passes; read its intents and state, then call resolve.",
-		InputSchema: schemaFor[NextCaseInput]()}, s.nextCase)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "resolve", Title: "Settle an arbiter case",
+			"The case is yours until you resolve it or its deadline passes; read its intents and state, then call resolve."}, s.nextCase)
+	addTool(s, &sdk.Tool{Name: "resolve", Title: "Settle an arbiter case",
 		Description: "As an arbiter: settle a case from next_case by naming the winning intents and the losing ones " +
-			"(every intent of the case is one or the other), or a replacement intent that merges them, with a one-sentence rationale.",
-		InputSchema: schemaFor[ResolveInput]()}, s.resolve)
+			"(every intent of the case is one or the other), or a replacement intent that merges them, with a one-sentence rationale."}, s.resolve)
 }
 
 func (s *Server) nextCase(ctx context.Context, req *sdk.CallToolRequest, in NextCaseInput) (*sdk.CallToolResult, *NextCaseOutput, error) {
@@ -197,7 +196,12 @@ func (s *Server) nextCase(ctx context.Context, req *sdk.CallToolRequest, in Next
 }
 
 func caseOf(c *intents.Escalation) *Case {
-	out := &Case{ID: c.ID, Holder: c.Holder, State: c.State, Deadline: c.Deadline, Redacted: c.Redacted}
+	// Never null where the output schema says an array or an object.
+	out := &Case{ID: c.ID, Holder: c.Holder, State: c.State, Deadline: c.Deadline, Redacted: c.Redacted,
+		Intents: []CaseIntent{}, Conflicts: []Conflict{}}
+	if out.State == nil {
+		out.State = map[string]intents.PathState{}
+	}
 	for _, in := range c.Intents {
 		if in == nil {
 			continue
@@ -236,8 +240,16 @@ func (s *Server) resolve(ctx context.Context, req *sdk.CallToolRequest, in Resol
 	}
 	res := &intents.Resolution{Escalation: h.c.ID, Arbiter: s.c.Name(), Winners: in.Winners, Losers: in.Losers,
 		Replacement: in.Replacement, Rationale: in.Rationale}
-	if res.Replacement != nil && res.Replacement.Agent == "" {
-		res.Replacement.Agent = s.c.Name()
+	if r := res.Replacement; r != nil {
+		if r.ID == "" {
+			r.ID = ulid.Make().String()
+		}
+		if r.Agent == "" {
+			r.Agent = s.c.Name()
+		}
+		if r.Kind == "" {
+			r.Kind = intents.KindApply
+		}
 	}
 	if err := arbiter.Check(h.c, res); err != nil {
 		return refuse(intents.ReasonInvalid, err.Error(), "Correct the resolution and call resolve again; the case is still yours.")

@@ -1,10 +1,14 @@
 package mcp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,9 +20,13 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // board is a NATS server with a coordinator, on which the tests connect
@@ -26,6 +34,56 @@ import (
 type board struct {
 	t  *testing.T
 	ns *server.Server
+	// svc is the coordinator; seeds the agents' seed files, by agent,
+	// when the board authenticates (newAuthBoard).
+	svc   *coordinator.Service
+	seeds map[string]string
+}
+
+// newAuthBoard is a board under authentication (coordinator.Options.Auth)
+// with the board rules rules in force, for the agents names.
+func newAuthBoard(t *testing.T, rules string, names ...string) *board {
+	t.Helper()
+	dir := t.TempDir()
+	reg := &natsauth.Registry{Agents: map[string]natsauth.Agent{}}
+	b := &board{t: t, seeds: map[string]string{}}
+	for _, name := range names {
+		seed, err := reg.Add(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.seeds[name] = filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(b.seeds[name], seed, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := self.PublicKey()
+	b.ns = natstest.Run(t, func(o *server.Options) { o.Nkeys = reg.Users("", pub) })
+	nc := natstest.Connect(t, b.ns, nats.Nkey(pub, self.Sign))
+	b.svc = coordtest.StartOn(t, nc, filepath.Join(dir, "log"), coordinator.Options{Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.svc.SetRules(ctx, []byte(rules), "test"); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// connect connects to the board's NATS server as agent name.
+func (b *board) connect(name string) *nats.Conn {
+	b.t.Helper()
+	if b.seeds == nil {
+		return natstest.Connect(b.t, b.ns)
+	}
+	opts, err := agents.AuthOptions(name, b.seeds[name])
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return natstest.Connect(b.t, b.ns, opts...)
 }
 
 func newBoard(t *testing.T) *board {
@@ -38,7 +96,7 @@ func newBoard(t *testing.T) *board {
 // agent connects an SDK client as name.
 func (b *board) agent(name string) *agents.Client {
 	b.t.Helper()
-	c, err := agents.Connect(context.Background(), natstest.Connect(b.t, b.ns), name)
+	c, err := agents.Connect(context.Background(), b.connect(name), name)
 	if err != nil {
 		b.t.Fatalf("connect %s: %v", name, err)
 	}
@@ -58,7 +116,7 @@ type session struct {
 // to it; opts are the server's options.
 func (b *board) open(name string, opts mcp.Options) *session {
 	b.t.Helper()
-	nc := natstest.Connect(b.t, b.ns)
+	nc := b.connect(name)
 	c, err := agents.Connect(context.Background(), nc, name)
 	if err != nil {
 		b.t.Fatalf("connect %s: %v", name, err)
@@ -114,6 +172,10 @@ func (s *session) result(tool string, args any) *mcp.Result {
 	res := s.call(tool, args, &r)
 	if res.StructuredContent == nil {
 		s.t.Fatalf("%s: no structured content: %s", tool, text(res))
+	}
+	// A host that looks only at isError must see a rejection as a failure.
+	if res.IsError == r.OK {
+		s.t.Fatalf("%s: isError %v with ok %v: %s", tool, res.IsError, r.OK, text(res))
 	}
 	return &r
 }
@@ -218,12 +280,77 @@ func TestToolsAndSchemas(t *testing.T) {
 			t.Errorf("tool %s offered without Options.Arbiter", tool.Name)
 		}
 	}
-	// A call that does not fit the schema is a tool error, not a
-	// protocol error.
-	res := s.call("write", map[string]any{"writes": []any{map[string]any{"path": "a.b", "op": "replace"}}}, nil)
-	if !res.IsError || !strings.Contains(text(res), "op") {
-		t.Errorf("write with op replace: %v %s", res.IsError, text(res))
+	// No schema gives a node more than one type (["null", "array"]),
+	// which some hosts refuse.
+	for name, tool := range tools {
+		for what, sch := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			data, _ := json.Marshal(sch)
+			var m any
+			json.Unmarshal(data, &m)
+			if where := typeList(m, ""); where != "" {
+				t.Errorf("tool %s: %s schema has a list of types at %s", name, what, where)
+			}
+		}
 	}
+	// A replacement's values are any JSON, not arrays of bytes.
+	rp := schema("resolve")["properties"].(map[string]any)["replacement"].(map[string]any)
+	val := rp["properties"].(map[string]any)["writes"].(map[string]any)["items"].(map[string]any)["properties"].(map[string]any)["value"]
+	if val != true || rp["required"] != nil {
+		t.Errorf("resolve.replacement: value %v, required %v", val, rp["required"])
+	}
+	// A call that does not fit the schema is a tool error naming the
+	// field and the value, with advice, not the go-sdk's bare
+	// `validating "arguments"`.
+	for _, c := range []struct {
+		args any
+		want []string
+	}{
+		{map[string]any{"writes": []any{map[string]any{"path": "a.b", "op": "replace"}}},
+			[]string{`writes[0].op = "replace": want one of set, merge, append, incr, delete`}},
+		{map[string]any{}, []string{"writes is missing"}},
+		{map[string]any{"writes": []any{}}, []string{"writes is empty"}},
+		{map[string]any{"writes": "a.b", "wait_ms": 1.5}, []string{`writes = "a.b": want an array`, "wait_ms = 1.5: want an integer"}},
+		{map[string]any{"writes": []any{set("a.b", 1)}, "expect": []any{map[string]any{"path": "a.b", "version": -1}}, "force": true},
+			[]string{"expect[0].version = -1: want at least 0", "force is not a field here"}},
+	} {
+		var r mcp.Result
+		res := s.call("write", c.args, &r)
+		if !res.IsError || r.Reason != "invalid" || r.Next == "" || strings.Contains(text(res), "validating") {
+			t.Errorf("write %v: isError %v, %+v: %s", c.args, res.IsError, r, text(res))
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.Detail, w) {
+				t.Errorf("write %v: detail %q, want %q in it", c.args, r.Detail, w)
+			}
+		}
+	}
+	// A tool whose output is not a Result says it in its text alone.
+	res := s.call("read", map[string]any{"paths": "tasks"}, nil)
+	if !res.IsError || res.StructuredContent != nil || !strings.Contains(text(res), `paths = "tasks": want an array`) {
+		t.Errorf("read with paths a string: %v %v %s", res.IsError, res.StructuredContent, text(res))
+	}
+}
+
+// typeList is where in schema m a "type" is a list, or "".
+func typeList(m any, at string) string {
+	switch m := m.(type) {
+	case map[string]any:
+		if _, ok := m["type"].([]any); ok {
+			return at + "/type"
+		}
+		for k, v := range m {
+			if w := typeList(v, at+"/"+k); w != "" {
+				return w
+			}
+		}
+	case []any:
+		for i, v := range m {
+			if w := typeList(v, fmt.Sprintf("%s/%d", at, i)); w != "" {
+				return w
+			}
+		}
+	}
+	return ""
 }
 
 func TestReadWrite(t *testing.T) {
@@ -584,9 +711,9 @@ func TestArbiter(t *testing.T) {
 		}
 	}
 	var out mcp.ResolveOutput
-	judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop, "01J00000000000000000000000"}, "rationale": "x"}, &out)
-	if out.OK || out.Reason != "invalid" || !strings.Contains(out.Detail, "01J00000000000000000000000") || out.Next == "" {
-		t.Fatalf("resolve naming an intent not in the case: %+v", out)
+	res := judge.call("resolve", map[string]any{"case": c.ID, "winners": []string{prop, "01J00000000000000000000000"}, "rationale": "x"}, &out)
+	if out.OK || !res.IsError || out.Reason != "invalid" || !strings.Contains(out.Detail, "01J00000000000000000000000") || out.Next == "" {
+		t.Fatalf("resolve naming an intent not in the case: isError %v, %+v", res.IsError, out)
 	}
 	judge.call("resolve", map[string]any{"case": "01J00000000000000000000000", "losers": []string{esc}, "rationale": "x"}, &out)
 	if out.OK || out.Reason != "invalid" {
@@ -644,6 +771,42 @@ func TestArbiter(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A third case is settled by a replacement given as a model writes
+	// one: a value of any JSON, no id, agent or kind (filled in).
+	r = holder.result("begin", map[string]any{"writes": []any{map[string]any{"path": "doc.intro"}}})
+	ok(t, "begin again", r)
+	go func() {
+		var r mcp.Result
+		res, err := asker.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "write",
+			Arguments: map[string]any{"writes": []any{set("doc.intro", "mine again")}, "on_conflict": "escalate"}})
+		if err == nil {
+			data, _ := json.Marshal(res.StructuredContent)
+			json.Unmarshal(data, &r)
+		}
+		escalated <- &r
+	}()
+	second := nc.Case.ID
+	natstest.CheckFor(t, 20*time.Second, "a third case", func() error {
+		nc = mcp.NextCaseOutput{}
+		judge.call("next_case", map[string]any{"wait_ms": 2000}, &nc)
+		if nc.Case == nil || nc.Case.ID == first || nc.Case.ID == second {
+			return fmt.Errorf("no new case")
+		}
+		return nil
+	})
+	res = judge.call("resolve", map[string]any{"case": nc.Case.ID, "rationale": "both intros, merged",
+		"replacement": map[string]any{"writes": []any{set("doc.intro", map[string]any{"a": "mine again", "b": "holder's"})}}}, &out)
+	if !out.OK || res.IsError {
+		t.Fatalf("resolve with a replacement: %+v %s", out, text(res))
+	}
+	lost = <-escalated
+	rejected(t, "escalated write superseded", lost, intents.ReasonArbiterRejected)
+	var rd mcp.ReadOutput
+	judge.call("read", map[string]any{"paths": []string{"doc.intro"}}, &rd)
+	if got := fmt.Sprint(rd.Values["doc.intro"].Value); got != "map[a:mine again b:holder's]" {
+		t.Fatalf("doc.intro after the replacement: %s", got)
+	}
 }
 
 // TestAdvice: every rejection reason of SPEC §3 has its own advice.
@@ -699,4 +862,258 @@ func TestHTTP(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestStdioLineTooLong: a line longer than MaxLineLength is refused with
+// a parse error and skipped whole; the session reads on.
+func TestStdioLineTooLong(t *testing.T) {
+	b := newBoard(t)
+	rs := b.raw("w1", 200)
+	rs.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if r := rs.next(); !strings.Contains(r, `"id":1`) || !strings.Contains(r, "serverInfo") {
+		t.Fatalf("initialize: %s", r)
+	}
+	rs.send(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"` + strings.Repeat("x", 100_000) + `"}}`)
+	if r := rs.next(); !strings.Contains(r, `"code":-32700`) || !strings.Contains(r, `"id":null`) || !strings.Contains(r, "longer than 200 bytes") {
+		t.Fatalf("a line too long: %s", r)
+	}
+	rs.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if r := rs.next(); !strings.Contains(r, `"id":3`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("ping after a line too long: %s", r)
+	}
+	// A line of exactly the bound is served.
+	head, tail := `{"jsonrpc":"2.0","id":4,"method":"ping","params":{"_meta":{"pad":"`, `"}}}`
+	rs.send(head + strings.Repeat("x", 200-len(head)-len(tail)) + tail)
+	if r := rs.next(); !strings.Contains(r, `"id":4`) || !strings.Contains(r, `"result"`) {
+		t.Fatalf("a ping of 200 bytes: %s", r)
+	}
+	rs.in.Close()
+	if err := <-rs.done; err != nil {
+		t.Fatalf("Run after the input closed: %v", err)
+	}
+}
+
+// TestRedacted: what the board rules' readers keep from an agent, its MCP
+// server keeps too, as state.get does: resources/read of a kept path says
+// redacted (not a false "does not exist"), and neither history nor a
+// resource notification shows a kept path's writer, revision or version.
+func TestRedacted(t *testing.T) {
+	b := newAuthBoard(t, `{"rules": [{"pattern": "secrets.**", "readers": ["judge"], "writers": ["judge"]}]}`, "alice", "judge")
+	alice := b.open("alice", mcp.Options{})
+	judge := b.open("judge", mcp.Options{})
+	ctx := context.Background()
+	for _, uri := range []string{"coagent://state/secrets", "coagent://state/tasks"} {
+		if err := alice.cs.Subscribe(ctx, &sdk.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret := judge.result("write", map[string]any{"writes": []any{set("secrets.k", "s3cret")}})
+	ok(t, "judge's secret", secret)
+	// A commit of a kept path and one alice may read: alice hears of the
+	// second only, naming only what she may read.
+	both := judge.result("write", map[string]any{"writes": []any{set("secrets.j", 1), set("tasks.t1", "open")}})
+	ok(t, "judge's mixed write", both)
+	select {
+	case u := <-alice.updates:
+		if u.URI != "coagent://state/tasks" || u.Meta["rev"] != float64(both.Rev) || fmt.Sprint(u.Meta["paths"]) != "[tasks.t1]" {
+			t.Fatalf("alice's first notification: %+v, want the one of tasks at rev %d", u, both.Rev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification of tasks.t1")
+	}
+
+	res, err := alice.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "coagent://state/secrets.k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt := res.Contents[0].Text
+	var st mcp.StateResource
+	if err := json.Unmarshal([]byte(txt), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.Redacted || strings.Contains(txt, "exists") || strings.Contains(txt, "version") || strings.Contains(txt, "s3cret") {
+		t.Fatalf("alice reads the resource secrets.k: %s, want redacted and nothing of it", txt)
+	}
+	var rd mcp.ReadOutput
+	rr := alice.call("read", map[string]any{"paths": []string{"secrets.k"}}, &rd)
+	if strings.Contains(text(rr), "does not exist") || !slices.Equal(rd.Values["secrets.k"].Redacted, []string{"secrets.k"}) {
+		t.Fatalf("alice reads secrets.k: %s", text(rr))
+	}
+	st = mcp.StateResource{}
+	if err := json.Unmarshal([]byte(mustRead(t, judge, "coagent://state/secrets.k")), &st); err != nil || st.Redacted || st.Value != "s3cret" || st.Version != 1 {
+		t.Fatalf("judge reads the resource secrets.k: %+v", st)
+	}
+
+	var h mcp.HistoryOutput
+	hres := alice.call("history", map[string]any{"type": "change"}, &h)
+	for _, ev := range h.Events {
+		if strings.Contains(ev.What, "secrets") || ev.Seq == secret.Rev {
+			t.Fatalf("alice's history shows a kept path: %+v", ev)
+		}
+	}
+	if strings.Contains(text(hres), "secrets") {
+		t.Fatalf("alice's history: %s", text(hres))
+	}
+	if len(h.Events) != 1 || h.Events[0].Seq != both.Rev || h.Events[0].What != `set tasks.t1 = "open" (v1)` {
+		t.Fatalf("alice's history of changes: %+v, want the one of tasks.t1", h.Events)
+	}
+	judge.call("history", map[string]any{"path": "secrets", "type": "change"}, &h)
+	if len(h.Events) != 2 {
+		t.Fatalf("judge's history of secrets: %+v", h.Events)
+	}
+
+}
+
+// TestResourceErrorCodes: a subscription or a read of a URI that names no
+// path is refused with invalid params (-32602), not the code 0 a plain
+// error gets. Subscribe speaks protocol 2025-06-18, where
+// resources/subscribe is a request answered at once.
+func TestResourceErrorCodes(t *testing.T) {
+	b := newBoard(t)
+	rs := b.raw("w1", 0)
+	rs.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	rs.next()
+	rs.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for i, c := range []struct{ method, uri string }{
+		{"resources/subscribe", "coagent://state/tasks..x"},
+		{"resources/subscribe", "file:///etc/passwd"},
+		{"resources/read", "coagent://state/tasks..x"},
+	} {
+		rs.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":%q,"params":{"uri":%q}}`, 10+i, c.method, c.uri))
+		var m struct {
+			ID    int
+			Error *jsonrpc.Error
+		}
+		if err := json.Unmarshal([]byte(rs.next()), &m); err != nil || m.ID != 10+i || m.Error == nil ||
+			m.Error.Code != jsonrpc.CodeInvalidParams {
+			t.Fatalf("%s %s: %+v (%v), want error %d", c.method, c.uri, m, err, jsonrpc.CodeInvalidParams)
+		}
+		if !strings.Contains(m.Error.Message, c.uri) {
+			t.Errorf("%s %s: %q does not name it", c.method, c.uri, m.Error.Message)
+		}
+	}
+	rs.send(`{"jsonrpc":"2.0","id":20,"method":"resources/subscribe","params":{"uri":"coagent://state/tasks"}}`)
+	if r := rs.next(); !strings.Contains(r, `"id":20,"result"`) {
+		t.Fatalf("subscribe to tasks: %s", r)
+	}
+}
+
+// rawSession is a host speaking JSON-RPC lines to a server of this package
+// over a StdioTransport, for what the go-sdk's client does not send.
+type rawSession struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines *bufio.Scanner
+	done  chan error
+}
+
+// raw starts the MCP server of agent name on a StdioTransport with
+// MaxLineLength max (0: the default) and connects a raw host to it.
+func (b *board) raw(name string, max int) *rawSession {
+	b.t.Helper()
+	nc := b.connect(name)
+	c, err := agents.Connect(context.Background(), nc, name)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	srv, err := mcp.New(c, nc, mcp.Options{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { srv.Close() })
+	stdin, host := io.Pipe()
+	replies, stdout := io.Pipe()
+	rs := &rawSession{t: b.t, in: host, lines: bufio.NewScanner(replies), done: make(chan error, 1)}
+	go func() {
+		rs.done <- srv.Run(context.Background(), &mcp.StdioTransport{Reader: stdin, Writer: stdout, MaxLineLength: max})
+		stdout.Close()
+	}()
+	b.t.Cleanup(func() { host.Close(); replies.Close() })
+	return rs
+}
+
+func (rs *rawSession) send(line string) {
+	rs.t.Helper()
+	if _, err := io.WriteString(rs.in, line+"\n"); err != nil {
+		rs.t.Fatal(err)
+	}
+}
+
+// next is the next line the server writes.
+func (rs *rawSession) next() string {
+	rs.t.Helper()
+	if !rs.lines.Scan() {
+		rs.t.Fatalf("no reply: %v", rs.lines.Err())
+	}
+	return rs.lines.Text()
+}
+
+func mustRead(t *testing.T, s *session, uri string) string {
+	t.Helper()
+	res, err := s.cs.ReadResource(context.Background(), &sdk.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Contents[0].Text
+}
+
+// TestSilentClientLetsLeaseExpire: an HTTP client that vanishes without
+// ending its session stops its transactions' renewal once it has made no
+// request for Options.Silence, and their leases run out, long before the
+// idle timeout closes the session; a client that goes on making requests
+// keeps its own renewed past the same bound.
+func TestSilentClientLetsLeaseExpire(t *testing.T) {
+	b := newBoard(t)
+	const silence = 500 * time.Millisecond
+	nc := b.connect("web")
+	c, err := agents.Connect(context.Background(), nc, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	srv, err := mcp.New(c, nc, mcp.Options{Silence: silence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv.HTTPHandler())
+	defer hs.Close()
+	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	gone := &session{t: t, cs: cs}
+	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 300})
+	ok(t, "begin of the client that vanishes", held)
+	quiet := time.Now()
+	// From here on the HTTP client says nothing, and does not end its
+	// session.
+
+	busy := b.open("busy", mcp.Options{Silence: silence})
+	mine := busy.result("begin", map[string]any{"writes": []any{map[string]any{"path": "busy.page"}}, "lease_ms": 300})
+	ok(t, "begin of the busy client", mine)
+	natstest.CheckFor(t, 10*time.Second, "the expiry of the silent client's "+held.Txn, func() error {
+		var h mcp.HistoryOutput
+		busy.call("history", map[string]any{"txn": held.Txn, "type": "expire"}, &h)
+		if len(h.Events) != 1 {
+			return fmt.Errorf("%d expire events", len(h.Events))
+		}
+		return nil
+	})
+	if waited := time.Since(quiet); waited < silence {
+		t.Fatalf("the lease ran out %s after the client's last request, before the silence of %s", waited, silence)
+	}
+	ok(t, "write where the silent client held", busy.result("write", map[string]any{"writes": []any{set("web.page", "free")}}))
+	// The busy client's requests kept its own transaction, past the same
+	// silence and many leases.
+	var h mcp.HistoryOutput
+	busy.call("history", map[string]any{"txn": mine.Txn, "type": "expire"}, &h)
+	if len(h.Events) != 0 {
+		t.Fatalf("the busy client's transaction expired: %+v", h.Events)
+	}
+	r := busy.result("commit", map[string]any{"txn": mine.Txn, "writes": []any{set("busy.page", "done")}})
+	ok(t, "commit of the busy client", r)
 }

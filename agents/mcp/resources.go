@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 )
@@ -62,18 +64,48 @@ type StateResource struct {
 	Version uint64 `json:"version"`
 	ModRev  uint64 `json:"mod_rev"`
 	Rev     uint64 `json:"rev"`
+	// Redacted says the board rules' readers keep the path from this
+	// agent: then nothing of it is shown, not whether it exists (the
+	// contents are only path, redacted and rev).
+	Redacted bool `json:"redacted,omitempty"`
+	// RedactedPaths name the paths under it kept from this agent, left
+	// out of Value.
+	RedactedPaths []string `json:"redacted_paths,omitempty"`
 }
 
-// pathOf is the state path of a coagent://state/<path> URI.
+// redactedResource is the contents of a resource kept whole from the
+// agent: as state.get, it says neither whether the path exists nor its
+// version.
+type redactedResource struct {
+	Path     string `json:"path"`
+	Redacted bool   `json:"redacted"`
+	Rev      uint64 `json:"rev"`
+}
+
+// rpcError is an error with its JSON-RPC code: a plain error reaches the
+// client with code 0, which names no failure.
+func rpcError(code int64, format string, args ...any) error {
+	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// pathOf is the state path of a coagent://state/<path> URI; a URI that
+// names none is an invalid-params error.
 func pathOf(uri string) (string, error) {
 	p, ok := strings.CutPrefix(uri, stateURI)
 	if !ok {
-		return "", fmt.Errorf("resource %q: want %s<path>", uri, stateURI)
+		return "", rpcError(jsonrpc.CodeInvalidParams, "resource %q: want %s<path>", uri, stateURI)
 	}
 	if err := intents.CheckPath(p); err != nil {
-		return "", fmt.Errorf("resource %q: path %q: %w", uri, p, err)
+		return "", rpcError(jsonrpc.CodeInvalidParams, "resource %q: path %q: %v", uri, p, err)
 	}
 	return p, nil
+}
+
+// kept says whether the board rules' readers keep path whole from this
+// agent, by redacted, the paths a read or a change names as kept: path
+// itself or one above it.
+func kept(path string, redacted []string) bool {
+	return slices.ContainsFunc(redacted, func(r string) bool { return r == path || strings.HasPrefix(path, r+".") })
 }
 
 func (s *Server) addResources() {
@@ -94,16 +126,22 @@ func (s *Server) readResource(ctx context.Context, req *sdk.ReadResourceRequest)
 	}
 	st, err := s.c.Read(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, rpcError(jsonrpc.CodeInternalError, "read %s: %v", path, err)
 	}
 	v := st.Values[path]
-	out := StateResource{Path: path, Exists: v.Exists, Version: v.Version, ModRev: v.ModRev, Rev: st.Rev}
-	if v.Exists && len(v.Value) > 0 {
-		out.Value = json.RawMessage(v.Value)
+	var out any
+	if kept(path, v.Redacted) {
+		out = redactedResource{Path: path, Redacted: true, Rev: st.Rev}
+	} else {
+		sr := StateResource{Path: path, Exists: v.Exists, Version: v.Version, ModRev: v.ModRev, Rev: st.Rev, RedactedPaths: v.Redacted}
+		if v.Exists && len(v.Value) > 0 {
+			sr.Value = json.RawMessage(v.Value)
+		}
+		out = sr
 	}
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, rpcError(jsonrpc.CodeInternalError, "read %s: %v", path, err)
 	}
 	return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(data)}}}, nil
 }
@@ -117,7 +155,9 @@ type watch struct {
 // subscribe starts following the subtree of the URI (if no session
 // follows it yet) from the current revision: each later commit that
 // touches it is a notifications/resources/updated for the URI, whose
-// _meta carries the revision, the agent and the paths written.
+// _meta carries the revision, the agent and the paths written. A URI
+// that names no path is an invalid-params error, a failure to follow it
+// an internal error.
 func (s *Server) subscribe(ctx context.Context, req *sdk.SubscribeRequest) error {
 	uri := req.Params.URI
 	path, err := pathOf(uri)
@@ -134,11 +174,11 @@ func (s *Server) subscribe(ctx context.Context, req *sdk.SubscribeRequest) error
 	s.mu.Unlock()
 	st, err := s.c.Read(ctx, path)
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", uri, err)
+		return rpcError(jsonrpc.CodeInternalError, "subscribe %s: %v", uri, err)
 	}
 	w, err := s.c.Watch(s.done, path, st.Rev)
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", uri, err)
+		return rpcError(jsonrpc.CodeInternalError, "subscribe %s: %v", uri, err)
 	}
 	s.mu.Lock()
 	if other := s.mu.watches[uri]; other != nil {
@@ -160,7 +200,15 @@ func (s *Server) notify(uri string, w *agents.Watcher) {
 	for ch := range w.Changes() {
 		paths := make([]string, 0, len(ch.Writes))
 		for _, a := range ch.Writes {
-			paths = append(paths, a.Path)
+			if !kept(a.Path, ch.Redacted) {
+				paths = append(paths, a.Path)
+			}
+		}
+		if len(paths) == 0 {
+			// Every write is of a path kept from this agent: as state.get
+			// says nothing of it, not its writer, revision or version,
+			// neither does a notification.
+			continue
 		}
 		meta := sdk.Meta{"rev": ch.Rev, "agent": ch.Agent, "paths": paths}
 		if err := s.mcp.ResourceUpdated(s.done, &sdk.ResourceUpdatedNotificationParams{URI: uri, Meta: meta}); err != nil {

@@ -14,8 +14,9 @@ import (
 
 // Result is what a tool that sends an intent returns: the coordinator's
 // decision, in the words a model acts on. A rejection is a Result with ok
-// false, never a protocol error: reason and detail say why, conflicts and
-// versions what stood in the way, and next what to do about it.
+// false in a tool error (isError), never a protocol error: reason and
+// detail say why, conflicts and versions what stood in the way, and next
+// what to do about it.
 type Result struct {
 	OK      bool   `json:"ok" jsonschema:"true when the coordinator did what was asked"`
 	Outcome string `json:"outcome" jsonschema:"applied, granted, committed, aborted or rejected"`
@@ -135,14 +136,27 @@ func advice(r intents.Reason, d *intents.Decision) string {
 	return "Read the detail; the request was not carried out."
 }
 
+// failure is an output that may say the request was not carried out.
+type failure interface{ failed() bool }
+
+func (r *Result) failed() bool        { return !r.OK }
+func (r *ResolveOutput) failed() bool { return !r.OK }
+
 // toolResult is r as a tool's content: a one-line summary a model reads
-// first, then r as JSON (the structured content carries r too).
+// first, then r as JSON (the structured content carries r too). A failed
+// r is a tool error (isError), as the MCP specification has tool
+// execution errors reported, business rejections included: a host that
+// looks only at isError must not take a lost claim for a success.
 func toolResult(summary string, r any) *sdk.CallToolResult {
 	data, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		data = []byte(fmt.Sprintf("%q", err.Error()))
 	}
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: summary + "\n" + string(data)}}}
+	res := &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: summary + "\n" + string(data)}}}
+	if f, ok := r.(failure); ok && f.failed() {
+		res.IsError = true
+	}
+	return res
 }
 
 // summary is the one line of a Result.

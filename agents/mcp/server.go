@@ -12,17 +12,19 @@
 // too — is a tool result the model can act on: the reason, the detail, the
 // conflicting paths, the current versions and what to do next. A
 // transaction begun in a session is renewed by the Client between the
-// model's turns while the session lives; when the session ends (the host
-// exits, or an HTTP session goes idle) its renewal stops and the lease runs
-// out at the coordinator, which logs the expiry.
+// model's turns while the session lives and its client shows signs of
+// life; when the session ends (the host exits, or an HTTP session goes
+// idle), or its client makes no request for Options.Silence, its renewal
+// stops and the lease runs out at the coordinator, which logs the expiry.
 //
 //	s, err := mcp.New(client, nc, mcp.Options{})
-//	err = s.Run(ctx, &sdk.StdioTransport{})      // coagent mcp
-//	http.ListenAndServe(addr, s.HTTPHandler())    // coagent mcp --http ADDR
+//	err = s.Run(ctx, &mcp.StdioTransport{Reader: os.Stdin, Writer: os.Stdout}) // coagent mcp
+//	http.ListenAndServe(addr, s.HTTPHandler())                                 // coagent mcp --http ADDR
 package mcp
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +35,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 )
@@ -52,6 +55,20 @@ type Options struct {
 	// long, which lets its transactions' leases run out. The default is
 	// 10 minutes. Stdio sessions end when the host closes the pipe.
 	IdleTimeout time.Duration
+	// Silence is how long a session's client may make no request (with
+	// none in flight) before its transactions are no longer renewed: a
+	// client gone without ending its session (an HTTP client that
+	// vanished) then holds their paths for Silence and a lease, not until
+	// IdleTimeout. A transaction whose renewal stopped stays the
+	// session's: a commit within its lease still succeeds, a later one is
+	// told the lease ran out. The default is 1 minute, or half of
+	// IdleTimeout when that is shorter; it must be below IdleTimeout.
+	Silence time.Duration
+	// Token, when set, is the bearer token HTTPHandler requires of every
+	// request (Authorization: Bearer <Token>): whoever reaches the
+	// handler acts as the agent. The default is none (for a loopback
+	// address).
+	Token string
 	// Version is the server version told to hosts. The default is "dev".
 	Version string
 	// Logger receives the server's notes (sessions that end, watches that
@@ -70,6 +87,9 @@ func (o *Options) ensureDefaults() {
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = 10 * time.Minute
 	}
+	if o.Silence == 0 {
+		o.Silence = min(time.Minute, o.IdleTimeout/2)
+	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -86,6 +106,9 @@ func (o *Options) validate() error {
 	}
 	if o.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("mcp: Options.IdleTimeout = %s: want a positive duration", o.IdleTimeout))
+	}
+	if o.Silence < 0 || (o.IdleTimeout > 0 && o.Silence >= o.IdleTimeout) {
+		errs = append(errs, fmt.Errorf("mcp: Options.Silence = %s: want a positive duration below Options.IdleTimeout (%s)", o.Silence, o.IdleTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -104,6 +127,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mcp  *sdk.Server
+	// inputs are the tools' input schemas, by tool name; written in New
+	// only.
+	inputs map[string]toolInput
 
 	// done ends the watches and the arbiter when the server closes.
 	done    context.Context
@@ -119,11 +145,21 @@ type Server struct {
 	arb *arbiterBridge // nil unless Options.Arbiter
 }
 
-// session is what one MCP session holds: the transactions it began.
+// session is what one MCP session holds: the transactions it began, and
+// the signs of life of its client.
 type session struct {
 	mu     sync.Mutex
 	txns   map[string]*agents.Txn // open, by transaction id
 	closed bool
+	// busy counts the client's requests in flight; seen is when the last
+	// one began or ended.
+	busy int
+	seen time.Time
+	// silenced are the transactions whose renewal stopped for the
+	// client's silence.
+	silenced map[string]bool
+	wake     chan struct{} // a request began or ended (capacity 1)
+	gone     chan struct{} // closed when the session ends
 }
 
 // New makes the server of c's agent. nc is the connection c was made on,
@@ -138,7 +174,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{c: c, nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger}
+	s := &Server{c: c, nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger, inputs: map[string]toolInput{}}
 	s.mu.sessions = map[*sdk.ServerSession]*session{}
 	s.mu.watches = map[string]*watch{}
 	s.done, s.cancel = context.WithCancel(context.Background())
@@ -148,6 +184,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
 	})
+	s.mcp.AddReceivingMiddleware(s.liveness, s.checkArguments)
 	s.addTools()
 	if opts.Arbiter {
 		s.arb = newArbiterBridge(s)
@@ -174,7 +211,7 @@ func (w warnings) WithGroup(g string) slog.Handler       { return warnings{w.Han
 // not wire (Connect it to one).
 func (s *Server) MCP() *sdk.Server { return s.mcp }
 
-// Run serves one session on t (stdio: &sdk.StdioTransport{}) until the
+// Run serves one session on t (stdio: a StdioTransport) until the
 // client closes it or ctx ends.
 func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	err := s.mcp.Run(ctx, t)
@@ -185,10 +222,25 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 }
 
 // HTTPHandler serves streamable HTTP: one session per client, closed when
-// the client ends it or after Options.IdleTimeout without a request.
+// the client ends it or after Options.IdleTimeout without a request. With
+// Options.Token, a request without it as its bearer token is refused
+// (401) before it reaches a session.
 func (s *Server) HTTPHandler() http.Handler {
-	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp },
 		&sdk.StreamableHTTPOptions{SessionTimeout: s.opts.IdleTimeout, Logger: slog.New(warnings{s.log.Handler()})})
+	if s.opts.Token == "" {
+		return h
+	}
+	want := []byte(s.opts.Token)
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		if subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+			return nil, auth.ErrInvalidToken
+		}
+		// One token, one user: the go-sdk ties a session to the user that
+		// opened it.
+		return &auth.TokenInfo{UserID: s.c.Name()}, nil
+	}
+	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
 }
 
 // Close closes the sessions still open and ends every watch and the
@@ -223,15 +275,112 @@ func (s *Server) sessionOf(ss *sdk.ServerSession) *session {
 	if st != nil {
 		return st
 	}
-	st = &session{txns: map[string]*agents.Txn{}, closed: s.mu.closed}
+	st = &session{txns: map[string]*agents.Txn{}, closed: s.mu.closed, seen: time.Now(), silenced: map[string]bool{},
+		wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	if !s.mu.closed {
 		s.mu.sessions[ss] = st
 		s.workers.Go(func() {
 			ss.Wait()
 			s.ended(ss)
 		})
+		s.workers.Go(func() { s.watchSilence(ss, st) })
 	}
 	return st
+}
+
+// liveness is the receiving middleware that records each request and
+// notification as a sign of life of its session's client, and a request
+// in flight as one until it ends (a write that waits, a next_case).
+func (s *Server) liveness(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		ss, ok := req.GetSession().(*sdk.ServerSession)
+		if !ok || ss == nil {
+			return next(ctx, method, req)
+		}
+		st := s.sessionOf(ss)
+		// A subscriptions/listen stays open as long as the session: its
+		// start is a sign of life, its being open is not.
+		if method == "subscriptions/listen" {
+			st.request(0)
+			return next(ctx, method, req)
+		}
+		st.request(1)
+		defer st.request(-1)
+		return next(ctx, method, req)
+	}
+}
+
+// request records a sign of life: a request begins (+1), ends (-1), or
+// a message that stays open begins (0).
+func (st *session) request(busy int) {
+	st.mu.Lock()
+	st.busy += busy
+	st.seen = time.Now()
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// quietSince is when the client fell silent, and false while it has a
+// request in flight.
+func (st *session) quietSince() (time.Time, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.seen, st.busy == 0
+}
+
+// watchSilence stops renewing the transactions of session ss once its
+// client has made no request for Options.Silence, until the session ends.
+func (s *Server) watchSilence(ss *sdk.ServerSession, st *session) {
+	timer := time.NewTimer(s.opts.Silence)
+	defer timer.Stop()
+	for {
+		if since, quiet := st.quietSince(); quiet {
+			wait := time.Until(since.Add(s.opts.Silence))
+			if wait <= 0 {
+				if n := st.silence(); n > 0 {
+					s.log.Info("the client made no request; its transactions are no longer renewed and their leases will run out",
+						"session", ss.ID(), "silence", s.opts.Silence, "txns", n)
+				}
+				// Silent still: nothing to do until the next request.
+				select {
+				case <-st.wake:
+				case <-st.gone:
+					return
+				case <-s.done.Done():
+					return
+				}
+				continue
+			}
+			timer.Reset(wait)
+		}
+		select {
+		case <-timer.C:
+		case <-st.wake:
+		case <-st.gone:
+			return
+		case <-s.done.Done():
+			return
+		}
+	}
+}
+
+// silence stops renewing the session's open transactions, and returns
+// how many were still renewed.
+func (st *session) silence() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for id, t := range st.txns {
+		if !st.silenced[id] {
+			t.StopRenewing()
+			st.silenced[id] = true
+			n++
+		}
+	}
+	return n
 }
 
 // ended lets go of what session ss held: its transactions are no longer
@@ -258,6 +407,9 @@ func (s *Server) ended(ss *sdk.ServerSession) {
 func (st *session) end() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if !st.closed {
+		close(st.gone)
+	}
 	st.closed = true
 	for _, t := range st.txns {
 		t.StopRenewing()
@@ -290,6 +442,7 @@ func (st *session) forget(id string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.txns, id)
+	delete(st.silenced, id)
 }
 
 func (st *session) open() []*agents.Txn {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,13 +129,41 @@ var (
 	}()
 )
 
+// typeSchemas are the schemas of the types jsonschema infers wrongly for
+// this wire: a json.RawMessage holds any JSON value, not an array of bytes.
+var typeSchemas = map[reflect.Type]*jsonschema.Schema{reflect.TypeFor[json.RawMessage](): {}}
+
+// plainSchema is the schema of T with one type per node: jsonschema says
+// ["null", "array"] of a slice (["null", "object"] of a map or a pointer),
+// which some hosts refuse. A field that may be left out is one the
+// schema does not require, not one that may be null.
+func plainSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: typeSchemas})
+	if err != nil {
+		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err)) // a bug in this package's types
+	}
+	var walk func(*jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
+		if s == nil {
+			return
+		}
+		if ts := slices.DeleteFunc(slices.Clone(s.Types), func(t string) bool { return t == "null" }); len(s.Types) > 0 && len(ts) == 1 {
+			s.Type, s.Types = ts[0], nil
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		walk(s.Items)
+		walk(s.AdditionalProperties)
+	}
+	walk(s)
+	return s
+}
+
 // schemaFor is the input schema of T, with the enums and bounds its tags
 // cannot say.
 func schemaFor[T any]() *jsonschema.Schema {
-	s, err := jsonschema.For[T](nil)
-	if err != nil {
-		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err)) // a bug in this file's types
-	}
+	s := plainSchema[T]()
 	var walk func(*jsonschema.Schema)
 	walk = func(s *jsonschema.Schema) {
 		if s == nil {
@@ -153,6 +183,9 @@ func schemaFor[T any]() *jsonschema.Schema {
 				p.Minimum = jsonschema.Ptr(float64(minLease.Milliseconds()))
 			case "limit":
 				p.Minimum, p.Maximum = jsonschema.Ptr(0.0), jsonschema.Ptr(500.0)
+			case "replacement":
+				// resolve fills them in when left out.
+				p.Required = slices.DeleteFunc(p.Required, func(f string) bool { return f == "id" || f == "agent" || f == "kind" })
 			}
 			walk(p)
 		}
@@ -162,41 +195,56 @@ func schemaFor[T any]() *jsonschema.Schema {
 	return s
 }
 
+// addTool adds tool t with handler h, its input schema that of In and its
+// output schema that of Out, and keeps the input schema for
+// checkArguments. A handler that returns no Out (an argument it refused
+// itself) gives a result with no structured content, rather than a null
+// the output schema would refuse.
+func addTool[In, Out any](s *Server, t *sdk.Tool, h func(context.Context, *sdk.CallToolRequest, In) (*sdk.CallToolResult, *Out, error)) {
+	in := schemaFor[In]()
+	t.InputSchema, t.OutputSchema = in, plainSchema[Out]()
+	_, result := any(new(Out)).(*Result)
+	s.inputs[t.Name] = toolInput{schema: in, result: result}
+	sdk.AddTool(s.mcp, t, func(ctx context.Context, req *sdk.CallToolRequest, args In) (*sdk.CallToolResult, any, error) {
+		res, out, err := h(ctx, req, args)
+		if out == nil {
+			return res, nil, err
+		}
+		return res, out, err
+	})
+}
+
 func (s *Server) addTools() {
 	name := s.c.Name()
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "read", Title: "Read shared state",
+	addTool(s, &sdk.Tool{Name: "read", Title: "Read shared state",
 		Description: "Read paths of the shared state, all at one revision: each path's value, version and mod_rev. " +
 			"Read before you write: the versions let a write check that nobody changed what you read (expect).",
-		InputSchema: schemaFor[ReadInput](), Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.read)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "write", Title: "Write shared state",
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.read)
+	addTool(s, &sdk.Tool{Name: "write", Title: "Write shared state",
 		Description: "Change the shared state as agent " + name + ": one atomic request the coordinator applies all together or not at all. " +
 			"ops: set, merge, append, incr, delete. Guard it with expect (the versions you read), pre and post conditions. " +
-			"A rejection is a result with ok false, the reason, the detail and what to do next; nothing was written then.",
-		InputSchema: schemaFor[WriteInput](), Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.write)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "claim", Title: "Claim a task",
+			"A rejection is a tool error whose result has ok false, the reason, the detail and what to do next; nothing was written then.",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.write)
+	addTool(s, &sdk.Tool{Name: "claim", Title: "Claim a task",
 		Description: "Claim a task for agent " + name + ": sets <path>.owner to " + name + " only if nobody holds it. " +
-			"Of agents claiming at once exactly one wins; a lost claim says who holds the task (held_by): pick another then.",
-		InputSchema: schemaFor[ClaimInput]()}, s.claim)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "release", Title: "Release a task",
-		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + ".",
-		InputSchema: schemaFor[ClaimInput]()}, s.release)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "begin", Title: "Begin a transaction",
+			"Of agents claiming at once exactly one wins; a lost claim says who holds the task (held_by): pick another then."}, s.claim)
+	addTool(s, &sdk.Tool{Name: "release", Title: "Release a task",
+		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + "."}, s.release)
+	addTool(s, &sdk.Tool{Name: "begin", Title: "Begin a transaction",
 		Description: "Begin a transaction for work that takes several steps: name the paths you will write (and those you depend on); " +
 			"until you commit or abort, no other agent writes them, and one that tries is rejected or waits. " +
 			"The lease is renewed for you while this session lives; if the session ends, it runs out and the paths are free again. " +
-			"Returns the txn id for commit and abort.",
-		InputSchema: schemaFor[BeginInput]()}, s.begin)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "commit", Title: "Commit a transaction",
+			"Returns the txn id for commit and abort."}, s.begin)
+	addTool(s, &sdk.Tool{Name: "commit", Title: "Commit a transaction",
 		Description: "Commit a transaction begun with begin: the writes with their values (only paths given to begin), atomically. " +
 			"A commit rejected for a post condition or a path outside the transaction leaves it open: fix and commit again, or abort.",
-		InputSchema: schemaFor[CommitInput](), Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.commit)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "abort", Title: "Abort a transaction",
-		Description: "Abort a transaction begun with begin: nothing is written and its paths are free again.",
-		InputSchema: schemaFor[AbortInput]()}, s.abort)
-	sdk.AddTool(s.mcp, &sdk.Tool{Name: "history", Title: "History of the shared state",
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.commit)
+	addTool(s, &sdk.Tool{Name: "abort", Title: "Abort a transaction",
+		Description: "Abort a transaction begun with begin: nothing is written and its paths are free again."}, s.abort)
+	addTool(s, &sdk.Tool{Name: "history", Title: "History of the shared state",
 		Description: "The coordinator's log, oldest first: who changed a path and when (path), what happened to this agent's own requests (mine), " +
 			"or to one transaction (txn). Every intent, decision, change, grant, renewal and expiry is there.",
-		InputSchema: schemaFor[HistoryInput](), Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.history)
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, s.history)
 }
 
 func (s *Server) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (*sdk.CallToolResult, *ReadOutput, error) {
@@ -220,7 +268,9 @@ func (s *Server) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput)
 			}
 		}
 		out.Values[p] = rv
-		if v.Exists {
+		if kept(p, v.Redacted) {
+			lines = append(lines, p+" is kept from this agent by the board rules (redacted)")
+		} else if v.Exists {
 			lines = append(lines, fmt.Sprintf("%s = %s (version %d)", p, intents.Clip(string(v.Value), 200), v.Version))
 		} else {
 			lines = append(lines, p+" does not exist (version 0)")
@@ -549,6 +599,9 @@ func (s *Server) history(ctx context.Context, _ *sdk.CallToolRequest, in History
 	out := &HistoryOutput{Events: []HistoryEvent{}, Next: page.Next}
 	var lines []string
 	for _, ev := range page.Events {
+		if ev = visible(ev); ev == nil {
+			continue
+		}
 		h := HistoryEvent{Seq: ev.Seq, Time: ev.Time, Type: string(ev.Type), Agent: ev.Agent, Intent: ev.Intent, Txn: ev.Txn, What: describe(ev)}
 		out.Events = append(out.Events, h)
 		lines = append(lines, fmt.Sprintf("%d %s %s: %s", h.Seq, h.Type, h.Agent, h.What))
@@ -558,6 +611,29 @@ func (s *Server) history(ctx context.Context, _ *sdk.CallToolRequest, in History
 		summary += ":\n" + strings.Join(lines, "\n")
 	}
 	return toolResult(summary, out), out, nil
+}
+
+// visible is ev without the writes of paths the board rules keep whole
+// from this agent (named in its change's Redacted), or nil when nothing
+// is left: log.query takes out such a write's value but keeps its path,
+// writer, revision and version, which state.get does not show.
+func visible(ev *intents.Event) *intents.Event {
+	if ev.Change == nil || len(ev.Change.Redacted) == 0 {
+		return ev
+	}
+	var writes []intents.Applied
+	for _, a := range ev.Change.Writes {
+		if !kept(a.Path, ev.Change.Redacted) {
+			writes = append(writes, a)
+		}
+	}
+	if len(writes) == 0 {
+		return nil
+	}
+	cp, ch := *ev, *ev.Change
+	ch.Writes = writes
+	cp.Change = &ch
+	return &cp
 }
 
 // describe says in one line what event ev records.

@@ -8,22 +8,27 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/agents/mcp"
 	"github.com/coagent/coagent/intents"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
 
 // mcpFlags are the flags of `coagent mcp`.
 type mcpFlags struct {
 	agent, http string
-	arbiter     bool
-	lease       time.Duration
-	conn        natsFlags
+	// token is the bearer token --http requires; noAuth serves a
+	// non-loopback address without one.
+	token   string
+	noAuth  bool
+	arbiter bool
+	lease   time.Duration
+	silence time.Duration
+	conn    natsFlags
 }
 
 // newMCPCmd is `coagent mcp`: an MCP server through which a language
@@ -37,8 +42,9 @@ func newMCPCmd(e *env) *cobra.Command {
 			"Tools: read, write, claim, release, begin, commit, abort, history (and next_case, resolve with --arbiter);\n" +
 			"resources coagent://state/<path> with change notifications; the prompt shared_board.\n" +
 			"Over stdio by default (what an MCP host spawns: stdout is the protocol, notes go to stderr), over\n" +
-			"streamable HTTP with --http ADDR. A transaction begun in a session is renewed while the session lives;\n" +
-			"when the session ends its lease runs out. docs/mcp.md has the host's mcpServers entry.",
+			"streamable HTTP with --http ADDR. A transaction begun in a session is renewed while the session lives\n" +
+			"and its client makes requests; when the session ends, or its client is silent for --silence, its lease runs out.\n" +
+			"docs/mcp.md has the host's mcpServers entry.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if f.agent == "" {
@@ -53,6 +59,13 @@ func newMCPCmd(e *env) *cobra.Command {
 				return usagef(c, "--agent %s with --nkey %s: the seed file is agent %s's", f.agent, f.conn.nkey, f.conn.agent())
 			case f.lease < 0:
 				return usagef(c, "--lease %s: want a positive duration", f.lease)
+			case f.http == "" && (c.Flags().Changed("http-token") || f.noAuth):
+				return usagef(c, "--http-token and --http-no-auth are of --http ADDR; without it the server speaks stdio")
+			case f.silence <= 0 || f.silence >= mcpIdleTimeout:
+				return usagef(c, "--silence %s: want a positive duration below the HTTP idle timeout (%s)", f.silence, mcpIdleTimeout)
+			}
+			if f.token == "" {
+				f.token = os.Getenv(mcpTokenEnv)
 			}
 			return runMCP(c.Context(), &f, e.stdin, e.stdout, e.stderr)
 		},
@@ -60,8 +73,11 @@ func newMCPCmd(e *env) *cobra.Command {
 	fs := c.Flags()
 	fs.StringVar(&f.agent, "agent", "", "the agent the model works as (default: the agent of --nkey)")
 	fs.StringVar(&f.http, "http", "", "serve streamable HTTP on this address (host:port) instead of stdio")
+	fs.StringVar(&f.token, "http-token", "", "with --http: require this bearer token (Authorization: Bearer TOKEN) of every request (default $"+mcpTokenEnv+")")
+	fs.BoolVar(&f.noAuth, "http-no-auth", false, "with --http on an address that is not loopback: serve it without a token, open to anyone who reaches it")
 	fs.BoolVar(&f.arbiter, "arbiter", false, "add the arbiter's tools next_case and resolve")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "the lease of a transaction begun without lease_ms: how long it outlives its session")
+	fs.DurationVar(&f.silence, "silence", time.Minute, "how long a session's client may make no request before its transactions are no longer renewed (their leases then run out)")
 	f.conn.register(fs, e.defaultNATS())
 	return c
 }
@@ -81,20 +97,38 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer cl.Close()
-	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease, Version: mcpVersion(), Logger: log})
+	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease,
+		IdleTimeout: mcpIdleTimeout, Silence: f.silence, Token: f.token, Version: mcpVersion(), Logger: log})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	if f.http == "" {
-		return srv.Run(ctx, &sdk.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+		return srv.Run(ctx, &mcp.StdioTransport{Reader: stdin, Writer: stdout, Logger: log})
 	}
 	ln, err := net.Listen("tcp", f.http)
 	if err != nil {
 		return fmt.Errorf("--http %s: %w", f.http, err)
 	}
+	// Whoever reaches the listener acts as the agent: off the loopback
+	// interface that is anyone on the network, unless a token is asked.
+	open := !isLoopback(ln.Addr())
+	switch {
+	case open && f.token == "" && !f.noAuth:
+		ln.Close()
+		return fmt.Errorf("--http %s: not a loopback address, and no token: anyone who reaches it would act as agent %s; "+
+			"require a bearer token with --http-token (or $%s), or serve it open with --http-no-auth", f.http, f.agent, mcpTokenEnv)
+	case open && f.token == "":
+		fmt.Fprintf(stderr, "coagent: warning: --http-no-auth: anyone who reaches http://%s acts as agent %s\n", ln.Addr(), f.agent)
+	}
 	hs := &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stderr, "coagent: mcp for agent %s on http://%s\n", f.agent, ln.Addr())
+	auth := "no token (loopback only)"
+	if f.token != "" {
+		auth = "bearer token required"
+	} else if open {
+		auth = "NO AUTHENTICATION"
+	}
+	fmt.Fprintf(stderr, "coagent: mcp for agent %s on http://%s (%s)\n", f.agent, ln.Addr(), auth)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -110,15 +144,24 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 	return nil
 }
 
+// mcpTokenEnv is the environment variable that gives --http-token, so
+// that the token need not be on the command line, where ps shows it.
+const mcpTokenEnv = "COAGENT_MCP_TOKEN"
+
+// isLoopback says a listens on a loopback interface only (not on every
+// interface, as 0.0.0.0 and :PORT do).
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// mcpIdleTimeout closes an HTTP session that made no request for this
+// long.
+const mcpIdleTimeout = 10 * time.Minute
+
 // mcpVersion is the version the server tells hosts: that of `coagent
 // version`'s first line.
 func mcpVersion() string {
 	first, _, _ := strings.Cut(version(), "\n")
 	return strings.TrimPrefix(first, "coagent version ")
 }
-
-// nopWriteCloser is stdout for the stdio transport, which closes its
-// writer at the end of the session: the command's stdout stays open.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

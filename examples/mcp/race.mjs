@@ -45,6 +45,8 @@ async function connect(name) {
 async function call(client, agent, tool, args) {
   const res = await client.callTool({ name: tool, arguments: args });
   check(res.structuredContent, `${tool}: a structured result (${JSON.stringify(res.content)})`);
+  // A host that looks only at isError must see a rejection as a failure.
+  check(!!res.isError === !res.structuredContent.ok, `${tool}: isError ${res.isError} with ok ${res.structuredContent.ok}`);
   step(agent, tool, args, res.structuredContent);
   return res.structuredContent;
 }

@@ -130,10 +130,18 @@ func (s *Set) Redact(v Viewer, path string, value any) (any, []string) {
 
 // RedactJSON is Redact for a value as JSON (a committed write's), which
 // comes back re-encoded only when something was removed. A value that
-// does not decode is kept from v whole.
+// does not decode is kept from v whole. A write with no value (a delete)
+// of a path kept from v whole is named kept too, as a set of it is, so
+// that whoever shows writes leaves it out alike.
 func (s *Set) RedactJSON(v Viewer, path string, value json.RawMessage) (json.RawMessage, []string) {
 	hide := s.hiding(v)
-	if len(hide) == 0 || len(value) == 0 {
+	if len(hide) == 0 {
+		return value, nil
+	}
+	if len(value) == 0 {
+		if slices.ContainsFunc(hide, func(p Pattern) bool { return p.Covers(path) }) {
+			return nil, []string{path}
+		}
 		return value, nil
 	}
 	if !slices.ContainsFunc(hide, func(p Pattern) bool { return p.Overlaps(path) }) {

@@ -76,6 +76,17 @@ func TestRedact(t *testing.T) {
 	if got, hidden := s.RedactJSON(alice, "secrets.k", json.RawMessage(`"s"`)); got != nil || !slices.Equal(hidden, []string{"secrets.k"}) {
 		t.Errorf("RedactJSON of a covered path: %s %v", got, hidden)
 	}
+	// A delete carries no value, and of a covered path it is kept as a set
+	// is: those who show writes leave it out by Redacted.
+	if got, hidden := s.RedactJSON(alice, "secrets.k", nil); got != nil || !slices.Equal(hidden, []string{"secrets.k"}) {
+		t.Errorf("RedactJSON of a delete of a covered path: %s %v", got, hidden)
+	}
+	if got, hidden := s.RedactJSON(alice, "tasks.t1", nil); got != nil || hidden != nil {
+		t.Errorf("RedactJSON of a delete above a kept member keeps nothing: %s %v", got, hidden)
+	}
+	if _, hidden := s.RedactJSON(judge, "secrets.k", nil); hidden != nil {
+		t.Errorf("RedactJSON of a delete the viewer may read: %v", hidden)
+	}
 }
 
 // A file of roles alone (the registry's, with no --rules file) is not

@@ -41,8 +41,13 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// clipped is how an answer quotes a parameter: never more of it than a
+// sentence needs, whatever was sent.
+func clipped(s string) string { return intents.Clip(s, 80) }
+
 func badRequest(format string, args ...any) error {
-	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+	// Clipped whole as well: a library's error may quote the input too.
+	return &httpError{status: http.StatusBadRequest, msg: intents.Clip(fmt.Sprintf(format, args...), 300)}
 }
 
 // apiError is an error reply of the coordinator's API: the micro error
@@ -231,7 +236,7 @@ func (b *backend) overview(ctx context.Context, _ *http.Request) (any, error) {
 func (b *backend) value(ctx context.Context, r *http.Request) (any, error) {
 	path := r.URL.Query().Get("path")
 	if err := intents.CheckPath(path); err != nil {
-		return nil, badRequest("path %q: %v", path, err)
+		return nil, badRequest("path %q: %v", clipped(path), err)
 	}
 	st, err := b.stateGet(ctx, path)
 	if err != nil {
@@ -253,7 +258,7 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 	if s := r.URL.Query().Get("rev"); s != "" {
 		var err error
 		if rev, err = strconv.ParseUint(s, 10, 64); err != nil || rev == 0 {
-			return nil, badRequest("rev %q: want a revision, a whole number from 1", s)
+			return nil, badRequest("rev %q: want a revision, a whole number from 1", clipped(s))
 		}
 	}
 	head, err := b.stateGet(ctx)
@@ -478,15 +483,15 @@ func parseFilter(r *http.Request) (feedFilter, error) {
 	q := r.URL.Query()
 	f := feedFilter{agent: q.Get("agent"), path: q.Get("path"), typ: intents.EventType(q.Get("type"))}
 	if f.agent != "" && !intents.ValidSegment(f.agent) {
-		return f, badRequest("agent %q: not an agent name", f.agent)
+		return f, badRequest("agent %q: not an agent name", clipped(f.agent))
 	}
 	if f.path != "" {
 		if err := intents.CheckPath(f.path); err != nil {
-			return f, badRequest("path %q: %v", f.path, err)
+			return f, badRequest("path %q: %v", clipped(f.path), err)
 		}
 	}
 	if f.typ != "" && !slices.Contains(intents.EventTypes, f.typ) {
-		return f, badRequest("type %q: not an event type", f.typ)
+		return f, badRequest("type %q: not an event type", clipped(string(f.typ)))
 	}
 	return f, nil
 }

@@ -110,7 +110,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	b := newBackend(cfg)
 	mux := http.NewServeMux()
-	mux.Handle("GET /", http.FileServerFS(files))
+	mux.Handle("GET /", noListing(http.FileServerFS(files)))
 	mux.HandleFunc("GET /api/overview", b.json(b.overview))
 	mux.HandleFunc("GET /api/state", b.json(b.state))
 	mux.HandleFunc("GET /api/value", b.json(b.value))
@@ -121,4 +121,16 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /api/story", b.json(b.story))
 	mux.HandleFunc("GET /api/events", b.events)
 	return mux, nil
+}
+
+// noListing serves the page's files but never a directory's listing: "/"
+// is index.html, any other directory is not found.
+func noListing(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" && strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

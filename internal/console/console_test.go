@@ -158,6 +158,30 @@ func TestBadRequests(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 400 saying %q", path, res.StatusCode, body, want)
 		}
 	}
+	// A long parameter is refused without being echoed whole.
+	long := strings.Repeat("x", 5000)
+	for _, path := range []string{"/api/story?q=" + long, "/api/value?path=" + long, "/api/events?agent=" + long, "/api/state?rev=" + long} {
+		res, err := http.Get(w.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || len(body) > 400 {
+			t.Errorf("GET %.30s…: %d, %d bytes of answer, want 400 and at most 400 bytes", path, res.StatusCode, len(body))
+		}
+	}
+	// The page's files, never a directory's listing.
+	for path, want := range map[string]int{"/": 200, "/js/app.js": 200, "/js/": 404} {
+		res, err := http.Get(w.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, res.StatusCode, want)
+		}
+	}
 	var nf map[string]string
 	if code := w.get("/api/story?q=01J00000000000000000000000", &nf); code != http.StatusNotFound || !strings.Contains(nf["error"], "no decision recorded") {
 		t.Errorf("the story of an unknown intent: %d %v", code, nf)

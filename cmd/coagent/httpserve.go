@@ -8,7 +8,9 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -43,6 +45,13 @@ type httpServer struct {
 	ready atomic.Pointer[func(context.Context) error]
 	// auth, if set (serve --auth), admits only requests with a token.
 	auth *httpAuth
+	// loopback says the listener is on a loopback address, where a
+	// request naming another host is a page that rebound its own name to
+	// 127.0.0.1 to read the console through the browser (DNS rebinding).
+	loopback bool
+	// cross refuses a browser's state-changing request sent from another
+	// origin's page.
+	cross *http.CrossOriginProtection
 }
 
 // listenHTTP binds serve's HTTP listener on addr ("off": none, nil). The
@@ -62,7 +71,8 @@ func listenHTTP(addr string, explicit bool, stderr io.Writer) (*httpServer, erro
 		}
 		return nil, fmt.Errorf("--http %s: %w", addr, err)
 	}
-	h := &httpServer{ln: ln, mux: http.NewServeMux(), reg: prometheus.NewRegistry()}
+	h := &httpServer{ln: ln, mux: http.NewServeMux(), reg: prometheus.NewRegistry(),
+		loopback: loopbackHost(ln.Addr().String()), cross: http.NewCrossOriginProtection()}
 	h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.mux.Handle("GET /metrics", promhttp.HandlerFor(h.reg, promhttp.HandlerOpts{Registry: h.reg}))
 	h.mux.HandleFunc("GET /readyz", h.readyz)
@@ -103,6 +113,15 @@ func (h *httpServer) close(ctx context.Context) {
 // ServeHTTP answers /healthz to anyone, and everything else to those the
 // token check admits.
 func (h *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.loopback && !loopbackHost(r.Host) {
+		http.Error(w, fmt.Sprintf("403 forbidden: Host %q: this listener is on %s and answers only requests to a loopback name (localhost, 127.0.0.1, [::1])",
+			intents.Clip(r.Host, 80), h.ln.Addr()), http.StatusForbidden)
+		return
+	}
+	if err := h.cross.Check(r); err != nil {
+		http.Error(w, fmt.Sprintf("403 forbidden: %s %s from origin %q: %v", r.Method, r.URL.Path, intents.Clip(r.Header.Get("Origin"), 80), err), http.StatusForbidden)
+		return
+	}
 	if r.URL.Path == "/healthz" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -114,6 +133,20 @@ func (h *httpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// loopbackHost reports whether addr (a Host header or a listener's
+// address, with or without a port) names the loopback interface.
+func loopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // readyWait bounds one /readyz: it asks the server about the streams.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/prometheus/common/expfmt"
@@ -236,5 +238,73 @@ func TestConsoleReader(t *testing.T) {
 		if got != c.want || ok != (c.want != "") {
 			t.Errorf("consoleReader(%v) = %q %v, want %q", c.roles, got, ok, c.want)
 		}
+	}
+}
+
+// TestServeHTTPRebinding: the loopback listener answers only requests
+// naming a loopback host, so that a page whose name was rebound to
+// 127.0.0.1 reads nothing through the browser; a state-changing request
+// from another origin's page is refused.
+func TestServeHTTPRebinding(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	_, base, stop := serveHTTP(t, data)
+	defer stop()
+	port := base[strings.LastIndex(base, ":"):]
+	do := func(method, host, origin string) (int, string) {
+		req, err := http.NewRequest(method, base+"/api/overview", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+			req.Header.Set("Sec-Fetch-Site", "cross-site")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, host := range []string{"attacker.example", "attacker.example" + port, "10.0.0.1" + port} {
+		if code, body := do(http.MethodGet, host, ""); code != http.StatusForbidden || !strings.Contains(body, fmt.Sprintf("Host %q", host)) {
+			t.Errorf("GET with Host %s: %d %q, want 403 naming the host", host, code, body)
+		}
+	}
+	for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "[::1]" + port} {
+		if code, body := do(http.MethodGet, host, ""); code != http.StatusOK {
+			t.Errorf("GET with Host %s: %d %q", host, code, body)
+		}
+	}
+	if code, body := do(http.MethodPost, "127.0.0.1"+port, "http://attacker.example"); code != http.StatusForbidden || !strings.Contains(body, "attacker.example") {
+		t.Errorf("POST from another origin: %d %q, want 403", code, body)
+	}
+}
+
+// TestServeHTTPNotLoopback: --http on an address other than loopback
+// without --auth is refused, naming the address and --http-insecure,
+// before the data directory is made; with --http-insecure it serves, and
+// says what it means.
+func TestServeHTTPNotLoopback(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "example.com:7070"} {
+		// Bounded, so that a serve that starts is a failure, not a hang.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--http", addr}, strings.NewReader(""), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--http "+addr) || !strings.Contains(err.Error(), "--http-insecure") {
+			t.Errorf("serve --http %s without --auth: %v", addr, err)
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("a refused serve made its data directory: %v", err)
+	}
+	var line string
+	_, stop := serveLine(t, data, &line, "--http", "0.0.0.0:0", "--http-insecure")
+	defer stop()
+	if !regexp.MustCompile(`http on http://(0\.0\.0\.0|\[::\]):\d+;`).MatchString(line) {
+		t.Fatalf("serve --http 0.0.0.0:0 --http-insecure: %q", line)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/coordinator/state"
@@ -21,14 +22,29 @@ import (
 type backend struct {
 	cfg     Config
 	subj    intents.Subjects
-	js      jetstream.JetStream
+	conn    atomic.Pointer[conn]
+	hub     *hub
 	waiters *waiters
 }
 
+// conn is the connection the console reads through, which SetNATS
+// replaces.
+type conn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func newConn(nc *nats.Conn) *conn {
+	// jetstream.New fails only for a nil connection, which the callers
+	// refuse.
+	js, _ := jetstream.New(nc)
+	return &conn{nc: nc, js: js}
+}
+
 func newBackend(cfg Config) *backend {
-	// jetstream.New fails only for a nil connection, which Validate refused.
-	js, _ := jetstream.New(cfg.NATS)
-	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}, js: js}
+	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}}
+	b.conn.Store(newConn(cfg.NATS))
+	b.hub = newHub(cfg.NATS, b.subj.AllEvents(), cfg.MaxStreams, cfg.StreamBuffer)
 	b.waiters = newWaiters(b)
 	return b
 }
@@ -101,7 +117,7 @@ func (b *backend) request(ctx context.Context, endpoint string, body, out any) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	reply, err := b.cfg.NATS.RequestWithContext(ctx, b.subj.API(endpoint), data)
+	reply, err := b.conn.Load().nc.RequestWithContext(ctx, b.subj.API(endpoint), data)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no coordinator answers on %s: %w", endpoint, b.subj.API(endpoint), err)
 	}
@@ -367,7 +383,7 @@ func (b *backend) readCases(ctx context.Context, kind string) (*casesAnswer, err
 	defer cancel()
 	name := b.subj.Stream(kind)
 	out := &casesAnswer{Stream: name, Cases: []caseRow{}}
-	stream, err := b.js.Stream(ctx, name)
+	stream, err := b.conn.Load().js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}

@@ -55,6 +55,17 @@ type Config struct {
 	// Logger receives the errors of the event feed. The default discards
 	// them.
 	Logger *slog.Logger
+	// MaxStreams bounds the event streams (/api/events) open at once; one
+	// more is answered 503. The default is 32.
+	MaxStreams int
+	// StreamBuffer is how many feed events wait for one stream's browser;
+	// a stream with that many waiting when another comes is dropped (its
+	// browser reconnects). The default is 256.
+	StreamBuffer int
+	// WriteTimeout bounds each write to a stream's browser; a browser
+	// that does not read for that long loses its stream. The default is
+	// 10s.
+	WriteTimeout time.Duration
 }
 
 // ErrConfig is wrapped by every error of Config.Validate.
@@ -73,6 +84,15 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 32
+	}
+	if c.StreamBuffer == 0 {
+		c.StreamBuffer = 256
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
 	}
 }
 
@@ -93,13 +113,48 @@ func (c *Config) Validate() error {
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: Timeout %s is negative", ErrConfig, c.Timeout))
 	}
+	if c.MaxStreams < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxStreams %d is negative", ErrConfig, c.MaxStreams))
+	}
+	if c.StreamBuffer < 0 {
+		errs = append(errs, fmt.Errorf("%w: StreamBuffer %d is negative", ErrConfig, c.StreamBuffer))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: WriteTimeout %s is negative", ErrConfig, c.WriteTimeout))
+	}
 	return errors.Join(errs...)
 }
 
-// New returns the console's handler: the page at "/", its files, and its
-// JSON backend under /api/. It is safe for concurrent use; it holds no
-// NATS subscription but those of the event feeds being streamed.
-func New(cfg Config) (http.Handler, error) {
+// Console is the console's handler: the page at "/", its files, and its
+// JSON backend under /api/. It is safe for concurrent use.
+type Console struct {
+	mux *http.ServeMux
+	b   *backend
+}
+
+// ServeHTTP answers the page and its backend.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Feeds counts the event streams: open, dropped for a browser that did
+// not keep up, refused beyond Config.MaxStreams.
+func (c *Console) Feeds() FeedStats { return c.b.hub.stats() }
+
+// SetNATS makes the console read through nc from now on (the caller keeps
+// owning both connections): serve gives it another when the registry's
+// change removes the agent it read as. The event streams open on the old
+// connection end; their browsers reconnect.
+func (c *Console) SetNATS(nc *nats.Conn) error {
+	if nc == nil {
+		return fmt.Errorf("%w: SetNATS(nil): the console reads through a NATS connection", ErrConfig)
+	}
+	c.b.conn.Store(newConn(nc))
+	c.b.hub.swap(nc)
+	return nil
+}
+
+// New returns the console. It holds one NATS subscription while event
+// streams are open, shared by them, and none otherwise.
+func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,7 +175,7 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /api/conflicts", b.json(b.conflicts))
 	mux.HandleFunc("GET /api/story", b.json(b.story))
 	mux.HandleFunc("GET /api/events", b.events)
-	return mux, nil
+	return &Console{mux: mux, b: b}, nil
 }
 
 // noListing serves the page's files but never a directory's listing: "/"

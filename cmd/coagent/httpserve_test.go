@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -306,5 +310,115 @@ func TestServeHTTPNotLoopback(t *testing.T) {
 	defer stop()
 	if !regexp.MustCompile(`http on http://(0\.0\.0\.0|\[::\]):\d+;`).MatchString(line) {
 		t.Fatalf("serve --http 0.0.0.0:0 --http-insecure: %q", line)
+	}
+}
+
+// TestServeHTTPRegistryChange: at SIGHUP, removing an observer ends the
+// event stream its token opened (the stream of the observer the console
+// reads as stays open); removing the observer the console reads as moves
+// the console to the next one: another agent's story is still found, and
+// the state still folds.
+func TestServeHTTPRegistryChange(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	tokens := map[string]string{"op": "op-token"}
+	for _, name := range []string{"aobs", "zobs"} {
+		out, _, err := runCmd(t, "", "agents", "add", name, "--role", "observer", "--data", data)
+		m := regexp.MustCompile(`HTTP token \(shown only now\): (coagent_[0-9a-f]{64})\n`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("agents add %s --role observer: %q %v", name, out, err)
+		}
+		tokens[name] = m[1]
+	}
+	for _, name := range []string{"lead", "plain"} {
+		if out, _, err := runCmd(t, "", "agents", "add", name, "--data", data); err != nil {
+			t.Fatalf("agents add %s: %q %v", name, out, err)
+		}
+	}
+	rulesFile := filepath.Join(dir, "rules.json")
+	writeFile(t, rulesFile, `{"rules": [{"pattern": "secrets.**", "readers": ["lead"], "writers": ["lead"]}]}`)
+	url, base, stop := serveHTTP(t, data, "--auth", "--rules", rulesFile, "--http-token", tokens["op"])
+	defer stop()
+	submit := func(agent, intent string) {
+		t.Helper()
+		if out, _, err := runCmd(t, intent, "submit", "--nats", url, "--nkey", filepath.Join(data, "agents", agent+".nk"), "-"); err != nil {
+			t.Fatalf("submit as %s: %q %v", agent, out, err)
+		}
+	}
+	submit("lead", `{"id":"01JD0000000000000000000R01","agent":"lead","kind":"apply","writes":[{"path":"secrets.k","op":"set","value":"hush"}]}`)
+	submit("plain", `{"id":"01JD0000000000000000000R02","agent":"plain","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q4"}]}`)
+
+	open := func(name string) *bufio.Reader {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tokens[name])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s's event stream: %v %v", name, resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return bufio.NewReader(resp.Body)
+	}
+	// reload removes agent and sends SIGHUP, and returns once the
+	// reload is done: the rules, with the registry's roles merged, are
+	// the last thing it puts in force.
+	reload := func(agent string) {
+		t.Helper()
+		var before struct{ Rules struct{ Hash string } }
+		if code, body := get(t, base+"/api/overview", tokens["op"]); code != 200 || json.Unmarshal([]byte(body), &before) != nil {
+			t.Fatalf("overview: %d %s", code, body)
+		}
+		if out, _, err := runCmd(t, "", "agents", "remove", agent, "--data", data); err != nil {
+			t.Fatalf("agents remove %s: %q %v", agent, out, err)
+		}
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		natstest.CheckFor(t, 10*time.Second, "the rules reloaded", func() error {
+			var now struct{ Rules struct{ Hash string } }
+			_, body := get(t, base+"/api/overview", tokens["op"])
+			if json.Unmarshal([]byte(body), &now) != nil || now.Rules.Hash == before.Rules.Hash {
+				return fmt.Errorf("overview: %s", body)
+			}
+			return nil
+		})
+	}
+	nextEvent := func(r *bufio.Reader) (string, error) {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil || strings.HasPrefix(line, "event: event") {
+				return line, err
+			}
+		}
+	}
+
+	// The console reads as aobs, the first observer by name.
+	reader, other := open("aobs"), open("zobs")
+	reload("zobs")
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, other); ended <- err }()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("zobs's stream, revoked: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("zobs's stream is still open after its token was revoked")
+	}
+	// The reload's rules event came after the revocation: the stream of
+	// a token still valid carries it.
+	if line, err := nextEvent(reader); err != nil {
+		t.Fatalf("aobs's stream after zobs was removed: %q %v", line, err)
+	}
+	if code, _ := get(t, base+"/api/overview", tokens["zobs"]); code != 401 {
+		t.Fatalf("zobs's token after the reload: %d", code)
+	}
+
+	reload("aobs")
+	if code, body := get(t, base+"/api/state", tokens["op"]); code != 200 || !strings.Contains(body, `"report.title"`) {
+		t.Errorf("the state after the console's reader was removed: %d %s", code, body)
+	}
+	if code, body := get(t, base+"/api/story?q=01JD0000000000000000000R02", tokens["op"]); code != 200 || !strings.Contains(body, `"applied"`) {
+		t.Errorf("plain's story after the console's reader was removed: %d %s", code, body)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/console"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -197,18 +196,13 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
 		}
 		where += "; http on " + hs.URL()
-		cnc, err := consoleConn(f, srv, nc, reg, stderr)
+		link, err := newConsoleLink(f, srv, reg, stderr)
 		if err != nil {
 			return err
 		}
-		if cnc != nc {
-			defer cnc.Close()
-		}
-		ch, err := console.New(console.Config{NATS: cnc, Prefix: f.conn.prefix})
-		if err != nil {
-			return err
-		}
-		hs.Mount(ch)
+		defer link.close()
+		hs.console = link
+		hs.Mount(link.console)
 		hs.start()
 		defer func() {
 			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -295,8 +289,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) erro
 			if reg == nil {
 				continue
 			}
-			if hs != nil && hs.auth != nil {
-				hs.auth.reload(reg)
+			if hs != nil {
+				hs.reload(reg)
 			}
 			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
@@ -387,8 +381,8 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 			if reg == nil {
 				continue
 			}
-			if hs != nil && hs.auth != nil {
-				hs.auth.reload(reg)
+			if hs != nil {
+				hs.reload(reg)
 			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {

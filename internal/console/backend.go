@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -297,21 +299,14 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 			"the log was compacted: it starts at seq %d, and the console rebuilds a state from the log's changes alone; "+
 				"`coagent replay --until %d` rebuilds it from the data directory's snapshot", first[0].Seq, until)}
 	}
-	tree := state.New()
+	f := newFolder()
 	var foldErr error
 	complete, err := b.scanLog(ctx, logQuery{Type: intents.EventChange}, stateFoldPages, func(ev *intents.Event) bool {
 		if ev.Seq > until {
 			return false
 		}
-		if ev.Change == nil {
-			foldErr = fmt.Errorf("change event %d has no change", ev.Seq)
-			return false
-		}
-		if foldErr = tree.Apply(ev.Seq, ev.Change.Writes); foldErr != nil {
-			foldErr = fmt.Errorf("fold change event %d: %w", ev.Seq, foldErr)
-			return false
-		}
-		return true
+		foldErr = f.apply(ev)
+		return foldErr == nil
 	})
 	switch {
 	case err != nil:
@@ -322,7 +317,61 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
 			"rev %d is more than %d changes into the log; `coagent replay --until %d` rebuilds it", until, stateFoldPages*logPageMax, until)}
 	}
-	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": tree.Export()}, nil
+	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": f.tree.Export(), "redacted": f.redactedPaths()}, nil
+}
+
+// folder folds the log's change events into a tree as the console's
+// reader sees them. A write whose value the readers rules keep from it
+// (its own path in the change's Redacted: the value is gone) is folded as
+// a set of null, so that the fold never fails on it and the versions stay
+// the log's; such paths, and those taken out of a value under them, are
+// listed as redacted until a later write of theirs is seen whole.
+type folder struct {
+	tree     *state.Tree
+	redacted map[string]bool
+}
+
+func newFolder() *folder { return &folder{tree: state.New(), redacted: map[string]bool{}} }
+
+// apply folds ev, a change event.
+func (f *folder) apply(ev *intents.Event) error {
+	if ev.Change == nil {
+		return fmt.Errorf("change event %d has no change", ev.Seq)
+	}
+	writes := ev.Change.Writes
+	hidden := ev.Change.Redacted
+	if len(hidden) > 0 {
+		writes = slices.Clone(writes)
+	}
+	for i, w := range writes {
+		for p := range f.redacted {
+			if p == w.Path || strings.HasPrefix(p, w.Path+".") {
+				delete(f.redacted, p)
+			}
+		}
+		for _, p := range hidden {
+			switch {
+			case p == w.Path && w.Op != intents.OpDelete:
+				writes[i].Op, writes[i].Value = intents.OpSet, json.RawMessage("null")
+				f.redacted[p] = true
+			case strings.HasPrefix(p, w.Path+"."):
+				f.redacted[p] = true
+			}
+		}
+	}
+	if err := f.tree.Apply(ev.Seq, writes); err != nil {
+		return fmt.Errorf("fold change event %d: %w", ev.Seq, err)
+	}
+	return nil
+}
+
+// redactedPaths lists the paths kept from the reader, in order.
+func (f *folder) redactedPaths() []string {
+	out := slices.Sorted(maps.Keys(f.redacted))
+	if out == nil {
+		out = []string{}
+	}
+	return out
 }
 
 // txns is txn.list, with the console's clock, so that the page counts the

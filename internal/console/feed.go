@@ -1,10 +1,12 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,6 +207,23 @@ func (b *backend) events(w http.ResponseWriter, r *http.Request) {
 	if !write("retry: 2000\nevent: open\ndata: {\"subject\":%q}\n\n", b.subj.AllEvents()) {
 		return
 	}
+	// The history, read while the live feed is already buffered: every
+	// event up to the log's end as read (seen), then those of the live
+	// feed after it, so that nothing is missed or shown twice at the seam.
+	var seen uint64
+	hist, seen, err := b.history(r.Context(), r, f)
+	if err != nil {
+		b.cfg.Logger.Warn("console: the event stream's history", "err", err)
+	}
+	for _, ev := range hist {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		if !write("id: %d\nevent: event\ndata: %s\n\n", ev.Seq, data) {
+			return
+		}
+	}
 	beat := time.NewTicker(feedHeartbeat)
 	defer beat.Stop()
 	var lastChange uint64
@@ -224,6 +243,9 @@ func (b *backend) events(w http.ResponseWriter, r *http.Request) {
 				b.cfg.Logger.Warn("console: a feed message that does not parse", "subject", m.Subject, "err", err)
 				continue
 			}
+			if ev.Seq <= seen {
+				continue // sent from the log
+			}
 			if ev.Type == intents.EventChange {
 				// Consecutive: a change's messages are published together.
 				if ev.Seq == lastChange {
@@ -241,6 +263,59 @@ func (b *backend) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// feedHistory is how many events of the log a new stream starts with;
+// historyWindow is how far back from the last commit it looks for them,
+// and historyPages bounds the pages it reads to the log's end.
+const (
+	feedHistory   = 100
+	historyWindow = 2000
+	historyPages  = 20
+)
+
+// history returns the events of the log a stream starts with, filtered as
+// the stream is, in log order, and the seq up to which the log was read:
+// after the browser's Last-Event-ID (a reconnect), every event since it;
+// otherwise the last feedHistory among the recent ones.
+func (b *backend) history(ctx context.Context, r *http.Request, f feedFilter) ([]*intents.Event, uint64, error) {
+	var from uint64
+	resume := false
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+			from, resume = n+1, true
+		}
+	}
+	if !resume {
+		head, err := b.stateGet(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if head.Rev > historyWindow {
+			from = head.Rev - historyWindow
+		}
+	}
+	q := logQuery{From: from, Agent: f.agent, Type: f.typ}
+	var out []*intents.Event
+	var last uint64
+	keep := feedHistory
+	if resume {
+		keep = logPageMax
+	}
+	_, err := b.scanLog(ctx, q, historyPages, func(ev *intents.Event) bool {
+		last = max(last, ev.Seq)
+		if f.matches(ev) {
+			out = append(out, ev)
+			if len(out) > keep {
+				out = out[1:]
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, last, nil
 }
 
 // compact returns data, JSON, on one line (an SSE data line ends at a

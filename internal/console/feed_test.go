@@ -1,10 +1,14 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +92,85 @@ func TestStalledStreamsAreDropped(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("a new stream once the stalled ones were dropped: %d", res.StatusCode)
+	}
+}
+
+// sseEvents reads a stream's events until one satisfies stop, and
+// returns their seqs in the order sent.
+func sseEvents(t *testing.T, body io.Reader, stop func(*intents.Event) bool) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	r := bufio.NewReader(body)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended after %v: %v", seqs, err)
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok || strings.HasPrefix(data, `{"subject"`) {
+			continue
+		}
+		var ev intents.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("an event that does not parse: %q: %v", data, err)
+		}
+		seqs = append(seqs, ev.Seq)
+		if stop(&ev) {
+			return seqs
+		}
+	}
+}
+
+// TestEventsStartWithHistory: a new stream starts with the log's recent
+// events, then follows the live feed, every event once and none missing
+// at the seam; a reconnect with Last-Event-ID resumes right after it.
+func TestEventsStartWithHistory(t *testing.T) {
+	w := newWorld(t)
+	for i := range 50 {
+		w.apply(w.w1, intents.Apply("count").Incr(fmt.Sprintf("stats.k%d", i%5), 1))
+	}
+	open := func(lastID string) io.ReadCloser {
+		req, _ := http.NewRequest(http.MethodGet, w.srv.URL+"/api/events", nil)
+		if lastID != "" {
+			req.Header.Set("Last-Event-ID", lastID)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("GET /api/events: %v %v", res, err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		return res.Body
+	}
+	body := open("")
+	// Decided once the stream is open: it is on the live feed, after the
+	// history, whose last event is this agent's 50th decision.
+	live := w.apply(w.w2, intents.Apply("live").Set("report.live", true))
+	// Until both the live decision and its change (rev) came: the feed
+	// may carry a change after the decision that follows it in the log.
+	through := func() func(*intents.Event) bool {
+		var decided, changed bool
+		return func(ev *intents.Event) bool {
+			decided = decided || ev.Type == intents.EventDecision && ev.Intent == live.Intent
+			changed = changed || ev.Seq == live.Rev
+			return decided && changed
+		}
+	}
+	seqs := sseEvents(t, body, through())
+	if len(seqs) < 100 {
+		t.Fatalf("the stream began with %d events, want the log's last 100 and the live ones: %v", len(seqs), seqs)
+	}
+	sorted := slices.Sorted(slices.Values(seqs))
+	if len(slices.Compact(slices.Clone(sorted))) != len(seqs) {
+		t.Fatalf("an event sent twice: %v", seqs)
+	}
+	seqs = sorted
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("event %d of the stream is seq %d after seq %d: a gap or a repeat at the seam: %v", i, seqs[i], seqs[i-1], seqs)
+		}
+	}
+	resumed := slices.Sorted(slices.Values(sseEvents(t, open(strconv.FormatUint(seqs[len(seqs)-10], 10)), through())))
+	if want := seqs[len(seqs)-9:]; !slices.Equal(resumed, want) {
+		t.Fatalf("resumed after seq %d: %v, want %v", seqs[len(seqs)-10], resumed, want)
 	}
 }

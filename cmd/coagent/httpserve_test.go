@@ -7,16 +7,21 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -420,5 +425,46 @@ func TestServeHTTPRegistryChange(t *testing.T) {
 	}
 	if code, body := get(t, base+"/api/story?q=01JD0000000000000000000R02", tokens["op"]); code != 200 || !strings.Contains(body, `"applied"`) {
 		t.Errorf("plain's story after the console's reader was removed: %d %s", code, body)
+	}
+}
+
+// TestConsoleOwnConnection: the console's event streams subscribe on a
+// connection of its own, never on serve's, so that a stalled browser
+// never holds up the connection the coordinator decides on.
+func TestConsoleOwnConnection(t *testing.T) {
+	srv, err := natsauth.StartServer(natsauth.ServerConfig{Listen: "127.0.0.1:-1", Store: filepath.Join(t.TempDir(), "js")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	serveConn, err := srv.Connect(nats.Name("coagent serve"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serveConn.Close()
+	link, err := newConsoleLink(&serveFlags{}, srv, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.close()
+	hs := httptest.NewServer(link.console)
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/api/events")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("an event stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	cz, err := srv.NATS().Connz(&server.ConnzOptions{Subscriptions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, c := range cz.Conns {
+		if slices.Contains(c.Subs, "coagent.events.>") {
+			on = append(on, c.Name)
+		}
+	}
+	if !slices.Equal(on, []string{"coagent console"}) {
+		t.Fatalf("the event feed's subscription is on the connections %q, want only the console's own", on)
 	}
 }

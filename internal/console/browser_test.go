@@ -162,6 +162,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	live := w.apply(w.w2, intents.Apply("note").Set("notes.live", "seen live")).Intent
 	b.waitText(fmt.Sprintf(`#feed li.event[data-type="change"][data-agent="w2"]`), "notes.live")
 	b.waitText(fmt.Sprintf(`#feed li.event[data-type="decision"][data-intent=%q]`, live), "applied")
+	// What happened before the page opened is there too, from the log.
+	b.waitText(fmt.Sprintf(`#feed li.event[data-type="change"][data-seq="%d"]`, draft), "Draft")
 	b.shot("events")
 
 	b.open(w.srv.URL + "/#story/" + escalated)

@@ -8,15 +8,16 @@
 // The console is an observer on NATS, never a part of the coordinator: it
 // asks the coordinator's API (state.get, txn.list, log.query,
 // conflicts.top, decision.get, rules.get), reads the arbiter and dead
-// letter streams without consuming them, and follows <prefix>.events.>.
-// It works the same whether the coordinator runs in the same process
+// letter streams without consuming them, and follows <prefix>.events.>
+// after the log's recent events, on one subscription that every event
+// stream shares and that never waits for a slow browser. It works the same whether the coordinator runs in the same process
 // (`coagent serve`) or behind --nats, and under --auth it sees what its
 // connection's identity may see. The state at an earlier revision is the
 // fold of the log's change events up to it (log.query, folded with package
 // state), as `coagent replay` folds the log.
 //
-//	h, err := console.New(console.Config{NATS: nc})
-//	http.Handle("/", h)
+//	c, err := console.New(console.Config{NATS: nc})
+//	http.Handle("/", c)
 package console
 
 import (

@@ -1,16 +1,27 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/natsauth"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -236,5 +247,224 @@ func TestConsoleReader(t *testing.T) {
 		if got != c.want || ok != (c.want != "") {
 			t.Errorf("consoleReader(%v) = %q %v, want %q", c.roles, got, ok, c.want)
 		}
+	}
+}
+
+// TestServeHTTPRebinding: the loopback listener answers only requests
+// naming a loopback host, so that a page whose name was rebound to
+// 127.0.0.1 reads nothing through the browser; a state-changing request
+// from another origin's page is refused.
+func TestServeHTTPRebinding(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	_, base, stop := serveHTTP(t, data)
+	defer stop()
+	port := base[strings.LastIndex(base, ":"):]
+	do := func(method, host, origin string) (int, string) {
+		req, err := http.NewRequest(method, base+"/api/overview", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+			req.Header.Set("Sec-Fetch-Site", "cross-site")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, host := range []string{"attacker.example", "attacker.example" + port, "10.0.0.1" + port} {
+		if code, body := do(http.MethodGet, host, ""); code != http.StatusForbidden || !strings.Contains(body, fmt.Sprintf("Host %q", host)) {
+			t.Errorf("GET with Host %s: %d %q, want 403 naming the host", host, code, body)
+		}
+	}
+	for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "[::1]" + port} {
+		if code, body := do(http.MethodGet, host, ""); code != http.StatusOK {
+			t.Errorf("GET with Host %s: %d %q", host, code, body)
+		}
+	}
+	if code, body := do(http.MethodPost, "127.0.0.1"+port, "http://attacker.example"); code != http.StatusForbidden || !strings.Contains(body, "attacker.example") {
+		t.Errorf("POST from another origin: %d %q, want 403", code, body)
+	}
+}
+
+// TestServeHTTPNotLoopback: --http on an address other than loopback
+// without --auth is refused, naming the address and --http-insecure,
+// before the data directory is made; with --http-insecure it serves, and
+// says what it means.
+func TestServeHTTPNotLoopback(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "example.com:7070"} {
+		// Bounded, so that a serve that starts is a failure, not a hang.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := run(ctx, []string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--http", addr}, strings.NewReader(""), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "--http "+addr) || !strings.Contains(err.Error(), "--http-insecure") {
+			t.Errorf("serve --http %s without --auth: %v", addr, err)
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("a refused serve made its data directory: %v", err)
+	}
+	var line string
+	_, stop := serveLine(t, data, &line, "--http", "0.0.0.0:0", "--http-insecure")
+	defer stop()
+	if !regexp.MustCompile(`http on http://(0\.0\.0\.0|\[::\]):\d+;`).MatchString(line) {
+		t.Fatalf("serve --http 0.0.0.0:0 --http-insecure: %q", line)
+	}
+}
+
+// TestServeHTTPRegistryChange: at SIGHUP, removing an observer ends the
+// event stream its token opened (the stream of the observer the console
+// reads as stays open); removing the observer the console reads as moves
+// the console to the next one: another agent's story is still found, and
+// the state still folds.
+func TestServeHTTPRegistryChange(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	tokens := map[string]string{"op": "op-token"}
+	for _, name := range []string{"aobs", "zobs"} {
+		out, _, err := runCmd(t, "", "agents", "add", name, "--role", "observer", "--data", data)
+		m := regexp.MustCompile(`HTTP token \(shown only now\): (coagent_[0-9a-f]{64})\n`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("agents add %s --role observer: %q %v", name, out, err)
+		}
+		tokens[name] = m[1]
+	}
+	for _, name := range []string{"lead", "plain"} {
+		if out, _, err := runCmd(t, "", "agents", "add", name, "--data", data); err != nil {
+			t.Fatalf("agents add %s: %q %v", name, out, err)
+		}
+	}
+	rulesFile := filepath.Join(dir, "rules.json")
+	writeFile(t, rulesFile, `{"rules": [{"pattern": "secrets.**", "readers": ["lead"], "writers": ["lead"]}]}`)
+	url, base, stop := serveHTTP(t, data, "--auth", "--rules", rulesFile, "--http-token", tokens["op"])
+	defer stop()
+	submit := func(agent, intent string) {
+		t.Helper()
+		if out, _, err := runCmd(t, intent, "submit", "--nats", url, "--nkey", filepath.Join(data, "agents", agent+".nk"), "-"); err != nil {
+			t.Fatalf("submit as %s: %q %v", agent, out, err)
+		}
+	}
+	submit("lead", `{"id":"01JD0000000000000000000R01","agent":"lead","kind":"apply","writes":[{"path":"secrets.k","op":"set","value":"hush"}]}`)
+	submit("plain", `{"id":"01JD0000000000000000000R02","agent":"plain","kind":"apply","writes":[{"path":"report.title","op":"set","value":"Q4"}]}`)
+
+	open := func(name string) *bufio.Reader {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tokens[name])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s's event stream: %v %v", name, resp, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return bufio.NewReader(resp.Body)
+	}
+	// reload removes agent and sends SIGHUP, and returns once the
+	// reload is done: the rules, with the registry's roles merged, are
+	// the last thing it puts in force.
+	reload := func(agent string) {
+		t.Helper()
+		var before struct{ Rules struct{ Hash string } }
+		if code, body := get(t, base+"/api/overview", tokens["op"]); code != 200 || json.Unmarshal([]byte(body), &before) != nil {
+			t.Fatalf("overview: %d %s", code, body)
+		}
+		if out, _, err := runCmd(t, "", "agents", "remove", agent, "--data", data); err != nil {
+			t.Fatalf("agents remove %s: %q %v", agent, out, err)
+		}
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		natstest.CheckFor(t, 10*time.Second, "the rules reloaded", func() error {
+			var now struct{ Rules struct{ Hash string } }
+			_, body := get(t, base+"/api/overview", tokens["op"])
+			if json.Unmarshal([]byte(body), &now) != nil || now.Rules.Hash == before.Rules.Hash {
+				return fmt.Errorf("overview: %s", body)
+			}
+			return nil
+		})
+	}
+	nextEvent := func(r *bufio.Reader) (string, error) {
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil || strings.HasPrefix(line, "event: event") {
+				return line, err
+			}
+		}
+	}
+
+	// The console reads as aobs, the first observer by name.
+	reader, other := open("aobs"), open("zobs")
+	reload("zobs")
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, other); ended <- err }()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("zobs's stream, revoked: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("zobs's stream is still open after its token was revoked")
+	}
+	// The reload's rules event came after the revocation: the stream of
+	// a token still valid carries it.
+	if line, err := nextEvent(reader); err != nil {
+		t.Fatalf("aobs's stream after zobs was removed: %q %v", line, err)
+	}
+	if code, _ := get(t, base+"/api/overview", tokens["zobs"]); code != 401 {
+		t.Fatalf("zobs's token after the reload: %d", code)
+	}
+
+	reload("aobs")
+	if code, body := get(t, base+"/api/state", tokens["op"]); code != 200 || !strings.Contains(body, `"report.title"`) {
+		t.Errorf("the state after the console's reader was removed: %d %s", code, body)
+	}
+	if code, body := get(t, base+"/api/story?q=01JD0000000000000000000R02", tokens["op"]); code != 200 || !strings.Contains(body, `"applied"`) {
+		t.Errorf("plain's story after the console's reader was removed: %d %s", code, body)
+	}
+}
+
+// TestConsoleOwnConnection: the console's event streams subscribe on a
+// connection of its own, never on serve's, so that a stalled browser
+// never holds up the connection the coordinator decides on.
+func TestConsoleOwnConnection(t *testing.T) {
+	srv, err := natsauth.StartServer(natsauth.ServerConfig{Listen: "127.0.0.1:-1", Store: filepath.Join(t.TempDir(), "js")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	serveConn, err := srv.Connect(nats.Name("coagent serve"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serveConn.Close()
+	link, err := newConsoleLink(&serveFlags{}, srv, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.close()
+	hs := httptest.NewServer(link.console)
+	defer hs.Close()
+	resp, err := http.Get(hs.URL + "/api/events")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("an event stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	cz, err := srv.NATS().Connz(&server.ConnzOptions{Subscriptions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, c := range cz.Conns {
+		if slices.Contains(c.Subs, "coagent.events.>") {
+			on = append(on, c.Name)
+		}
+	}
+	if !slices.Equal(on, []string{"coagent console"}) {
+		t.Fatalf("the event feed's subscription is on the connections %q, want only the console's own", on)
 	}
 }

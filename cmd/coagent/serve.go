@@ -21,7 +21,6 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/console"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -41,6 +40,9 @@ type serveFlags struct {
 	// --http was given; httpToken is --http-token (or $COAGENT_HTTP_TOKEN).
 	http, httpToken string
 	httpSet         bool
+	// httpInsecure is --http-insecure: serve --http on an address other
+	// than loopback without --auth, on purpose.
+	httpInsecure bool
 }
 
 // newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
@@ -85,6 +87,11 @@ func newServeCmd(e *env) *cobra.Command {
 			if f.httpToken != "" && !f.authOn {
 				return usagef(c, "--http-token (or COAGENT_HTTP_TOKEN) needs --auth: without it the HTTP listener asks no token")
 			}
+			if f.http != "off" && !f.authOn && !f.httpInsecure && !loopbackHost(f.http) {
+				return usagef(c, "--http %s is not a loopback address, and without --auth the listener asks no token: the console and the whole state "+
+					"(every value, the log, the arbiter's cases) would be open to whoever reaches it; give --auth (it then asks an observer's token), "+
+					"a loopback address (127.0.0.1:7070), or --http-insecure to serve it so on purpose", f.http)
+			}
 			return runServe(c.Context(), &f, e.stdout, e.stderr)
 		},
 	}
@@ -98,6 +105,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
 	f.cluster.register(fs)
 	fs.StringVar(&f.http, "http", defaultHTTP, "address of the HTTP listener: /metrics, /healthz, /readyz and the console; off for none")
+	fs.BoolVar(&f.httpInsecure, "http-insecure", false, "allow --http on an address other than loopback without --auth: anyone who reaches it reads the whole state and log")
 	fs.StringVar(&f.httpToken, "http-token", "", "with --auth, a token the HTTP listener admits besides the observers' (coagent agents add NAME --role observer); the default is $COAGENT_HTTP_TOKEN")
 	fs.BoolVar(&f.authOn, "auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
 	return c
@@ -198,19 +206,17 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 				fmt.Fprintf(stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
 			}
 		}
+		if !f.authOn && !hs.loopback {
+			fmt.Fprintf(stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
+		}
 		where += "; http on " + hs.URL()
-		cnc, err := consoleConn(f, srv, nc, reg, stderr)
+		link, err := newConsoleLink(f, srv, reg, stderr)
 		if err != nil {
 			return err
 		}
-		if cnc != nc {
-			defer cnc.Close()
-		}
-		ch, err := console.New(console.Config{NATS: cnc, Prefix: f.conn.prefix})
-		if err != nil {
-			return err
-		}
-		hs.Mount(ch)
+		defer link.close()
+		hs.console = link
+		hs.Mount(link.console)
 		hs.start()
 		defer func() {
 			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -300,8 +306,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 			if reg == nil {
 				continue
 			}
-			if hs != nil && hs.auth != nil {
-				hs.auth.reload(reg)
+			if hs != nil {
+				hs.reload(reg)
 			}
 			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
@@ -437,8 +443,8 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 			if reg == nil {
 				continue
 			}
-			if hs != nil && hs.auth != nil {
-				hs.auth.reload(reg)
+			if hs != nil {
+				hs.reload(reg)
 			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/coordinator/state"
@@ -21,14 +24,29 @@ import (
 type backend struct {
 	cfg     Config
 	subj    intents.Subjects
-	js      jetstream.JetStream
+	conn    atomic.Pointer[conn]
+	hub     *hub
 	waiters *waiters
 }
 
+// conn is the connection the console reads through, which SetNATS
+// replaces.
+type conn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+func newConn(nc *nats.Conn) *conn {
+	// jetstream.New fails only for a nil connection, which the callers
+	// refuse.
+	js, _ := jetstream.New(nc)
+	return &conn{nc: nc, js: js}
+}
+
 func newBackend(cfg Config) *backend {
-	// jetstream.New fails only for a nil connection, which Validate refused.
-	js, _ := jetstream.New(cfg.NATS)
-	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}, js: js}
+	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}}
+	b.conn.Store(newConn(cfg.NATS))
+	b.hub = newHub(cfg.NATS, b.subj.AllEvents(), cfg.MaxStreams, cfg.StreamBuffer)
 	b.waiters = newWaiters(b)
 	return b
 }
@@ -41,8 +59,13 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// clipped is how an answer quotes a parameter: never more of it than a
+// sentence needs, whatever was sent.
+func clipped(s string) string { return intents.Clip(s, 80) }
+
 func badRequest(format string, args ...any) error {
-	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+	// Clipped whole as well: a library's error may quote the input too.
+	return &httpError{status: http.StatusBadRequest, msg: intents.Clip(fmt.Sprintf(format, args...), 300)}
 }
 
 // apiError is an error reply of the coordinator's API: the micro error
@@ -96,7 +119,7 @@ func (b *backend) request(ctx context.Context, endpoint string, body, out any) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	reply, err := b.cfg.NATS.RequestWithContext(ctx, b.subj.API(endpoint), data)
+	reply, err := b.conn.Load().nc.RequestWithContext(ctx, b.subj.API(endpoint), data)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%s: no coordinator answers on %s: %w", endpoint, b.subj.API(endpoint), err)
 	}
@@ -231,7 +254,7 @@ func (b *backend) overview(ctx context.Context, _ *http.Request) (any, error) {
 func (b *backend) value(ctx context.Context, r *http.Request) (any, error) {
 	path := r.URL.Query().Get("path")
 	if err := intents.CheckPath(path); err != nil {
-		return nil, badRequest("path %q: %v", path, err)
+		return nil, badRequest("path %q: %v", clipped(path), err)
 	}
 	st, err := b.stateGet(ctx, path)
 	if err != nil {
@@ -253,7 +276,7 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 	if s := r.URL.Query().Get("rev"); s != "" {
 		var err error
 		if rev, err = strconv.ParseUint(s, 10, 64); err != nil || rev == 0 {
-			return nil, badRequest("rev %q: want a revision, a whole number from 1", s)
+			return nil, badRequest("rev %q: want a revision, a whole number from 1", clipped(s))
 		}
 	}
 	head, err := b.stateGet(ctx)
@@ -276,21 +299,14 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 			"the log was compacted: it starts at seq %d, and the console rebuilds a state from the log's changes alone; "+
 				"`coagent replay --until %d` rebuilds it from the data directory's snapshot", first[0].Seq, until)}
 	}
-	tree := state.New()
+	f := newFolder()
 	var foldErr error
 	complete, err := b.scanLog(ctx, logQuery{Type: intents.EventChange}, stateFoldPages, func(ev *intents.Event) bool {
 		if ev.Seq > until {
 			return false
 		}
-		if ev.Change == nil {
-			foldErr = fmt.Errorf("change event %d has no change", ev.Seq)
-			return false
-		}
-		if foldErr = tree.Apply(ev.Seq, ev.Change.Writes); foldErr != nil {
-			foldErr = fmt.Errorf("fold change event %d: %w", ev.Seq, foldErr)
-			return false
-		}
-		return true
+		foldErr = f.apply(ev)
+		return foldErr == nil
 	})
 	switch {
 	case err != nil:
@@ -301,7 +317,61 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
 			"rev %d is more than %d changes into the log; `coagent replay --until %d` rebuilds it", until, stateFoldPages*logPageMax, until)}
 	}
-	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": tree.Export()}, nil
+	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": f.tree.Export(), "redacted": f.redactedPaths()}, nil
+}
+
+// folder folds the log's change events into a tree as the console's
+// reader sees them. A write whose value the readers rules keep from it
+// (its own path in the change's Redacted: the value is gone) is folded as
+// a set of null, so that the fold never fails on it and the versions stay
+// the log's; such paths, and those taken out of a value under them, are
+// listed as redacted until a later write of theirs is seen whole.
+type folder struct {
+	tree     *state.Tree
+	redacted map[string]bool
+}
+
+func newFolder() *folder { return &folder{tree: state.New(), redacted: map[string]bool{}} }
+
+// apply folds ev, a change event.
+func (f *folder) apply(ev *intents.Event) error {
+	if ev.Change == nil {
+		return fmt.Errorf("change event %d has no change", ev.Seq)
+	}
+	writes := ev.Change.Writes
+	hidden := ev.Change.Redacted
+	if len(hidden) > 0 {
+		writes = slices.Clone(writes)
+	}
+	for i, w := range writes {
+		for p := range f.redacted {
+			if p == w.Path || strings.HasPrefix(p, w.Path+".") {
+				delete(f.redacted, p)
+			}
+		}
+		for _, p := range hidden {
+			switch {
+			case p == w.Path && w.Op != intents.OpDelete:
+				writes[i].Op, writes[i].Value = intents.OpSet, json.RawMessage("null")
+				f.redacted[p] = true
+			case strings.HasPrefix(p, w.Path+"."):
+				f.redacted[p] = true
+			}
+		}
+	}
+	if err := f.tree.Apply(ev.Seq, writes); err != nil {
+		return fmt.Errorf("fold change event %d: %w", ev.Seq, err)
+	}
+	return nil
+}
+
+// redactedPaths lists the paths kept from the reader, in order.
+func (f *folder) redactedPaths() []string {
+	out := slices.Sorted(maps.Keys(f.redacted))
+	if out == nil {
+		out = []string{}
+	}
+	return out
 }
 
 // txns is txn.list, with the console's clock, so that the page counts the
@@ -362,7 +432,7 @@ func (b *backend) readCases(ctx context.Context, kind string) (*casesAnswer, err
 	defer cancel()
 	name := b.subj.Stream(kind)
 	out := &casesAnswer{Stream: name, Cases: []caseRow{}}
-	stream, err := b.js.Stream(ctx, name)
+	stream, err := b.conn.Load().js.Stream(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
 	}
@@ -478,15 +548,15 @@ func parseFilter(r *http.Request) (feedFilter, error) {
 	q := r.URL.Query()
 	f := feedFilter{agent: q.Get("agent"), path: q.Get("path"), typ: intents.EventType(q.Get("type"))}
 	if f.agent != "" && !intents.ValidSegment(f.agent) {
-		return f, badRequest("agent %q: not an agent name", f.agent)
+		return f, badRequest("agent %q: not an agent name", clipped(f.agent))
 	}
 	if f.path != "" {
 		if err := intents.CheckPath(f.path); err != nil {
-			return f, badRequest("path %q: %v", f.path, err)
+			return f, badRequest("path %q: %v", clipped(f.path), err)
 		}
 	}
 	if f.typ != "" && !slices.Contains(intents.EventTypes, f.typ) {
-		return f, badRequest("type %q: not an event type", f.typ)
+		return f, badRequest("type %q: not an event type", clipped(string(f.typ)))
 	}
 	return f, nil
 }

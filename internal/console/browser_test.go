@@ -106,6 +106,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	txn.StopRenewing()
 	waiter := w.publish(w.w3, intents.Apply("intro").Set("report.intro", "w3's").OnConflict(intents.OnConflictWait).Wait(10*time.Minute))
 	escalated := w.publish(w.w2, intents.Apply("outline").Set("report.outline", "w2's").OnConflict(intents.OnConflictEscalate))
+	// A second wait of w3 on w1's transaction: one arrow, two labels.
+	w.publish(w.w3, intents.Apply("outline").Set("report.outline", "w3's").OnConflict(intents.OnConflictWait).Wait(10*time.Minute))
 	dir := shots(t)
 
 	b := &page{t: t, ctx: bctx, dir: dir}
@@ -138,6 +140,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.waitText(fmt.Sprintf(`li.waiter[data-intent=%q]`, waiter), "w3")
 	b.waitText(fmt.Sprintf(`li.waiter[data-intent=%q]`, waiter), txn.ID())
 	b.poll(`!!document.querySelector('#waitgraph g.edge[data-from="w3"][data-to="w1"]')`, "the edge w3 → w1 in the wait-for graph")
+	b.poll(`document.querySelectorAll('#waitgraph g.edge[data-from="w3"][data-to="w1"] tspan').length === 2`, "w3's two waits on w1, one label each")
+	// No text of the graph covers another: labels nor agents.
+	b.poll(`(() => { const bs = [...document.querySelectorAll('#waitgraph text')].map((t) => t.getBBox());
+		return bs.length >= 5 && bs.every((a, i) => bs.every((b, j) => i === j ||
+			a.x + a.width <= b.x || b.x + b.width <= a.x || a.y + a.height <= b.y || b.y + b.height <= a.y)); })()`, "the graph's texts apart")
 	b.shot("waiters")
 
 	b.open(w.srv.URL + "/#arbiter")
@@ -155,6 +162,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	live := w.apply(w.w2, intents.Apply("note").Set("notes.live", "seen live")).Intent
 	b.waitText(fmt.Sprintf(`#feed li.event[data-type="change"][data-agent="w2"]`), "notes.live")
 	b.waitText(fmt.Sprintf(`#feed li.event[data-type="decision"][data-intent=%q]`, live), "applied")
+	// What happened before the page opened is there too, from the log.
+	b.waitText(fmt.Sprintf(`#feed li.event[data-type="change"][data-seq="%d"]`, draft), "Draft")
 	b.shot("events")
 
 	b.open(w.srv.URL + "/#story/" + escalated)

@@ -8,15 +8,16 @@
 // The console is an observer on NATS, never a part of the coordinator: it
 // asks the coordinator's API (state.get, txn.list, log.query,
 // conflicts.top, decision.get, rules.get), reads the arbiter and dead
-// letter streams without consuming them, and follows <prefix>.events.>.
-// It works the same whether the coordinator runs in the same process
+// letter streams without consuming them, and follows <prefix>.events.>
+// after the log's recent events, on one subscription that every event
+// stream shares and that never waits for a slow browser. It works the same whether the coordinator runs in the same process
 // (`coagent serve`) or behind --nats, and under --auth it sees what its
 // connection's identity may see. The state at an earlier revision is the
 // fold of the log's change events up to it (log.query, folded with package
 // state), as `coagent replay` folds the log.
 //
-//	h, err := console.New(console.Config{NATS: nc})
-//	http.Handle("/", h)
+//	c, err := console.New(console.Config{NATS: nc})
+//	http.Handle("/", c)
 package console
 
 import (
@@ -55,6 +56,17 @@ type Config struct {
 	// Logger receives the errors of the event feed. The default discards
 	// them.
 	Logger *slog.Logger
+	// MaxStreams bounds the event streams (/api/events) open at once; one
+	// more is answered 503. The default is 32.
+	MaxStreams int
+	// StreamBuffer is how many feed events wait for one stream's browser;
+	// a stream with that many waiting when another comes is dropped (its
+	// browser reconnects). The default is 256.
+	StreamBuffer int
+	// WriteTimeout bounds each write to a stream's browser; a browser
+	// that does not read for that long loses its stream. The default is
+	// 10s.
+	WriteTimeout time.Duration
 }
 
 // ErrConfig is wrapped by every error of Config.Validate.
@@ -73,6 +85,15 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = 32
+	}
+	if c.StreamBuffer == 0 {
+		c.StreamBuffer = 256
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
 	}
 }
 
@@ -93,13 +114,48 @@ func (c *Config) Validate() error {
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("%w: Timeout %s is negative", ErrConfig, c.Timeout))
 	}
+	if c.MaxStreams < 0 {
+		errs = append(errs, fmt.Errorf("%w: MaxStreams %d is negative", ErrConfig, c.MaxStreams))
+	}
+	if c.StreamBuffer < 0 {
+		errs = append(errs, fmt.Errorf("%w: StreamBuffer %d is negative", ErrConfig, c.StreamBuffer))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%w: WriteTimeout %s is negative", ErrConfig, c.WriteTimeout))
+	}
 	return errors.Join(errs...)
 }
 
-// New returns the console's handler: the page at "/", its files, and its
-// JSON backend under /api/. It is safe for concurrent use; it holds no
-// NATS subscription but those of the event feeds being streamed.
-func New(cfg Config) (http.Handler, error) {
+// Console is the console's handler: the page at "/", its files, and its
+// JSON backend under /api/. It is safe for concurrent use.
+type Console struct {
+	mux *http.ServeMux
+	b   *backend
+}
+
+// ServeHTTP answers the page and its backend.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Feeds counts the event streams: open, dropped for a browser that did
+// not keep up, refused beyond Config.MaxStreams.
+func (c *Console) Feeds() FeedStats { return c.b.hub.stats() }
+
+// SetNATS makes the console read through nc from now on (the caller keeps
+// owning both connections): serve gives it another when the registry's
+// change removes the agent it read as. The event streams open on the old
+// connection end; their browsers reconnect.
+func (c *Console) SetNATS(nc *nats.Conn) error {
+	if nc == nil {
+		return fmt.Errorf("%w: SetNATS(nil): the console reads through a NATS connection", ErrConfig)
+	}
+	c.b.conn.Store(newConn(nc))
+	c.b.hub.swap(nc)
+	return nil
+}
+
+// New returns the console. It holds one NATS subscription while event
+// streams are open, shared by them, and none otherwise.
+func New(cfg Config) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -110,7 +166,7 @@ func New(cfg Config) (http.Handler, error) {
 	}
 	b := newBackend(cfg)
 	mux := http.NewServeMux()
-	mux.Handle("GET /", http.FileServerFS(files))
+	mux.Handle("GET /", noListing(http.FileServerFS(files)))
 	mux.HandleFunc("GET /api/overview", b.json(b.overview))
 	mux.HandleFunc("GET /api/state", b.json(b.state))
 	mux.HandleFunc("GET /api/value", b.json(b.value))
@@ -120,5 +176,17 @@ func New(cfg Config) (http.Handler, error) {
 	mux.HandleFunc("GET /api/conflicts", b.json(b.conflicts))
 	mux.HandleFunc("GET /api/story", b.json(b.story))
 	mux.HandleFunc("GET /api/events", b.events)
-	return mux, nil
+	return &Console{mux: mux, b: b}, nil
+}
+
+// noListing serves the page's files but never a directory's listing: "/"
+// is index.html, any other directory is not found.
+func noListing(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" && strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

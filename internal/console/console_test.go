@@ -21,6 +21,7 @@ import (
 	"github.com/coagent/coagent/internal/console"
 	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -28,19 +29,28 @@ import (
 // console's handler behind an HTTP server.
 type world struct {
 	t          *testing.T
+	ns         *server.Server
 	svc        *coordinator.Service
+	console    *console.Console
 	srv        *httptest.Server
 	w1, w2, w3 *agents.Client
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld starts the world; configure, if given, changes the console's
+// Config.
+func newWorld(t *testing.T, configure ...func(*console.Config)) *world {
 	t.Helper()
 	ns := natstest.Run(t)
-	w := &world{t: t, svc: coordtest.Start(t, ns, coordinator.Options{})}
-	h, err := console.New(console.Config{NATS: natstest.Connect(t, ns)})
+	w := &world{t: t, ns: ns, svc: coordtest.Start(t, ns, coordinator.Options{})}
+	cfg := console.Config{NATS: natstest.Connect(t, ns)}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	h, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.console = h
 	w.srv = httptest.NewServer(h)
 	t.Cleanup(w.srv.Close)
 	for _, c := range []struct {
@@ -156,6 +166,30 @@ func TestBadRequests(t *testing.T) {
 		}
 		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), want) {
 			t.Errorf("GET %s: %d %q, want 400 saying %q", path, res.StatusCode, body, want)
+		}
+	}
+	// A long parameter is refused without being echoed whole.
+	long := strings.Repeat("x", 5000)
+	for _, path := range []string{"/api/story?q=" + long, "/api/value?path=" + long, "/api/events?agent=" + long, "/api/state?rev=" + long} {
+		res, err := http.Get(w.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || len(body) > 400 {
+			t.Errorf("GET %.30s…: %d, %d bytes of answer, want 400 and at most 400 bytes", path, res.StatusCode, len(body))
+		}
+	}
+	// The page's files, never a directory's listing.
+	for path, want := range map[string]int{"/": 200, "/js/app.js": 200, "/js/": 404} {
+		res, err := http.Get(w.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, res.StatusCode, want)
 		}
 	}
 	var nf map[string]string

@@ -15,6 +15,10 @@ import (
 // storyPages bounds how much of the log one story reads per query.
 const storyPages = 50
 
+// maxQuery bounds the story's q: a whole traceparent (55 characters) is the
+// longest thing it takes, and an answer never quotes more than that back.
+const maxQuery = 64
+
 // traceID matches a W3C trace id (32 hex digits) or a whole traceparent.
 var traceID = regexp.MustCompile(`^([0-9a-f]{2}-)?[0-9a-f]{32}(-[0-9a-f]{16}-[0-9a-f]{2})?$`)
 
@@ -30,6 +34,8 @@ func (b *backend) story(ctx context.Context, r *http.Request) (any, error) {
 	switch {
 	case q == "":
 		return nil, badRequest("q: give an intent id (a ULID) or a trace id")
+	case len(q) > maxQuery:
+		return nil, badRequest("q %q: %d bytes, longer than any intent id (26) or traceparent (55)", intents.Clip(q, 40), len(q))
 	case traceID.MatchString(strings.ToLower(q)):
 		return b.traceStory(ctx, strings.ToLower(q))
 	}

@@ -26,7 +26,7 @@ export function h(spec, attrs, ...children) {
 
 const HTML = 'http://www.w3.org/1999/xhtml';
 const SVG = 'http://www.w3.org/2000/svg';
-const svgTags = new Set(['svg', 'line', 'circle', 'text', 'path', 'defs', 'marker', 'g', 'title']);
+const svgTags = new Set(['svg', 'line', 'circle', 'text', 'tspan', 'path', 'defs', 'marker', 'g', 'title']);
 
 function append(el, children) {
   for (const c of children) {

@@ -1,5 +1,6 @@
-// The live event feed: the coordinator's events as they happen (server-sent
-// events from <prefix>.events.>), filtered by agent, path and type.
+// The event feed: the log's recent events, then the coordinator's events as
+// they happen (server-sent events from <prefix>.events.>), filtered by
+// agent, path and type.
 import { feed } from './api.js';
 import { h, empty } from './dom.js';
 import { eventRow } from './eventrow.js';
@@ -33,6 +34,9 @@ export default function eventsView(root) {
       const row = eventRow(ev, true);
       let before = list.firstElementChild;
       while (before && Number(before.dataset.seq) > ev.seq) before = before.nextElementSibling;
+      // The stream starts with the log's recent events and resumes after
+      // the last one it sent: an event already shown is not shown twice.
+      if (before && Number(before.dataset.seq) === ev.seq) return;
       list.insertBefore(row, before);
       while (list.children.length > keep) list.lastChild.remove();
     }, (s) => { status.textContent = s === 'open' ? 'live' : s; status.dataset.state = s; });

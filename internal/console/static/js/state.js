@@ -49,6 +49,9 @@ export default function stateView(root, arg) {
       kids.get(parent).push(n);
     }
     const byPath = new Map(data.nodes.map((n) => [n.path, n]));
+    // Paths whose values the readers rules keep from the console: folded
+    // as null, shown as what they are.
+    const redacted = new Set(data.redacted || []);
     const list = (parent) => {
       const items = (kids.get(parent) || []).filter((n) => showDeleted || n.kind !== 'absent');
       if (!items.length) return null;
@@ -60,7 +63,8 @@ export default function stateView(root, arg) {
           h('div.row', { onclick: () => { select(n.path); } },
             h('span.toggle', { onclick: (e) => { e.stopPropagation(); toggle(n.path); } }, sub ? (collapsed.has(n.path) ? '▸' : '▾') : ''),
             h('span.key', key),
-            n.kind === 'leaf' ? h('span.val', value(n)) : n.kind === 'absent' ? h('span.val.muted', 'deleted') : null,
+            redacted.has(n.path) ? h('span.val.muted', { title: 'kept from this console by the readers rules' }, 'redacted')
+              : n.kind === 'leaf' ? h('span.val', value(n)) : n.kind === 'absent' ? h('span.val.muted', 'deleted') : null,
             h('span.meta', h('span.ver', 'v' + n.version), ' · ', h('span.modrev', 'mod_rev ' + n.mod_rev))),
           sub);
       }));

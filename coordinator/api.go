@@ -126,8 +126,39 @@ func (s *Service) readLog(fn func(*eventlog.Log)) bool {
 	if s.leased != nil && !s.leased() {
 		return false
 	}
-	fn(s.core.Log())
+	return s.logReaders.read(s.core.Log(), fn)
+}
+
+// logReaders lets the API's handlers read the event log until Shutdown
+// closes it: a handler still running when the API stopped would read a
+// closed log, which Pebble answers with a panic.
+type logReaders struct {
+	mu      sync.Mutex
+	closing bool
+	active  sync.WaitGroup
+}
+
+// read runs fn with l unless the log is closing; it reports whether it
+// did.
+func (r *logReaders) read(l *eventlog.Log, fn func(*eventlog.Log)) bool {
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
+		return false
+	}
+	r.active.Add(1)
+	r.mu.Unlock()
+	defer r.active.Done()
+	fn(l)
 	return true
+}
+
+// close refuses reads from now on and waits for those under way.
+func (r *logReaders) close() {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	r.active.Wait()
 }
 
 // stamp returns the options of an answer read at revision rev: the
@@ -573,7 +604,11 @@ func (s *Service) decisionGet(ctx context.Context, id string, answer func(*inten
 			answer(d, nil)
 			return
 		}
-		d, err := s.core.Log().Decision(id)
+		var err error
+		if !s.logReaders.read(s.core.Log(), func(l *eventlog.Log) { d, err = l.Decision(id) }) {
+			answer(nil, errUnavailable)
+			return
+		}
 		if errors.Is(err, eventlog.ErrNotFound) {
 			answer(nil, nil)
 			return

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/oklog/ulid/v2"
@@ -186,5 +187,28 @@ func TestHeldReads(t *testing.T) {
 	}
 	if held, ok := h.hold(10, note("late")); held || ok {
 		t.Fatalf("a read after the log failed: %v %v", held, ok)
+	}
+}
+
+// A read of the log under way when Shutdown closes the log holds the close
+// until it ends, and a read after it is refused: Pebble panics on a read of
+// a closed log, which a log.query handler still running after the API
+// stopped did.
+func TestLogReadersClose(t *testing.T) {
+	var r logReaders
+	inside, release := make(chan struct{}), make(chan struct{})
+	go r.read(nil, func(*eventlog.Log) { close(inside); <-release })
+	<-inside
+	closed := make(chan struct{})
+	go func() { r.close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("close returned while a read was under way")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-closed
+	if r.read(nil, func(*eventlog.Log) { t.Fatal("a read after close ran") }) {
+		t.Fatal("a read after close reported it ran")
 	}
 }

@@ -239,18 +239,21 @@ type Service struct {
 	// flying are the telling events of the groups committed and not yet
 	// known to be durable (loop-owned); reads holds the reads waiting for
 	// them (reads.go).
-	flying  []*intents.Event
-	reads   heldReads
-	groups  chan *output    // durable groups, from the loop to the output stage
-	acks    chan pendingAck // stream messages, from the output stage to the acknowledger
-	replies *replies        // API submits waiting for their decisions
-	cases   *caseQueue      // the arbiters' queue, kept to the open cases
-	submits chan struct{}   // a token for every API submit not yet answered
-	cons    jetstream.ConsumeContext
-	api     micro.Service
-	cancel  context.CancelFunc
-	looped  chan struct{} // closed when the loop has stopped
-	stopped chan struct{} // closed when the output stage has sent the last of it
+	flying []*intents.Event
+	reads  heldReads
+	// logReaders are the API's reads of the event log, which Shutdown
+	// waits for before it closes the log.
+	logReaders logReaders
+	groups     chan *output    // durable groups, from the loop to the output stage
+	acks       chan pendingAck // stream messages, from the output stage to the acknowledger
+	replies    *replies        // API submits waiting for their decisions
+	cases      *caseQueue      // the arbiters' queue, kept to the open cases
+	submits    chan struct{}   // a token for every API submit not yet answered
+	cons       jetstream.ConsumeContext
+	api        micro.Service
+	cancel     context.CancelFunc
+	looped     chan struct{} // closed when the loop has stopped
+	stopped    chan struct{} // closed when the output stage has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
 	// durable, so nothing more may be decided, answered or acknowledged.
 	// failure is why (see Err).
@@ -536,6 +539,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if err := s.pub.Drain(); err != nil {
 		s.log.Warn("drain the publisher", "err", err)
 	}
+	s.logReaders.close()
 	last := s.core.Log().LastSeq()
 	if err := s.core.Close(); err != nil {
 		return err

@@ -641,7 +641,7 @@ func TestResources(t *testing.T) {
 		if u.URI != "coagent://state/tasks" || u.Meta["agent"] != "w2" || u.Meta["rev"] != float64(r.Rev) {
 			t.Fatalf("update: %+v", u)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no resource update for a change under tasks")
 	}
 	if st := read(); st.Version != 2 {
@@ -918,7 +918,7 @@ func TestRedacted(t *testing.T) {
 		if u.URI != "coagent://state/tasks" || u.Meta["rev"] != float64(both.Rev) || fmt.Sprint(u.Meta["paths"]) != "[tasks.t1]" {
 			t.Fatalf("alice's first notification: %+v, want the one of tasks at rev %d", u, both.Rev)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no notification of tasks.t1")
 	}
 

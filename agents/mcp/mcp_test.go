@@ -110,6 +110,27 @@ type session struct {
 	t       *testing.T
 	cs      *sdk.ClientSession
 	updates chan *sdk.ResourceUpdatedNotificationParams
+	acks    chan string // the URIs the server acknowledged a subscription to
+}
+
+// subscribe subscribes to uri and waits until the server says it has:
+// a change made before then may not be notified.
+func (s *session) subscribe(uri string) {
+	s.t.Helper()
+	if err := s.cs.Subscribe(context.Background(), &sdk.SubscribeParams{URI: uri}); err != nil {
+		s.t.Fatalf("subscribe %s: %v", uri, err)
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case got := <-s.acks:
+			if got == uri {
+				return
+			}
+		case <-timeout:
+			s.t.Fatalf("subscribe %s: no acknowledgement", uri)
+		}
+	}
 }
 
 // open starts the MCP server of agent name and connects a client session
@@ -131,11 +152,23 @@ func (b *board) open(name string, opts mcp.Options) *session {
 	if _, err := srv.MCP().Connect(context.Background(), st, nil); err != nil {
 		b.t.Fatalf("server connect: %v", err)
 	}
-	s := &session{t: b.t, updates: make(chan *sdk.ResourceUpdatedNotificationParams, 16)}
+	s := &session{t: b.t, updates: make(chan *sdk.ResourceUpdatedNotificationParams, 16), acks: make(chan string, 16)}
 	client := sdk.NewClient(&sdk.Implementation{Name: "test-host", Version: "v0"}, &sdk.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, req *sdk.ResourceUpdatedNotificationRequest) {
 			s.updates <- req.Params
 		},
+	})
+	// The protocol's subscribe (subscriptions/listen) returns before the
+	// server has subscribed; its acknowledgement says that it has.
+	client.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if p, ok := req.GetParams().(*sdk.SubscriptionsAcknowledgedParams); ok {
+				for _, uri := range p.Notifications.ResourceSubscriptions {
+					s.acks <- uri
+				}
+			}
+			return next(ctx, method, req)
+		}
 	})
 	cs, err := client.Connect(context.Background(), ct, nil)
 	if err != nil {
@@ -630,9 +663,7 @@ func TestResources(t *testing.T) {
 	if _, err := s.cs.ReadResource(ctx, &sdk.ReadResourceParams{URI: "coagent://state/tasks..t1"}); err == nil {
 		t.Fatal("reading a bad path: no error")
 	}
-	if err := s.cs.Subscribe(ctx, &sdk.SubscribeParams{URI: "coagent://state/tasks"}); err != nil {
-		t.Fatal(err)
-	}
+	s.subscribe("coagent://state/tasks")
 	ok(t, "outside", other.result("write", map[string]any{"writes": []any{set("other.x", 1)}}))
 	r := other.result("write", map[string]any{"writes": []any{set("tasks.t1.status", "done")}})
 	ok(t, "change", r)
@@ -903,9 +934,7 @@ func TestRedacted(t *testing.T) {
 	judge := b.open("judge", mcp.Options{})
 	ctx := context.Background()
 	for _, uri := range []string{"coagent://state/secrets", "coagent://state/tasks"} {
-		if err := alice.cs.Subscribe(ctx, &sdk.SubscribeParams{URI: uri}); err != nil {
-			t.Fatal(err)
-		}
+		alice.subscribe(uri)
 	}
 	secret := judge.result("write", map[string]any{"writes": []any{set("secrets.k", "s3cret")}})
 	ok(t, "judge's secret", secret)

@@ -151,13 +151,13 @@ func (s *Service) decide(batch []input) {
 			}
 			s.core.DecideTraced(now, agent, in.msg.Data(), traceparent(in.msg.Headers()), ViaStream)
 			o.msgs = append(o.msgs, in.msg)
-			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream})
+			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream, decided: time.Now()})
 			o.bytes += len(in.msg.Data())
 		} else {
 			evs := s.core.DecideTraced(now, in.sub.agent, in.sub.req.Data(), traceparent(nats.Header(in.sub.req.Headers())), ViaAPI)
 			in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
 			o.submits = append(o.submits, in.sub)
-			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI})
+			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI, decided: time.Now()})
 			o.bytes += len(in.sub.req.Data())
 			api++
 		}

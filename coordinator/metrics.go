@@ -72,7 +72,25 @@ type metrics struct {
 	groupDurable prometheus.Observer
 	syncEvents   prometheus.Observer
 	syncSeconds  prometheus.Observer
+	// stages are where an intent's time went, by stage (see stageNames).
+	stages [numStages]prometheus.Observer
 }
+
+// The stages of an intent's way through the coordinator, for
+// coagent_intent_stage_seconds: from its arrival to its decision (the
+// intake's queue and the engine), from its decision to its group's commit
+// (waiting for the groups on their way to the disk), from the commit to
+// the group being durable (the log's write and fsync), and from then to
+// its answer being sent.
+const (
+	stageDecide = iota
+	stageCommit
+	stageDurable
+	stageAnswer
+	numStages
+)
+
+var stageNames = [numStages]string{"decide", "commit", "durable", "answer"}
 
 // newMetrics builds the service's collectors; register puts them in reg.
 // The gauges read s when collected, so s must be set up before the first
@@ -108,6 +126,12 @@ func newMetrics(s *Service) *metrics {
 		Help:    "Time one group commit of the event log took, from its write to the end of its fsync.",
 		Buckets: latencyBuckets})
 	m.groupIntents, m.groupDurable, m.syncEvents, m.syncSeconds = groupIntents, groupDurable, syncEvents, syncSeconds
+	stages := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coagent_intent_stage_seconds",
+		Help:    "Where an intent's time went, by stage: decide (arrival to decision: the intake's queue and the engine), commit (decision to its group's commit: the groups on their way to the disk), durable (commit to durable: the log's write and fsync), answer (durable to the output stage taking its group up, as its decision is about to be sent).",
+		Buckets: prometheus.ExponentialBuckets(10e-6, 2, 18)}, []string{"stage"})
+	for i, name := range stageNames {
+		m.stages[i] = stages.WithLabelValues(name)
+	}
 	m.decided[ViaAPI], m.decided[ViaStream] = map[decisionKey]prometheus.Counter{}, map[decisionKey]prometheus.Counter{}
 	for _, via := range []Via{ViaStream, ViaAPI} {
 		p := pathOf(via)
@@ -132,7 +156,7 @@ func newMetrics(s *Service) *metrics {
 		m.conflicts[k] = m.conflictVec.WithLabelValues(string(k))
 	}
 	m.collectors = []prometheus.Collector{received, latency, duplicates, m.decisions, m.conflictVec,
-		m.escalations, m.deadLetters, groupIntents, groupDurable, syncEvents, syncSeconds,
+		m.escalations, m.deadLetters, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_log_last_seq",
 			Help: "The sequence number of the event log's last durable event (= the last revision, or past it)."},
 			func() float64 { return float64(s.core.Log().LastSeq()) }),
@@ -194,6 +218,11 @@ func (m *metrics) group(o *output, now time.Time) {
 	g := o.g
 	for _, a := range o.arrivals {
 		m.latency[a.via].Observe(now.Sub(a.at).Seconds())
+		if !o.committed.IsZero() && !a.decided.IsZero() {
+			m.stages[stageDecide].Observe(a.decided.Sub(a.at).Seconds())
+			m.stages[stageCommit].Observe(o.committed.Sub(a.decided).Seconds())
+			m.stages[stageDurable].Observe(o.durableAfter.Seconds())
+		}
 	}
 	for _, r := range g.Decisions {
 		d := r.Decision
@@ -263,6 +292,8 @@ func (m *metrics) synced(events int, took time.Duration) {
 type arrival struct {
 	at  time.Time
 	via Via
+	// decided is when the loop had decided it.
+	decided time.Time
 }
 
 // engineGauges are the gauges of what is open in the engine now, read on

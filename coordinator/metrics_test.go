@@ -102,7 +102,8 @@ func TestMetricsScriptedRun(t *testing.T) {
 		dec: map[string]*nats.Subscription{}, notices: map[string]*nats.Subscription{}, waiting: map[string][]string{}}
 	fams := scrape(t, svc.Registry())
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "coagent_log_last_seq", "coagent_log_size_bytes",
-		"coagent_feed_publish_pending", "coagent_group_intents", "coagent_log_sync_seconds", "coagent_group_durable_seconds"} {
+		"coagent_feed_publish_pending", "coagent_group_intents", "coagent_log_sync_seconds", "coagent_group_durable_seconds",
+		"coagent_intent_stage_seconds"} {
 		if fams[name] == nil {
 			t.Errorf("no %s in the exposition", name)
 		}
@@ -231,6 +232,24 @@ func TestMetricsScriptedRun(t *testing.T) {
 		"coagent_dead_letters_total{}": 1,
 	})
 	gauges("deadline", fams, 1, 0, 0)
+	// Every intent's time is split into its stages, each observed once
+	// per intent, as its decision latency is.
+	fams = scrape(t, svc.Registry())
+	var intentsSeen uint64
+	for _, m := range fams["coagent_decision_latency_seconds"].GetMetric() {
+		intentsSeen += m.GetHistogram().GetSampleCount()
+	}
+	stages := map[string]uint64{}
+	for _, m := range fams["coagent_intent_stage_seconds"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			stages[l.GetValue()] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	for _, stage := range []string{"decide", "commit", "durable"} {
+		if intentsSeen == 0 || stages[stage] != intentsSeen {
+			t.Errorf("stage %s observed %d times, for %d intents", stage, stages[stage], intentsSeen)
+		}
+	}
 	if t.Failed() {
 		var lines []string
 		for _, k := range slices.Sorted(maps.Keys(before)) {

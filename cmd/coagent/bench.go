@@ -17,6 +17,7 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/loadgen"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -106,6 +107,7 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	cfg.URL = conn.url
+	var stages prometheus.Gatherer // the bench's own coordinator's metrics
 	if cfg.URL == "" {
 		dir, err := os.MkdirTemp("", "coagent-bench-")
 		if err != nil {
@@ -127,6 +129,7 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer svc.Shutdown(context.Background())
+		stages = svc.Registry()
 		// The request/reply baseline's responder is connected as the
 		// coordinator is, so both answer across the same transport.
 		rc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
@@ -139,10 +142,12 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 	}
 	for _, n := range counts {
 		cfg.Agents = n
+		before := stageTotals(stages)
 		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
 			return err
 		}
+		res.Stages = stageMeans(before, stageTotals(stages))
 		if res.Redis, err = redisBaselines(ctx, cfg, f.redis, stderr); err != nil {
 			return err
 		}
@@ -158,6 +163,47 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// stageTotals reads the sum and count of each stage of
+// coagent_intent_stage_seconds from g (nil: none).
+func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
+	if g == nil {
+		return nil
+	}
+	fams, err := g.Gather()
+	if err != nil {
+		return nil
+	}
+	out := map[string][2]float64{}
+	for _, f := range fams {
+		if f.GetName() != "coagent_intent_stage_seconds" {
+			continue
+		}
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "stage" {
+					out[l.GetValue()] = [2]float64{m.Histogram.GetSampleSum(), float64(m.Histogram.GetSampleCount())}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stageMeans is the mean time of each stage between two stageTotals.
+func stageMeans(before, after map[string][2]float64) map[string]time.Duration {
+	var out map[string]time.Duration
+	for stage, a := range after {
+		b := before[stage]
+		if n := a[1] - b[1]; n > 0 {
+			if out == nil {
+				out = map[string]time.Duration{}
+			}
+			out[stage] = time.Duration((a[0] - b[0]) / n * float64(time.Second))
+		}
+	}
+	return out
 }
 
 // profileName is where the CPU profile of the run with agents goes: file,
@@ -245,6 +291,10 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 	row("raw request/reply", r.ReqReplyThroughput, r.ReqReplyLatency)
 	fmt.Fprintln(w)
 	printRedis(w, r, r.Redis)
+	if len(r.Stages) > 0 {
+		fmt.Fprintf(w, "in the coordinator an intent waited, on average: %s to be decided, %s for its group's commit, %s for the group to be durable\n",
+			round(r.Stages["decide"]), round(r.Stages["commit"]), round(r.Stages["durable"]))
+	}
 	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
 		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)
 	if len(r.Servers) > 1 {

@@ -93,7 +93,8 @@ func TestBenchText(t *testing.T) {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
 	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish (R1)",
-		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it"} {
+		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it",
+		"in the coordinator an intent waited, on average:", "to be decided", "for its group's commit", "for the group to be durable"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

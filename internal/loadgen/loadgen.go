@@ -295,6 +295,10 @@ type Result struct {
 	// Redis are the Redis + Lua baselines of the same workload, one per
 	// appendfsync setting, when `coagent bench` ran them (RedisBaseline).
 	Redis []*RedisResult `json:",omitempty"`
+	// Stages are the mean time an intent spent in each stage of the
+	// coordinator (coagent_intent_stage_seconds: decide, commit,
+	// durable), when `coagent bench` ran the coordinator itself.
+	Stages map[string]time.Duration `json:",omitempty"`
 }
 
 // Run measures the two baselines, then the coordinator, with the same

@@ -330,6 +330,14 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	// goroutine.
 	pubOpts := nc.Opts
 	pubOpts.Name += " (publisher)"
+	if u := nc.ConnectedUrl(); u != "" {
+		// On the first connection's server first: picked at random from a
+		// cluster's URLs, the publisher could land on another node, and the
+		// loss of that node alone would cut the coordinator's appends and
+		// answers off while it still held the lease.
+		pubOpts.Servers = append([]string{u}, pubOpts.Servers...)
+		pubOpts.NoRandomize = true
+	}
 	pub, err := pubOpts.Connect()
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: connect the publisher: %w", err)

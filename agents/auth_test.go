@@ -186,7 +186,7 @@ func TestAuthenticatedAgents(t *testing.T) {
 	if _, err := bob.Apply(ctx, intents.Apply("rewrite").Set("doc.intro", "bob's").Priority(3).Escalate()); err != nil {
 		t.Fatalf("bob's escalated rewrite: %v", err)
 	}
-	<-tx.Lost()
+	awaitLost(t, tx)
 	if !errors.Is(tx.Err(), agents.ErrPreempted) {
 		t.Fatalf("alice's txn: %v", tx.Err())
 	}

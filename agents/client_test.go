@@ -97,6 +97,16 @@ func (w *world) releases() <-chan *intents.Release {
 	return ch
 }
 
+// awaitLost waits for tx to be lost: preempted, or its lease ended.
+func awaitLost(t *testing.T, tx *agents.Txn) {
+	t.Helper()
+	select {
+	case <-tx.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("txn %s was not lost in 10s (err %v)", tx.ID(), tx.Err())
+	}
+}
+
 func awaitRelease(t *testing.T, ch <-chan *intents.Release, txn string, cause intents.ReleaseCause) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
@@ -244,7 +254,7 @@ func TestTypedErrors(t *testing.T) {
 		}
 		tx.StopRenewing()
 		awaitRelease(t, rel, tx.ID(), intents.CauseExpired)
-		<-tx.Lost() // the coordinator's notice
+		awaitLost(t, tx) // the coordinator's notice
 		if err := tx.Renew(ctx); !errors.Is(err, agents.ErrLeaseExpired) {
 			t.Fatalf("Renew of a lost txn: %v", err)
 		}
@@ -431,17 +441,24 @@ func TestLeaseRenewal(t *testing.T) {
 		}
 	}))
 	rel := w.releases()
-	const lease = 300 * time.Millisecond
+	// Long enough that a renewal sent a third of the way through lands
+	// before the end even when a loaded machine's fsync takes 100s of ms:
+	// the client gives a lease up whose renewal it cannot get in time.
+	const lease = time.Second
 	tx, err := c.Propose(ctx, intents.Propose("long").Write("work.out", intents.OpSet).Lease(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := tx.LeaseExpires()
 	// Wait for renewals that carry the lease well past its first end.
-	for {
-		d := <-renewed
-		if d.LeaseExpires.After(first.Add(3 * lease)) {
-			break
+	for waiting := true; waiting; {
+		select {
+		case d := <-renewed:
+			waiting = !d.LeaseExpires.After(first.Add(2 * lease))
+		case <-tx.Lost():
+			t.Fatalf("lost the lease while renewing: %v", tx.Err())
+		case <-ctx.Done():
+			t.Fatal("no renewal carried the lease past its first end")
 		}
 	}
 	if !time.Now().After(first) {
@@ -458,7 +475,7 @@ func TestLeaseRenewal(t *testing.T) {
 	}
 	tx2.StopRenewing()
 	awaitRelease(t, rel, tx2.ID(), intents.CauseExpired)
-	<-tx2.Lost() // the coordinator's notice
+	awaitLost(t, tx2) // the coordinator's notice
 	if _, err := tx2.Commit(ctx, intents.Apply("long").Set("work.out2", "late")); !errors.Is(err, agents.ErrLeaseExpired) {
 		t.Fatalf("commit after the lease ran out: %v, want lease expired", err)
 	}

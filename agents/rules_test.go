@@ -433,7 +433,7 @@ func TestPreemptOverTheWire(t *testing.T) {
 	if _, err := boss.Apply(ctx, intents.Apply("plan").Set("board.plan", "the lead's")); err != nil {
 		t.Fatalf("the lead: %v", err)
 	}
-	<-tx.Lost()
+	awaitLost(t, tx)
 	if !errors.Is(tx.Err(), agents.ErrPreempted) || !strings.Contains(tx.Err().Error(), "lets role:lead preempt") {
 		t.Fatalf("the holder: %v", tx.Err())
 	}

@@ -170,6 +170,7 @@ func newMetrics(s *Service) *metrics {
 			Help: "Messages sent to JetStream and not yet acknowledged by it: changes for COAGENT_EVENTS, decisions for COAGENT_DECISIONS, cases; the change feed's lag behind the log."},
 			func() float64 { return float64(s.js.PublishAsyncPending()) }),
 		&engineGauges{s: s},
+		fsyncCollector{s: s},
 	}
 	return m
 }
@@ -308,6 +309,31 @@ var (
 	descCases = prometheus.NewDesc("coagent_arbiter_cases_open",
 		"Escalated intents whose arbiter case is open: not yet resolved, by an arbiter or the fallback.", nil, nil)
 )
+
+// fsyncCollector exports the write-ahead log's fsyncs as Pebble times
+// them: the system call alone, which coagent_log_sync_seconds includes
+// with the wait for the sync before it and the write.
+type fsyncCollector struct{ s *Service }
+
+var descFsync = prometheus.NewDesc("coagent_log_fsync_seconds",
+	"Time each fsync of the event log's write-ahead log took: the system call alone (coagent_log_sync_seconds adds the wait for the sync before it and the write).", nil, nil)
+
+func (c fsyncCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descFsync }
+
+func (c fsyncCollector) Collect(ch chan<- prometheus.Metric) {
+	f, ok := c.s.core.Log().Fsyncs()
+	if !ok {
+		return
+	}
+	buckets := make(map[float64]uint64, len(f.Buckets))
+	for _, b := range f.Buckets {
+		buckets[b.UpperBound.Seconds()] = b.Count
+	}
+	m, err := prometheus.NewConstHistogram(descFsync, f.Count, f.Sum.Seconds(), buckets)
+	if err == nil {
+		ch <- m
+	}
+}
 
 func (g *engineGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTxns

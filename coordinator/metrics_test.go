@@ -103,7 +103,7 @@ func TestMetricsScriptedRun(t *testing.T) {
 	fams := scrape(t, svc.Registry())
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "coagent_log_last_seq", "coagent_log_size_bytes",
 		"coagent_feed_publish_pending", "coagent_group_intents", "coagent_log_sync_seconds", "coagent_group_durable_seconds",
-		"coagent_intent_stage_seconds"} {
+		"coagent_intent_stage_seconds", "coagent_log_fsync_seconds"} {
 		if fams[name] == nil {
 			t.Errorf("no %s in the exposition", name)
 		}
@@ -156,6 +156,9 @@ func TestMetricsScriptedRun(t *testing.T) {
 		t.Errorf("coagent_log_last_seq = %v after an apply", gauge(fams, "coagent_log_last_seq"))
 	}
 	gauges("apply", fams, 0, 0, 0)
+	if f := fams["coagent_log_fsync_seconds"]; f == nil || f.Metric[0].Histogram.GetSampleCount() == 0 || f.Metric[0].Histogram.GetSampleSum() <= 0 {
+		t.Errorf("coagent_log_fsync_seconds counts no fsync after a durable apply: %v", f)
+	}
 
 	_, propose := protoIntent(fmtProposeL, "b", 1000, "doc.t")
 	mustOutcome(t, w.submitAs("b", propose, 0), intents.OutcomeGranted, "")

@@ -1,6 +1,50 @@
 package eventlog
 
-import "time"
+import (
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Fsyncs are the write-ahead log's fsyncs since the store opened, as
+// Pebble times them: the system call alone, without the wait for the sync
+// before it or the write.
+type Fsyncs struct {
+	Count uint64
+	Sum   time.Duration
+	// Buckets are cumulative counts by upper bound, in increasing order.
+	Buckets []FsyncBucket
+}
+
+// FsyncBucket counts the fsyncs that took at most UpperBound.
+type FsyncBucket struct {
+	UpperBound time.Duration
+	Count      uint64
+}
+
+// Fsyncs returns the write-ahead log's fsyncs so far; ok is false once
+// the log is closed. Like DiskSize it is for a metrics scrape.
+func (l *Log) Fsyncs() (f Fsyncs, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.closing {
+		return f, false
+	}
+	h := l.db.Metrics().LogWriter.FsyncLatency
+	if h == nil {
+		return f, false
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil || m.Histogram == nil {
+		return f, false
+	}
+	// Pebble observes nanoseconds.
+	f.Count, f.Sum = m.Histogram.GetSampleCount(), time.Duration(m.Histogram.GetSampleSum())
+	for _, b := range m.Histogram.Bucket {
+		f.Buckets = append(f.Buckets, FsyncBucket{UpperBound: time.Duration(b.GetUpperBound()), Count: b.GetCumulativeCount()})
+	}
+	return f, true
+}
 
 // DiskSize returns the disk space the store uses: its tables, write-ahead
 // log and manifests, as Pebble counts them; 0 once the log is closed. It

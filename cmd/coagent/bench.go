@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"io"
 	"maps"
 	"os"
@@ -30,6 +31,7 @@ type benchFlags struct {
 	duration               time.Duration
 	out                    output
 	cpuProfile             string
+	unsynced               bool
 	redis                  string
 }
 
@@ -67,6 +69,8 @@ func newBenchCmd(e *env) *cobra.Command {
 	fs.DurationVar(&f.duration, "duration", 5*time.Second, "length of each measurement (each baseline, then the coordinator)")
 	f.out.register(fs, true)
 	fs.StringVar(&f.redis, "redis", "", "with --workload rmw or incr, the redis-server to run the Redis + Lua baseline on (AOF with appendfsync always, then everysec): default the one on PATH, none if there is none; off for none")
+	fs.BoolVar(&f.unsynced, "unsynced", false, "measurement only: the bench's own coordinator does not fsync its event log, so that what the durable commit costs can be told apart (nothing it answers is durable)")
+	_ = fs.MarkHidden("unsynced")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the coordinator's measurement (embedded server, coordinator and agents alike; the baselines left out) to FILE, or with several --agents to FILE-<agents> for each")
 	return c
 }
@@ -124,7 +128,9 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer nc.Close()
-		svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Prefix: conn.prefix, Interest: coordinator.InterestOf(ns)})
+		opts := coordinator.Options{Prefix: conn.prefix, Interest: coordinator.InterestOf(ns)}
+		opts.Core.Log.NoSync = f.unsynced
+		svc, err := coordinator.Start(ctx, nc, logDir(dir), opts)
 		if err != nil {
 			return err
 		}
@@ -138,16 +144,25 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 		defer rc.Close()
 		cfg.URL, cfg.Responder = ns.ClientURL(), rc
-		fmt.Fprintf(stderr, "bench: coordinator on %s (embedded NATS, in process; agents on loopback TCP), data in %s; decisions fsynced by the event log, raw JetStream with its default (no per-message fsync)\n", cfg.URL, dir)
+		fmt.Fprintf(stderr, "bench: coordinator on %s (embedded NATS, in process; agents on loopback TCP), data in %s; %s, raw JetStream with its default (no per-message fsync)\n", cfg.URL, dir, synced(f.unsynced))
 	}
 	for _, n := range counts {
 		cfg.Agents = n
-		before := stageTotals(stages)
+		before, fsyncsBefore := stageTotals(stages), fsyncsOf(stages)
 		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		res.Stages = stageMeans(before, stageTotals(stages))
+		after := stageTotals(stages)
+		res.Fsyncs = fsyncsOf(stages).since(fsyncsBefore)
+		res.Stages = stageMeans(before, after)
+		if ev, ok := after["sync_events"]; ok {
+			delete(res.Stages, "sync_events")
+			res.Syncs = int(ev[1] - before["sync_events"][1])
+			if res.Syncs > 0 {
+				res.EventsPerSync = (ev[0] - before["sync_events"][0]) / float64(res.Syncs)
+			}
+		}
 		if res.Redis, err = redisBaselines(ctx, cfg, f.redis, stderr); err != nil {
 			return err
 		}
@@ -165,8 +180,17 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 	return nil
 }
 
+func synced(unsynced bool) string {
+	if unsynced {
+		return "the event log UNSYNCED (--unsynced: a measurement; nothing it answers is durable)"
+	}
+	return "decisions fsynced by the event log"
+}
+
 // stageTotals reads the sum and count of each stage of
-// coagent_intent_stage_seconds from g (nil: none).
+// coagent_intent_stage_seconds from g (nil: none), and of the event log's
+// group commits, coagent_log_sync_seconds, as the stage "sync", and
+// coagent_log_sync_events as "sync_events" (its sum a count of events).
 func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
 	if g == nil {
 		return nil
@@ -177,7 +201,19 @@ func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
 	}
 	out := map[string][2]float64{}
 	for _, f := range fams {
-		if f.GetName() != "coagent_intent_stage_seconds" {
+		switch f.GetName() {
+		case "coagent_log_sync_seconds", "coagent_log_sync_events":
+			if len(f.Metric) == 1 {
+				h := f.Metric[0].Histogram
+				name := "sync"
+				if f.GetName() == "coagent_log_sync_events" {
+					name = "sync_events"
+				}
+				out[name] = [2]float64{h.GetSampleSum(), float64(h.GetSampleCount())}
+			}
+			continue
+		case "coagent_intent_stage_seconds":
+		default:
 			continue
 		}
 		for _, m := range f.Metric {
@@ -188,6 +224,52 @@ func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
 			}
 		}
 	}
+	return out
+}
+
+// fsyncHist is coagent_log_fsync_seconds at one moment.
+type fsyncHist struct {
+	count   uint64
+	sum     float64
+	buckets []*dto.Bucket
+}
+
+// fsyncsOf reads coagent_log_fsync_seconds from g (nil: none).
+func fsyncsOf(g prometheus.Gatherer) *fsyncHist {
+	if g == nil {
+		return nil
+	}
+	fams, err := g.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, f := range fams {
+		if f.GetName() == "coagent_log_fsync_seconds" && len(f.Metric) == 1 {
+			h := f.Metric[0].Histogram
+			return &fsyncHist{count: h.GetSampleCount(), sum: h.GetSampleSum(), buckets: h.Bucket}
+		}
+	}
+	return nil
+}
+
+// since is what was observed between before and h: the count, the mean
+// and, from the buckets, the median and 99th percentile (each the upper
+// bound of the bucket it falls in).
+func (h *fsyncHist) since(before *fsyncHist) *loadgen.Fsyncs {
+	if h == nil || before == nil || h.count <= before.count || len(h.buckets) != len(before.buckets) {
+		return nil
+	}
+	n := h.count - before.count
+	out := &loadgen.Fsyncs{Count: int(n), Mean: time.Duration((h.sum - before.sum) / float64(n) * float64(time.Second))}
+	quantile := func(q float64) time.Duration {
+		for i, b := range h.buckets {
+			if float64(b.GetCumulativeCount()-before.buckets[i].GetCumulativeCount()) >= q*float64(n) {
+				return time.Duration(b.GetUpperBound() * float64(time.Second))
+			}
+		}
+		return 0
+	}
+	out.P50, out.P99 = quantile(0.5), quantile(0.99)
 	return out
 }
 
@@ -294,6 +376,19 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 	if len(r.Stages) > 0 {
 		fmt.Fprintf(w, "in the coordinator an intent waited, on average: %s to be decided, %s for its group's commit, %s for the group to be durable\n",
 			round(r.Stages["decide"]), round(r.Stages["commit"]), round(r.Stages["durable"]))
+	}
+	if r.Syncs > 0 {
+		fmt.Fprintf(w, "the event log committed %d groups, %.1f events each, each %s on average from its write to its fsync's end",
+			r.Syncs, r.EventsPerSync, round(r.Stages["sync"]))
+		if f := r.Fsyncs; f != nil {
+			fmt.Fprintf(w, "; %d fsyncs, %s on average, p50 ≤ %s, p99 ≤ %s", f.Count, round(f.Mean), round(f.P50), round(f.P99))
+		}
+		fmt.Fprintln(w)
+	}
+	if r.CPU > 0 && r.RawCPU > 0 && r.ReqReplyCPU > 0 {
+		fmt.Fprintf(w, "CPU of the bench process: %s an intent, %.2fx a raw publish's (%s), %.2fx a raw round trip's (%s)\n",
+			r.CPU.Round(100*time.Nanosecond), float64(r.CPU)/float64(r.RawCPU), r.RawCPU.Round(100*time.Nanosecond),
+			float64(r.CPU)/float64(r.ReqReplyCPU), r.ReqReplyCPU.Round(100*time.Nanosecond))
 	}
 	fmt.Fprintf(w, "%d updates in %.2fs: %.2f tries an update, %.2f round trips a try (%d reads); %d conflicts, %d retries, %d sent again, %d merged, %d given up\n",
 		r.Updates, r.Duration.Seconds(), r.TriesPerUpdate, r.RoundTripsPerTry, r.Reads, r.Conflicts, r.Retries, r.Resends, r.Merged, r.GaveUp)

@@ -94,9 +94,46 @@ func TestBenchText(t *testing.T) {
 	}
 	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish (R1)",
 		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it",
-		"in the coordinator an intent waited, on average:", "to be decided", "for its group's commit", "for the group to be durable"} {
+		"in the coordinator an intent waited, on average:", "to be decided", "for its group's commit", "for the group to be durable",
+		"the event log committed", "fsyncs,", "CPU of the bench process:", "a raw publish's", "a raw round trip's"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// --unsynced, a measuring switch, leaves the bench's own coordinator's log
+// unsynced: its run has group commits and no fsync, where the default run
+// fsyncs; both report the process's CPU per intent and per baseline op.
+func TestBenchUnsynced(t *testing.T) {
+	for _, unsynced := range []bool{false, true} {
+		args := []string{"bench", "--agents", "2", "--duration", "200ms", "--json"}
+		if unsynced {
+			args = append(args, "--unsynced")
+		}
+		out, _, err := runCmd(t, "", args...)
+		if err != nil {
+			t.Fatalf("bench: %v\n%s", err, out)
+		}
+		var r struct {
+			Syncs                    int
+			Fsyncs                   *struct{ Count int }
+			CPU, RawCPU, ReqReplyCPU int64
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if r.Syncs == 0 || r.CPU <= 0 || r.RawCPU <= 0 || r.ReqReplyCPU <= 0 {
+			t.Errorf("unsynced %v: %s", unsynced, out)
+		}
+		// A synced group commit is one fsync, or shares one; unsynced,
+		// only the store's own housekeeping syncs.
+		fsyncs := 0
+		if r.Fsyncs != nil {
+			fsyncs = r.Fsyncs.Count
+		}
+		if fsynced := fsyncs*2 >= r.Syncs; fsynced == unsynced || unsynced && fsyncs*10 > r.Syncs {
+			t.Errorf("unsynced %v, fsyncs %+v: %s", unsynced, r.Fsyncs, out)
 		}
 	}
 }

@@ -21,14 +21,16 @@ const (
 
 // measure runs each agent's loop on its connection until the measurement's
 // end and returns the round trips it timed per second of wall time, and
-// their latency. One failed step ends the measurement with its error.
-func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
+// their latency; cpu is set to the process's CPU time per round trip. One
+// failed step ends the measurement with its error.
+func measure(ctx context.Context, d time.Duration, conns []*nats.Conn, cpu *time.Duration,
 	step func(ctx context.Context, i int, nc *nats.Conn) error) (float64, Latency, error) {
 	lat := make([][]time.Duration, len(conns))
 	errs := make([]error, len(conns))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	used := processCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for i, nc := range conns {
@@ -53,6 +55,7 @@ func measure(ctx context.Context, d time.Duration, conns []*nats.Conn,
 		return 0, Latency{}, err
 	}
 	all := slices.Concat(lat...)
+	*cpu = cpuPer(used, len(all))
 	return float64(len(all)) / elapsed.Seconds(), summarize(all), nil
 }
 
@@ -87,7 +90,7 @@ func reachable(ctx context.Context, conns []*nats.Conn, step func(ctx context.Co
 // agent to a file stream of its own with cfg.Replicas replicas, with
 // JetStream's default durability. It returns the replicas the server says
 // the stream has: on a cluster, the peers of its Raft group.
-func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, int, error) {
+func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string, cpu *time.Duration) (float64, Latency, int, error) {
 	js, err := jetstream.New(conns[0])
 	if err != nil {
 		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
@@ -115,7 +118,7 @@ func rawPublish(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 	if err := reachable(ctx, conns, publish); err != nil {
 		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: stream %s: %w", name, err)
 	}
-	tput, lat, err := measure(ctx, cfg.Duration, conns, publish)
+	tput, lat, err := measure(ctx, cfg.Duration, conns, cpu, publish)
 	if err != nil {
 		return 0, Latency{}, 0, fmt.Errorf("loadgen: raw publish: %w", err)
 	}
@@ -137,7 +140,7 @@ func streamReplicas(info *jetstream.StreamInfo) int {
 // responder that answers at once: the most the transport does for a round
 // trip, through the same server, to one connection on its other side, as
 // the coordinator is.
-func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string) (float64, Latency, error) {
+func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string, cpu *time.Duration) (float64, Latency, error) {
 	rc := cfg.Responder
 	if rc == nil {
 		nc, err := nats.Connect(cfg.URL, nats.Name("coagent bench responder"))
@@ -169,7 +172,7 @@ func rawRequest(ctx context.Context, cfg Config, conns []*nats.Conn, run string)
 	if err := reachable(ctx, conns, request); err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: responder: %w", err)
 	}
-	tput, lat, err := measure(ctx, cfg.Duration, conns, request)
+	tput, lat, err := measure(ctx, cfg.Duration, conns, cpu, request)
 	if err != nil {
 		return 0, Latency{}, fmt.Errorf("loadgen: raw request: %w", err)
 	}

@@ -289,6 +289,12 @@ type Result struct {
 	// responder that does nothing, round trips per second.
 	ReqReplyThroughput float64
 	ReqReplyLatency    Latency
+	// CPU, RawCPU and ReqReplyCPU are the bench process's CPU time, user
+	// and system, per intent decided and per round trip of each baseline.
+	// With the server embedded in the bench it is everything's: the
+	// server's, the coordinator's and the agents'; with --nats, the
+	// agents' (and the bench's coordinator's, if any) alone.
+	CPU, RawCPU, ReqReplyCPU time.Duration
 	// VsPublish and VsRequest compare UpdateThroughput and UpdateLatency
 	// with each baseline.
 	VsPublish, VsRequest Ratio
@@ -299,6 +305,22 @@ type Result struct {
 	// coordinator (coagent_intent_stage_seconds: decide, commit,
 	// durable), when `coagent bench` ran the coordinator itself.
 	Stages map[string]time.Duration `json:",omitempty"`
+	// Syncs are the group commits of that coordinator's event log during
+	// the measurement, and EventsPerSync the events each wrote on average
+	// (its mean time is the stage "sync").
+	Syncs         int     `json:",omitempty"`
+	EventsPerSync float64 `json:",omitempty"`
+	// Fsyncs are the fsyncs of that event log's write-ahead log during the
+	// measurement (coagent_log_fsync_seconds): the system call alone.
+	Fsyncs *Fsyncs `json:",omitempty"`
+}
+
+// Fsyncs sums up a coordinator's fsyncs over a measurement: how many,
+// their mean, and the upper bounds of the histogram buckets their median
+// and 99th percentile fall in.
+type Fsyncs struct {
+	Count          int
+	Mean, P50, P99 time.Duration
 }
 
 // Run measures the two baselines, then the coordinator, with the same
@@ -332,10 +354,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// (and one coordinator) do not see each other's keys.
 	run := ulid.Make().String()[:10]
 	var err error
-	if res.RawThroughput, res.RawLatency, res.RawReplicas, err = rawPublish(ctx, cfg, conns, run); err != nil {
+	if res.RawThroughput, res.RawLatency, res.RawReplicas, err = rawPublish(ctx, cfg, conns, run, &res.RawCPU); err != nil {
 		return nil, err
 	}
-	if res.ReqReplyThroughput, res.ReqReplyLatency, err = rawRequest(ctx, cfg, conns, run); err != nil {
+	if res.ReqReplyThroughput, res.ReqReplyLatency, err = rawRequest(ctx, cfg, conns, run, &res.ReqReplyCPU); err != nil {
 		return nil, err
 	}
 	end := func() {}

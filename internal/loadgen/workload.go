@@ -77,6 +77,7 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 	}
 	errs := make([]error, len(agents))
 	var wg sync.WaitGroup
+	used := processCPU()
 	start := time.Now()
 	for i, a := range agents {
 		a.deadline = start.Add(cfg.Duration)
@@ -87,6 +88,11 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	var decided int
+	for _, a := range agents {
+		decided += a.st.intents
+	}
+	res.CPU = cpuPer(used, decided)
 
 	want := map[string]int{}
 	for _, k := range keys {

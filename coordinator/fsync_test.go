@@ -1,0 +1,184 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+)
+
+// gatedFS holds every fsync of the write-ahead log while it is shut: the
+// disk has not confirmed anything written since the last sync that ended.
+type gatedFS struct {
+	vfs.FS
+	mu      sync.Mutex
+	shut    chan struct{} // nil while open; closed to open it again
+	entered chan struct{} // told once a sync waits
+}
+
+func (fs *gatedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return gatedFile{File: f, fs: fs}, nil
+}
+
+func (fs *gatedFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(old, name, c)
+	if err != nil {
+		return f, err
+	}
+	return gatedFile{File: f, fs: fs}, nil
+}
+
+// shutNow makes the next fsyncs wait until open is called.
+func (fs *gatedFS) shutNow() (entered <-chan struct{}, open func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.shut, fs.entered = make(chan struct{}), make(chan struct{})
+	shut := fs.shut
+	var once sync.Once
+	return fs.entered, func() {
+		once.Do(func() {
+			fs.mu.Lock()
+			fs.shut = nil
+			fs.mu.Unlock()
+			close(shut)
+		})
+	}
+}
+
+func (fs *gatedFS) wait() {
+	fs.mu.Lock()
+	shut, entered := fs.shut, fs.entered
+	if shut != nil && entered != nil {
+		close(entered)
+		fs.entered = nil
+	}
+	fs.mu.Unlock()
+	if shut != nil {
+		<-shut
+	}
+}
+
+type gatedFile struct {
+	vfs.File
+	fs *gatedFS
+}
+
+func (f gatedFile) Sync() error {
+	f.fs.wait()
+	return f.File.Sync()
+}
+
+func (f gatedFile) SyncData() error {
+	f.fs.wait()
+	return f.File.SyncData()
+}
+
+// Nothing is answered, published or stored on the feed before the fsync
+// that makes it durable has ended: with the write-ahead log's fsync held,
+// an applied submit gets no reply, its change is not on the feed and the
+// decision of an intent of the stream is not on its agent's subject; they
+// all come once the fsync ends.
+func TestNothingToldBeforeFsync(t *testing.T) {
+	ns := natstest.Run(t)
+	fs := &gatedFS{FS: vfs.Default}
+	opts := Options{}
+	opts.Core.Log = eventlog.Options{Pebble: &pebble.Options{FS: fs}}
+	startService(t, ns, t.TempDir(), opts)
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	submit := func(id, path string) (*nats.Msg, error) {
+		in := `{"id":"` + id + `","agent":"w","kind":"apply","writes":[{"path":"` + path + `","op":"incr"}]}`
+		return nc.Request(subj.Submit("w"), []byte(in), 10*time.Second)
+	}
+	if _, err := submit("01JD0000000000000000000001", "fs.warm"); err != nil {
+		t.Fatal(err)
+	}
+
+	told := make(chan string, 8)
+	for _, s := range []string{subj.EventsChange("fs.x"), subj.EventsChange("fs.y"), subj.Decisions("s")} {
+		if _, err := nc.Subscribe(s, func(m *nats.Msg) { told <- m.Subject }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	entered, open := fs.shutNow()
+	t.Cleanup(open)
+	replied := make(chan *nats.Msg, 1)
+	go func() {
+		m, err := submit("01JD0000000000000000000002", "fs.x")
+		if err != nil {
+			t.Errorf("submit: %v", err)
+		}
+		replied <- m
+	}()
+	streamed := `{"id":"01JD0000000000000000000003","agent":"s","kind":"apply","writes":[{"path":"fs.y","op":"incr"}]}`
+	if err := nc.Publish(subj.Intents("s"), []byte(streamed)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fsync of the log after a submit")
+	}
+	// The fsync is held: whatever the coordinator would tell early it has
+	// had time to send, and the connection's round trip has brought it.
+	hold := time.NewTimer(300 * time.Millisecond)
+	defer hold.Stop()
+	select {
+	case m := <-replied:
+		t.Fatalf("the submit was answered before its fsync ended: %s", m.Data)
+	case s := <-told:
+		t.Fatalf("%s was published before its fsync ended", s)
+	case <-hold.C:
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-replied:
+		t.Fatalf("the submit was answered before its fsync ended: %s", m.Data)
+	case s := <-told:
+		t.Fatalf("%s was published before its fsync ended", s)
+	default:
+	}
+
+	open()
+	var d intents.Decision
+	select {
+	case m := <-replied:
+		if m == nil {
+			t.FailNow()
+		}
+		if err := json.Unmarshal(m.Data, &d); err != nil || d.Outcome != intents.OutcomeApplied {
+			t.Fatalf("reply after the fsync: %s (%v)", m.Data, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply once the fsync ended")
+	}
+	want := map[string]bool{subj.EventsChange("fs.x"): true, subj.EventsChange("fs.y"): true, subj.Decisions("s"): true}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for len(want) > 0 {
+		select {
+		case s := <-told:
+			delete(want, s)
+		case <-ctx.Done():
+			t.Fatalf("not published once the fsync ended: %v", want)
+		}
+	}
+}

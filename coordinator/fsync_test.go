@@ -3,17 +3,19 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // gatedFS holds every fsync of the write-ahead log while it is shut: the
@@ -179,6 +181,61 @@ func TestNothingToldBeforeFsync(t *testing.T) {
 			delete(want, s)
 		case <-ctx.Done():
 			t.Fatalf("not published once the fsync ended: %v", want)
+		}
+	}
+}
+
+// A group whose changes are more than a run of unacknowledged feed
+// messages (feedAckEvery) puts every one on the feed, in order, and its
+// acknowledgements all come back: the plain publishes between the
+// acknowledged ones are stored too.
+func TestFeedLongGroup(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	const paths = 3*(feedAckEvery+1) + 5
+	var writes []string
+	for i := range paths {
+		writes = append(writes, fmt.Sprintf(`{"path":"long.p%03d","op":"set","value":%d}`, i, i))
+	}
+	in := `{"id":"01JD0000000000000000000009","agent":"w","kind":"apply","writes":[` + strings.Join(writes, ",") + `]}`
+	m, err := nc.Request(subj.Submit("w"), []byte(in), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d intents.Decision
+	if err := json.Unmarshal(m.Data, &d); err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("%s: %v", m.Data, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, subj.Stream(intents.StreamEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsChange("long.>")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range paths {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("after %d of %d change messages: %v", i, paths, err)
+		}
+		if want := subj.EventsChange(fmt.Sprintf("long.p%03d", i)); m.Subject() != want {
+			t.Fatalf("change message %d is %s, want %s", i, m.Subject(), want)
+		}
+	}
+	for svc.feed.PublishAsyncPending() > 0 {
+		select {
+		case <-svc.feed.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatalf("%d of the feed's acknowledgements never came", svc.feed.PublishAsyncPending())
 		}
 	}
 }

@@ -167,8 +167,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Disk space the event log's store uses (Pebble's tables, WAL and manifests)."},
 			func() float64 { return float64(s.core.Log().DiskSize()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_feed_publish_pending",
-			Help: "Messages sent to JetStream and not yet acknowledged by it: changes for COAGENT_EVENTS, decisions for COAGENT_DECISIONS, cases; the change feed's lag behind the log."},
-			func() float64 { return float64(s.js.PublishAsyncPending()) }),
+			Help: "Acknowledgements awaited from JetStream: one for each decision stored in COAGENT_DECISIONS and each case, and one for each run of up to 64 changes on COAGENT_EVENTS (each group's last change asks for one); the change feed's lag behind the log."},
+			func() float64 { return float64(s.js.PublishAsyncPending() + s.feed.PublishAsyncPending()) }),
 		&engineGauges{s: s},
 		fsyncCollector{s: s},
 	}

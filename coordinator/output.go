@@ -203,7 +203,18 @@ func (s *Service) publishLive(g *Group) {
 // the rest to those who may read it). It does not wait for JetStream to
 // store them; a change lost with a crash is published again at the next
 // start (catchUpFeed).
+//
+// Only the last message of the call, and every feedAckEvery-th, asks for
+// JetStream's acknowledgement: the others are plain publishes on the same
+// connection, which JetStream stores in the order they come, so the
+// acknowledgement of a later one tells that the stream took them up too.
+// An acknowledgement per message cost the server a reply and the
+// publisher a reply to read and decode per change: a sixth of the CPU of
+// an intent (docs/performance.md). The acknowledged ones keep the feed's
+// flow control (maxFeedPending) and report a stream that refuses.
 func (s *Service) publishChanges(changes []*intents.Event) {
+	var prev *nats.Msg
+	unacked := 0
 	for _, ev := range changes {
 		data, err := json.Marshal(s.anyone().change(ev))
 		if err != nil {
@@ -211,8 +222,38 @@ func (s *Service) publishChanges(changes []*intents.Event) {
 			continue
 		}
 		for _, w := range ev.Change.Writes {
-			s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data})
+			if prev != nil {
+				if unacked < feedAckEvery {
+					s.publishFeed(prev, false)
+					unacked++
+				} else {
+					s.publishFeed(prev, true)
+					unacked = 0
+				}
+			}
+			prev = &nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data}
 		}
+	}
+	if prev != nil {
+		s.publishFeed(prev, true)
+	}
+}
+
+// feedAckEvery is how many changes in a row go on the feed without asking
+// for an acknowledgement.
+const feedAckEvery = 63
+
+// publishFeed publishes m on the change feed, asking for JetStream's
+// acknowledgement if acked.
+func (s *Service) publishFeed(m *nats.Msg, acked bool) {
+	if acked {
+		if _, err := s.feed.PublishMsgAsync(m); err != nil {
+			s.log.Warn("publish", "subject", m.Subject, "err", err)
+		}
+		return
+	}
+	if err := s.pub.PublishMsg(m); err != nil {
+		s.log.Warn("publish", "subject", m.Subject, "err", err)
 	}
 }
 

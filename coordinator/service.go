@@ -219,9 +219,12 @@ func validPrefix(p string) error {
 // the change feed at start (streams.go), the API (api.go), the change
 // feed's consumers (feed.go), what a reader may see (view.go).
 type Service struct {
-	nc   *nats.Conn
-	pub  *nats.Conn // publishes replies, decisions, notices and events
-	js   jetstream.JetStream
+	nc  *nats.Conn
+	pub *nats.Conn // publishes replies, decisions, notices and events
+	js  jetstream.JetStream
+	// feed publishes the change feed's acknowledged messages (see
+	// publishChanges), with a pending bound of its own.
+	feed jetstream.JetStream
 	core *Core
 	subj intents.Subjects
 	opts Options
@@ -343,15 +346,22 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		return nil, fmt.Errorf("coordinator: connect the publisher: %w", err)
 	}
 	s.pub = pub
-	s.js, err = jetstream.New(pub, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-		s.log.Warn("publish failed", "subject", m.Subject, "err", err)
-	}), jetstream.WithPublishAsyncMaxPending(maxFeedPending),
-		// A publish whose stream leader died unanswered (a node of a
-		// cluster failed) is given up after this, rather than held in the
-		// pending count for ever, which would stall the feed and keep
-		// Shutdown waiting.
-		jetstream.WithPublishAsyncTimeout(publishTimeout))
-	if err != nil {
+	publisher := func(pending int) (jetstream.JetStream, error) {
+		return jetstream.New(pub, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			s.log.Warn("publish failed", "subject", m.Subject, "err", err)
+		}), jetstream.WithPublishAsyncMaxPending(pending),
+			// A publish whose stream leader died unanswered (a node of a
+			// cluster failed) is given up after this, rather than held in
+			// the pending count for ever, which would stall the feed and
+			// keep Shutdown waiting.
+			jetstream.WithPublishAsyncTimeout(publishTimeout))
+	}
+	if s.js, err = publisher(maxFeedPending); err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	// The feed's acknowledgements each cover up to feedAckEvery+1 changes:
+	// as many changes may be on their way as before.
+	if s.feed, err = publisher(maxFeedPending / (feedAckEvery + 1)); err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	// A store written by wire v1 is moved to v2 first, before anything
@@ -537,11 +547,15 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// The feed's last publishes are waited for a moment: each is given up
 	// after publishTimeout anyway.
 	drained := time.NewTimer(publishTimeout)
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-drained.C:
-		s.log.Warn("the change feed's last publishes were not all acknowledged", "pending", s.js.PublishAsyncPending())
-	case <-ctx.Done():
+	for _, js := range []jetstream.JetStream{s.js, s.feed} {
+		select {
+		case <-js.PublishAsyncComplete():
+			continue
+		case <-drained.C:
+			s.log.Warn("the change feed's last publishes were not all acknowledged", "pending", s.js.PublishAsyncPending()+s.feed.PublishAsyncPending())
+		case <-ctx.Done():
+		}
+		break
 	}
 	drained.Stop()
 	if err := s.pub.Drain(); err != nil {

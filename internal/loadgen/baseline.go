@@ -30,7 +30,7 @@ func measure(ctx context.Context, d time.Duration, conns []*nats.Conn, cpu *time
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	used := processCPU()
+	used := ProcessCPU()
 	start := time.Now()
 	deadline := start.Add(d)
 	for i, nc := range conns {

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// processCPU is the CPU time, user and system, this process has used so
+// ProcessCPU is the CPU time, user and system, this process has used so
 // far: with the server embedded in the bench, the server's, the
 // coordinator's and the agents' alike. Zero where it cannot be read.
-func processCPU() time.Duration {
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -21,5 +21,5 @@ func cpuPer(before time.Duration, n int) time.Duration {
 	if n <= 0 || before == 0 {
 		return 0
 	}
-	return (processCPU() - before) / time.Duration(n)
+	return (ProcessCPU() - before) / time.Duration(n)
 }

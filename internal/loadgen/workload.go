@@ -77,7 +77,7 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 	}
 	errs := make([]error, len(agents))
 	var wg sync.WaitGroup
-	used := processCPU()
+	used := ProcessCPU()
 	start := time.Now()
 	for i, a := range agents {
 		a.deadline = start.Add(cfg.Duration)

@@ -1094,7 +1094,9 @@ func mustRead(t *testing.T, s *session, uri string) string {
 // keeps its own renewed past the same bound.
 func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	b := newBoard(t)
-	const silence = 500 * time.Millisecond
+	// Leases of a second, renewed every third of one, so that a renewal
+	// late by a loaded machine still lands; the silence is two of them.
+	const silence = 2 * time.Second
 	nc := b.connect("web")
 	c, err := agents.Connect(context.Background(), nc, "web")
 	if err != nil {
@@ -1115,14 +1117,14 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	}
 	defer cs.Close()
 	gone := &session{t: t, cs: cs}
-	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 300})
+	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 1000})
 	ok(t, "begin of the client that vanishes", held)
 	quiet := time.Now()
 	// From here on the HTTP client says nothing, and does not end its
 	// session.
 
 	busy := b.open("busy", mcp.Options{Silence: silence})
-	mine := busy.result("begin", map[string]any{"writes": []any{map[string]any{"path": "busy.page"}}, "lease_ms": 300})
+	mine := busy.result("begin", map[string]any{"writes": []any{map[string]any{"path": "busy.page"}}, "lease_ms": 1000})
 	ok(t, "begin of the busy client", mine)
 	natstest.CheckFor(t, 10*time.Second, "the expiry of the silent client's "+held.Txn, func() error {
 		var h mcp.HistoryOutput

@@ -110,7 +110,7 @@ func (s *Service) readEngine(ctx context.Context, read func(*engine.Engine, *uns
 	answer1 := func(ok bool) { once.Do(func() { answer(ok) }) }
 	held, ok := false, true
 	if !s.call(ctx, func() {
-		if until := read(s.core.Engine(), s.inFlight()); until != 0 {
+		if until := read(s.core.Engine(), s.inFlight()); until != 0 && !s.planted().DirtyReads {
 			held, ok = s.reads.hold(until, answer1)
 		}
 	}) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -86,7 +87,7 @@ func (s *Service) output() {
 	}()
 	var slow slowGroups
 	for o := range s.groups {
-		if !s.broken.Load() {
+		if !s.broken.Load() && !s.planted().EarlyReplies {
 			if err := o.g.Wait(context.Background()); err != nil {
 				s.log.Error("event log sync failed; stopping", "err", err)
 				s.fail(err)
@@ -144,6 +145,14 @@ func (s *Service) output() {
 			s.acks <- pendingAck{stored: stored, msgs: o.msgs}
 		}
 	}
+}
+
+// planted is the bugs Options.Bugs plants: none unless set.
+func (s *Service) planted() bugs.Set {
+	if s.opts.Bugs == nil {
+		return bugs.Set{}
+	}
+	return *s.opts.Bugs
 }
 
 // lastChange is the revision of g's last change, 0 if it has none.

@@ -14,6 +14,7 @@ import (
 	"github.com/coagent/coagent/conflict"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -102,6 +103,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.
 	Logger *slog.Logger
+	// Bugs plants deliberate bugs, for the robustness suite to show that
+	// its checks catch them (internal/bugs: nothing outside this module
+	// can set it). The default, nil, plants none.
+	Bugs *bugs.Set
 }
 
 // EnsureDefaults fills every zero field with its default, Core's

@@ -1,0 +1,73 @@
+// Package bugs names the deliberate bugs the robustness suite
+// (tests/robustness) plants in a coordinator, to show that its checks
+// catch each of them: a check that a planted bug passes proves nothing.
+// Nothing outside this module can plant one, since nothing outside it can
+// name this package.
+package bugs
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Set is the bugs planted in one coordinator; the zero Set plants none.
+type Set struct {
+	// DirtyReads: state.get, decision.get and txn.list answer what the
+	// engine holds at once, durable or not (a read is told what a crash
+	// may then lose).
+	DirtyReads bool
+	// EarlyReplies: the output stage answers, publishes and acknowledges
+	// each group without waiting for it to be durable.
+	EarlyReplies bool
+}
+
+// names are the bugs by the name Parse and String use.
+var names = []struct {
+	name string
+	set  func(*Set) *bool
+}{
+	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }},
+	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }},
+}
+
+// Names lists every bug's name.
+func Names() []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n.name
+	}
+	return out
+}
+
+// Parse reads a comma-separated list of bug names ("" is none).
+func Parse(list string) (Set, error) {
+	var s Set
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		found := false
+		for _, n := range names {
+			if n.name == name {
+				*n.set(&s) = true
+				found = true
+			}
+		}
+		if !found {
+			return Set{}, fmt.Errorf("bugs: no bug named %q (the bugs: %s)", name, strings.Join(Names(), ", "))
+		}
+	}
+	return s, nil
+}
+
+// String lists the bugs s plants, comma-separated.
+func (s Set) String() string {
+	var out []string
+	for _, n := range names {
+		if *n.set(&s) {
+			out = append(out, n.name)
+		}
+	}
+	return strings.Join(out, ",")
+}

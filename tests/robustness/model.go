@@ -1,0 +1,137 @@
+package robustness
+
+import (
+	"fmt"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is what an operation does to its path.
+type Kind int
+
+const (
+	// Read is a state.get of the path.
+	Read Kind = iota
+	// CAS sets the path's value if its version is still Version.
+	CAS
+	// Incr adds one to the path's value.
+	Incr
+)
+
+func (k Kind) String() string {
+	return [...]string{"read", "cas", "incr"}[k]
+}
+
+// Input is an operation as it was asked.
+type Input struct {
+	Kind    Kind
+	Path    string
+	Version uint64 // CAS: the version it expects
+	Value   int64  // CAS: the value it sets
+	Intent  string // CAS and Incr: the intent's id
+}
+
+// Output is what an operation was told. Unknown says nothing was (no
+// reply, or unavailable, and decision.get found no decision): the
+// operation may have taken effect or not.
+type Output struct {
+	Unknown bool
+	// Applied: the write was applied (CAS, Incr); false and known: it was
+	// rejected and changed nothing. Stale says a CAS was rejected because
+	// the version was not the one it named (stale_read).
+	Applied bool
+	Stale   bool
+	// Version is what the path's version became (an applied write) or was
+	// (a read); Value the value a read saw.
+	Version uint64
+	Value   int64
+}
+
+// pathState is a path's value and version; version 0 is absent.
+type pathState struct {
+	Value   int64
+	Version uint64
+}
+
+// Model is the porcupine model of the paths, partitioned by path.
+var Model = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byPath := map[string][]porcupine.Operation{}
+		var order []string
+		for _, op := range history {
+			p := op.Input.(Input).Path
+			if _, ok := byPath[p]; !ok {
+				order = append(order, p)
+			}
+			byPath[p] = append(byPath[p], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(order))
+		for _, p := range order {
+			out = append(out, byPath[p])
+		}
+		return out
+	},
+	Init: func() any { return pathState{} },
+	Step: func(state, input, output any) (bool, any) {
+		return step(state.(pathState), input.(Input), output.(Output))
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(Input), output.(Output)
+		told := fmt.Sprintf("applied v%d", out.Version)
+		switch {
+		case out.Unknown:
+			told = "unknown"
+		case in.Kind == Read:
+			told = fmt.Sprintf("%d at v%d", out.Value, out.Version)
+		case !out.Applied:
+			told = "rejected"
+		}
+		switch in.Kind {
+		case CAS:
+			return fmt.Sprintf("cas(%s, v%d → %d) %s", in.Path, in.Version, in.Value, told)
+		default:
+			return fmt.Sprintf("%s(%s) %s", in.Kind, in.Path, told)
+		}
+	},
+	DescribeState: func(state any) string {
+		s := state.(pathState)
+		return fmt.Sprintf("%d at v%d", s.Value, s.Version)
+	},
+}
+
+// step applies one operation to a path's state, reporting whether what it
+// was told is possible there. An unknown write is taken as applied where
+// it could apply: porcupine places an operation without a return at the
+// end of the history if it must, where having applied is the same as not
+// having applied for everything that was observed.
+func step(s pathState, in Input, out Output) (bool, pathState) {
+	switch in.Kind {
+	case Read:
+		return out.Version == s.Version && (s.Version == 0 || out.Value == s.Value), s
+	case CAS:
+		switch {
+		case out.Unknown:
+			if s.Version == in.Version {
+				return true, pathState{Value: in.Value, Version: s.Version + 1}
+			}
+			return true, s
+		case out.Applied:
+			return s.Version == in.Version && out.Version == s.Version+1, pathState{Value: in.Value, Version: s.Version + 1}
+		case out.Stale:
+			return s.Version != in.Version, s
+		default:
+			return true, s // refused for another reason: nothing changed
+		}
+	case Incr:
+		next := pathState{Value: s.Value + 1, Version: s.Version + 1}
+		switch {
+		case out.Unknown:
+			return true, next
+		case out.Applied:
+			return out.Version == next.Version, next
+		default:
+			return true, s // refused (the intake full, an invalid intent): nothing changed
+		}
+	}
+	return false, s
+}

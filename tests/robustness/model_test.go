@@ -1,0 +1,67 @@
+package robustness
+
+import (
+	"math"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+func op(client int, in Input, call int64, out Output, ret int64) porcupine.Operation {
+	return porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
+}
+
+// The model accepts what one serial order explains and refuses the
+// anomalies the checker is for: a read of what was never decided (the
+// dirty read of a coordinator killed before its group was durable), a
+// version given twice, a compare-and-set applied at a version that was
+// not the path's.
+func TestModel(t *testing.T) {
+	incr := Input{Kind: Incr, Path: "a.x", Intent: "i1"}
+	read := Input{Kind: Read, Path: "a.x"}
+	cas := func(v uint64, value int64) Input { return Input{Kind: CAS, Path: "a.x", Version: v, Value: value} }
+	for _, c := range []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"serial", []porcupine.Operation{
+			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
+			op(1, read, 11, Output{Value: 1, Version: 1}, 20),
+			op(1, cas(1, 7), 21, Output{Applied: true, Version: 2}, 30),
+			op(0, cas(1, 9), 31, Output{Stale: true}, 40),
+			op(0, read, 41, Output{Value: 7, Version: 2}, 50),
+		}, true},
+		{"concurrent reads either side of a write", []porcupine.Operation{
+			op(0, incr, 0, Output{Applied: true, Version: 1}, 30),
+			op(1, read, 5, Output{Version: 0}, 10),
+			op(2, read, 20, Output{Value: 1, Version: 1}, 25),
+		}, true},
+		{"an unknown write that may have applied", []porcupine.Operation{
+			op(0, incr, 0, Output{Unknown: true}, math.MaxInt64),
+			op(1, read, 10, Output{Version: 0}, 20),
+			op(1, read, 30, Output{Value: 1, Version: 1}, 40),
+		}, true},
+		{"a dirty read: the incr was never decided", []porcupine.Operation{
+			op(1, read, 10, Output{Value: 1, Version: 1}, 20),
+			op(1, read, 30, Output{Version: 0}, 40),
+		}, false},
+		{"a version given twice", []porcupine.Operation{
+			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
+			op(1, cas(0, 5), 20, Output{Applied: true, Version: 1}, 30),
+		}, false},
+		{"a stale write applied", []porcupine.Operation{
+			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
+			op(0, incr, 11, Output{Applied: true, Version: 2}, 20),
+			op(1, cas(1, 5), 30, Output{Applied: true, Version: 3}, 40),
+		}, false},
+		{"a read going back", []porcupine.Operation{
+			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
+			op(1, read, 20, Output{Version: 0}, 30),
+		}, false},
+	} {
+		if got := porcupine.CheckOperations(Model, c.ops); got != c.ok {
+			t.Errorf("%s: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+}

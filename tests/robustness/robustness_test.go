@@ -1,0 +1,434 @@
+package robustness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/oklog/ulid/v2"
+)
+
+var (
+	seedFlag = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
+	runsFlag = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
+	forFlag  = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
+	bugsFlag = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
+	outFlag  = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
+)
+
+// The child is this test binary run again as the coordinator process, so
+// that a fault can SIGKILL it: it connects to the parent's NATS server and
+// serves from the data directory, and says "ready" on stdout once it
+// serves.
+const (
+	envChildNATS = "COAGENT_ROBUSTNESS_NATS"
+	envChildDir  = "COAGENT_ROBUSTNESS_DIR"
+	envChildBugs = "COAGENT_ROBUSTNESS_BUGS" // internal/bugs names, planted in the child
+)
+
+func TestCoordinatorChild(t *testing.T) {
+	url, dir := os.Getenv(envChildNATS), os.Getenv(envChildDir)
+	if url == "" || dir == "" {
+		t.Skip("run by the robustness tests")
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+	if err != nil {
+		fmt.Println("error connect:", err)
+		os.Exit(3)
+	}
+	planted, err := bugs.Parse(os.Getenv(envChildBugs))
+	if err != nil {
+		fmt.Println("error bugs:", err)
+		os.Exit(3)
+	}
+	svc, err := coordinator.Start(context.Background(), nc, dir, coordinator.Options{AckWait: time.Second, Bugs: &planted})
+	if err != nil {
+		fmt.Println("error start:", err)
+		os.Exit(3)
+	}
+	fmt.Println("ready")
+	<-term
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = svc.Shutdown(ctx)
+	os.Exit(0)
+}
+
+// child is one coordinator process.
+type child struct {
+	cmd   *exec.Cmd
+	ready chan struct{}
+	done  chan struct{}
+}
+
+func startChild(t *testing.T, url, dir string, planted bugs.Set) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCoordinatorChild$", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), envChildNATS+"="+url, envChildDir+"="+dir, envChildBugs+"="+planted.String())
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, ready: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(c.ready)
+			} else if strings.HasPrefix(sc.Text(), "error") {
+				t.Errorf("coordinator child: %s", sc.Text())
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(c.done)
+	}()
+	select {
+	case <-c.ready:
+	case <-c.done:
+		t.Fatal("the coordinator child ended before it served")
+	case <-time.After(60 * time.Second):
+		t.Fatal("the coordinator child did not serve within 60s")
+	}
+	return c
+}
+
+func (c *child) kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+}
+
+// history records operations on one monotonic clock.
+type history struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+}
+
+func (h *history) now() int64 { return int64(time.Since(h.start)) }
+
+func (h *history) add(client int, in Input, call int64, out Output, ret int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+}
+
+// agent drives operations on the paths, one at a time, until ctx ends.
+type agent struct {
+	id    int
+	name  string
+	nc    *nats.Conn
+	subj  intents.Subjects
+	rng   *rand.Rand
+	paths []string
+	h     *history
+	// unknown are the intents whose outcome no reply told, by index in
+	// h.ops, to be asked of decision.get once the fault healed.
+	unknown map[int]string
+}
+
+const requestTimeout = 2 * time.Second
+
+func (a *agent) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		path := a.paths[a.rng.IntN(len(a.paths))]
+		switch r := a.rng.IntN(10); {
+		case r < 4:
+			a.read(path)
+		case r < 7:
+			// A compare-and-set at the version last read, or a guess.
+			out, ok := a.read(path)
+			v := out.Version
+			if !ok {
+				v = uint64(a.rng.IntN(4))
+			}
+			a.write(Input{Kind: CAS, Path: path, Version: v, Value: a.rng.Int64N(1 << 40), Intent: ulid.Make().String()})
+		default:
+			a.write(Input{Kind: Incr, Path: path, Intent: ulid.Make().String()})
+		}
+	}
+}
+
+// read records a state.get of path; ok is false when no answer came.
+func (a *agent) read(path string) (Output, bool) {
+	in := Input{Kind: Read, Path: path}
+	call := a.h.now()
+	m, err := a.nc.Request(a.subj.API(intents.APIStateGet), []byte(`{"paths":["`+path+`"]}`), requestTimeout)
+	ret := a.h.now()
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return Output{}, false // a read that told nothing constrains nothing
+	}
+	var r struct {
+		Values map[string]struct {
+			Exists  bool            `json:"exists"`
+			Value   json.RawMessage `json:"value"`
+			Version uint64          `json:"version"`
+		} `json:"values"`
+	}
+	if apiError(m) != "" {
+		return Output{}, false
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return Output{}, false
+	}
+	v := r.Values[path]
+	out := Output{Version: v.Version}
+	if v.Exists {
+		if err := json.Unmarshal(v.Value, &out.Value); err != nil {
+			panic(fmt.Sprintf("state.get %s: value %s is not an integer", path, v.Value))
+		}
+	}
+	a.h.add(a.id, in, call, out, ret)
+	return out, true
+}
+
+// write records an intent of in; one whose reply told no final decision
+// is unknown, to be resolved later.
+func (a *agent) write(in Input) {
+	w := intents.Write{Path: in.Path, Op: intents.OpIncr}
+	it := &intents.Intent{ID: in.Intent, Agent: a.name, Kind: intents.KindApply}
+	if in.Kind == CAS {
+		v := in.Version
+		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))}
+		it.Reads = []intents.Read{{Path: in.Path, Version: &v}}
+	}
+	it.Writes = []intents.Write{w}
+	data, err := json.Marshal(it)
+	if err != nil {
+		panic(err)
+	}
+	call := a.h.now()
+	m, err := a.nc.Request(a.subj.Submit(a.name), data, requestTimeout)
+	ret := a.h.now()
+	if errors.Is(err, nats.ErrNoResponders) {
+		// No coordinator took the request: nothing happened. The
+		// coordinator is down; wait a moment rather than spin.
+		time.Sleep(10 * time.Millisecond)
+		return
+	}
+	out, known := Output{Unknown: true}, false
+	if err == nil {
+		out, known = decisionOutput(m, in.Path)
+	}
+	a.h.mu.Lock()
+	defer a.h.mu.Unlock()
+	if !known {
+		a.unknown[len(a.h.ops)] = in.Intent
+		ret = math.MaxInt64
+	}
+	a.h.ops = append(a.h.ops, porcupine.Operation{ClientId: a.id, Input: in, Call: call, Output: out, Return: ret})
+}
+
+// decisionOutput reads a decision (or an API error) as an operation's
+// output; known is false for an error or an interim decision.
+func decisionOutput(m *nats.Msg, path string) (out Output, known bool) {
+	var r intents.Decision
+	if apiError(m) != "" {
+		return Output{Unknown: true}, false
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil || !r.Outcome.Final() {
+		return Output{Unknown: true}, false
+	}
+	switch r.Outcome {
+	case intents.OutcomeApplied:
+		return Output{Applied: true, Version: r.Versions[path]}, true
+	case intents.OutcomeRejected:
+		return Output{Stale: r.Reason == intents.ReasonStaleRead}, true
+	}
+	return Output{Unknown: true}, false
+}
+
+// apiError is the code of the API's error reply m, "" for an answer.
+func apiError(m *nats.Msg) string {
+	return m.Header.Get(micro.ErrorCodeHeader)
+}
+
+// resolve asks decision.get for each unknown intent and sets what it
+// learns: the decision (its return, the moment it was learnt), or, when
+// none exists, that the operation never took effect (dropped).
+func resolve(t *testing.T, nc *nats.Conn, subj intents.Subjects, h *history, unknown map[int]string) (resolved, dropped int) {
+	t.Helper()
+	drop := map[int]bool{}
+	for i, id := range unknown {
+		path := h.ops[i].Input.(Input).Path
+		var last []byte
+		for try := 0; ; try++ {
+			m, err := nc.Request(subj.API(intents.APIDecisionGet), []byte(`{"intent":"`+id+`"}`), requestTimeout)
+			if err == nil {
+				last = m.Data
+				if apiError(m) == "not_found" {
+					drop[i] = true
+					break
+				}
+				if out, ok := decisionOutput(m, path); ok {
+					h.ops[i].Output, h.ops[i].Return = out, h.now()
+					resolved++
+					break
+				}
+			}
+			if try == 50 {
+				t.Fatalf("decision.get %s: no answer after 50 tries: %v %s", id, err, last)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	ops := h.ops[:0]
+	for i, op := range h.ops {
+		if !drop[i] {
+			ops = append(ops, op)
+		}
+	}
+	h.ops = ops
+	return resolved, len(drop)
+}
+
+// TestKillCoordinator is the single-node run: eight agents on ten paths
+// over request/reply, the coordinator SIGKILLed at moments the seed
+// chooses and restarted on its data directory, and the history checked.
+func TestKillCoordinator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the robustness runs take seconds each")
+	}
+	planted, err := bugs.Parse(*bugsFlag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := range *runsFlag {
+		seed := *seedFlag
+		if seed == 0 {
+			seed = rand.Uint64()
+		} else if run > 0 {
+			break
+		}
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Logf("seed %d: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -bugs '%s'", seed, seed, planted)
+			if err := killRun(t, seed, planted); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// killRun runs the traffic with the kills the seed chooses against a
+// coordinator with the bugs planted, and returns what the checks found.
+func killRun(t *testing.T, seed uint64, planted bugs.Set) error {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	ns := natstest.Run(t)
+	dir := t.TempDir()
+	coord := startChild(t, ns.ClientURL(), dir, planted)
+	t.Cleanup(func() { coord.kill() })
+	subj := intents.Subjects{}
+	paths := make([]string, 10)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
+	}
+	h := &history{start: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), *forFlag)
+	defer cancel()
+	var agents []*agent
+	var wg sync.WaitGroup
+	for i := range 8 {
+		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: natstest.Connect(t, ns), subj: subj,
+			rng: rand.New(rand.NewPCG(seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}}
+		agents = append(agents, a)
+		wg.Go(func() { a.run(ctx) })
+	}
+	kills := 0
+	for {
+		pause := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+			coord.kill()
+			kills++
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			coord = startChild(t, ns.ClientURL(), dir, planted)
+			continue
+		}
+		break
+	}
+	wg.Wait()
+	// The fault has healed: every path is read once more, and the unknown
+	// outcomes are asked for.
+	unknown := map[int]string{}
+	for _, a := range agents {
+		for i, id := range a.unknown {
+			unknown[i] = id
+		}
+	}
+	nc := natstest.Connect(t, ns)
+	resolved, dropped := resolve(t, nc, subj, h, unknown)
+	final := &agent{id: len(agents), nc: nc, subj: subj, h: h}
+	for _, p := range paths {
+		if _, ok := final.read(p); !ok {
+			t.Fatalf("the final read of %s got no answer", p)
+		}
+	}
+	t.Logf("%d operations, %d kills, %d unknown outcomes: %d resolved by decision.get, %d never decided",
+		len(h.ops), kills, len(unknown), resolved, dropped)
+	return check(t, seed, h.ops)
+}
+
+// check runs porcupine over ops and, if they are not linearizable, writes
+// the history and its visualization where -report says and returns an
+// error that names them.
+func check(t *testing.T, seed uint64, ops []porcupine.Operation) error {
+	t.Helper()
+	res, info := porcupine.CheckOperationsVerbose(Model, ops, time.Minute)
+	switch res {
+	case porcupine.Ok:
+		return nil
+	case porcupine.Unknown:
+		t.Logf("porcupine gave up on %d operations within a minute: not checked", len(ops))
+		return nil
+	}
+	dir := *outFlag
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "coagent-robustness-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := filepath.Join(dir, "seed-"+strconv.FormatUint(seed, 10))
+	if f, err := os.Create(base + ".html"); err == nil {
+		_ = porcupine.Visualize(Model, info, f)
+		f.Close()
+	}
+	if data, err := json.MarshalIndent(ops, "", " "); err == nil {
+		_ = os.WriteFile(base+".json", data, 0o644)
+	}
+	return fmt.Errorf("seed %d: the history of %d operations is not linearizable; history and visualization in %s.{json,html}",
+		seed, len(ops), base)
+}

@@ -180,6 +180,10 @@ type agent struct {
 	// unknown are the intents whose outcome no reply told, by index in
 	// h.ops, to be asked of decision.get once the fault healed.
 	unknown map[int]string
+	// resends says the agent sends an intent that got no decision again,
+	// with the same id, until one comes.
+	resends bool
+	resent  int // writes sent again
 }
 
 const requestTimeout = 2 * time.Second
@@ -257,7 +261,6 @@ func (a *agent) write(in Input) {
 	}
 	call := a.h.now()
 	m, err := a.nc.Request(a.subj.Submit(a.name), data, requestTimeout)
-	ret := a.h.now()
 	if errors.Is(err, nats.ErrNoResponders) {
 		// No coordinator took the request: nothing happened. The
 		// coordinator is down; wait a moment rather than spin.
@@ -268,6 +271,19 @@ func (a *agent) write(in Input) {
 	if err == nil {
 		out, known = decisionOutput(m, in.Path)
 	}
+	// Half the agents send an intent that got no decision again, with the
+	// same id, as the SDK does (the idempotency key makes that safe); the
+	// others leave it to decision.get after the run.
+	for try := 0; !known && a.resends && try < 30; try++ {
+		if try == 0 {
+			a.resent++
+		}
+		time.Sleep(100 * time.Millisecond)
+		if m, err = a.nc.Request(a.subj.Submit(a.name), data, requestTimeout); err == nil {
+			out, known = decisionOutput(m, in.Path)
+		}
+	}
+	ret := a.h.now()
 	a.h.mu.Lock()
 	defer a.h.mu.Unlock()
 	if !known {
@@ -391,7 +407,7 @@ func killRun(t *testing.T, seed uint64, planted bugs.Set, fault string, d time.D
 	var wg sync.WaitGroup
 	for i := range 8 {
 		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: natstest.Connect(t, ns), subj: subj,
-			rng: rand.New(rand.NewPCG(seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}}
+			rng: rand.New(rand.NewPCG(seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}, resends: i%2 == 1}
 		agents = append(agents, a)
 		wg.Go(func() { a.run(ctx) })
 	}
@@ -418,6 +434,10 @@ func killRun(t *testing.T, seed uint64, planted bugs.Set, fault string, d time.D
 			unknown[i] = id
 		}
 	}
+	resent := 0
+	for _, a := range agents {
+		resent += a.resent
+	}
 	nc := natstest.Connect(t, ns)
 	resolved, dropped := resolve(t, nc, subj, h, unknown)
 	final := &agent{id: len(agents), nc: nc, subj: subj, h: h}
@@ -426,8 +446,8 @@ func killRun(t *testing.T, seed uint64, planted bugs.Set, fault string, d time.D
 			t.Fatalf("the final read of %s got no answer", p)
 		}
 	}
-	t.Logf("%d operations, %d kills (%s), %d unknown outcomes: %d resolved by decision.get, %d never decided",
-		len(h.ops), kills, fault, len(unknown), resolved, dropped)
+	t.Logf("%d operations, %d kills (%s), %d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
+		len(h.ops), kills, fault, resent, len(unknown), resolved, dropped)
 	return check(t, seed, h.ops, report)
 }
 

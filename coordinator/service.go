@@ -315,6 +315,9 @@ type activeAt struct {
 func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *activeAt) (*Service, error) {
 	began := time.Now()
 	opts.EnsureDefaults()
+	if opts.Bugs != nil {
+		opts.Core.Engine.Bugs = *opts.Bugs
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("coordinator: start: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -66,6 +67,10 @@ type Config struct {
 	// Conditions bounds expression compilation and evaluation; see
 	// intents.CompilerOptions for its defaults.
 	Conditions intents.CompilerOptions
+	// Bugs plants deliberate bugs for the robustness suite
+	// (internal/bugs: nothing outside this module can set it). The zero
+	// value plants none.
+	Bugs bugs.Set
 }
 
 // FallbackArbiter is the arbiter name of resolutions made by Config.Fallback.

@@ -19,6 +19,9 @@ type Set struct {
 	// EarlyReplies: the output stage answers, publishes and acknowledges
 	// each group without waiting for it to be durable.
 	EarlyReplies bool
+	// SkipIdempotency: the engine decides an intent whose id it has
+	// decided before afresh, instead of answering the recorded decision.
+	SkipIdempotency bool
 }
 
 // names are the bugs by the name Parse and String use.
@@ -28,6 +31,7 @@ var names = []struct {
 }{
 	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }},
 	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }},
+	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }},
 }
 
 // Names lists every bug's name.

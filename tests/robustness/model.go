@@ -45,6 +45,10 @@ type Output struct {
 	// (a read); Value the value a read saw.
 	Version uint64
 	Value   int64
+	// Rev is the revision of the log the answer stands at: an applied
+	// write's, or the one a read was answered at (SPEC §1). The model does
+	// not look at it; checkRevs does.
+	Rev uint64
 }
 
 // pathState is a path's value and version; version 0 is absent.

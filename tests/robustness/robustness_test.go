@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,6 +239,7 @@ func (a *agent) read(path string) (Output, bool) {
 		return Output{}, false // a read that told nothing constrains nothing
 	}
 	var r struct {
+		Rev    uint64 `json:"rev"`
 		Values map[string]struct {
 			Exists  bool            `json:"exists"`
 			Value   json.RawMessage `json:"value"`
@@ -250,7 +253,7 @@ func (a *agent) read(path string) (Output, bool) {
 		return Output{}, false
 	}
 	v := r.Values[path]
-	out := Output{Version: v.Version}
+	out := Output{Version: v.Version, Rev: r.Rev}
 	if v.Exists {
 		if err := json.Unmarshal(v.Value, &out.Value); err != nil {
 			panic(fmt.Sprintf("state.get %s: value %s is not an integer", path, v.Value))
@@ -375,7 +378,7 @@ func decisionOutput(m *nats.Msg, path string) (out Output, known bool) {
 	}
 	switch r.Outcome {
 	case intents.OutcomeApplied:
-		return Output{Applied: true, Version: r.Versions[path]}, true
+		return Output{Applied: true, Version: r.Versions[path], Rev: r.Rev}, true
 	case intents.OutcomeRejected:
 		return Output{Stale: r.Reason == intents.ReasonStaleRead}, true
 	}
@@ -584,7 +587,43 @@ func killRun(t *testing.T, r run) error {
 	t.Logf("%d operations (%d writes by the intents stream), %d kills (%s), %d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
 		len(h.ops), streamed, kills, fault, resent, len(unknown), resolved, dropped)
 	coord.stop()
-	return errors.Join(checkLog(dir, h.ops), check(t, seed, h.ops, r.report))
+	return errors.Join(checkLog(dir, h.ops), checkRevs(h.ops), check(t, seed, h.ops, r.report))
+}
+
+// checkRevs checks that the log's order respects real time: an operation
+// invoked after another returned stands at a revision no lower, and a
+// write at a higher one (its change is newer than anything the other saw
+// or made). Reads and applied writes with a known answer take part.
+func checkRevs(ops []porcupine.Operation) error {
+	var known []porcupine.Operation
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if out.Unknown || out.Rev == 0 || in.Kind != Read && !out.Applied {
+			continue
+		}
+		known = append(known, op)
+	}
+	byReturn := slices.Clone(known)
+	slices.SortFunc(byReturn, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
+	slices.SortFunc(known, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	// Sweep the operations by invocation, keeping the highest revision
+	// among those that had returned before it.
+	var before porcupine.Operation
+	highest, next := uint64(0), 0
+	for _, b := range known {
+		for next < len(byReturn) && byReturn[next].Return < b.Call {
+			if rev := byReturn[next].Output.(Output).Rev; rev > highest {
+				highest, before = rev, byReturn[next]
+			}
+			next++
+		}
+		rev, write := b.Output.(Output).Rev, b.Input.(Input).Kind != Read
+		if rev < highest || write && rev == highest {
+			return fmt.Errorf("%s stands at revision %d, invoked after %s had returned at revision %d",
+				Model.DescribeOperation(b.Input, b.Output), rev, Model.DescribeOperation(before.Input, before.Output), highest)
+		}
+	}
+	return nil
 }
 
 // checkLog reads the log of the coordinator that served from dir, once it

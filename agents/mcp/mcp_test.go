@@ -133,6 +133,33 @@ func (s *session) subscribe(uri string) {
 	}
 }
 
+// openHTTP is a host's session with name's MCP server over the streamable
+// HTTP transport, the server behind an httptest server; all of it ends
+// with the test.
+func (b *board) openHTTP(name string, opts mcp.Options) *session {
+	b.t.Helper()
+	nc := b.connect(name)
+	c, err := agents.Connect(context.Background(), nc, name)
+	if err != nil {
+		b.t.Fatalf("connect %s: %v", name, err)
+	}
+	b.t.Cleanup(func() { c.Close() })
+	srv, err := mcp.New(c, nc, opts)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { srv.Close() })
+	hs := httptest.NewServer(srv.HTTPHandler())
+	b.t.Cleanup(hs.Close)
+	client := sdk.NewClient(&sdk.Implementation{Name: name + "-host", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { cs.Close() })
+	return &session{t: b.t, cs: cs}
+}
+
 // open starts the MCP server of agent name and connects a client session
 // to it; opts are the server's options.
 func (b *board) open(name string, opts mcp.Options) *session {
@@ -859,25 +886,8 @@ func TestAdvice(t *testing.T) {
 // one that ends (the client closes it) lets its transaction expire.
 func TestHTTP(t *testing.T) {
 	b := newBoard(t)
-	nc := natstest.Connect(t, b.ns)
-	c, err := agents.Connect(context.Background(), nc, "web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv, err := mcp.New(c, nc, mcp.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	hs := httptest.NewServer(srv.HTTPHandler())
-	defer hs.Close()
-	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
-	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &session{t: t, cs: cs}
+	s := b.openHTTP("web", mcp.Options{})
+	cs := s.cs
 	r := s.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 500})
 	ok(t, "begin over http", r)
 	observer := b.open("observer", mcp.Options{})
@@ -1097,26 +1107,7 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	// Leases of a second, renewed every third of one, so that a renewal
 	// late by a loaded machine still lands; the silence is two of them.
 	const silence = 2 * time.Second
-	nc := b.connect("web")
-	c, err := agents.Connect(context.Background(), nc, "web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	srv, err := mcp.New(c, nc, mcp.Options{Silence: silence})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	hs := httptest.NewServer(srv.HTTPHandler())
-	defer hs.Close()
-	client := sdk.NewClient(&sdk.Implementation{Name: "web-host", Version: "v0"}, nil)
-	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	gone := &session{t: t, cs: cs}
+	gone := b.openHTTP("web", mcp.Options{Silence: silence})
 	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 1000})
 	ok(t, "begin of the client that vanishes", held)
 	quiet := time.Now()

@@ -486,6 +486,26 @@ func InterestOf(ns *server.Server) func(subject string) bool {
 	return acc.SubscriptionInterest
 }
 
+// errPublishesPending: asynchronous publishes were still unacknowledged
+// when the wait for them ended.
+var errPublishesPending = errors.New("coordinator: publishes not acknowledged")
+
+// awaitPublishes waits until each of jss has every asynchronous publish
+// acknowledged, until timeout fires (errPublishesPending), or until ctx
+// ends.
+func awaitPublishes(ctx context.Context, timeout <-chan time.Time, jss ...jetstream.JetStream) error {
+	for _, js := range jss {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-timeout:
+			return errPublishesPending
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // publishTimeout bounds the wait for JetStream's answer to one of the
 // service's asynchronous publishes (changes, decisions, cases).
 const publishTimeout = 10 * time.Second
@@ -555,15 +575,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	// The feed's last publishes are waited for a moment: each is given up
 	// after publishTimeout anyway.
 	drained := time.NewTimer(publishTimeout)
-	for _, js := range []jetstream.JetStream{s.js, s.feed} {
-		select {
-		case <-js.PublishAsyncComplete():
-			continue
-		case <-drained.C:
-			s.log.Warn("the change feed's last publishes were not all acknowledged", "pending", s.js.PublishAsyncPending()+s.feed.PublishAsyncPending())
-		case <-ctx.Done():
-		}
-		break
+	if err := awaitPublishes(ctx, drained.C, s.js, s.feed); errors.Is(err, errPublishesPending) {
+		s.log.Warn("the change feed's last publishes were not all acknowledged", "pending", s.js.PublishAsyncPending()+s.feed.PublishAsyncPending())
 	}
 	drained.Stop()
 	if err := s.pub.Drain(); err != nil {

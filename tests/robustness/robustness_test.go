@@ -317,14 +317,7 @@ func (a *agent) write(in Input) {
 			}
 		}
 	}
-	ret := a.h.now()
-	a.h.mu.Lock()
-	defer a.h.mu.Unlock()
-	if !known {
-		a.unknown[len(a.h.ops)] = in.Intent
-		ret = math.MaxInt64
-	}
-	a.h.ops = append(a.h.ops, porcupine.Operation{ClientId: a.id, Input: in, Call: call, Output: out, Return: ret})
+	a.record(in, call, out, known)
 }
 
 // publish records an intent published on the intents stream with its id
@@ -356,6 +349,13 @@ func (a *agent) publish(in Input, data []byte) {
 		}
 		wait.Stop()
 	}
+	a.record(in, call, out, known)
+}
+
+// record adds a write invoked at call to the history, returning now; one
+// whose outcome is not known returns at the end of time and is kept for
+// decision.get.
+func (a *agent) record(in Input, call int64, out Output, known bool) {
 	ret := a.h.now()
 	a.h.mu.Lock()
 	defer a.h.mu.Unlock()

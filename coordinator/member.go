@@ -49,6 +49,12 @@ type MemberOptions struct {
 	// active coordinator, with its Service (to put a rules file in force,
 	// say); an error is logged.
 	OnActive func(ctx context.Context, svc *Service) error
+
+	// followStall replaces DefaultFollowStall in tests; wrapFollow, if
+	// set, wraps each reader of the replicated log a standby opens (a
+	// test makes one stall).
+	followStall time.Duration
+	wrapFollow  func(jetstream.MessagesContext) jetstream.MessagesContext
 }
 
 // DefaultLeaseTTL is MemberOptions.LeaseTTL's default.
@@ -328,22 +334,14 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 		return nil, 0, err
 	}
 	defer stopReads() // before core closes
-	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
+	it, err := m.consume(ctx, pos)
 	if err != nil {
-		return nil, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, err
 	}
-	// Heartbeats every second: a follower whose pull was lost (a node
-	// restarted, a leader moved) finds out and pulls again within
-	// seconds, not the default's ten.
-	it, err := cons.Messages(jetstream.PullHeartbeat(time.Second))
-	if err != nil {
-		return nil, 0, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
-	}
-	folding := make(chan error, 1)
-	go func() { folding <- m.fold(core, it) }()
+	folding, quit := make(chan error, 1), make(chan struct{})
+	go func() { folding <- m.tail(core, it, quit) }()
 	stop := func() error {
-		it.Stop()
+		close(quit)
 		err := <-folding
 		if lp := core.pending; lp != nil {
 			err = errors.Join(err, lp.Wait(context.Background()))
@@ -359,8 +357,9 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 	defer watch.Stop()
 	tick := time.NewTicker(m.opts.LeaseTTL / 4)
 	defer tick.Stop()
+	var seen leaseWatch
 	for {
-		if rev, until, ok := m.tryLead(ctx); ok {
+		if rev, until, ok := m.tryLead(ctx, &seen); ok {
 			k := m.keepLease(rev, until)
 			if seedable {
 				if err := m.seed(ctx, core); err != nil {
@@ -388,6 +387,109 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 			return nil, 0, errors.Join(err, stop())
 		case <-watch.Updates():
 		case <-tick.C:
+		}
+	}
+}
+
+// consume reads the replicated log from message pos on.
+func (m *Member) consume(ctx context.Context, pos uint64) (jetstream.MessagesContext, error) {
+	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+	}
+	// Heartbeats every second: a follower whose pull was lost (a node
+	// restarted, a leader moved) finds out and pulls again within
+	// seconds, not the default's ten.
+	it, err := cons.Messages(jetstream.PullHeartbeat(time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+	}
+	if m.opts.wrapFollow != nil {
+		it = m.opts.wrapFollow(it)
+	}
+	return it, nil
+}
+
+// DefaultFollowStall is how long a standby's reader of the replicated
+// log may deliver nothing while the log holds messages past the one
+// folded last, before the standby replaces it with a new one. The
+// client's reader recovers by itself from what it sees (missed
+// heartbeats, a reconnection, a consumer deleted), but not from all that
+// befalls a cluster: one was seen to wait for good after a node of the
+// cluster was killed, and a standby that stopped following can neither
+// answer current reads nor take over.
+const DefaultFollowStall = 5 * time.Second
+
+// tail folds the replicated log into core, from it, until quit closes
+// (nil) or folding fails. It replaces a reader that stalled (see
+// DefaultFollowStall) with a new one from the message after the last
+// folded.
+func (m *Member) tail(core *Core, it jetstream.MessagesContext, quit <-chan struct{}) error {
+	stall := m.opts.followStall
+	if stall == 0 {
+		stall = DefaultFollowStall
+	}
+	check := time.NewTicker(min(stall/4, time.Second))
+	defer check.Stop()
+	at := func() uint64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.mu.logSeq
+	}
+	for {
+		folded := make(chan error, 1)
+		go func(it jetstream.MessagesContext) { folded <- m.fold(core, it) }(it)
+		last, moved := at(), time.Now()
+	watch:
+		for {
+			select {
+			case err := <-folded:
+				if err == nil {
+					err = errors.New("coordinator: the replicated log's reader closed")
+				}
+				return err
+			case <-quit:
+				it.Stop()
+				return <-folded
+			case <-check.C:
+			}
+			if now := at(); now != last {
+				last, moved = now, time.Now()
+				continue
+			}
+			if time.Since(moved) < stall {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := m.logs.Info(ctx)
+			cancel()
+			if err != nil || info.State.LastSeq <= last {
+				moved = time.Now() // nothing to follow, or no one to ask: not a stall
+				continue
+			}
+			m.log.Warn("the replicated log's reader delivered nothing while the log holds more: reading it anew",
+				"folded", last, "log_last", info.State.LastSeq, "for", time.Since(moved).Round(time.Millisecond))
+			break watch
+		}
+		it.Stop()
+		if err := <-folded; err != nil {
+			return err
+		}
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			next, err := m.consume(ctx, at()+1)
+			cancel()
+			if err == nil {
+				it = next
+				break
+			}
+			m.log.Info("read the replicated log anew: trying again", "err", err)
+			select {
+			case <-quit:
+				return nil
+			case <-time.After(time.Second):
+			}
 		}
 	}
 }
@@ -487,11 +589,25 @@ func (m *Member) putLease(ctx context.Context, rev uint64) (uint64, time.Time, e
 	return rev, l.Until, err
 }
 
-// tryLead takes the leadership key if nobody holds it, if its lease has
-// lapsed, or if it is this member's own (it stepped down, or restarted,
-// within the lease); the compare-and-set on the key's revision makes one
-// member win when several try at once.
-func (m *Member) tryLead(parent context.Context) (uint64, time.Time, bool) {
+// leaseWatch is what a standby has seen of another member's lease: the
+// key's revision, and since when it has seen it unchanged through reads
+// that answered.
+type leaseWatch struct {
+	rev   uint64
+	since time.Time // zero: no read answered since the last that failed
+}
+
+// tryLead takes the leadership key if nobody holds it, if it is this
+// member's own (it stepped down, or restarted, within the lease), or if
+// its lease has lapsed: by the end written in it, and by what this member
+// has watched, the same revision for a whole lease through reads that
+// answered. The second test keeps a standby from taking the key the moment
+// the bucket answers again after its stream's election, which no member
+// could write through and which may outlast the lease: then the active
+// member, which rides the election out (keepLease) and tries to renew as
+// often, keeps the key unless it is gone. The compare-and-set on the
+// key's revision makes one member win when several try at once.
+func (m *Member) tryLead(parent context.Context, w *leaseWatch) (uint64, time.Time, bool) {
 	// Every call to the bucket is bounded: one sent to a node that died
 	// (the bucket's stream leader) is never answered.
 	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/2)
@@ -499,10 +615,16 @@ func (m *Member) tryLead(parent context.Context) (uint64, time.Time, bool) {
 	l, rev, ok, err := m.readLease(ctx)
 	if err != nil {
 		m.log.Info("read the leadership key", "err", err)
+		w.since = time.Time{}
 		return 0, time.Time{}, false
 	}
-	if ok && l.Node != m.opts.Node && time.Now().Before(l.Until) {
-		return 0, time.Time{}, false
+	if ok && l.Node != m.opts.Node {
+		if w.since.IsZero() || rev != w.rev {
+			w.rev, w.since = rev, time.Now()
+		}
+		if time.Now().Before(l.Until) || time.Since(w.since) < m.opts.LeaseTTL {
+			return 0, time.Time{}, false
+		}
 	}
 	if !ok {
 		rev = 0

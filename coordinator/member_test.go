@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -507,5 +508,110 @@ func TestMemberLargeIntents(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "stepping down") || m.Role() != intents.RoleActive {
 		t.Fatalf("the member stepped down (%s):\n%s", m.Role(), logs.String())
+	}
+}
+
+// stallingReader delivers the first `after` messages of the replicated
+// log and then nothing, while it stays open: a reader that waits for good
+// on a healthy cluster, as one was seen to after a node was killed.
+type stallingReader struct {
+	jetstream.MessagesContext
+	after   int
+	stopped chan struct{}
+}
+
+func (r *stallingReader) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
+	if r.after == 0 {
+		<-r.stopped
+		return nil, jetstream.ErrMsgIteratorClosed
+	}
+	r.after--
+	return r.MessagesContext.Next(opts...)
+}
+
+func (r *stallingReader) Stop() {
+	select {
+	case <-r.stopped:
+	default:
+		close(r.stopped)
+	}
+	r.MessagesContext.Stop()
+}
+
+// TestMemberFollowerStall: a standby whose reader of the replicated log
+// stops delivering while the log grows replaces it with a new one, from
+// the message after the last it folded, and catches up.
+func TestMemberFollowerStall(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	a := startMember(t, nc, t.TempDir(), "a", 1, nil)
+	awaitActive(t, a, 10*time.Second)
+	incr(t, nc, "c.n", 3)
+
+	var logs lockedBuffer
+	opts := MemberOptions{Node: "b", LeaseTTL: time.Second, followStall: 500 * time.Millisecond}
+	opts.Replicas = 1
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var readers atomic.Int32
+	opts.wrapFollow = func(it jetstream.MessagesContext) jetstream.MessagesContext {
+		if readers.Add(1) > 1 {
+			return it
+		}
+		return &stallingReader{MessagesContext: it, after: 2, stopped: make(chan struct{})}
+	}
+	b, err := StartMember(context.Background(), nc, t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop(context.Background()) })
+	incr(t, nc, "c.n", 20)
+	natstest.CheckFor(t, 10*time.Second, "b current", func() error {
+		st, err := statuses(nc, 2)
+		if err != nil {
+			return err
+		}
+		if st["b"].Seq != st["a"].Seq || st["b"].LagGroups != 0 {
+			return fmt.Errorf("b at event %d (%d groups behind), a at %d", st["b"].Seq, st["b"].LagGroups, st["a"].Seq)
+		}
+		return nil
+	})
+	if n := readers.Load(); n != 2 {
+		t.Fatalf("b opened %d readers of the log, want 2", n)
+	}
+	if !strings.Contains(logs.String(), "delivered nothing while the log holds more") {
+		t.Fatalf("b did not say why it read the log anew:\n%s", logs.String())
+	}
+}
+
+// TestMemberWatchesLapsedLease: a standby takes a key whose lease has
+// lapsed by the end written in it only once it has itself seen the key
+// unchanged for a whole lease: a bucket that answers again after its
+// election shows the active member's lease lapsed, and the active member
+// must have the time to renew it.
+func TestMemberWatchesLapsedLease(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	a := startMember(t, nc, t.TempDir(), "a", 1, nil)
+	awaitActive(t, a, 10*time.Second)
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), intents.Subjects{}.LeaderBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ := json.Marshal(lease{Node: "gone", Until: time.Now().Add(-time.Hour)})
+	if _, err := kv.Put(context.Background(), intents.LeaderKey, stale); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	b := startMember(t, nc, t.TempDir(), "b", 1, nil)
+	awaitActive(t, b, 10*time.Second)
+	if took := time.Since(began); took < b.opts.LeaseTTL {
+		t.Fatalf("b took a lease it had watched for %s, less than the lease %s", took, b.opts.LeaseTTL)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -251,7 +252,8 @@ func (c *failoverCluster) activeCoord(d time.Duration) *coordProc {
 func (c *failoverCluster) level(d time.Duration) uint64 {
 	c.t.Helper()
 	var seq uint64
-	natstest.CheckFor(c.t, d, "every coordinator level with the active one", func() error {
+	var behind []string // the members that lag, at the last status
+	level := func() error {
 		st, err := c.status(strings.Join(c.urls, ","))
 		if err != nil {
 			return err
@@ -259,15 +261,40 @@ func (c *failoverCluster) level(d time.Duration) uint64 {
 		if len(st.Members) != len(c.coords) || len(st.Active) != 1 {
 			return fmt.Errorf("%d members of %d answered, active %v", len(st.Members), len(c.coords), st.Active)
 		}
-		seq = st.Members[0].Seq
+		behind = behind[:0]
+		last := slices.MaxFunc(st.Members, func(a, b intents.MemberStatus) int { return cmp.Compare(a.Seq, b.Seq) }).Seq
 		for _, m := range st.Members {
-			if m.Seq != seq || m.LagGroups != 0 || m.LogSeq != m.LogLast {
-				return fmt.Errorf("members %+v", st.Members)
+			if m.Seq != last || m.LagGroups != 0 || m.LogSeq != m.LogLast {
+				behind = append(behind, m.Node)
 			}
 		}
+		if len(behind) > 0 {
+			return fmt.Errorf("members %+v", st.Members)
+		}
+		seq = last
 		return nil
-	})
-	return seq
+	}
+	err := level()
+	for deadline := time.Now().Add(d); err != nil && time.Now().Before(deadline); err = level() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil {
+		return seq
+	}
+	// Where a member stopped following, its goroutines tell where: each
+	// one behind is sent SIGQUIT, and the failure shows its dump.
+	for _, co := range c.coords {
+		if slices.Contains(behind, co.name) && !co.n.waited {
+			co.n.cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-co.n.done:
+				co.n.waited = true
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	c.t.Fatalf("waiting for every coordinator level with the active one: %v (after %s); those behind were sent SIGQUIT: %v", err, d, behind)
+	return 0
 }
 
 // connectAgent connects agent name to every node of the cluster, on a

@@ -303,10 +303,11 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 }
 
 // activeAt is how a Member starts its Service: appending to the replicated
-// log from its message last, under the name node.
+// log after its message last, whose id is lastID, under the name node.
 type activeAt struct {
-	node string
-	last uint64
+	node   string
+	last   uint64
+	lastID string
 	// leased reports whether the member's lease is in force: its reads
 	// are refused while it is not (see leaseKeeper).
 	leased func() bool
@@ -399,7 +400,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			pub.Close()
 			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 		}
-		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last}
+		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, lastID: active.lastID}
 		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)

@@ -94,7 +94,6 @@ type Member struct {
 		svc    *Service // while active
 		seq    uint64   // the last event of the local log, as a standby
 		logSeq uint64   // the log message folded last, as a standby
-		logID  string   // its message id
 		folded time.Time
 	}
 	progress chan struct{}   // a standby folded a message
@@ -273,9 +272,9 @@ func (m *Member) run(ctx context.Context) {
 	// is no longer one of the cluster's coordinators.
 	defer m.status.Unsubscribe()
 	for ctx.Err() == nil {
-		k, end, err := m.follow(ctx)
+		k, last, err := m.follow(ctx)
 		if err == nil {
-			err = m.lead(ctx, k, end)
+			err = m.lead(ctx, k, last)
 		}
 		if err == nil || ctx.Err() != nil {
 			continue
@@ -308,11 +307,11 @@ func fatal(err error) bool {
 // until it takes the leadership key and has read the log to its last
 // message; it returns the key's keeper, renewing it from the moment it was
 // taken, and that message's sequence.
-func (m *Member) follow(ctx context.Context) (k *leaseKeeper, end logEnd, err error) {
+func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err error) {
 	m.setRole(intents.RoleStandby, nil)
 	core, pos, err := m.openFollowing(ctx)
 	if core == nil {
-		return nil, logEnd{}, err
+		return nil, 0, err
 	}
 	defer core.Close()
 	seedable := errors.Is(err, errLogEmpty)
@@ -325,19 +324,19 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, end logEnd, err er
 		err = m.sameHistory(ctx, core, pos)
 	}
 	if err != nil {
-		return nil, logEnd{}, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	m.mu.Lock()
-	m.mu.seq, m.mu.logSeq, m.mu.logID = core.Log().LastSeq(), pos-1, ""
+	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
 	m.mu.Unlock()
 	stopReads, err := m.serveReads(core)
 	if err != nil {
-		return nil, logEnd{}, err
+		return nil, 0, err
 	}
 	defer stopReads() // before core closes
 	it, err := m.consume(ctx, pos)
 	if err != nil {
-		return nil, logEnd{}, err
+		return nil, 0, err
 	}
 	folding, quit := make(chan error, 1), make(chan struct{})
 	go func() { folding <- m.tail(core, it, quit) }()
@@ -353,7 +352,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, end logEnd, err er
 
 	watch, err := m.kv.Watch(ctx, intents.LeaderKey, jetstream.UpdatesOnly())
 	if err != nil {
-		return nil, logEnd{}, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
+		return nil, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
 	}
 	defer watch.Stop()
 	tick := time.NewTicker(m.opts.LeaseTTL / 4)
@@ -365,7 +364,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, end logEnd, err er
 			if seedable {
 				if err := m.seed(ctx, core); err != nil {
 					m.drop(k)
-					return nil, logEnd{}, errors.Join(err, stop())
+					return nil, 0, errors.Join(err, stop())
 				}
 			}
 			last, err := m.catchUp(ctx, folding, k.lost)
@@ -374,22 +373,18 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, end logEnd, err er
 			} else {
 				err = errors.Join(err, stop())
 			}
-			var id string
-			if err == nil {
-				id, err = m.messageID(ctx, last)
-			}
 			if err != nil {
 				m.drop(k)
-				return nil, logEnd{}, err
+				return nil, 0, err
 			}
-			return k, logEnd{seq: last, id: id}, nil
+			return k, last, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, logEnd{}, errors.Join(ctx.Err(), stop())
+			return nil, 0, errors.Join(ctx.Err(), stop())
 		case err := <-folding:
 			folding <- err // for stop
-			return nil, logEnd{}, errors.Join(err, stop())
+			return nil, 0, errors.Join(err, stop())
 		case <-watch.Updates():
 		case <-tick.C:
 		}
@@ -522,7 +517,6 @@ func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
 		}
 		m.mu.Lock()
 		m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
-		m.mu.logID = msg.Headers().Get(jetstream.MsgIDHeader)
 		m.mu.Unlock()
 		select {
 		case m.progress <- struct{}{}:
@@ -700,36 +694,6 @@ func (m *Member) seed(ctx context.Context, core *Core) error {
 	return nil
 }
 
-// logEnd is the replicated log's last message as a member that takes
-// over found it: its stream sequence and its message id, which the
-// member's first append expects (see replog).
-type logEnd struct {
-	seq uint64
-	id  string
-}
-
-// messageID returns the message id of the replicated log's message seq,
-// which the follower, stopped, folded last unless the log grew meanwhile
-// (a deposed leader still appending: the first append will be refused).
-func (m *Member) messageID(ctx context.Context, seq uint64) (string, error) {
-	if seq == 0 {
-		return "", nil
-	}
-	m.mu.Lock()
-	at, id := m.mu.logSeq, m.mu.logID
-	m.mu.Unlock()
-	if at == seq && id != "" {
-		return id, nil
-	}
-	getCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL)
-	defer cancel()
-	msg, err := m.logs.GetMsg(getCtx, seq)
-	if err != nil {
-		return "", fmt.Errorf("coordinator: read message %d of the replicated log: %w", seq, err)
-	}
-	return msg.Header.Get(jetstream.MsgIDHeader), nil
-}
-
 // catchUp waits until the standby has folded the log's last message, as
 // the stream has it now that this member holds the key, and returns that
 // message's sequence.
@@ -886,17 +850,17 @@ func (m *Member) drop(k *leaseKeeper) {
 // lead runs the Service while this member holds the key, which k keeps
 // renewing: it stops the Service when k loses the key, when the Service
 // stops by itself (an append refused), or when ctx ends.
-func (m *Member) lead(ctx context.Context, k *leaseKeeper, end logEnd) error {
+func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
-	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: end.seq, lastID: end.id, leased: k.leased})
+	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last, leased: k.leased})
 	if err != nil {
 		release()
 		return err
 	}
 	m.setRole(intents.RoleActive, svc)
 	stopSnapshots := m.startSnapshots(ctx, svc)
-	m.log.Info("active: this coordinator decides", "log_message", end.seq, "events", svc.core.Log().LastSeq())
+	m.log.Info("active: this coordinator decides", "log_message", last, "events", svc.core.Log().LastSeq())
 	if m.opts.OnActive != nil {
 		if err := m.opts.OnActive(ctx, svc); err != nil {
 			m.log.Error("on becoming active", "err", err)

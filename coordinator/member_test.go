@@ -226,7 +226,6 @@ func TestMemberFenced(t *testing.T) {
 	again := nats.NewMsg(last.Subject)
 	again.Header, again.Data = last.Header, last.Data
 	again.Header.Del(nats.MsgIdHdr) // another writer's message has an id of its own
-	again.Header.Del(jetstream.ExpectedLastMsgIDHeader)
 	if _, err := js.PublishMsg(ctx, again, jetstream.WithExpectLastSequence(last.Sequence)); err != nil {
 		t.Fatal(err)
 	}

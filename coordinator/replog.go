@@ -18,14 +18,20 @@ import (
 // before its own Pebble log writes it (eventlog.EnqueueAfter), so that a
 // local log is never ahead of the stream: a crash between the two writes
 // leaves it behind, and it catches up from the stream. Each append expects
-// the stream's last message to be the one before it, by its sequence
-// (Nats-Expected-Last-Sequence) and by its id (Nats-Expected-Last-Msg-Id):
-// only one writer can ever extend the log, which is what fences a deposed
-// leader. The sequence alone does not: appends are pipelined, and of a
-// deposed leader's two groups in flight the first fails on the message
+// the stream's last sequence to be the one before it
+// (Nats-Expected-Last-Sequence): only one writer can ever extend the log,
+// which is what fences a deposed leader.
+//
+// Appends are pipelined, and there the sequence alone falls short: of a
+// deposed leader's two groups in flight, the first fails on the message
 // the new leader appended, and the second, which expects the sequence
-// after it, would land on top of it, continuing events the log does not
-// hold.
+// after it, lands on top of it, continuing events the log does not hold.
+// So a leader whose lease has lapsed (it was paused, or cut off) sends a
+// group only once the one before it is stored. The id of the message
+// before (Nats-Expected-Last-Msg-Id) would close the hole for good, but
+// nats-server (2.15.2) checks it on every replica and does not set it on
+// one that caught up from the leader, which then refuses every message
+// that carries it: a restarted node never became current again.
 
 // ErrFenced is returned (wrapped) when an append to the replicated log
 // was refused or went unconfirmed: another coordinator appended first, or
@@ -60,7 +66,6 @@ func seed(ctx context.Context, js jetstream.JetStream, subject string, log *even
 	// A server may take less than the stream would (its max_payload).
 	chunk := min(seedChunk, int(js.Conn().MaxPayload())/2)
 	var last uint64
-	var lastID string
 	var evs []*intents.Event
 	size := 0
 	flush := func() error {
@@ -71,16 +76,11 @@ func seed(ctx context.Context, js jetstream.JetStream, subject string, log *even
 		m.Data = eventlog.AppendGroup(nil, evs)
 		m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
 		m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
-		id := groupID(evs)
-		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequence(last), jetstream.WithMsgID(id)}
-		if lastID != "" {
-			opts = append(opts, jetstream.WithExpectLastMsgID(lastID))
-		}
-		ack, err := js.PublishMsg(ctx, m, opts...)
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(last))
 		if err != nil {
 			return fmt.Errorf("%w: seed events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
 		}
-		last, lastID, evs, size = ack.Sequence, id, evs[:0], 0
+		last, evs, size = ack.Sequence, evs[:0], 0
 		return nil
 	}
 	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
@@ -122,11 +122,13 @@ type replog struct {
 	js      jetstream.JetStream
 	subject string
 	// last is the stream sequence of the last group appended, or of the
-	// stream's last message when the coordinator became active; lastID is
-	// that message's id ("" if it has none: the next append is then
-	// fenced by the sequence alone).
-	last   uint64
-	lastID string
+	// stream's last message when the coordinator became active.
+	last uint64
+	// leased reports whether the member's lease is in force; while it is
+	// not, appends are not pipelined (see above). Nil: always.
+	leased func() bool
+	// pipelineLapsed plants bugs.Set.PipelineLapsed.
+	pipelineLapsed bool
 	// prev is the outcome of the last group appended, which the next one
 	// waits for before it sends itself again.
 	prev *appended
@@ -164,23 +166,25 @@ func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
 	first, last := evs[0].Seq, evs[len(evs)-1].Seq
 	data := eventlog.AppendGroup(nil, evs)
 	id := groupID(evs)
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequence(r.last), jetstream.WithMsgID(id)}
-	if r.lastID != "" {
-		opts = append(opts, jetstream.WithExpectLastMsgID(r.lastID))
-	}
+	expect := r.last
 	publish := func() (jetstream.PubAckFuture, error) {
 		m := nats.NewMsg(r.subject)
 		m.Data = data
 		m.Header.Set(headerFirst, strconv.FormatUint(first, 10))
 		m.Header.Set(headerLast, strconv.FormatUint(last, 10))
-		return r.js.PublishMsgAsync(m, opts...)
+		return r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect), jetstream.WithMsgID(id))
+	}
+	if prev := r.prev; prev != nil && r.leased != nil && !r.leased() && !r.pipelineLapsed {
+		<-prev.done
+		if prev.err != nil {
+			return nil, fmt.Errorf("%w: append events %d–%d: the group before it was not stored", ErrFenced, first, last)
+		}
 	}
 	f, err := publish()
 	if err != nil {
 		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, first, last, err)
 	}
 	r.last++
-	r.lastID = id
 	want, prev := r.last, r.prev
 	res := &appended{done: make(chan struct{})}
 	r.prev = res

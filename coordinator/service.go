@@ -303,11 +303,10 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 }
 
 // activeAt is how a Member starts its Service: appending to the replicated
-// log after its message last, whose id is lastID, under the name node.
+// log from its message last, under the name node.
 type activeAt struct {
-	node   string
-	last   uint64
-	lastID string
+	node string
+	last uint64
 	// leased reports whether the member's lease is in force: its reads
 	// are refused while it is not (see leaseKeeper).
 	leased func() bool
@@ -400,7 +399,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			pub.Close()
 			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 		}
-		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, lastID: active.lastID}
+		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, leased: active.leased, pipelineLapsed: s.planted().PipelineLapsed}
 		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)

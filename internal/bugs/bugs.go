@@ -22,16 +22,33 @@ type Set struct {
 	// SkipIdempotency: the engine decides an intent whose id it has
 	// decided before afresh, instead of answering the recorded decision.
 	SkipIdempotency bool
+	// PipelineLapsed: a cluster's active member pipelines its appends to
+	// the replicated log even when its lease has lapsed, so that a deposed
+	// leader's second group in flight may land on the new leader's.
+	PipelineLapsed bool
 }
 
 // names are the bugs by the name Parse and String use.
 var names = []struct {
-	name string
-	set  func(*Set) *bool
+	name    string
+	set     func(*Set) *bool
+	cluster bool // it shows in a cluster only
 }{
-	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }},
-	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }},
-	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }},
+	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }, false},
+	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }, false},
+	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
+	{"pipeline-lapsed", func(s *Set) *bool { return &s.PipelineLapsed }, true},
+}
+
+// InCluster reports whether the bug name shows only in a cluster of
+// coordinators.
+func InCluster(name string) bool {
+	for _, n := range names {
+		if n.name == name {
+			return n.cluster
+		}
+	}
+	return false
 }
 
 // Names lists every bug's name.

@@ -1,0 +1,337 @@
+package robustness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+)
+
+// The faults of a cluster run, chosen by its seed at each turn.
+const (
+	faultKillActive  = "kill-active"  // SIGKILL the active member, start it again
+	faultPauseActive = "pause-active" // SIGSTOP it for 1.5–3 leases, then SIGCONT: it comes back deposed
+	faultKillStandby = "kill-standby" // SIGKILL a standby, start it again
+)
+
+// TestClusterFaults is the cluster's run: three NATS nodes, three
+// coordinators as members of a cluster (leases of a second), the eight
+// agents on all three nodes' URLs, and at moments the seed chooses the
+// active member killed, the active member paused past its lease (another
+// takes over, and the paused one resumes with groups in flight), or a
+// standby killed. The history is checked as in the single-node run, and
+// so is every member's log, which must all end at the same event with the
+// same state.
+func TestClusterFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the robustness runs take seconds each")
+	}
+	planted, err := bugs.Parse(*bugsFlag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range *runsFlag {
+		seed := *seedFlag
+		if seed == 0 {
+			seed = rand.Uint64()
+		} else if i > 0 {
+			break
+		}
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Logf("seed %d: go test ./tests/robustness -run 'TestClusterFaults' -seed %d -bugs '%s'", seed, seed, planted)
+			if err := clusterRun(t, run{seed: seed, planted: planted, traffic: *forFlag,
+				every: [2]time.Duration{time.Second, 2500 * time.Millisecond}, resends: true, report: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// member is one coordinator process of a cluster run.
+type member struct {
+	name, dir string
+	proc      *child
+}
+
+// clusterRun runs the traffic against three members with the faults the
+// seed chooses, and returns what the checks found.
+func clusterRun(t *testing.T, r run) error {
+	rng := rand.New(rand.NewPCG(r.seed, 0))
+	c := natstest.RunCluster(t, 3)
+	urls := c.URLs()
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	var members []*member
+	for i := range 3 {
+		m := &member{name: fmt.Sprintf("c%d", i+1), dir: filepath.Join(t.TempDir(), "data")}
+		m.proc = startChild(t, urls, m.dir, m.name, r.planted, faultKill)
+		members = append(members, m)
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			_ = m.proc.cmd.Process.Signal(syscall.SIGCONT)
+			m.proc.kill()
+		}
+	})
+	nc := connect()
+	subj := intents.Subjects{}
+	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	paths := make([]string, 10)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
+	}
+	h := &history{start: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
+	defer cancel()
+	var agents []*agent
+	var wg sync.WaitGroup
+	for i := range 8 {
+		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: subj,
+			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
+		if i >= 6 {
+			a.stream = make(chan *nats.Msg, 64)
+			if _, err := a.nc.ChanSubscribe(subj.Decisions(a.name), a.stream); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		agents = append(agents, a)
+		wg.Go(func() { a.run(ctx) })
+	}
+	kinds := r.faults
+	if len(kinds) == 0 {
+		kinds = []string{faultKillActive, faultPauseActive, faultKillStandby}
+	}
+	faults := map[string]int{}
+	for {
+		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+			active, standbys := roles(nc, subj, members)
+			fault := kinds[rng.IntN(len(kinds))]
+			var m *member
+			switch {
+			case fault == faultKillStandby && len(standbys) > 0:
+				m = standbys[rng.IntN(len(standbys))]
+			case fault != faultKillStandby && active != nil:
+				m = active
+			default:
+				continue // no one in that role now
+			}
+			faults[fault]++
+			if fault == faultPauseActive {
+				_ = m.proc.cmd.Process.Signal(syscall.SIGSTOP)
+				time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond)
+				_ = m.proc.cmd.Process.Signal(syscall.SIGCONT)
+				continue
+			}
+			m.proc.kill()
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			m.proc = startChild(t, urls, m.dir, m.name, r.planted, faultKill)
+			continue
+		}
+		break
+	}
+	wg.Wait()
+
+	unknown := map[int]string{}
+	resent := 0
+	for _, a := range agents {
+		for i, id := range a.unknown {
+			unknown[i] = id
+		}
+		resent += a.resent
+	}
+	// A log the members cannot all follow is caught here: nothing else
+	// can be asked of the cluster then.
+	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
+		return err
+	}
+	awaitIntake(t, nc, subj)
+	resolved, dropped := resolve(t, nc, subj, h, unknown)
+	final := &agent{id: len(agents), nc: nc, subj: subj, h: h}
+	for _, p := range paths {
+		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
+			if _, ok := final.read(p); !ok {
+				return errors.New("no answer")
+			}
+			return nil
+		})
+	}
+	t.Logf("%d operations, faults %v, %d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
+		len(h.ops), faults, resent, len(unknown), resolved, dropped)
+	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
+		return err
+	}
+	for _, m := range members {
+		m.proc.stop()
+	}
+	errs := []error{checkRevs(h.ops), check(t, r.seed, h.ops, r.report)}
+	errs = append(errs, checkMembers(members, h)...)
+	return errors.Join(errs...)
+}
+
+// checkMembers checks each member's log as checkLog does, and that all
+// of them fold to the same state at the same event.
+func checkMembers(members []*member, h *history) []error {
+	var errs []error
+	var first string
+	for _, m := range members {
+		if err := checkLog(m.dir, h.ops); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
+		}
+		l, err := eventlog.Open(m.dir, &eventlog.Options{})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: open the log: %w", m.name, err))
+			continue
+		}
+		hash, err := coordinator.Verify(l, coordinator.CoreOptions{}.Engine)
+		got := fmt.Sprintf("event %d, state %s", l.LastSeq(), hash)
+		l.Close()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: verify the log: %w", m.name, err))
+		case first == "":
+			first = got
+		case got != first:
+			errs = append(errs, fmt.Errorf("%s's log ends at %s, %s's at %s", m.name, got, members[0].name, first))
+		}
+	}
+	return errs
+}
+
+// statuses gathers the members' statuses (coagent.cluster.status), those
+// that answer within a moment.
+func statuses(nc *nats.Conn, subj intents.Subjects) []intents.MemberStatus {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subj.Status(), inbox, nil); err != nil {
+		return nil
+	}
+	var out []intents.MemberStatus
+	for deadline := time.Now().Add(500 * time.Millisecond); ; {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return out
+		}
+		var st intents.MemberStatus
+		if json.Unmarshal(m.Data, &st) == nil {
+			out = append(out, st)
+		}
+	}
+}
+
+// roles returns the active member, as the members say, and the standbys.
+func roles(nc *nats.Conn, subj intents.Subjects, members []*member) (active *member, standbys []*member) {
+	byName := map[string]*member{}
+	for _, m := range members {
+		byName[m.name] = m
+	}
+	for _, st := range statuses(nc, subj) {
+		switch m := byName[st.Node]; {
+		case m == nil:
+		case st.Role == intents.RoleActive:
+			active = m
+		case st.Role == intents.RoleStandby:
+			standbys = append(standbys, m)
+		}
+	}
+	return active, standbys
+}
+
+// awaitLevel waits until every member answers, one of them active, each
+// at the same event with nothing of the replicated log left to fold; it
+// returns the last mismatch if that does not come within d.
+func awaitLevel(nc *nats.Conn, subj intents.Subjects, members []*member, d time.Duration) error {
+	level := func() error {
+		sts := statuses(nc, subj)
+		if len(sts) != len(members) {
+			return fmt.Errorf("%d members of %d answered", len(sts), len(members))
+		}
+		active := 0
+		for _, st := range sts {
+			if st.Role == intents.RoleActive {
+				active++
+			}
+			if st.Seq != sts[0].Seq || st.LagGroups != 0 || st.LogSeq != st.LogLast {
+				return fmt.Errorf("members %+v", sts)
+			}
+		}
+		if active != 1 {
+			return fmt.Errorf("%d active: %+v", active, sts)
+		}
+		return nil
+	}
+	err := level()
+	for deadline := time.Now().Add(d); err != nil && time.Now().Before(deadline); err = level() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("the members are not level after %s: %w", d, err)
+	}
+	return nil
+}
+
+// TestClusterChecksCatchBugs plants each bug of internal/bugs that shows
+// in a cluster only and runs the cluster with the active member paused
+// past its lease every 1–2.5 s, until the checks catch it, four runs at
+// most.
+func TestClusterChecksCatchBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the robustness runs take seconds each")
+	}
+	for _, name := range bugs.Names() {
+		if !bugs.InCluster(name) {
+			continue // TestChecksCatchBugs
+		}
+		t.Run(name, func(t *testing.T) {
+			planted, err := bugs.Parse(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for try := 1; try <= 4; try++ {
+				seed := rand.Uint64()
+				var found error
+				t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+					found = clusterRun(t, run{seed: seed, planted: planted, traffic: 6 * time.Second, faults: []string{faultPauseActive},
+						every: [2]time.Duration{time.Second, 2500 * time.Millisecond}})
+				})
+				if found != nil {
+					t.Logf("caught at run %d: %v", try, found)
+					return
+				}
+			}
+			t.Errorf("four runs with %s planted passed the checks", name)
+		})
+	}
+}

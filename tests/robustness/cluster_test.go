@@ -170,7 +170,7 @@ func clusterRun(t *testing.T, r run) error {
 	}
 	// A log the members cannot all follow is caught here: nothing else
 	// can be asked of the cluster then.
-	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
+	if err := awaitLevel(nc, subj, members, 30*time.Second); err != nil {
 		return err
 	}
 	awaitIntake(t, nc, subj)

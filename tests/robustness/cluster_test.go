@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,14 +27,16 @@ const (
 	faultKillActive  = "kill-active"  // SIGKILL the active member, start it again
 	faultPauseActive = "pause-active" // SIGSTOP it for 1.5–3 leases, then SIGCONT: it comes back deposed
 	faultKillStandby = "kill-standby" // SIGKILL a standby, start it again
+	faultRestartNode = "restart-node" // stop a NATS node, start it again on its store after up to a second
 )
 
 // TestClusterFaults is the cluster's run: three NATS nodes, three
 // coordinators as members of a cluster (leases of a second), the eight
 // agents on all three nodes' URLs, and at moments the seed chooses the
 // active member killed, the active member paused past its lease (another
-// takes over, and the paused one resumes with groups in flight), or a
-// standby killed. The history is checked as in the single-node run, and
+// takes over, and the paused one resumes with groups in flight), a
+// standby killed, or a NATS node stopped and started again on its store.
+// The history is checked as in the single-node run, and
 // so is every member's log, which must all end at the same event with the
 // same state.
 func TestClusterFaults(t *testing.T) {
@@ -53,7 +56,11 @@ func TestClusterFaults(t *testing.T) {
 		}
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			t.Logf("seed %d: go test ./tests/robustness -run 'TestClusterFaults' -seed %d -bugs '%s'", seed, seed, planted)
-			if err := clusterRun(t, run{seed: seed, planted: planted, traffic: *forFlag,
+			var kinds []string
+			if *faultFlag != "" {
+				kinds = strings.Split(*faultFlag, ",")
+			}
+			if err := clusterRun(t, run{seed: seed, planted: planted, traffic: *forFlag, faults: kinds,
 				every: [2]time.Duration{time.Second, 2500 * time.Millisecond}, resends: true, report: true}); err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +132,7 @@ func clusterRun(t *testing.T, r run) error {
 	}
 	kinds := r.faults
 	if len(kinds) == 0 {
-		kinds = []string{faultKillActive, faultPauseActive, faultKillStandby}
+		kinds = []string{faultKillActive, faultPauseActive, faultKillStandby, faultRestartNode}
 	}
 	faults := map[string]int{}
 	for {
@@ -133,8 +140,16 @@ func clusterRun(t *testing.T, r run) error {
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
-			active, standbys := roles(nc, subj, members)
 			fault := kinds[rng.IntN(len(kinds))]
+			if fault == faultRestartNode {
+				faults[fault]++
+				n := rng.IntN(len(c.Servers))
+				c.Stop(n)
+				time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
+				c.Restart(n)
+				continue
+			}
+			active, standbys := roles(nc, subj, members)
 			var m *member
 			switch {
 			case fault == faultKillStandby && len(standbys) > 0:

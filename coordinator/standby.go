@@ -128,6 +128,15 @@ func (m *Member) serveReads(core *Core) (stop func(), err error) {
 		end()
 		return nil, err
 	}
+	if m.opts.Bugs != nil && m.opts.Bugs.StandbyReads {
+		err := svc.AddEndpoint("state_get", micro.HandlerFunc(func(req micro.Request) { answerStateGet(r, stamp, req) }),
+			micro.WithEndpointSubject(m.subj.API(intents.APIStateGet)))
+		if err != nil {
+			svc.Stop()
+			end()
+			return nil, fmt.Errorf("coordinator: api endpoint state_get: %w", err)
+		}
+	}
 	return func() {
 		svc.Stop()
 		end()

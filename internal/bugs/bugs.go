@@ -26,6 +26,10 @@ type Set struct {
 	// the replicated log even when its lease has lapsed, so that a deposed
 	// leader's second group in flight may land on the new leader's.
 	PipelineLapsed bool
+	// StandbyReads: a cluster's standbys answer state.get on the API's
+	// shared subject too, from what they have folded, so that a read may
+	// be answered at a revision behind a write that returned.
+	StandbyReads bool
 }
 
 // names are the bugs by the name Parse and String use.
@@ -38,6 +42,7 @@ var names = []struct {
 	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }, false},
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"pipeline-lapsed", func(s *Set) *bool { return &s.PipelineLapsed }, true},
+	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
 }
 
 // InCluster reports whether the bug name shows only in a cluster of

@@ -319,8 +319,8 @@ func awaitLevel(nc *nats.Conn, subj intents.Subjects, members []*member, d time.
 
 // TestClusterChecksCatchBugs plants each bug of internal/bugs that shows
 // in a cluster only and runs the cluster with the active member paused
-// past its lease every 1–2.5 s, until the checks catch it, four runs at
-// most.
+// past its lease every 1–2.5 s (the moment pipeline-lapsed shows; the
+// others show at any time), until the checks catch it, four runs at most.
 func TestClusterChecksCatchBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the robustness runs take seconds each")

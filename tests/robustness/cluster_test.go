@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,25 +46,17 @@ func TestClusterFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range *runsFlag {
-		seed := *seedFlag
-		if seed == 0 {
-			seed = rand.Uint64()
-		} else if i > 0 {
-			break
+	forSeeds(t, func(t *testing.T, seed uint64) {
+		t.Logf("seed %d: go test ./tests/robustness -run 'TestClusterFaults' -seed %d -bugs '%s'", seed, seed, planted)
+		var kinds []string
+		if *faultFlag != "" {
+			kinds = strings.Split(*faultFlag, ",")
 		}
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			t.Logf("seed %d: go test ./tests/robustness -run 'TestClusterFaults' -seed %d -bugs '%s'", seed, seed, planted)
-			var kinds []string
-			if *faultFlag != "" {
-				kinds = strings.Split(*faultFlag, ",")
-			}
-			if err := clusterRun(t, run{seed: seed, planted: planted, traffic: *forFlag, faults: kinds,
-				every: [2]time.Duration{time.Second, 2500 * time.Millisecond}, resends: true, report: true}); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+		if err := clusterRun(t, run{seed: seed, planted: planted, traffic: *forFlag, faults: kinds,
+			every: [2]time.Duration{time.Second, 2500 * time.Millisecond}, resends: true, report: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // member is one coordinator process of a cluster run.
@@ -106,30 +97,9 @@ func clusterRun(t *testing.T, r run) error {
 		t.Fatal(err)
 	}
 
-	paths := make([]string, 10)
-	for i := range paths {
-		paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
-	}
-	h := &history{start: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
-	var agents []*agent
-	var wg sync.WaitGroup
-	for i := range 8 {
-		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: subj,
-			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
-		if i >= 6 {
-			a.stream = make(chan *nats.Msg, 64)
-			if _, err := a.nc.ChanSubscribe(subj.Decisions(a.name), a.stream); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		agents = append(agents, a)
-		wg.Go(func() { a.run(ctx) })
-	}
+	tr := startTraffic(ctx, t, r, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
 		kinds = []string{faultKillActive, faultPauseActive, faultKillStandby, faultRestartNode}
@@ -173,42 +143,22 @@ func clusterRun(t *testing.T, r run) error {
 		}
 		break
 	}
-	wg.Wait()
-
-	unknown := map[int]string{}
-	resent := 0
-	for _, a := range agents {
-		for i, id := range a.unknown {
-			unknown[i] = id
-		}
-		resent += a.resent
-	}
+	tr.wg.Wait()
 	// A log the members cannot all follow is caught here: nothing else
 	// can be asked of the cluster then.
 	if err := awaitLevel(nc, subj, members, 30*time.Second); err != nil {
 		return err
 	}
-	awaitIntake(t, nc, subj)
-	resolved, dropped := resolve(t, nc, subj, h, unknown)
-	final := &agent{id: len(agents), nc: nc, subj: subj, h: h}
-	for _, p := range paths {
-		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
-			if _, ok := final.read(p); !ok {
-				return errors.New("no answer")
-			}
-			return nil
-		})
-	}
-	t.Logf("%d operations, faults %v, %d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
-		len(h.ops), faults, resent, len(unknown), resolved, dropped)
+	st := tr.settle(t, nc)
+	t.Logf("%d operations, faults %v, %s", len(tr.h.ops), faults, st)
 	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
 		return err
 	}
 	for _, m := range members {
 		m.proc.stop()
 	}
-	errs := []error{checkRevs(h.ops), check(t, r.seed, h.ops, r.report)}
-	errs = append(errs, checkMembers(members, h)...)
+	errs := []error{checkRevs(tr.h.ops), check(t, r.seed, tr.h.ops, r.report)}
+	errs = append(errs, checkMembers(members, tr.h)...)
 	return errors.Join(errs...)
 }
 
@@ -318,9 +268,10 @@ func awaitLevel(nc *nats.Conn, subj intents.Subjects, members []*member, d time.
 }
 
 // TestClusterChecksCatchBugs plants each bug of internal/bugs that shows
-// in a cluster only and runs the cluster with the active member paused
-// past its lease every 1–2.5 s (the moment pipeline-lapsed shows; the
-// others show at any time), until the checks catch it, four runs at most.
+// in a cluster only and runs the cluster for 10 s with the active member
+// paused past its lease 0.3–0.8 s after the last pause ended (the moment
+// pipeline-lapsed shows; the others show at any time), until the checks
+// catch it, six runs at most.
 func TestClusterChecksCatchBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the robustness runs take seconds each")
@@ -334,19 +285,19 @@ func TestClusterChecksCatchBugs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for try := 1; try <= 4; try++ {
+			for try := 1; try <= 6; try++ {
 				seed := rand.Uint64()
 				var found error
 				t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-					found = clusterRun(t, run{seed: seed, planted: planted, traffic: 6 * time.Second, faults: []string{faultPauseActive},
-						every: [2]time.Duration{time.Second, 2500 * time.Millisecond}})
+					found = clusterRun(t, run{seed: seed, planted: planted, traffic: 10 * time.Second, faults: []string{faultPauseActive},
+						every: [2]time.Duration{300 * time.Millisecond, 800 * time.Millisecond}})
 				})
 				if found != nil {
 					t.Logf("caught at run %d: %v", try, found)
 					return
 				}
 			}
-			t.Errorf("four runs with %s planted passed the checks", name)
+			t.Errorf("six runs with %s planted passed the checks", name)
 		})
 	}
 }

@@ -488,6 +488,22 @@ func TestKillCoordinator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forSeeds(t, func(t *testing.T, seed uint64) {
+		fault := *faultFlag
+		if fault == "" {
+			fault = []string{faultKill, faultPowerCut}[seed%2]
+		}
+		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
+		if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
+			every: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}, resends: true, report: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// forSeeds runs body in a subtest named by its seed, once for each run
+// the flags ask for: -runs runs with fresh seeds, or the one of -seed.
+func forSeeds(t *testing.T, body func(t *testing.T, seed uint64)) {
 	for i := range *runsFlag {
 		seed := *seedFlag
 		if seed == 0 {
@@ -495,17 +511,7 @@ func TestKillCoordinator(t *testing.T) {
 		} else if i > 0 {
 			break
 		}
-		fault := *faultFlag
-		if fault == "" {
-			fault = []string{faultKill, faultPowerCut}[seed%2]
-		}
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
-			if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
-				every: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}, resends: true, report: true}); err != nil {
-				t.Fatal(err)
-			}
-		})
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) { body(t, seed) })
 	}
 }
 
@@ -535,32 +541,9 @@ func killRun(t *testing.T, r run) error {
 	dir := t.TempDir()
 	coord := startChild(t, ns.ClientURL(), dir, "", planted, fault)
 	t.Cleanup(func() { coord.kill() })
-	subj := intents.Subjects{}
-	paths := make([]string, 10)
-	for i := range paths {
-		paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
-	}
-	h := &history{start: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
-	var agents []*agent
-	var wg sync.WaitGroup
-	for i := range 8 {
-		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: natstest.Connect(t, ns), subj: subj,
-			rng: rand.New(rand.NewPCG(seed, uint64(i+1))), paths: paths, h: h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
-		if i >= 6 {
-			// Two agents of eight go by the intents stream.
-			a.stream = make(chan *nats.Msg, 64)
-			if _, err := a.nc.ChanSubscribe(subj.Decisions(a.name), a.stream); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		agents = append(agents, a)
-		wg.Go(func() { a.run(ctx) })
-	}
+	tr := startTraffic(ctx, t, r, func() *nats.Conn { return natstest.Connect(t, ns) })
 	kills := 0
 	for {
 		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))
@@ -575,24 +558,85 @@ func killRun(t *testing.T, r run) error {
 		}
 		break
 	}
-	wg.Wait()
-	// The fault has healed: every path is read once more, and the unknown
-	// outcomes are asked for.
+	tr.wg.Wait()
+	st := tr.settle(t, natstest.Connect(t, ns))
+	streamed := 0
+	for _, op := range tr.h.ops {
+		if op.ClientId < len(tr.agents) && tr.agents[op.ClientId].stream != nil && op.Input.(Input).Kind != Read {
+			streamed++
+		}
+	}
+	t.Logf("%d operations (%d writes by the intents stream), %d kills (%s), %s",
+		len(tr.h.ops), streamed, kills, fault, st)
+	coord.stop()
+	return errors.Join(checkLog(dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report))
+}
+
+// traffic is a run's eight agents at work on its ten paths, over three
+// boards, and the history they record.
+type traffic struct {
+	subj   intents.Subjects
+	paths  []string
+	h      *history
+	agents []*agent
+	wg     sync.WaitGroup // the agents at work
+}
+
+// startTraffic sets the agents to work until ctx ends, each on a
+// connection of its own from connect: six over request/reply (half of
+// them sending a write that got no decision again, if r.resends), two by
+// the intents stream.
+func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats.Conn) *traffic {
+	t.Helper()
+	tr := &traffic{paths: make([]string, 10), h: &history{start: time.Now()}}
+	for i := range tr.paths {
+		tr.paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
+	}
+	for i := range 8 {
+		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: tr.subj,
+			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
+		if i >= 6 {
+			// Two agents of eight go by the intents stream.
+			a.stream = make(chan *nats.Msg, 64)
+			if _, err := a.nc.ChanSubscribe(tr.subj.Decisions(a.name), a.stream); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tr.agents = append(tr.agents, a)
+		tr.wg.Go(func() { a.run(ctx) })
+	}
+	return tr
+}
+
+// settled is what settle found.
+type settled struct{ resent, unknown, resolved, dropped int }
+
+func (s settled) String() string {
+	return fmt.Sprintf("%d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
+		s.resent, s.unknown, s.resolved, s.dropped)
+}
+
+// settle, once the agents stopped and the faults healed, waits until every
+// intent of the stream is taken, asks decision.get for each unknown
+// outcome, and reads every path once more, through nc.
+func (tr *traffic) settle(t *testing.T, nc *nats.Conn) settled {
+	t.Helper()
 	unknown := map[int]string{}
-	for _, a := range agents {
+	var st settled
+	for _, a := range tr.agents {
 		for i, id := range a.unknown {
 			unknown[i] = id
 		}
+		st.resent += a.resent
 	}
-	resent := 0
-	for _, a := range agents {
-		resent += a.resent
-	}
-	nc := natstest.Connect(t, ns)
-	awaitIntake(t, nc, subj)
-	resolved, dropped := resolve(t, nc, subj, h, unknown)
-	final := &agent{id: len(agents), nc: nc, subj: subj, h: h}
-	for _, p := range paths {
+	st.unknown = len(unknown)
+	awaitIntake(t, nc, tr.subj)
+	st.resolved, st.dropped = resolve(t, nc, tr.subj, tr.h, unknown)
+	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, h: tr.h}
+	for _, p := range tr.paths {
 		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
 			if _, ok := final.read(p); !ok {
 				return errors.New("no answer")
@@ -600,16 +644,7 @@ func killRun(t *testing.T, r run) error {
 			return nil
 		})
 	}
-	streamed := 0
-	for _, op := range h.ops {
-		if op.ClientId < len(agents) && agents[op.ClientId].stream != nil && op.Input.(Input).Kind != Read {
-			streamed++
-		}
-	}
-	t.Logf("%d operations (%d writes by the intents stream), %d kills (%s), %d writes sent again with their id, %d unknown outcomes: %d resolved by decision.get, %d never decided",
-		len(h.ops), streamed, kills, fault, resent, len(unknown), resolved, dropped)
-	coord.stop()
-	return errors.Join(checkLog(dir, h.ops), checkRevs(h.ops), check(t, seed, h.ops, r.report))
+	return st
 }
 
 // checkRevs checks that the log's order respects real time: an operation

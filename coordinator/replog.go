@@ -9,6 +9,7 @@ import (
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -127,8 +128,8 @@ type replog struct {
 	// leased reports whether the member's lease is in force; while it is
 	// not, appends are not pipelined (see above). Nil: always.
 	leased func() bool
-	// pipelineLapsed plants bugs.Set.PipelineLapsed.
-	pipelineLapsed bool
+	// planted is the bugs of Options.Bugs that an append plants.
+	planted bugs.Set
 	// prev is the outcome of the last group appended, which the next one
 	// waits for before it sends itself again.
 	prev *appended
@@ -172,9 +173,12 @@ func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
 		m.Data = data
 		m.Header.Set(headerFirst, strconv.FormatUint(first, 10))
 		m.Header.Set(headerLast, strconv.FormatUint(last, 10))
+		if r.planted.UnfencedAppends {
+			return r.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+		}
 		return r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect), jetstream.WithMsgID(id))
 	}
-	if prev := r.prev; prev != nil && r.leased != nil && !r.leased() && !r.pipelineLapsed {
+	if prev := r.prev; prev != nil && r.leased != nil && !r.leased() && !r.planted.PipelineLapsed {
 		<-prev.done
 		if prev.err != nil {
 			return nil, fmt.Errorf("%w: append events %d–%d: the group before it was not stored", ErrFenced, first, last)

@@ -399,7 +399,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			pub.Close()
 			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 		}
-		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, leased: active.leased, pipelineLapsed: s.planted().PipelineLapsed}
+		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, leased: active.leased, planted: s.planted()}
 		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)
@@ -459,9 +459,13 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	}
 	// Stream messages never fill the intake past MaxAckPending, which
 	// bounds what the consumer hands over unacknowledged; the callback may
-	// wait for room, holding up only the consumer.
+	// wait for room, holding up only the consumer. Heartbeats every
+	// second: a pull lost with a node that stopped, or while the
+	// consumer elected a leader, is found out and made again within two
+	// seconds, where the default heartbeat (half the 30 s expiry) left
+	// the stream's intents undecided for half a minute.
 	s.cons, err = cons.Consume(func(m jetstream.Msg) { s.intake <- input{msg: m, at: time.Now()} },
-		jetstream.PullMaxMessages(min(opts.MaxAckPending, 2*opts.MaxBatch)))
+		jetstream.PullMaxMessages(min(opts.MaxAckPending, 2*opts.MaxBatch)), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		s.Shutdown(ctx)
 		return nil, fmt.Errorf("coordinator: consume intents: %w", err)

@@ -26,6 +26,10 @@ type Set struct {
 	// the replicated log even when its lease has lapsed, so that a deposed
 	// leader's second group in flight may land on the new leader's.
 	PipelineLapsed bool
+	// UnfencedAppends: a cluster's active member appends to the
+	// replicated log without expecting its last sequence, so that a
+	// deposed leader's groups land among the new leader's.
+	UnfencedAppends bool
 	// StandbyReads: a cluster's standbys answer state.get on the API's
 	// shared subject too, from what they have folded, so that a read may
 	// be answered at a revision behind a write that returned.
@@ -43,6 +47,7 @@ var names = []struct {
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"pipeline-lapsed", func(s *Set) *bool { return &s.PipelineLapsed }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
+	{"unfenced-appends", func(s *Set) *bool { return &s.UnfencedAppends }, true},
 }
 
 // InCluster reports whether the bug name shows only in a cluster of

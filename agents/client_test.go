@@ -442,9 +442,10 @@ func TestLeaseRenewal(t *testing.T) {
 	}))
 	rel := w.releases()
 	// Long enough that a renewal sent a third of the way through lands
-	// before the end even when a loaded machine's fsync takes 100s of ms:
-	// the client gives a lease up whose renewal it cannot get in time.
-	const lease = time.Second
+	// before the end even under the race detector on a loaded machine (a
+	// lease of 1 s did not, once): the client gives a lease up whose
+	// renewal it cannot get in time.
+	const lease = 3 * time.Second
 	tx, err := c.Propose(ctx, intents.Propose("long").Write("work.out", intents.OpSet).Lease(lease))
 	if err != nil {
 		t.Fatal(err)

@@ -828,7 +828,7 @@ func (m *Member) keepLease(rev uint64, until time.Time) *leaseKeeper {
 				k.renewed <- 0
 				return
 			case !k.leased() && !lapsed:
-				m.log.Warn("the leadership key cannot be renewed and its lease has lapsed: reads are refused until it is renewed; decisions go on, fenced in the replicated log", "err", err)
+				m.log.Warn("the leadership key cannot be renewed and its lease has lapsed: reads are refused and decisions, still logged and fenced in the replicated log, are answered unavailable until it is renewed", "err", err)
 				lapsed = true
 			case !lapsed:
 				m.log.Info("renew the leadership key: trying again", "err", err, "lease_left", time.Until(time.Unix(0, k.until.Load())).Round(time.Millisecond))

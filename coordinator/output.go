@@ -117,6 +117,10 @@ func (s *Service) output() {
 		// Counted before anyone is told, so that whoever has a decision
 		// finds it counted.
 		s.metrics.group(o, time.Now())
+		if s.leased != nil && !s.leased() {
+			s.untold(o)
+			continue
+		}
 		s.replies.add(o.submits)
 		var stored []storedDecision
 		for _, r := range g.Decisions {
@@ -131,19 +135,43 @@ func (s *Service) output() {
 		s.replies.flush()
 		s.publishLive(g)
 		s.publishChanges(g.Changes)
-		for _, cs := range g.Cases {
-			s.cases.published(cs.ID, s.publishCase(s.subj.Escalations(), cs))
-		}
-		for _, cs := range g.Dead {
-			s.publishCase(s.subj.DeadLetters(), cs)
-		}
-		for _, id := range g.Settled {
-			s.cases.settled(id)
-		}
+		s.publishCases(g)
 		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
 			s.acks <- pendingAck{stored: stored, msgs: o.msgs}
 		}
+	}
+}
+
+// untold finishes a group that became durable after this member's lease
+// lapsed, telling no one its decisions. Another member may have taken the
+// key and read the replicated log's end before the group landed, and be
+// answering reads without it: a client told of a write there would then
+// read past it. The group is in the log, so its decisions are not lost: a
+// submit is answered unavailable and sent again gets its recorded
+// decision, and a stream intent, not acknowledged, comes again and gets it
+// too, from whichever member then leads. Its changes and cases are
+// published: watchers and arbiters learn of them once, as of any group.
+func (s *Service) untold(o *output) {
+	for _, sub := range o.submits {
+		sub.answer(nil)
+	}
+	s.publishChanges(o.g.Changes)
+	s.publishCases(o.g)
+	o.close()
+}
+
+// publishCases sends g's new cases to the arbiters' queue and its dead
+// ones to the dead-letter stream, and notes those it settled.
+func (s *Service) publishCases(g *Group) {
+	for _, cs := range g.Cases {
+		s.cases.published(cs.ID, s.publishCase(s.subj.Escalations(), cs))
+	}
+	for _, cs := range g.Dead {
+		s.publishCase(s.subj.DeadLetters(), cs)
+	}
+	for _, id := range g.Settled {
+		s.cases.settled(id)
 	}
 }
 

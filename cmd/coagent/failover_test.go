@@ -942,8 +942,8 @@ func TestNATSNodeKillUnderLoad(t *testing.T) {
 // bucket's stream (not the active coordinator's node) is killed under
 // load. Its stream elects a new leader, which takes longer than the lease,
 // and meanwhile nobody can write the key: the active coordinator rides it
-// out rather than step down, and decisions go on; nothing is lost or
-// decided twice.
+// out rather than step down, deciding and logging, though answering
+// nothing until the key is renewed; nothing is lost or decided twice.
 func TestBucketLeaderNodeKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3 NATS nodes and 2 coordinators as processes")

@@ -167,6 +167,18 @@ func TestMemberSnapshotJoin(t *testing.T) {
 	if v := counter(t, client, "c.n"); v != 60 {
 		t.Fatalf("c.n = %v after 60 increments and a duplicate", v)
 	}
+	// The duplicate's group is answered once the stream has it, and the
+	// standby folds it a moment later: both are level before they stop.
+	natstest.CheckFor(t, 15*time.Second, "b and c level", func() error {
+		st, err := statuses(client, 2)
+		if err != nil {
+			return err
+		}
+		if st["b"].Seq != st["c"].Seq || st["b"].LogSeq != st["b"].LogLast || st["c"].LogSeq != st["c"].LogLast {
+			return fmt.Errorf("b %+v, c %+v", st["b"], st["c"])
+		}
+		return nil
+	})
 	for _, m := range []*Member{b, cm} {
 		if err := m.Stop(ctx); err != nil {
 			t.Fatal(err)

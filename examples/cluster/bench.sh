@@ -52,17 +52,20 @@ node() { # node N [SERVE FLAG…]
   node 3 ${N3_FLAGS:-}
 }
 
-# The cluster is ready when a coordinator decides: only the active one
-# takes intents, so a decided intent means the leader is elected and the
-# streams are placed. Every probe is the same intent (same id), decided
-# once.
+# The cluster is ready when every node serves and a coordinator decides:
+# only the active one takes intents, so a decided intent means the leader
+# is elected and the streams are placed. Every probe is the same intent
+# (same id), decided once.
+served() {
+  for n in 1 2 3; do grep -q '^coagent: serving on' "$DIR/n$n.out" 2>/dev/null || return 1; done
+}
 probe='{"id":"01JBENCHREADY0000000000000","agent":"bench","kind":"apply","writes":[{"path":"bench.ready","op":"set","value":true}]}'
 ready=""
 for _ in $(seq 150); do
   for p in "${pids[@]}"; do
     kill -0 "$p" 2>/dev/null || { cat "$DIR"/n*.out >&2; echo "a node stopped" >&2; exit 1; }
   done
-  if echo "$probe" | "$COAGENT" submit --nats "$URLS" - >/dev/null 2>&1; then
+  if served && echo "$probe" | "$COAGENT" submit --nats "$URLS" - >/dev/null 2>&1; then
     ready=1
     break
   fi

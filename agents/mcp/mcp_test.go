@@ -133,10 +133,9 @@ func (s *session) subscribe(uri string) {
 	}
 }
 
-// openHTTP is a host's session with name's MCP server over the streamable
-// HTTP transport, the server behind an httptest server; all of it ends
-// with the test.
-func (b *board) openHTTP(name string, opts mcp.Options) *session {
+// server starts the MCP server of agent name, on a connection and a
+// client of its own; all of it ends with the test.
+func (b *board) server(name string, opts mcp.Options) *mcp.Server {
 	b.t.Helper()
 	nc := b.connect(name)
 	c, err := agents.Connect(context.Background(), nc, name)
@@ -146,10 +145,18 @@ func (b *board) openHTTP(name string, opts mcp.Options) *session {
 	b.t.Cleanup(func() { c.Close() })
 	srv, err := mcp.New(c, nc, opts)
 	if err != nil {
-		b.t.Fatal(err)
+		b.t.Fatalf("mcp.New: %v", err)
 	}
 	b.t.Cleanup(func() { srv.Close() })
-	hs := httptest.NewServer(srv.HTTPHandler())
+	return srv
+}
+
+// openHTTP is a host's session with name's MCP server over the streamable
+// HTTP transport, the server behind an httptest server; all of it ends
+// with the test.
+func (b *board) openHTTP(name string, opts mcp.Options) *session {
+	b.t.Helper()
+	hs := httptest.NewServer(b.server(name, opts).HTTPHandler())
 	b.t.Cleanup(hs.Close)
 	client := sdk.NewClient(&sdk.Implementation{Name: name + "-host", Version: "v0"}, nil)
 	cs, err := client.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: hs.URL}, nil)
@@ -164,17 +171,7 @@ func (b *board) openHTTP(name string, opts mcp.Options) *session {
 // to it; opts are the server's options.
 func (b *board) open(name string, opts mcp.Options) *session {
 	b.t.Helper()
-	nc := b.connect(name)
-	c, err := agents.Connect(context.Background(), nc, name)
-	if err != nil {
-		b.t.Fatalf("connect %s: %v", name, err)
-	}
-	b.t.Cleanup(func() { c.Close() })
-	srv, err := mcp.New(c, nc, opts)
-	if err != nil {
-		b.t.Fatalf("mcp.New: %v", err)
-	}
-	b.t.Cleanup(func() { srv.Close() })
+	srv := b.server(name, opts)
 	st, ct := sdk.NewInMemoryTransports()
 	if _, err := srv.MCP().Connect(context.Background(), st, nil); err != nil {
 		b.t.Fatalf("server connect: %v", err)

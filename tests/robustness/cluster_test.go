@@ -39,13 +39,7 @@ const (
 // single-node run, and so is every member's log, which must all end at
 // the same event with the same state.
 func TestClusterFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the robustness runs take seconds each")
-	}
-	planted, err := bugs.Parse(*bugsFlag)
-	if err != nil {
-		t.Fatal(err)
-	}
+	planted := runsPlanted(t)
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		t.Logf("seed %d: go test ./tests/robustness -run 'TestClusterFaults' -seed %d -bugs '%s'", seed, seed, planted)
 		var kinds []string

@@ -481,13 +481,7 @@ func resolve(t *testing.T, nc *nats.Conn, subj intents.Subjects, h *history, unk
 // over request/reply, the coordinator SIGKILLed at moments the seed
 // chooses and restarted on its data directory, and the history checked.
 func TestKillCoordinator(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the robustness runs take seconds each")
-	}
-	planted, err := bugs.Parse(*bugsFlag)
-	if err != nil {
-		t.Fatal(err)
-	}
+	planted := runsPlanted(t)
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
@@ -499,6 +493,20 @@ func TestKillCoordinator(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// runsPlanted skips a run test under -short and returns the bugs -bugs
+// plants.
+func runsPlanted(t *testing.T) bugs.Set {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the robustness runs take seconds each")
+	}
+	planted, err := bugs.Parse(*bugsFlag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return planted
 }
 
 // forSeeds runs body in a subtest named by its seed, once for each run

@@ -309,7 +309,7 @@ func fatal(err error) bool {
 // taken, and that message's sequence.
 func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err error) {
 	m.setRole(intents.RoleStandby, nil)
-	core, pos, err := m.openFollowing(ctx)
+	core, tip, pos, err := m.openFollowing(ctx)
 	if core == nil {
 		return nil, 0, err
 	}
@@ -319,9 +319,6 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 		m.log.Warn("the replicated log is empty and this coordinator's log is not: it will seed the replicated log with its own if it leads; the other coordinators must start from empty data directories",
 			"events", core.Log().LastSeq())
 		err = nil
-	}
-	if err == nil && !seedable {
-		err = m.sameHistory(ctx, core, pos)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
@@ -339,7 +336,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 		return nil, 0, err
 	}
 	folding, quit := make(chan error, 1), make(chan struct{})
-	go func() { folding <- m.tail(core, it, quit) }()
+	go func() { folding <- m.tail(core, tip, it, quit) }()
 	stop := func() error {
 		close(quit)
 		err := <-folding
@@ -421,11 +418,11 @@ func (m *Member) consume(ctx context.Context, pos uint64) (jetstream.MessagesCon
 // answer current reads nor take over.
 const DefaultFollowStall = 5 * time.Second
 
-// tail folds the replicated log into core, from it, until quit closes
-// (nil) or folding fails. It replaces a reader that stalled (see
-// DefaultFollowStall) with a new one from the message after the last
-// folded.
-func (m *Member) tail(core *Core, it jetstream.MessagesContext, quit <-chan struct{}) error {
+// tail folds the replicated log into core, whose log ends at tip, from
+// it, until quit closes (nil) or folding fails. It replaces a reader that
+// stalled (see DefaultFollowStall) with a new one from the message after
+// the last read.
+func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <-chan struct{}) error {
 	stall := m.opts.followStall
 	if stall == 0 {
 		stall = DefaultFollowStall
@@ -439,7 +436,7 @@ func (m *Member) tail(core *Core, it jetstream.MessagesContext, quit <-chan stru
 	}
 	for {
 		folded := make(chan error, 1)
-		go func(it jetstream.MessagesContext) { folded <- m.fold(core, it) }(it)
+		go func(it jetstream.MessagesContext) { folded <- m.fold(core, &tip, it) }(it)
 		last, moved := at(), time.Now()
 	watch:
 		for {
@@ -494,8 +491,11 @@ func (m *Member) tail(core *Core, it jetstream.MessagesContext, quit <-chan stru
 	}
 }
 
-// fold folds each message of the log into core until the iterator stops.
-func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
+// fold folds each message of the log that continues tip into core, and
+// moves tip, until the iterator stops. A message that does not continue
+// it is skipped: a deposed leader's orphan (see replog), or one folded
+// already.
+func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext) error {
 	for {
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -508,12 +508,25 @@ func (m *Member) fold(core *Core, it jetstream.MessagesContext) error {
 		if err != nil {
 			return fmt.Errorf("coordinator: read the replicated log: %w", err)
 		}
-		evs, err := eventlog.DecodeGroup(msg.Data())
+		ok, err := tip.continues(msg.Headers())
 		if err != nil {
 			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
-		if err := m.reads.follow(core, evs); err != nil {
-			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		if ok || m.opts.Bugs != nil && m.opts.Bugs.UnchainedReads {
+			evs, err := eventlog.DecodeGroup(msg.Data())
+			if err != nil {
+				return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+			}
+			if err := m.reads.follow(core, evs); err != nil {
+				return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+			}
+			if last := evs[len(evs)-1]; last.Seq > tip.seq {
+				*tip = link{seq: last.Seq, id: last.ID}
+			}
+		} else {
+			first, last, _ := logRange(msg.Headers())
+			m.log.Warn("skipped a message of the replicated log that does not continue the log read so far: a deposed coordinator's group, stored after another's, or one read already",
+				"message", meta.Sequence.Stream, "first", first, "last", last, "continues", msg.Headers().Get(headerPrev), "log_ends_at", tip.seq)
 		}
 		m.mu.Lock()
 		m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
@@ -643,36 +656,6 @@ func casFailed(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-// sameHistory checks that the local log's last event is the replicated
-// log's event of that seq, the last of message pos-1: a log of the same
-// length but another history (a directory from another cluster, or from a
-// coordinator that ran alone beside the one that seeded) must not be
-// continued.
-func (m *Member) sameHistory(ctx context.Context, core *Core, pos uint64) error {
-	last := core.Log().LastSeq()
-	if last == 0 || pos <= 1 {
-		return nil
-	}
-	getCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	msg, err := m.logs.GetMsg(getCtx, pos-1)
-	if err != nil {
-		return fmt.Errorf("read log message %d: %w", pos-1, err)
-	}
-	evs, err := eventlog.DecodeGroup(msg.Data)
-	if err != nil {
-		return fmt.Errorf("log message %d: %w", pos-1, err)
-	}
-	mine, err := core.Log().Event(last)
-	if err != nil {
-		return err
-	}
-	if theirs := evs[len(evs)-1]; theirs.Seq != last || theirs.ID != mine.ID {
-		return fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, last)
-	}
-	return nil
 }
 
 // seed appends core's log to the replicated log if it is still empty.

@@ -9,9 +9,9 @@ import (
 
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/bugs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 )
 
 // The replicated log of record (SPEC §10): in a cluster every durable
@@ -20,19 +20,29 @@ import (
 // local log is never ahead of the stream: a crash between the two writes
 // leaves it behind, and it catches up from the stream. Each append expects
 // the stream's last sequence to be the one before it
-// (Nats-Expected-Last-Sequence): only one writer can ever extend the log,
-// which is what fences a deposed leader.
+// (Nats-Expected-Last-Sequence): only one writer can extend the log from
+// where it read it, which is what fences a deposed leader.
 //
 // Appends are pipelined, and there the sequence alone falls short: of a
 // deposed leader's two groups in flight, the first fails on the message
 // the new leader appended, and the second, which expects the sequence
 // after it, lands on top of it, continuing events the log does not hold.
-// So a leader whose lease has lapsed (it was paused, or cut off) sends a
-// group only once the one before it is stored. The id of the message
-// before (Nats-Expected-Last-Msg-Id) would close the hole for good, but
-// nats-server (2.15.2) checks it on every replica and does not set it on
-// one that caught up from the leader, which then refuses every message
-// that carries it: a restarted node never became current again.
+// A leader paused with both groups handed to its connection sends them
+// when it resumes, whatever it checks before. So each message also names
+// the last event of the message it continues (Coagent-Prev), and the log
+// is the chain of messages that each continue the one before: a reader
+// skips a message that does not continue what it has read (an orphan),
+// as every reader does, so that all fold the same log. The id of the
+// message before, checked by the server (Nats-Expected-Last-Msg-Id),
+// would keep orphans out of the stream, but nats-server (2.15.2) checks it
+// on every replica and does not set it on one that caught up from the
+// leader, which then refuses every message that carries it; and an
+// expected sequence per subject refuses a message while another of its
+// subject is in flight, which would end the pipelining.
+//
+// A leader whose lease has lapsed still sends a group only once the one
+// before it is stored: it makes orphans rarer, and each costs the leader
+// it fences a step down.
 
 // ErrFenced is returned (wrapped) when an append to the replicated log
 // was refused or went unconfirmed: another coordinator appended first, or
@@ -67,21 +77,19 @@ func seed(ctx context.Context, js jetstream.JetStream, subject string, log *even
 	// A server may take less than the stream would (its max_payload).
 	chunk := min(seedChunk, int(js.Conn().MaxPayload())/2)
 	var last uint64
+	var prev ulid.ULID
 	var evs []*intents.Event
 	size := 0
 	flush := func() error {
 		if len(evs) == 0 {
 			return nil
 		}
-		m := nats.NewMsg(subject)
-		m.Data = eventlog.AppendGroup(nil, evs)
-		m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
-		m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
+		m := logMsg(subject, evs, prev)
 		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(last))
 		if err != nil {
 			return fmt.Errorf("%w: seed events %d–%d: %w", ErrFenced, evs[0].Seq, evs[len(evs)-1].Seq, err)
 		}
-		last, evs, size = ack.Sequence, evs[:0], 0
+		last, prev, evs, size = ack.Sequence, evs[len(evs)-1].ID, evs[:0], 0
 		return nil
 	}
 	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
@@ -101,11 +109,27 @@ func seed(ctx context.Context, js jetstream.JetStream, subject string, log *even
 }
 
 // The headers of a log message: the seqs of its first and last events, so
-// that a reader can find where to start without decoding the groups.
+// that a reader can find where to start without decoding the groups, and
+// the event it continues.
 const (
 	headerFirst = "Coagent-First"
 	headerLast  = "Coagent-Last"
+	// headerPrev names the last event of the message this one continues
+	// (its id; the zero id before the log's first event). A message
+	// without it, of a build before it, is judged by its seqs alone.
+	headerPrev = "Coagent-Prev"
 )
+
+// logMsg is the log message of the group evs, which continues the event
+// whose id is prev.
+func logMsg(subject string, evs []*intents.Event, prev ulid.ULID) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = eventlog.AppendGroup(nil, evs)
+	m.Header.Set(headerFirst, strconv.FormatUint(evs[0].Seq, 10))
+	m.Header.Set(headerLast, strconv.FormatUint(evs[len(evs)-1].Seq, 10))
+	m.Header.Set(headerPrev, prev.String())
+	return m
+}
 
 // logStreamConfig is COAGENT_LOG's configuration.
 func logStreamConfig(subj intents.Subjects, replicas int) jetstream.StreamConfig {
@@ -125,11 +149,12 @@ type replog struct {
 	// last is the stream sequence of the last group appended, or of the
 	// stream's last message when the coordinator became active.
 	last uint64
+	// tip is the id of the last event appended, or of the local log's
+	// last when the coordinator became active: the next group continues it.
+	tip ulid.ULID
 	// leased reports whether the member's lease is in force; while it is
 	// not, appends are not pipelined (see above). Nil: always.
 	leased func() bool
-	// planted is the bugs of Options.Bugs that an append plants.
-	planted bugs.Set
 	// prev is the outcome of the last group appended, which the next one
 	// waits for before it sends itself again.
 	prev *appended
@@ -165,20 +190,19 @@ const (
 // failed — fails the group, and with it every later one.
 func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
 	first, last := evs[0].Seq, evs[len(evs)-1].Seq
-	data := eventlog.AppendGroup(nil, evs)
+	msg := logMsg(r.subject, evs, r.tip)
 	id := groupID(evs)
 	expect := r.last
 	publish := func() (jetstream.PubAckFuture, error) {
+		// A fresh message each time: the client adds its headers to it.
 		m := nats.NewMsg(r.subject)
-		m.Data = data
-		m.Header.Set(headerFirst, strconv.FormatUint(first, 10))
-		m.Header.Set(headerLast, strconv.FormatUint(last, 10))
-		if r.planted.UnfencedAppends {
-			return r.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+		m.Data = msg.Data
+		for k, v := range msg.Header {
+			m.Header[k] = v
 		}
 		return r.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect), jetstream.WithMsgID(id))
 	}
-	if prev := r.prev; prev != nil && r.leased != nil && !r.leased() && !r.planted.PipelineLapsed {
+	if prev := r.prev; prev != nil && r.leased != nil && !r.leased() {
 		<-prev.done
 		if prev.err != nil {
 			return nil, fmt.Errorf("%w: append events %d–%d: the group before it was not stored", ErrFenced, first, last)
@@ -189,6 +213,7 @@ func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
 		return nil, fmt.Errorf("%w: append events %d–%d: %w", ErrFenced, first, last, err)
 	}
 	r.last++
+	r.tip = evs[len(evs)-1].ID
 	want, prev := r.last, r.prev
 	res := &appended{done: make(chan struct{})}
 	r.prev = res
@@ -225,6 +250,15 @@ func (r *replog) confirm(f jetstream.PubAckFuture, publish func() (jetstream.Pub
 			wait.Stop()
 			if ack.Sequence != want {
 				return fenced("stored as message %d of %s", ack.Sequence, ack.Stream)
+			}
+			// Stored where expected, but on top of the group before it
+			// only if that one was stored: else it is an orphan, which
+			// readers skip.
+			if prev != nil {
+				<-prev.done
+				if prev.err != nil {
+					return fenced("the group before it was not stored")
+				}
 			}
 			return nil
 		case err = <-f.Err():
@@ -288,13 +322,68 @@ func logRange(h nats.Header) (first, last uint64, err error) {
 	return first, last, nil
 }
 
-// logPosition returns the stream sequence of the message that holds event
-// after+1, the first a log ending at event after lacks: the stream's next
-// sequence when it has nothing after. It searches the stream by halves,
-// reading one message a step. It fails if the stream no longer holds that
-// event (trimmed below it), or if the log ends inside a message, which no
-// writer makes.
-func logPosition(ctx context.Context, st jetstream.Stream, after uint64) (uint64, error) {
+// link is where a reader of the replicated log stands: the seq and id of
+// the last event it has folded (zero: none).
+type link struct {
+	seq uint64
+	id  ulid.ULID
+}
+
+// logTip returns the link at the end of log: the event the next message
+// of the replicated log must continue.
+func logTip(log *eventlog.Log) (link, error) {
+	last := log.LastSeq()
+	if last == 0 {
+		return link{}, nil
+	}
+	ev, err := log.Event(last)
+	if err != nil {
+		return link{}, fmt.Errorf("read the log's last event: %w", err)
+	}
+	return link{seq: last, id: ev.ID}, nil
+}
+
+// continues reports whether the log message with headers h continues the
+// log at l: its first event is the next one, and it names l's event as the
+// one it continues. A message without headerPrev, of a build before it, is
+// judged by its seqs alone.
+func (l link) continues(h nats.Header) (bool, error) {
+	first, _, err := logRange(h)
+	if err != nil {
+		return false, err
+	}
+	if first != l.seq+1 {
+		return false, nil
+	}
+	p := h.Get(headerPrev)
+	if p == "" {
+		return true, nil
+	}
+	id, err := ulid.ParseStrict(p)
+	if err != nil {
+		return false, fmt.Errorf("log message header %s=%q: %w", headerPrev, p, err)
+	}
+	return id == l.id, nil
+}
+
+// positionWindow bounds how far from where the search by halves lands
+// logPosition looks for the message that ends with its event. Orphans lie
+// only where a leader was deposed, each right after the new leader's
+// first message, so the search lands within a few messages of it.
+const positionWindow = 32
+
+// logPosition returns the stream sequence from which a reader whose log
+// ends at tip reads the replicated log on: the one after the message that
+// ends with tip's event, or of a message that names that event as the one
+// it continues; the stream's next sequence when it has nothing after. It
+// searches the stream by halves, reading one message a step, and then
+// around where that lands: the orphans of deposed leaders (see above)
+// break the order of seqs the search relies on. It fails if the stream no
+// longer holds that event (trimmed below it), if the replicated log holds
+// another event of that seq (another history), or if the log ends inside
+// a message, which no writer makes.
+func logPosition(ctx context.Context, st jetstream.Stream, tip link) (uint64, error) {
+	after := tip.seq
 	info, err := st.Info(ctx)
 	if err != nil {
 		return 0, err
@@ -306,44 +395,78 @@ func logPosition(ctx context.Context, st jetstream.Stream, after uint64) (uint64
 		}
 		return hi + 1, nil
 	}
-	rangeAt := func(seq uint64) (uint64, uint64, error) {
+	type msg struct {
+		first, last uint64
+		raw         *jetstream.RawStreamMsg
+	}
+	read := func(seq uint64) (msg, error) {
 		m, err := st.GetMsg(ctx, seq)
 		if err != nil {
-			return 0, 0, fmt.Errorf("read log message %d: %w", seq, err)
+			return msg{}, fmt.Errorf("read log message %d: %w", seq, err)
 		}
-		return logRange(m.Header)
+		first, last, err := logRange(m.Header)
+		if err != nil {
+			return msg{}, fmt.Errorf("log message %d: %w", seq, err)
+		}
+		return msg{first, last, m}, nil
 	}
-	first, _, err := rangeAt(lo)
+	start, err := read(lo)
 	if err != nil {
 		return 0, err
 	}
-	if first > after+1 {
-		return 0, fmt.Errorf("%w: the replicated log starts at event %d, and this coordinator's log ends at %d", eventlog.ErrCompacted, first, after)
+	switch {
+	case start.first > after+1:
+		return 0, fmt.Errorf("%w: the replicated log starts at event %d, and this coordinator's log ends at %d", eventlog.ErrCompacted, start.first, after)
+	case after == 0:
+		return lo, nil
 	}
-	// The answer is the first message whose last event is past after.
+	first, end := lo, hi
+	// The first message whose last event is past after, were the seqs in
+	// order.
 	for lo < hi {
 		mid := lo + (hi-lo)/2
-		_, last, err := rangeAt(mid)
+		m, err := read(mid)
 		if err != nil {
 			return 0, err
 		}
-		if last > after {
+		if m.last > after {
 			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
-	first, last, err := rangeAt(lo)
-	if err != nil {
-		return 0, err
+	var other, past bool
+	for d := uint64(0); d < positionWindow; d++ {
+		for _, seq := range [2]uint64{lo - 1 - d, lo + d} {
+			if seq < first || seq > end { // below the first (or wrapped), or past the end
+				continue
+			}
+			m, err := read(seq)
+			if err != nil {
+				return 0, err
+			}
+			past = past || m.last > after
+			if ok, err := tip.continues(m.raw.Header); err == nil && ok && m.raw.Header.Get(headerPrev) != "" {
+				return seq, nil // it names the event: the one before may be trimmed
+			}
+			if m.last != after {
+				continue
+			}
+			evs, err := eventlog.DecodeGroup(m.raw.Data)
+			if err != nil {
+				return 0, fmt.Errorf("log message %d: %w", seq, err)
+			}
+			if evs[len(evs)-1].ID == tip.id {
+				return seq + 1, nil
+			}
+			other = true
+		}
 	}
 	switch {
-	case last < after:
-		return 0, fmt.Errorf("%w: this coordinator's log ends at event %d, past the replicated log's last (%d): it holds another history; give it an empty data directory to join", ErrAhead, after, last)
-	case last == after:
-		return lo + 1, nil // nothing after
-	case first != after+1:
-		return 0, fmt.Errorf("the replicated log's message %d holds events %d–%d, and this coordinator's log ends at %d: they do not continue one another", lo, first, last, after)
+	case other:
+		return 0, fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, after)
+	case !past:
+		return 0, fmt.Errorf("%w: this coordinator's log ends at event %d, past the replicated log's last: it holds another history; give it an empty data directory to join", ErrAhead, after)
 	}
-	return lo, nil
+	return 0, fmt.Errorf("no message of the replicated log near message %d ends with event %d or continues it: the log and this coordinator's do not continue one another", lo, after)
 }

@@ -399,7 +399,13 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			pub.Close()
 			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 		}
-		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, leased: active.leased, planted: s.planted()}
+		tip, err := logTip(s.core.Log())
+		if err != nil {
+			s.core.Close()
+			pub.Close()
+			return nil, fmt.Errorf("coordinator: the event the replicated log continues: %w", err)
+		}
+		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, tip: tip.id, leased: active.leased}
 		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)

@@ -32,7 +32,7 @@ import (
 //     snapshot's message and the message each member that answers the
 //     status request within statusWait has folded last. Those messages
 //     stay, so that each member can check its history against the log's
-//     (sameHistory) and go on.
+//     (logPosition) and go on.
 //   - A member that did not answer (stopped, cut off) does not hold the
 //     trim back: once its place is gone from the log it loads the snapshot
 //     instead, as one with an empty data directory does.
@@ -266,12 +266,16 @@ func (m *Member) storeSnapshot(ctx context.Context, svc *Service) (intents.Snaps
 	defer exp.Close()
 	if exp.From > exp.Last {
 		// Compacted to its end: a joiner would have no event to check
-		// against the replicated log's (sameHistory).
+		// against the replicated log's (logPosition).
 		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: the log holds no event (it ends at %d); try again after the next", exp.Last)
 	}
 	// The local log is never ahead of the stream: its last event is the
 	// last of a message the stream holds.
-	pos, err := logPosition(ctx, m.logs, exp.Last)
+	ev, err := svc.core.Log().Event(exp.Last)
+	if err != nil {
+		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", err)
+	}
+	pos, err := logPosition(ctx, m.logs, link{seq: exp.Last, id: ev.ID})
 	if err != nil {
 		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: find event %d in the replicated log: %w", exp.Last, err)
 	}
@@ -392,35 +396,43 @@ func (m *Member) positions(ctx context.Context) ([]intents.MemberStatus, error) 
 // replicated log that continues it, as logPosition does. A log the
 // replicated log was trimmed past (the member was away), and an empty log
 // when a snapshot is stored, are replaced by the stored snapshot first.
-func (m *Member) openFollowing(ctx context.Context) (*Core, uint64, error) {
+func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error) {
 	core, err := OpenCore(m.dir, m.opts.Core)
 	if err != nil {
-		return nil, 0, err
+		return nil, link{}, 0, err
 	}
 	findCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	pos, err := logPosition(findCtx, m.logs, core.Log().LastSeq())
+	position := func() (link, uint64, error) {
+		tip, err := logTip(core.Log())
+		if err != nil {
+			return tip, 0, err
+		}
+		pos, err := logPosition(findCtx, m.logs, tip)
+		return tip, pos, err
+	}
+	tip, pos, err := position()
 	had := core.Log().LastSeq()
 	if !errors.Is(err, eventlog.ErrCompacted) && !(had == 0 && err == nil && m.snapshotAhead(findCtx)) {
-		return core, pos, err
+		return core, tip, pos, err
 	}
 	if err := core.Close(); err != nil {
-		return nil, 0, err
+		return nil, link{}, 0, err
 	}
 	st, lerr := m.loadSnapshot(findCtx, had > 0)
 	switch {
 	case errors.Is(lerr, errNoSnapshot) && err == nil:
 		// Nothing to load: fold the log from its first message.
 	case lerr != nil:
-		return nil, 0, errors.Join(err, fmt.Errorf("coordinator: load the snapshot of the replicated log: %w", lerr))
+		return nil, link{}, 0, errors.Join(err, fmt.Errorf("coordinator: load the snapshot of the replicated log: %w", lerr))
 	default:
 		m.log.Info("loaded the snapshot of the replicated log", "event", st.Seq, "log_message", st.LogSeq, "had_events", had)
 	}
 	if core, err = OpenCore(m.dir, m.opts.Core); err != nil {
-		return nil, 0, err
+		return nil, link{}, 0, err
 	}
-	pos, err = logPosition(findCtx, m.logs, core.Log().LastSeq())
-	return core, pos, err
+	tip, pos, err = position()
+	return core, tip, pos, err
 }
 
 // snapshotAhead reports whether a snapshot is stored of a message the

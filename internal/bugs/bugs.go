@@ -22,14 +22,11 @@ type Set struct {
 	// SkipIdempotency: the engine decides an intent whose id it has
 	// decided before afresh, instead of answering the recorded decision.
 	SkipIdempotency bool
-	// PipelineLapsed: a cluster's active member pipelines its appends to
-	// the replicated log even when its lease has lapsed, so that a deposed
-	// leader's second group in flight may land on the new leader's.
-	PipelineLapsed bool
-	// UnfencedAppends: a cluster's active member appends to the
-	// replicated log without expecting its last sequence, so that a
-	// deposed leader's groups land among the new leader's.
-	UnfencedAppends bool
+	// UnchainedReads: a cluster's members read the replicated log by the
+	// seqs of its messages alone, not by the event each continues, so that
+	// a deposed leader's orphan group (stored on top of the new leader's
+	// first) is folded, or stops them.
+	UnchainedReads bool
 	// StandbyReads: a cluster's standbys answer state.get on the API's
 	// shared subject too, from what they have folded, so that a read may
 	// be answered at a revision behind a write that returned.
@@ -45,9 +42,8 @@ var names = []struct {
 	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }, false},
 	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }, false},
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
-	{"pipeline-lapsed", func(s *Set) *bool { return &s.PipelineLapsed }, true},
+	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
-	{"unfenced-appends", func(s *Set) *bool { return &s.UnfencedAppends }, true},
 }
 
 // InCluster reports whether the bug name shows only in a cluster of

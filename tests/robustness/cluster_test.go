@@ -96,10 +96,7 @@ func clusterRun(t *testing.T, r run) error {
 	tr := startTraffic(ctx, t, r, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
-		// pause-active is left out unless asked for: it finds an open
-		// fault (docs/robustness.md, "Open faults"), and go test ./...
-		// must pass until it is mended.
-		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode}
+		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive}
 	}
 	faults := map[string]int{}
 	for {
@@ -267,9 +264,9 @@ func awaitLevel(nc *nats.Conn, subj intents.Subjects, members []*member, d time.
 // TestClusterChecksCatchBugs plants each bug of internal/bugs that shows
 // in a cluster only and runs the cluster, the active member killed
 // 0.3–0.8 s after it took over, until the checks catch it, six runs at
-// most. The bugs that show only when a deposed leader lives on
-// (pipeline-lapsed, unfenced-appends) need pause-active, which today
-// fails without a bug planted: they are skipped until it passes.
+// most. unchained-reads is left to TestMemberSkipsOrphans (coordinator),
+// which stores the orphans it needs: paused leaders leave one here in
+// about one run of five, too seldom for six runs to catch it every time.
 func TestClusterChecksCatchBugs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the robustness runs take seconds each")
@@ -278,7 +275,7 @@ func TestClusterChecksCatchBugs(t *testing.T) {
 		if !bugs.InCluster(name) {
 			continue // TestChecksCatchBugs
 		}
-		if name == "pipeline-lapsed" || name == "unfenced-appends" {
+		if name == "unchained-reads" {
 			continue // see above
 		}
 		t.Run(name, func(t *testing.T) {

@@ -119,7 +119,9 @@ func TestSubmitResendsALostReply(t *testing.T) {
 	if d.Outcome != intents.OutcomeApplied || !d.Duplicate {
 		t.Fatalf("decision %+v, want the recorded one marked duplicate", d)
 	}
-	if n := len(r.waits(in.ID)); n != 3 {
+	// Three at least: a reply slower than the resend (a loaded machine,
+	// the race detector) makes one more, which changes nothing either.
+	if n := len(r.waits(in.ID)); n < 3 {
 		t.Fatalf("%d submits of the intent, want 3 (two replies lost)", n)
 	}
 	st, err := c.Read(ctx, "n.v")

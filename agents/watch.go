@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -64,6 +65,13 @@ const watchPage = 1000
 // missed in a row, and the watcher asks for a new consumer.
 const watchHeartbeat = 5 * time.Second
 
+// watchQuiet is how long the watcher waits for a feed message before it
+// asks whether its consumer still exists and has nothing to deliver. The
+// client's reader does not always report missed heartbeats: after a
+// reconnection to another server it pulls again from a consumer that went
+// away with the server it lived on, and waits for good.
+const watchQuiet = 3 * watchHeartbeat
+
 // Watch follows the commits that touch subtree ("" for the whole state)
 // from revision from on: every change with a revision above from, each
 // once, in order, with no gaps. It first catches up from the coordinator's
@@ -85,9 +93,12 @@ const watchHeartbeat = 5 * time.Second
 //
 // A coordinator that refuses the feed consumer for now (rate_limited: the
 // connection or the agent made too many within 30 s) or cannot answer
-// (unavailable) is asked again, after a pause that grows from 100 ms to
-// 5 s with jitter, until ctx ends; Watch then returns ctx's error. Any
-// other failure is returned at once.
+// (unavailable, or none answers: none runs, or one is taking over) is
+// asked again, after a pause that grows from 100 ms to 5 s with jitter,
+// until ctx ends; Watch then returns ctx's error. Any other failure is
+// returned at once. Once watching, a consumer that fails, or that stays
+// quiet while it holds messages, is replaced with a new one from the
+// message after the last delivered, asked for the same way.
 func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watcher, error) {
 	if subtree != "" {
 		if err := intents.CheckPath(subtree); err != nil {
@@ -157,10 +168,14 @@ func followBackoff(attempt int) time.Duration {
 
 // retryFollow reports whether a failed feed.follow may succeed if asked
 // again: the coordinator refused it for the requester's quota
-// (rate_limited) or could not answer it (unavailable).
+// (rate_limited), could not answer it (unavailable), or none answered (no
+// coordinator runs, or one is taking over).
 func retryFollow(err error) bool {
 	var api *APIError
-	return errors.As(err, &api) && (api.Code == string(intents.ReasonRateLimited) || api.Code == codeUnavailable)
+	if errors.As(err, &api) {
+		return api.Code == string(intents.ReasonRateLimited) || api.Code == codeUnavailable
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // feed reads the change feed through consumers the coordinator makes, in
@@ -173,6 +188,7 @@ type feed struct {
 	subtree string
 
 	mu   sync.Mutex
+	cons jetstream.Consumer
 	it   jetstream.MessagesContext
 	next uint64 // the stream sequence of the next message wanted
 	seq  uint64 // the consumer sequence of the last message taken
@@ -214,7 +230,7 @@ func (f *feed) follow(ctx context.Context, start uint64) error {
 	if f.it != nil {
 		f.it.Stop()
 	}
-	f.it, f.next, f.seq = it, r.StartSeq, 0
+	f.cons, f.it, f.next, f.seq = cons, it, r.StartSeq, 0
 	return nil
 }
 
@@ -233,12 +249,19 @@ func (f *feed) stop() {
 func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
 	for {
 		f.mu.Lock()
-		it, done := f.it, f.done
+		cons, it, done := f.cons, f.it, f.done
 		f.mu.Unlock()
 		if done {
 			return nil, jetstream.ErrMsgIteratorClosed
 		}
-		m, err := it.Next()
+		m, err := it.Next(jetstream.NextMaxWait(watchQuiet))
+		if errors.Is(err, nats.ErrTimeout) {
+			if stalled := f.stalled(ctx, cons); stalled == nil {
+				continue // a quiet feed
+			} else {
+				err = stalled
+			}
+		}
 		if err == nil {
 			meta, merr := m.Metadata()
 			switch {
@@ -275,6 +298,21 @@ func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
 			}
 		}
 	}
+}
+
+// stalled asks whether cons, which delivered nothing for watchQuiet, is
+// gone or holds messages it did not deliver: nil if neither.
+func (f *feed) stalled(ctx context.Context, cons jetstream.Consumer) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("the feed consumer delivered nothing for %s, and its information: %w", watchQuiet, err)
+	case info.NumPending > 0:
+		return fmt.Errorf("the feed consumer delivered nothing for %s while %d messages wait", watchQuiet, info.NumPending)
+	}
+	return nil
 }
 
 func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *feed, out chan<- Change) error {

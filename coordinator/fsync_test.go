@@ -3,7 +3,9 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 )
 
 // gatedFS holds every fsync of the write-ahead log while it is shut: the
@@ -238,4 +241,160 @@ func TestFeedLongGroup(t *testing.T) {
 			t.Fatalf("%d of the feed's acknowledgements never came", svc.feed.PublishAsyncPending())
 		}
 	}
+}
+
+// feedFixture is a service and a client of it, for the change feed's
+// tests.
+type feedFixture struct {
+	svc    *Service
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	subj   intents.Subjects
+}
+
+func newFeedFixture(t *testing.T, opts Options) *feedFixture {
+	t.Helper()
+	ns := natstest.Run(t)
+	f := &feedFixture{svc: startService(t, ns, t.TempDir(), opts), nc: natstest.Connect(t, ns)}
+	var err error
+	if f.js, err = jetstream.New(f.nc); err != nil {
+		t.Fatal(err)
+	}
+	if f.stream, err = f.js.Stream(context.Background(), f.subj.Stream(intents.StreamEvents)); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// incr submits one intent that increments each of paths.
+func (f *feedFixture) incr(t *testing.T, paths ...string) {
+	t.Helper()
+	var ws []string
+	for _, p := range paths {
+		ws = append(ws, fmt.Sprintf(`{"path":%q,"op":"incr","value":1}`, p))
+	}
+	in := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[%s]}`, ulid.Make(), strings.Join(ws, ","))
+	m, err := f.nc.Request(f.subj.Submit("w"), []byte(in), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d intents.Decision
+	if err := json.Unmarshal(m.Data, &d); err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("%s: %v", m.Data, err)
+	}
+}
+
+// watchedAsLogged reads the feed's messages under subtree ("" for all) as
+// a watcher does, skipping a revision it has, and fails unless it finds
+// the log's changes of the subtree, each once, in order.
+func (f *feedFixture) watchedAsLogged(t *testing.T, subtree string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var want []uint64
+	lg := f.svc.core.Log()
+	if err := lg.Scan(1, lg.LastSeq(), func(ev *intents.Event) error {
+		if ev.Type != intents.EventChange {
+			return nil
+		}
+		for _, w := range ev.Change.Writes {
+			if subtree == "" || intents.Overlaps(w.Path, subtree) {
+				want = append(want, ev.Seq)
+				break
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := f.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: f.subj.ChangeSubjects(subtree)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) == 0 {
+		t.Fatalf("the log holds no change of %q", subtree)
+	}
+	var last uint64
+	for i := 0; i < len(want); {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("after %d of the log's %d changes of %q on the feed: %v", i, len(want), subtree, err)
+		}
+		var ev intents.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Seq <= last {
+			continue
+		}
+		if ev.Seq != want[i] {
+			t.Fatalf("change %d of %q on the feed is revision %d, and the log's is %d", i+1, subtree, ev.Seq, want[i])
+		}
+		last = ev.Seq
+		i++
+	}
+}
+
+// TestFeedMendsAfterAnotherWriter: another writer (a deposed coordinator,
+// say) puts the feed's last change on it again while changes are being
+// published, taking the sequence the coordinator's next message expects
+// to follow. The coordinator's next messages are refused, it mends the
+// feed from the log, and a reader of the whole feed that skips what it has
+// seen, as a watcher does, finds every change of the log once, in order.
+func TestFeedMendsAfterAnotherWriter(t *testing.T) {
+	f := newFeedFixture(t, Options{})
+	ctx := context.Background()
+	for i := range 200 {
+		f.incr(t, fmt.Sprintf("mend.p%d", i%7))
+		if i%50 == 10 {
+			last, err := f.stream.GetLastMsgForSubject(ctx, f.subj.EventsChange(">"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.js.Publish(ctx, last.Subject, last.Data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.watchedAsLogged(t, "")
+}
+
+// TestFeedMendsALostMessage: a message the stream did not take (here, for
+// a moment it takes no subject but mend.kept.>; in a cluster, its leader
+// moved) is followed by messages it does take. The first of those expects
+// the lost one before it and is refused, the coordinator finds out at the
+// next acknowledgement and mends the feed from the log, so that a watcher
+// of the lost message's subtree is given its change. Without the expected
+// sequence, the message after it is stored, nothing is refused, and the
+// change is missing from the subtree's feed for good.
+func TestFeedMendsALostMessage(t *testing.T) {
+	var logs lockedBuffer
+	f := newFeedFixture(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	setSubjects := func(subjects ...string) {
+		t.Helper()
+		cfg := f.stream.CachedInfo().Config
+		cfg.Subjects = subjects
+		if _, err := f.js.UpdateStream(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.incr(t, "mend.lost.a", "mend.kept.a")
+	setSubjects(f.subj.EventsChange("mend.kept.>"))
+	// One change, two messages: mend.lost.b's is lost, mend.kept.b's is
+	// refused.
+	f.incr(t, "mend.lost.b", "mend.kept.b")
+	// The change goes on the feed after its reply: the subjects come back
+	// once the stream refused it.
+	natstest.CheckFor(t, 10*time.Second, "the feed refused a message", func() error {
+		if !strings.Contains(logs.String(), "wrong last sequence") {
+			return errors.New(logs.String())
+		}
+		return nil
+	})
+	setSubjects(f.subj.EventsChange(">"))
+	for range 5 {
+		f.incr(t, "mend.lost.c", "mend.kept.c")
+	}
+	f.watchedAsLogged(t, "mend.lost")
 }

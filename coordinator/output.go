@@ -80,8 +80,10 @@ func (s *Service) output() {
 	defer func() {
 		close(s.acks)
 		close(s.cases.ops)
+		close(s.feeder.in)
 		<-acked
 		<-s.cases.done
+		<-s.feeder.done
 		s.reads.fail() // none is left unless the log failed
 		close(s.stopped)
 	}()
@@ -134,7 +136,7 @@ func (s *Service) output() {
 		}
 		s.replies.flush()
 		s.publishLive(g)
-		s.publishChanges(g.Changes)
+		s.feeder.add(g.Changes)
 		s.publishCases(g)
 		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
@@ -156,7 +158,7 @@ func (s *Service) untold(o *output) {
 	for _, sub := range o.submits {
 		sub.answer(nil)
 	}
-	s.publishChanges(o.g.Changes)
+	s.feeder.add(o.g.Changes)
 	s.publishCases(o.g)
 	o.close()
 }
@@ -232,65 +234,6 @@ func (s *Service) publishLive(g *Group) {
 		if err := s.pub.Publish(s.subj.Events(ev.Type), data); err != nil {
 			s.log.Warn("publish event", "seq", ev.Seq, "err", err)
 		}
-	}
-}
-
-// publishChanges puts changes on the change feed, COAGENT_EVENTS, once per
-// path written: only what anyone may read (log.query and state.get give
-// the rest to those who may read it). It does not wait for JetStream to
-// store them; a change lost with a crash is published again at the next
-// start (catchUpFeed).
-//
-// Only the last message of the call, and every feedAckEvery-th, asks for
-// JetStream's acknowledgement: the others are plain publishes on the same
-// connection, which JetStream stores in the order they come, so the
-// acknowledgement of a later one tells that the stream took them up too.
-// An acknowledgement per message cost the server a reply and the
-// publisher a reply to read and decode per change: a sixth of the CPU of
-// an intent (docs/performance.md). The acknowledged ones keep the feed's
-// flow control (maxFeedPending) and report a stream that refuses.
-func (s *Service) publishChanges(changes []*intents.Event) {
-	var prev *nats.Msg
-	unacked := 0
-	for _, ev := range changes {
-		data, err := json.Marshal(s.anyone().change(ev))
-		if err != nil {
-			s.log.Error("encode event", "seq", ev.Seq, "err", err)
-			continue
-		}
-		for _, w := range ev.Change.Writes {
-			if prev != nil {
-				if unacked < feedAckEvery {
-					s.publishFeed(prev, false)
-					unacked++
-				} else {
-					s.publishFeed(prev, true)
-					unacked = 0
-				}
-			}
-			prev = &nats.Msg{Subject: s.subj.EventsChange(w.Path), Data: data}
-		}
-	}
-	if prev != nil {
-		s.publishFeed(prev, true)
-	}
-}
-
-// feedAckEvery is how many changes in a row go on the feed without asking
-// for an acknowledgement.
-const feedAckEvery = 63
-
-// publishFeed publishes m on the change feed, asking for JetStream's
-// acknowledgement if acked.
-func (s *Service) publishFeed(m *nats.Msg, acked bool) {
-	if acked {
-		if _, err := s.feed.PublishMsgAsync(m); err != nil {
-			s.log.Warn("publish", "subject", m.Subject, "err", err)
-		}
-		return
-	}
-	if err := s.pub.PublishMsg(m); err != nil {
-		s.log.Warn("publish", "subject", m.Subject, "err", err)
 	}
 }
 

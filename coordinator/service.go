@@ -228,12 +228,14 @@ type Service struct {
 	pub *nats.Conn // publishes replies, decisions, notices and events
 	js  jetstream.JetStream
 	// feed publishes the change feed's acknowledged messages (see
-	// publishChanges), with a pending bound of its own.
+	// feeder), with a pending bound of its own.
 	feed jetstream.JetStream
-	core *Core
-	subj intents.Subjects
-	opts Options
-	log  *slog.Logger
+	// feeder puts the changes on the feed, off the output stage.
+	feeder *feeder
+	core   *Core
+	subj   intents.Subjects
+	opts   Options
+	log    *slog.Logger
 
 	intake chan input // API submits and stream messages, in arrival order
 	acc    *output    // loop-owned: the group being gathered
@@ -426,8 +428,11 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			return nil
 		})
 	}
-	if err := s.catchUpFeed(ctx); err != nil {
-		s.log.Warn("the change feed may miss the last changes before the restart", "err", err)
+	// The feed is brought to the log first: a change a killed process
+	// made durable and did not publish is published now.
+	s.feeder = newFeeder(s)
+	if s.feeder.mend(); s.feeder.broken != nil {
+		s.log.Warn("the change feed may miss the last changes before the restart until the stream answers", "err", s.feeder.broken)
 	}
 	// The arbiters' queue is brought to the cases open now: those settled
 	// while no coordinator ran leave it, and the open ones it lacks (one
@@ -451,6 +456,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	loopCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.loop(loopCtx)
+	go s.feeder.run()
 	go s.output()
 	go s.replies.run()
 	// The gauges read the log, the publisher and the engine through the

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -155,58 +153,4 @@ func streamDiffs(have, want jetstream.StreamConfig) []string {
 		diffs = append(diffs, fmt.Sprintf("duplicate window %s, want %s", have.Duplicates, want.Duplicates))
 	}
 	return diffs
-}
-
-// catchUpFeed publishes again the changes a previous process made durable
-// but was killed before publishing, so that the change feed has every
-// change and a watcher resuming from a revision sees no gap. It starts
-// after the feed's last message: the rest of that change's paths, then
-// every later change of the log.
-func (s *Service) catchUpFeed(ctx context.Context) error {
-	lg := s.core.Log()
-	if lg.LastSeq() == 0 {
-		return nil
-	}
-	st, err := s.js.Stream(ctx, s.subj.Stream(intents.StreamEvents))
-	if err != nil {
-		return err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, s.subj.EventsChange(">"))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		// An empty feed is a new one (or one whose changes all aged out):
-		// nobody watching it can have seen anything to continue from.
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var last intents.Event
-	if err := json.Unmarshal(m.Data, &last); err != nil {
-		return fmt.Errorf("the feed's last message %s: %w", m.Subject, err)
-	}
-	if last.Change != nil {
-		writes := last.Change.Writes
-		for i, w := range writes {
-			if s.subj.EventsChange(w.Path) == m.Subject {
-				for _, rest := range writes[i+1:] {
-					s.publishAsync(&nats.Msg{Subject: s.subj.EventsChange(rest.Path), Data: m.Data})
-				}
-				break
-			}
-		}
-	}
-	from := last.Seq + 1
-	if from > lg.LastSeq() {
-		return nil
-	}
-	n := 0
-	err = lg.Scan(max(from, lg.FirstSeq()), lg.LastSeq(), func(ev *intents.Event) error {
-		if ev.Type == intents.EventChange {
-			s.publishChanges([]*intents.Event{ev})
-			n++
-		}
-		return nil
-	})
-	s.log.Info("the change feed caught up with the log", "from", from, "changes", n)
-	return err
 }

@@ -19,6 +19,10 @@ type Set struct {
 	// EarlyReplies: the output stage answers, publishes and acknowledges
 	// each group without waiting for it to be durable.
 	EarlyReplies bool
+	// FeedGap: a coordinator that starts puts on the change feed again the
+	// changes a killed one made durable but did not publish, all but the
+	// first, so that a watcher misses it.
+	FeedGap bool
 	// SkipIdempotency: the engine decides an intent whose id it has
 	// decided before afresh, instead of answering the recorded decision.
 	SkipIdempotency bool
@@ -41,6 +45,7 @@ var names = []struct {
 }{
 	{"dirty-reads", func(s *Set) *bool { return &s.DirtyReads }, false},
 	{"early-replies", func(s *Set) *bool { return &s.EarlyReplies }, false},
+	{"feed-gap", func(s *Set) *bool { return &s.FeedGap }, false},
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},

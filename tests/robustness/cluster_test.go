@@ -94,6 +94,7 @@ func clusterRun(t *testing.T, r run) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
 	tr := startTraffic(ctx, t, r, connect)
+	ws := startWatchers(t, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
 		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive}
@@ -148,12 +149,20 @@ func clusterRun(t *testing.T, r run) error {
 	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
 		return err
 	}
+	werr := awaitWatchers(ws, nc, subj, 30*time.Second)
+	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
+		return err
+	}
 	for _, m := range members {
 		m.proc.stop()
 	}
-	errs := []error{checkRevs(tr.h.ops), check(t, r.seed, tr.h.ops, r.report)}
+	errs := []error{werr, checkRevs(tr.h.ops), check(t, r.seed, tr.h.ops, r.report)}
 	errs = append(errs, checkMembers(members, tr.h)...)
-	return errors.Join(errs...)
+	changes, err := logChanges(members[0].dir)
+	if err == nil {
+		err = checkWatchers(ws, changes)
+	}
+	return errors.Join(append(errs, err)...)
 }
 
 // checkMembers checks each member's log as checkLog does, and that all

@@ -552,6 +552,7 @@ func killRun(t *testing.T, r run) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
 	tr := startTraffic(ctx, t, r, func() *nats.Conn { return natstest.Connect(t, ns) })
+	ws := startWatchers(t, func() *nats.Conn { return natstest.Connect(t, ns) })
 	kills := 0
 	for {
 		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))
@@ -567,7 +568,8 @@ func killRun(t *testing.T, r run) error {
 		break
 	}
 	tr.wg.Wait()
-	st := tr.settle(t, natstest.Connect(t, ns))
+	nc := natstest.Connect(t, ns)
+	st := tr.settle(t, nc)
 	streamed := 0
 	for _, op := range tr.h.ops {
 		if op.ClientId < len(tr.agents) && tr.agents[op.ClientId].stream != nil && op.Input.(Input).Kind != Read {
@@ -576,8 +578,13 @@ func killRun(t *testing.T, r run) error {
 	}
 	t.Logf("%d operations (%d writes by the intents stream), %d kills (%s), %s",
 		len(tr.h.ops), streamed, kills, fault, st)
+	err := awaitWatchers(ws, nc, tr.subj, 30*time.Second)
 	coord.stop()
-	return errors.Join(checkLog(dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report))
+	changes, lerr := logChanges(dir)
+	if err = errors.Join(err, lerr); lerr == nil {
+		err = errors.Join(err, checkWatchers(ws, changes))
+	}
+	return errors.Join(checkLog(dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
 }
 
 // traffic is a run's eight agents at work on its ten paths, over three
@@ -794,6 +801,13 @@ func TestChecksCatchBugs(t *testing.T) {
 		if bugs.InCluster(name) {
 			continue // TestClusterChecksCatchBugs
 		}
+		// A change the killed process made durable and did not publish
+		// is more often there after a plain kill, which keeps what it
+		// wrote to the WAL without syncing it: the feed's gap shows then.
+		fault := faultPowerCut
+		if name == "feed-gap" {
+			fault = faultKill
+		}
 		t.Run(name, func(t *testing.T) {
 			planted, err := bugs.Parse(name)
 			if err != nil {
@@ -803,7 +817,7 @@ func TestChecksCatchBugs(t *testing.T) {
 				seed := rand.Uint64()
 				var found error
 				t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-					found = killRun(t, run{seed: seed, planted: planted, fault: faultPowerCut, traffic: 3 * time.Second,
+					found = killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: 3 * time.Second,
 						every: [2]time.Duration{200 * time.Millisecond, 800 * time.Millisecond}})
 				})
 				if found != nil {

@@ -1,0 +1,314 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The change feed, COAGENT_EVENTS, carries each change once per path
+// written, in the log's order, and a watcher resumes from a revision
+// (SPEC §6): a change missing from it is a change some watcher never
+// sees. Its messages go out without waiting for JetStream, most without
+// asking for an acknowledgement (an acknowledgement per message cost a
+// sixth of an intent's CPU, docs/performance.md), so a message the stream
+// did not take must show otherwise: while a stream's leader moves (a NATS
+// node restarted), what is sent to it is dropped, and the messages after
+// it are stored. So each message expects the stream's last sequence to be
+// the one before it (Nats-Expected-Last-Sequence): once one is dropped,
+// every later one is refused too, the stream holds a prefix of what was
+// sent, and the next acknowledged message says so. The feeder then mends
+// the feed from the log: it reads the feed's last change and publishes
+// again every change of the log after it. It runs on its own goroutine, so
+// that neither mending nor a stream that does not answer holds up the
+// replies.
+
+// feedAckEvery is how many changes in a row go on the feed without asking
+// for an acknowledgement.
+const feedAckEvery = 63
+
+// feedQueue bounds the groups' changes waiting for the feeder; past it,
+// the output stage drops them and the feeder mends the feed from the log.
+const feedQueue = 1024
+
+// mendBack bounds how many messages a mend reads back from the feed's end
+// to find its last change.
+const mendBack = 64
+
+// mendEvery bounds how often the feeder tries to mend the feed while the
+// stream does not answer.
+const mendEvery = 250 * time.Millisecond
+
+// feeder puts changes on the change feed, in order and without gaps.
+type feeder struct {
+	s  *Service
+	in chan []*intents.Event
+	// behind is set when the output stage dropped changes (in was full).
+	behind chan struct{}
+	done   chan struct{}
+
+	// Owned by run.
+	last    uint64 // the stream sequence of the last message sent
+	sent    uint64 // the revision of the last change sent
+	unacked int    // messages sent since the last acknowledged one
+	pending []feedAck
+	broken  error // the feed lacks what was sent: mend it
+	// started is set by the first mend; floor is the revision the feed
+	// need not carry changes up to, when it was empty then.
+	started bool
+	floor   uint64
+	// gap is the planted bug feed-gap: the next mend skips a change.
+	gap bool
+}
+
+// feedAck is an acknowledged message on its way: it should be stored as
+// message want.
+type feedAck struct {
+	f    jetstream.PubAckFuture
+	want uint64
+}
+
+func newFeeder(s *Service) *feeder {
+	return &feeder{s: s, in: make(chan []*intents.Event, feedQueue), behind: make(chan struct{}, 1),
+		done: make(chan struct{}), gap: s.planted().FeedGap}
+}
+
+// add hands a group's changes to the feeder, or, if it is that far
+// behind, drops them and tells it to mend the feed from the log.
+func (f *feeder) add(changes []*intents.Event) {
+	if len(changes) == 0 {
+		return
+	}
+	select {
+	case f.in <- changes:
+	default:
+		select {
+		case f.behind <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run publishes what add hands it until in is closed. Once the feed lacks
+// what was sent, what comes is dropped, and the feed is mended from the
+// log at the next tick, and at every tick after until the stream answers.
+func (f *feeder) run() {
+	defer close(f.done)
+	tick := time.NewTicker(mendEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case changes, ok := <-f.in:
+			if !ok {
+				if f.reap(); f.broken != nil {
+					f.mend()
+				}
+				return
+			}
+			if f.reap(); f.broken == nil {
+				f.publish(changes)
+			}
+		case <-f.behind:
+			f.broken = errors.New("the feeder fell behind the log")
+		case <-tick.C:
+			if f.reap(); f.broken != nil {
+				f.mend()
+			}
+		}
+	}
+}
+
+// publish sends changes after the last sent, each once per path written.
+func (f *feeder) publish(changes []*intents.Event) {
+	var prev *nats.Msg
+	for _, ev := range changes {
+		if f.broken != nil {
+			return
+		}
+		if ev.Seq <= f.sent {
+			continue // sent by a mend
+		}
+		data, err := json.Marshal(f.s.anyone().change(ev))
+		if err != nil {
+			f.s.log.Error("encode event", "seq", ev.Seq, "err", err)
+			continue
+		}
+		for _, w := range ev.Change.Writes {
+			if prev != nil {
+				f.send(prev, false)
+			}
+			prev = &nats.Msg{Subject: f.s.subj.EventsChange(w.Path), Data: data}
+		}
+		f.sent = ev.Seq
+	}
+	if prev != nil {
+		f.send(prev, true)
+	}
+}
+
+// send sends m as the stream's next message, asking for an
+// acknowledgement if last, or if feedAckEvery went without.
+func (f *feeder) send(m *nats.Msg, last bool) {
+	if f.broken != nil {
+		return
+	}
+	expect := f.last
+	f.last++
+	if !last && f.unacked < feedAckEvery {
+		f.unacked++
+		m.Header = nats.Header{jetstream.ExpectedLastSeqHeader: []string{strconv.FormatUint(expect, 10)}}
+		if err := f.s.pub.PublishMsg(m); err != nil {
+			f.broken = fmt.Errorf("publish on %s: %w", m.Subject, err)
+		}
+		return
+	}
+	f.unacked = 0
+	ack, err := f.s.feed.PublishMsgAsync(m, jetstream.WithExpectLastSequence(expect))
+	if err != nil {
+		f.broken = fmt.Errorf("publish on %s: %w", m.Subject, err)
+		return
+	}
+	f.pending = append(f.pending, feedAck{f: ack, want: f.last})
+}
+
+// reap takes the acknowledgements that came, in order, and notes the first
+// that says the stream did not store its message where expected.
+func (f *feeder) reap() {
+	n := 0
+	for _, p := range f.pending {
+		var err error
+		select {
+		case ack := <-p.f.Ok():
+			if ack.Sequence != p.want {
+				err = fmt.Errorf("stored as message %d, where %d was expected", ack.Sequence, p.want)
+			}
+		case err = <-p.f.Err():
+		default:
+			f.pending = f.pending[:copy(f.pending, f.pending[n:])]
+			return
+		}
+		n++
+		if err != nil && f.broken == nil {
+			f.broken = err
+		}
+	}
+	f.pending = f.pending[:0]
+}
+
+// mend reads the feed's last change and publishes every change of the log
+// after it, the rest of that change's paths first. It leaves broken set if
+// the stream did not answer.
+func (f *feeder) mend() {
+	s := f.s
+	cause := f.broken
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	f.pending, f.unacked = f.pending[:0], 0
+	lg := s.core.Log()
+	st, err := s.js.Stream(ctx, s.subj.Stream(intents.StreamEvents))
+	if err != nil {
+		f.broken = fmt.Errorf("read the feed: %w", err)
+		return
+	}
+	end := lg.LastSeq() // durable: what the feed may carry
+	info, err := st.Info(ctx)
+	if err != nil {
+		f.broken = fmt.Errorf("read the feed: %w", err)
+		return
+	}
+	m, err := st.GetLastMsgForSubject(ctx, s.subj.EventsChange(">"))
+	var last intents.Event
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// An empty feed is a new one (or one whose changes all aged out)
+		// when the feeder starts: nobody watching it can have seen
+		// anything to continue from. Later, it lost what this feeder sent.
+		f.last = info.State.LastSeq
+		if !f.started {
+			f.started, f.sent, f.floor, f.broken = true, max(f.sent, end), max(f.sent, end), nil
+			return
+		}
+		last.Seq = f.floor
+		m = nil
+	case err != nil:
+		f.broken = fmt.Errorf("read the feed's last message: %w", err)
+		return
+	default:
+		f.last = max(info.State.LastSeq, m.Sequence)
+	}
+	f.started = true
+	// The last change on the feed: the last message, unless another
+	// wrote after it what is not one.
+	for back := 0; m != nil; back++ {
+		err := json.Unmarshal(m.Data, &last)
+		if err == nil && last.Type == intents.EventChange {
+			break
+		}
+		if back == mendBack || m.Sequence <= info.State.FirstSeq {
+			s.log.Error("the change feed's last messages are not changes; the feed goes on after the log's end", "subject", m.Subject, "sequence", m.Sequence, "err", err)
+			f.sent, f.broken = max(f.sent, end), nil
+			return
+		}
+		prev, err := st.GetMsg(ctx, m.Sequence-1)
+		if err != nil {
+			f.broken = fmt.Errorf("read the feed's message %d: %w", m.Sequence-1, err)
+			return
+		}
+		m = prev
+	}
+	f.sent, f.broken = min(last.Seq, end), nil
+	if m != nil && last.Change != nil {
+		writes := last.Change.Writes
+		for i, w := range writes {
+			if s.subj.EventsChange(w.Path) == m.Subject {
+				for _, rest := range writes[i+1:] {
+					f.send(&nats.Msg{Subject: s.subj.EventsChange(rest.Path), Data: m.Data}, false)
+				}
+				break
+			}
+		}
+	}
+	from, n := last.Seq+1, 0
+	if from <= end {
+		// In runs, each acknowledged at its end, as the groups' are.
+		run := make([]*intents.Event, 0, feedAckEvery+1)
+		err = lg.Scan(max(from, lg.FirstSeq()), end, func(ev *intents.Event) error {
+			if ev.Type != intents.EventChange {
+				return nil
+			}
+			if f.gap {
+				f.gap, f.sent = false, ev.Seq
+				return nil
+			}
+			if run = append(run, ev); len(run) == cap(run) {
+				f.publish(run)
+				run = run[:0]
+			}
+			n++
+			return nil
+		})
+		f.publish(run)
+	}
+	f.sent = max(f.sent, end)
+	if err != nil {
+		s.log.Error("the change feed could not be mended from the log; it goes on after the log's end", "from", from, "err", err)
+	}
+	if cause != nil || n > 0 {
+		s.log.Info("the change feed caught up with the log", "from", from, "changes", n, "cause", errString(cause))
+	}
+}
+
+// errString is err's text, or "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -336,30 +336,6 @@ func (f *feedFixture) watchedAsLogged(t *testing.T, subtree string) {
 	}
 }
 
-// TestFeedMendsAfterAnotherWriter: another writer (a deposed coordinator,
-// say) puts the feed's last change on it again while changes are being
-// published, taking the sequence the coordinator's next message expects
-// to follow. The coordinator's next messages are refused, it mends the
-// feed from the log, and a reader of the whole feed that skips what it has
-// seen, as a watcher does, finds every change of the log once, in order.
-func TestFeedMendsAfterAnotherWriter(t *testing.T) {
-	f := newFeedFixture(t, Options{})
-	ctx := context.Background()
-	for i := range 200 {
-		f.incr(t, fmt.Sprintf("mend.p%d", i%7))
-		if i%50 == 10 {
-			last, err := f.stream.GetLastMsgForSubject(ctx, f.subj.EventsChange(">"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.js.Publish(ctx, last.Subject, last.Data); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	f.watchedAsLogged(t, "")
-}
-
 // TestFeedMendsALostMessage: a message the stream did not take (here, for
 // a moment it takes no subject but mend.kept.>; in a cluster, its leader
 // moved) is followed by messages it does take. The first of those expects

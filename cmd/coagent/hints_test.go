@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,8 +48,10 @@ func startBin(t *testing.T, args ...string) *bgProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &bgProc{cmd: cmd, stdout: make(chan string, 100), stderr: make(chan string, 100), done: make(chan error, 1)}
+	p := &bgProc{cmd: cmd, stdout: make(chan string, 1024), stderr: make(chan string, 1024), done: make(chan error, 1)}
+	var read sync.WaitGroup
 	lines := func(r io.Reader, ch chan string) {
+		defer read.Done()
 		s := bufio.NewScanner(r)
 		for s.Scan() {
 			ch <- s.Text()
@@ -58,9 +61,12 @@ func startBin(t *testing.T, args ...string) *bgProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	read.Add(2)
 	go lines(out, p.stdout)
 	go lines(errOut, p.stderr)
-	go func() { p.done <- cmd.Wait() }()
+	// Wait closes the pipes once the process is gone, and with them what
+	// the readers have not read yet: the process's last lines.
+	go func() { read.Wait(); p.done <- cmd.Wait() }()
 	t.Cleanup(func() { cmd.Process.Kill() })
 	return p
 }

@@ -145,7 +145,7 @@ func clusterRun(t *testing.T, r run) error {
 		return err
 	}
 	st := tr.settle(t, nc)
-	t.Logf("%d operations, faults %v, %s", len(tr.h.ops), faults, st)
+	t.Logf("%d operations (%s), faults %v, %s", len(tr.h.ops), tr.h.tasks(), faults, st)
 	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
 		return err
 	}

@@ -16,10 +16,16 @@ const (
 	CAS
 	// Incr adds one to the path's value.
 	Incr
+	// Claim sets the path's value to the claimer's number if the path is
+	// free (absent or 0), first wins: an apply whose precondition is that
+	// the path is free.
+	Claim
+	// Release frees the path (value 0) if the releaser holds it.
+	Release
 )
 
 func (k Kind) String() string {
-	return [...]string{"read", "cas", "incr"}[k]
+	return [...]string{"read", "cas", "incr", "claim", "release"}[k]
 }
 
 // Input is an operation as it was asked.
@@ -27,8 +33,8 @@ type Input struct {
 	Kind    Kind
 	Path    string
 	Version uint64 // CAS: the version it expects
-	Value   int64  // CAS: the value it sets
-	Intent  string // CAS and Incr: the intent's id
+	Value   int64  // CAS: the value it sets; Claim, Release: the claimer's number (not 0)
+	Intent  string // writes: the intent's id
 }
 
 // Output is what an operation was told. Unknown says nothing was (no
@@ -38,9 +44,11 @@ type Output struct {
 	Unknown bool
 	// Applied: the write was applied (CAS, Incr); false and known: it was
 	// rejected and changed nothing. Stale says a CAS was rejected because
-	// the version was not the one it named (stale_read).
+	// the version was not the one it named (stale_read); Failed that its
+	// precondition did not hold (precondition_failed).
 	Applied bool
 	Stale   bool
+	Failed  bool
 	// Version is what the path's version became (an applied write) or was
 	// (a read); Value the value a read saw.
 	Version uint64
@@ -93,6 +101,8 @@ var Model = porcupine.Model{
 		switch in.Kind {
 		case CAS:
 			return fmt.Sprintf("cas(%s, v%d → %d) %s", in.Path, in.Version, in.Value, told)
+		case Claim, Release:
+			return fmt.Sprintf("%s(%s by %d) %s", in.Kind, in.Path, in.Value, told)
 		default:
 			return fmt.Sprintf("%s(%s) %s", in.Kind, in.Path, told)
 		}
@@ -136,6 +146,28 @@ func step(s pathState, in Input, out Output) (bool, pathState) {
 		default:
 			return true, s // refused (the intake full, an invalid intent): nothing changed
 		}
+	case Claim:
+		return conditional(s, out, s.Value == 0, pathState{Value: in.Value, Version: s.Version + 1})
+	case Release:
+		return conditional(s, out, s.Version > 0 && s.Value == in.Value, pathState{Value: 0, Version: s.Version + 1})
 	}
 	return false, s
+}
+
+// conditional steps a write whose precondition holds in s if holds, and
+// that leaves next if it applies.
+func conditional(s pathState, out Output, holds bool, next pathState) (bool, pathState) {
+	switch {
+	case out.Unknown:
+		if holds {
+			return true, next
+		}
+		return true, s
+	case out.Applied:
+		return holds && out.Version == next.Version, next
+	case out.Failed:
+		return !holds, s
+	default:
+		return true, s // refused for another reason: nothing changed
+	}
 }

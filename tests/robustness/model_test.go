@@ -20,6 +20,8 @@ func TestModel(t *testing.T) {
 	incr := Input{Kind: Incr, Path: "a.x", Intent: "i1"}
 	read := Input{Kind: Read, Path: "a.x"}
 	cas := func(v uint64, value int64) Input { return Input{Kind: CAS, Path: "a.x", Version: v, Value: value} }
+	claim := func(who int64) Input { return Input{Kind: Claim, Path: "a.x", Value: who} }
+	release := func(who int64) Input { return Input{Kind: Release, Path: "a.x", Value: who} }
 	for _, c := range []struct {
 		name string
 		ops  []porcupine.Operation
@@ -58,6 +60,29 @@ func TestModel(t *testing.T) {
 		{"a read going back", []porcupine.Operation{
 			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
 			op(1, read, 20, Output{Version: 0}, 30),
+		}, false},
+		{"claims: first wins, the holder releases", []porcupine.Operation{
+			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 10),
+			op(1, claim(2), 11, Output{Failed: true}, 20),
+			op(1, release(2), 21, Output{Failed: true}, 30),
+			op(0, release(1), 31, Output{Applied: true, Version: 2}, 40),
+			op(1, claim(2), 41, Output{Applied: true, Version: 3}, 50),
+			op(0, read, 51, Output{Value: 2, Version: 3}, 60),
+		}, true},
+		{"concurrent claims, one wins", []porcupine.Operation{
+			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 30),
+			op(1, claim(2), 5, Output{Failed: true}, 35),
+		}, true},
+		{"two claims of a free path both won", []porcupine.Operation{
+			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 30),
+			op(1, claim(2), 5, Output{Applied: true, Version: 2}, 35),
+		}, false},
+		{"a claim refused on a free path", []porcupine.Operation{
+			op(0, claim(1), 0, Output{Failed: true}, 10),
+		}, false},
+		{"a release by who does not hold it", []porcupine.Operation{
+			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 10),
+			op(1, release(2), 11, Output{Applied: true, Version: 2}, 20),
 		}, false},
 	} {
 		if got := porcupine.CheckOperations(Model, c.ops); got != c.ok {

@@ -197,6 +197,26 @@ type history struct {
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
 
+// tasks says how the claims and releases of the history went.
+func (h *history) tasks() string {
+	var claims, won, lost, releases int
+	for _, op := range h.ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		switch in.Kind {
+		case Claim:
+			claims++
+			if out.Applied {
+				won++
+			} else if out.Failed {
+				lost++
+			}
+		case Release:
+			releases++
+		}
+	}
+	return fmt.Sprintf("%d claims (%d won, %d found the task taken), %d releases", claims, won, lost, releases)
+}
+
 func (h *history) add(client int, in Input, call int64, out Output, ret int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -211,6 +231,7 @@ type agent struct {
 	subj  intents.Subjects
 	rng   *rand.Rand
 	paths []string
+	tasks []string // the paths claimed and released
 	h     *history
 	// unknown are the intents whose outcome no reply told, by index in
 	// h.ops, to be asked of decision.get once the fault healed.
@@ -241,8 +262,20 @@ func (a *agent) run(ctx context.Context) {
 				v = uint64(a.rng.IntN(4))
 			}
 			a.write(Input{Kind: CAS, Path: path, Version: v, Value: a.rng.Int64N(1 << 40), Intent: ulid.Make().String()})
-		default:
+		case r < 9:
 			a.write(Input{Kind: Incr, Path: path, Intent: ulid.Make().String()})
+		default:
+			// A task: released by its holder, claimed by anyone else,
+			// first wins. The holder reads before it acts, so that a
+			// claim whose outcome it never learnt does not hold the
+			// task for good.
+			task := a.tasks[a.rng.IntN(len(a.tasks))]
+			me := int64(a.id + 1)
+			kind := Claim
+			if out, ok := a.read(task); ok && out.Version > 0 && out.Value == me {
+				kind = Release
+			}
+			a.write(Input{Kind: kind, Path: task, Value: me, Intent: ulid.Make().String()})
 		}
 	}
 }
@@ -289,10 +322,17 @@ func (a *agent) read(path string) (Output, bool) {
 func (a *agent) write(in Input) {
 	w := intents.Write{Path: in.Path, Op: intents.OpIncr}
 	it := &intents.Intent{ID: in.Intent, Agent: a.name, Kind: intents.KindApply}
-	if in.Kind == CAS {
+	switch in.Kind {
+	case CAS:
 		v := in.Version
 		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))}
 		it.Reads = []intents.Read{{Path: in.Path, Version: &v}}
+	case Claim:
+		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))}
+		it.Pre = []string{fmt.Sprintf("state.%s == nil || state.%s == 0", in.Path, in.Path)}
+	case Release:
+		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage("0")}
+		it.Pre = []string{fmt.Sprintf("state.%s == %d", in.Path, in.Value)}
 	}
 	it.Writes = []intents.Write{w}
 	data, err := json.Marshal(it)
@@ -401,7 +441,7 @@ func decisionOutput(m *nats.Msg, path string) (out Output, known bool) {
 	case intents.OutcomeApplied:
 		return Output{Applied: true, Version: r.Versions[path], Rev: r.Rev}, true
 	case intents.OutcomeRejected:
-		return Output{Stale: r.Reason == intents.ReasonStaleRead}, true
+		return Output{Stale: r.Reason == intents.ReasonStaleRead, Failed: r.Reason == intents.ReasonPreconditionFailed}, true
 	}
 	return Output{Unknown: true}, false
 }
@@ -576,8 +616,8 @@ func killRun(t *testing.T, r run) error {
 			streamed++
 		}
 	}
-	t.Logf("%d operations (%d writes by the intents stream), %d kills (%s), %s",
-		len(tr.h.ops), streamed, kills, fault, st)
+	t.Logf("%d operations (%d writes by the intents stream; %s), %d kills (%s), %s",
+		len(tr.h.ops), streamed, tr.h.tasks(), kills, fault, st)
 	err := awaitWatchers(ws, nc, tr.subj, 30*time.Second)
 	coord.stop()
 	changes, lerr := logChanges(dir)
@@ -592,6 +632,7 @@ func killRun(t *testing.T, r run) error {
 type traffic struct {
 	subj   intents.Subjects
 	paths  []string
+	tasks  []string
 	h      *history
 	agents []*agent
 	wg     sync.WaitGroup // the agents at work
@@ -603,13 +644,13 @@ type traffic struct {
 // the intents stream.
 func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats.Conn) *traffic {
 	t.Helper()
-	tr := &traffic{paths: make([]string, 10), h: &history{start: time.Now()}}
+	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task", "rb1.task", "rb2.task"}, h: &history{start: time.Now()}}
 	for i := range tr.paths {
 		tr.paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
 	}
 	for i := range 8 {
 		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: tr.subj,
-			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
+			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
 		if i >= 6 {
 			// Two agents of eight go by the intents stream.
 			a.stream = make(chan *nats.Msg, 64)
@@ -651,7 +692,7 @@ func (tr *traffic) settle(t *testing.T, nc *nats.Conn) settled {
 	awaitIntake(t, nc, tr.subj)
 	st.resolved, st.dropped = resolve(t, nc, tr.subj, tr.h, unknown)
 	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, h: tr.h}
-	for _, p := range tr.paths {
+	for _, p := range slices.Concat(tr.paths, tr.tasks) {
 		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
 			if _, ok := final.read(p); !ok {
 				return errors.New("no answer")

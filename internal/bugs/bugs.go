@@ -1,6 +1,7 @@
 // Package bugs names the deliberate bugs the robustness suite
-// (tests/robustness) plants in a coordinator, to show that its checks
-// catch each of them: a check that a planted bug passes proves nothing.
+// (tests/robustness) plants in a coordinator or in the SDK's watcher, to
+// show that its checks catch each of them: a check that a planted bug
+// passes proves nothing.
 // Nothing outside this module can plant one, since nothing outside it can
 // name this package.
 package bugs
@@ -35,6 +36,10 @@ type Set struct {
 	// shared subject too, from what they have folded, so that a read may
 	// be answered at a revision behind a write that returned.
 	StandbyReads bool
+	// WatchResumeSkip, in the SDK (agents.WithBugs): a watcher whose feed
+	// consumer failed asks for a new one a stream message after the one it
+	// wants, so that it misses a change.
+	WatchResumeSkip bool
 }
 
 // names are the bugs by the name Parse and String use.
@@ -49,6 +54,7 @@ var names = []struct {
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
+	{"watch-resume-skip", func(s *Set) *bool { return &s.WatchResumeSkip }, true},
 }
 
 // InCluster reports whether the bug name shows only in a cluster of

@@ -22,11 +22,22 @@ const (
 	Claim
 	// Release frees the path (value 0) if the releaser holds it.
 	Release
+	// ReadBoth is one state.get of Path and Path2.
+	ReadBoth
+	// TxnSet is a transaction over Path and Path2: a propose that reads
+	// both at Version and Version2 and writes both, granted, then a commit
+	// that sets them to Value and Value2. It applies only if both paths
+	// are still at the versions read: a write to either while it is in
+	// flight must wait (or be refused), or the commit would overwrite it.
+	TxnSet
 )
 
 func (k Kind) String() string {
-	return [...]string{"read", "cas", "incr", "claim", "release"}[k]
+	return [...]string{"read", "cas", "incr", "claim", "release", "read2", "txn"}[k]
 }
+
+// read reports whether k changes nothing.
+func (k Kind) read() bool { return k == Read || k == ReadBoth }
 
 // Input is an operation as it was asked.
 type Input struct {
@@ -34,7 +45,16 @@ type Input struct {
 	Path    string
 	Version uint64 // CAS: the version it expects
 	Value   int64  // CAS: the value it sets; Claim, Release: the claimer's number (not 0)
-	Intent  string // writes: the intent's id
+	Intent  string // writes: the intent's id (TxnSet: the commit's, or the propose's if it was refused)
+	// Path2 is the second path of ReadBoth and TxnSet; Slot is which of
+	// its group's two paths Path is, for the other kinds (a path of a
+	// pair is 1 if it is its second).
+	Path2    string
+	Version2 uint64
+	Value2   int64
+	Slot     int
+	// Wait says the write was sent with on_conflict: wait.
+	Wait bool
 }
 
 // Output is what an operation was told. Unknown says nothing was (no
@@ -53,6 +73,9 @@ type Output struct {
 	// (a read); Value the value a read saw.
 	Version uint64
 	Value   int64
+	// Version2 and Value2 are the same of Path2 (ReadBoth, TxnSet).
+	Version2 uint64
+	Value2   int64
 	// Rev is the revision of the log the answer stands at: an applied
 	// write's, or the one a read was answered at (SPEC §1). The model does
 	// not look at it; checkRevs does.
@@ -65,13 +88,27 @@ type pathState struct {
 	Version uint64
 }
 
-// Model is the porcupine model of the paths, partitioned by path.
+// groupState is the state of a partition: one path, or the two paths a
+// transaction writes together (slot 0 the first).
+type groupState [2]pathState
+
+// Model is the porcupine model of the paths, partitioned by path, the two
+// paths of a transaction in one partition.
 var Model = porcupine.Model{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		first := map[string]string{} // a pair's second path → its first
+		for _, op := range history {
+			if in := op.Input.(Input); in.Path2 != "" {
+				first[in.Path2] = in.Path
+			}
+		}
 		byPath := map[string][]porcupine.Operation{}
 		var order []string
 		for _, op := range history {
 			p := op.Input.(Input).Path
+			if f, ok := first[p]; ok {
+				p = f
+			}
 			if _, ok := byPath[p]; !ok {
 				order = append(order, p)
 			}
@@ -83,9 +120,32 @@ var Model = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() any { return pathState{} },
+	Init: func() any { return groupState{} },
 	Step: func(state, input, output any) (bool, any) {
-		return step(state.(pathState), input.(Input), output.(Output))
+		g, in, out := state.(groupState), input.(Input), output.(Output)
+		switch in.Kind {
+		case ReadBoth:
+			return sees(g[0], out.Value, out.Version) && sees(g[1], out.Value2, out.Version2), g
+		case TxnSet:
+			holds := g[0].Version == in.Version && g[1].Version == in.Version2
+			next := groupState{{Value: in.Value, Version: g[0].Version + 1}, {Value: in.Value2, Version: g[1].Version + 1}}
+			switch {
+			case out.Unknown:
+				if holds {
+					return true, next
+				}
+				return true, g
+			case out.Applied:
+				return holds && out.Version == next[0].Version && out.Version2 == next[1].Version, next
+			case out.Stale:
+				return !holds, g
+			default:
+				return true, g // refused (a conflict, fenced, its lease ended): nothing changed
+			}
+		}
+		ok, s := step(g[in.Slot], in, out)
+		g[in.Slot] = s
+		return ok, g
 	},
 	DescribeOperation: func(input, output any) string {
 		in, out := input.(Input), output.(Output)
@@ -95,6 +155,10 @@ var Model = porcupine.Model{
 			told = "unknown"
 		case in.Kind == Read:
 			told = fmt.Sprintf("%d at v%d", out.Value, out.Version)
+		case in.Kind == ReadBoth:
+			told = fmt.Sprintf("%d at v%d, %d at v%d", out.Value, out.Version, out.Value2, out.Version2)
+		case in.Kind == TxnSet && out.Applied:
+			told = fmt.Sprintf("committed v%d, v%d", out.Version, out.Version2)
 		case !out.Applied:
 			told = "rejected"
 		}
@@ -103,13 +167,20 @@ var Model = porcupine.Model{
 			return fmt.Sprintf("cas(%s, v%d → %d) %s", in.Path, in.Version, in.Value, told)
 		case Claim, Release:
 			return fmt.Sprintf("%s(%s by %d) %s", in.Kind, in.Path, in.Value, told)
+		case ReadBoth:
+			return fmt.Sprintf("read(%s, %s) %s", in.Path, in.Path2, told)
+		case TxnSet:
+			return fmt.Sprintf("txn(%s v%d → %d, %s v%d → %d) %s", in.Path, in.Version, in.Value, in.Path2, in.Version2, in.Value2, told)
 		default:
 			return fmt.Sprintf("%s(%s) %s", in.Kind, in.Path, told)
 		}
 	},
 	DescribeState: func(state any) string {
-		s := state.(pathState)
-		return fmt.Sprintf("%d at v%d", s.Value, s.Version)
+		g := state.(groupState)
+		if g[1] == (pathState{}) {
+			return fmt.Sprintf("%d at v%d", g[0].Value, g[0].Version)
+		}
+		return fmt.Sprintf("%d at v%d, %d at v%d", g[0].Value, g[0].Version, g[1].Value, g[1].Version)
 	},
 }
 
@@ -121,7 +192,7 @@ var Model = porcupine.Model{
 func step(s pathState, in Input, out Output) (bool, pathState) {
 	switch in.Kind {
 	case Read:
-		return out.Version == s.Version && (s.Version == 0 || out.Value == s.Value), s
+		return sees(s, out.Value, out.Version), s
 	case CAS:
 		switch {
 		case out.Unknown:
@@ -152,6 +223,11 @@ func step(s pathState, in Input, out Output) (bool, pathState) {
 		return conditional(s, out, s.Version > 0 && s.Value == in.Value, pathState{Value: 0, Version: s.Version + 1})
 	}
 	return false, s
+}
+
+// sees reports whether a read of value at version is what s holds.
+func sees(s pathState, value int64, version uint64) bool {
+	return version == s.Version && (s.Version == 0 || value == s.Value)
 }
 
 // conditional steps a write whose precondition holds in s if holds, and

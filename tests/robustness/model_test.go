@@ -22,6 +22,12 @@ func TestModel(t *testing.T) {
 	cas := func(v uint64, value int64) Input { return Input{Kind: CAS, Path: "a.x", Version: v, Value: value} }
 	claim := func(who int64) Input { return Input{Kind: Claim, Path: "a.x", Value: who} }
 	release := func(who int64) Input { return Input{Kind: Release, Path: "a.x", Value: who} }
+	txn := func(va, vb uint64, value int64) Input {
+		return Input{Kind: TxnSet, Path: "t.a", Path2: "t.b", Version: va, Version2: vb, Value: value, Value2: value}
+	}
+	both := Input{Kind: ReadBoth, Path: "t.a", Path2: "t.b"}
+	incrA := Input{Kind: Incr, Path: "t.a"}
+	readB := Input{Kind: Read, Path: "t.b", Slot: 1}
 	for _, c := range []struct {
 		name string
 		ops  []porcupine.Operation
@@ -83,6 +89,31 @@ func TestModel(t *testing.T) {
 		{"a release by who does not hold it", []porcupine.Operation{
 			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 10),
 			op(1, release(2), 11, Output{Applied: true, Version: 2}, 20),
+		}, false},
+		{"a transaction over two paths, and an incr of one", []porcupine.Operation{
+			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 1, Version2: 1}, 10),
+			op(1, incrA, 11, Output{Applied: true, Version: 2}, 20),
+			op(0, both, 21, Output{Value: 8, Version: 2, Value2: 7, Version2: 1}, 30),
+			op(1, readB, 31, Output{Value: 7, Version: 1}, 40),
+			op(1, txn(2, 1, 9), 41, Output{Applied: true, Version: 3, Version2: 2}, 50),
+			op(0, txn(2, 1, 5), 51, Output{Stale: true}, 60),
+		}, true},
+		{"a read of both during a transaction's commit", []porcupine.Operation{
+			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 1, Version2: 1}, 30),
+			op(1, both, 5, Output{}, 10),
+			op(2, both, 20, Output{Value: 7, Version: 1, Value2: 7, Version2: 1}, 25),
+		}, true},
+		{"a torn transaction: one path of two seen written", []porcupine.Operation{
+			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 1, Version2: 1}, 30),
+			op(1, both, 5, Output{Value: 7, Version: 1}, 10),
+		}, false},
+		{"a refused transaction seen", []porcupine.Operation{
+			op(0, txn(0, 0, 7), 0, Output{}, 10),
+			op(1, readB, 20, Output{Value: 7, Version: 1}, 30),
+		}, false},
+		{"a write while a transaction was in flight, overwritten by its commit", []porcupine.Operation{
+			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 2, Version2: 1}, 30),
+			op(1, incrA, 5, Output{Applied: true, Version: 1}, 10),
 		}, false},
 	} {
 		if got := porcupine.CheckOperations(Model, c.ops); got != c.ok {

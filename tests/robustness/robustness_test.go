@@ -197,24 +197,35 @@ type history struct {
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
 
-// tasks says how the claims and releases of the history went.
-func (h *history) tasks() string {
-	var claims, won, lost, releases int
+// mix says how the claims, transactions and waits of the history went.
+func (h *history) mix() string {
+	var claims, won, lost, releases, txns, committed, waits, waited int
 	for _, op := range h.ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		switch in.Kind {
-		case Claim:
+		switch {
+		case in.Kind == Claim:
 			claims++
 			if out.Applied {
 				won++
 			} else if out.Failed {
 				lost++
 			}
-		case Release:
+		case in.Kind == Release:
 			releases++
+		case in.Kind == TxnSet:
+			txns++
+			if out.Applied {
+				committed++
+			}
+		case in.Wait:
+			waits++
+			if out.Applied {
+				waited++
+			}
 		}
 	}
-	return fmt.Sprintf("%d claims (%d won, %d found the task taken), %d releases", claims, won, lost, releases)
+	return fmt.Sprintf("%d claims (%d won, %d found the task taken), %d releases, %d transactions (%d committed), %d incrs that may wait (%d applied)",
+		claims, won, lost, releases, txns, committed, waits, waited)
 }
 
 func (h *history) add(client int, in Input, call int64, out Output, ret int64) {
@@ -240,10 +251,14 @@ type agent struct {
 	// with the same id, until one comes.
 	resends bool
 	resent  int // writes sent again
-	// stream, set, is where the decisions of the agent's intents arrive:
-	// the agent publishes them on the intents stream instead of
-	// submitting them by request/reply.
-	stream chan *nats.Msg
+	// pair are the two paths transactions write together.
+	pair [2]string
+	// decisions is where the decisions published on the agent's subject
+	// arrive: those of the intents it publishes on the intents stream
+	// (viaStream) instead of submitting them by request/reply, and the
+	// final decisions of its submits answered queued.
+	decisions chan *nats.Msg
+	viaStream bool
 }
 
 const requestTimeout = 2 * time.Second
@@ -251,10 +266,10 @@ const requestTimeout = 2 * time.Second
 func (a *agent) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		path := a.paths[a.rng.IntN(len(a.paths))]
-		switch r := a.rng.IntN(10); {
-		case r < 4:
-			a.read(path)
+		switch r := a.rng.IntN(20); {
 		case r < 7:
+			a.read(path)
+		case r < 12:
 			// A compare-and-set at the version last read, or a guess.
 			out, ok := a.read(path)
 			v := out.Version
@@ -262,8 +277,17 @@ func (a *agent) run(ctx context.Context) {
 				v = uint64(a.rng.IntN(4))
 			}
 			a.write(Input{Kind: CAS, Path: path, Version: v, Value: a.rng.Int64N(1 << 40), Intent: ulid.Make().String()})
-		case r < 9:
+		case r < 15:
 			a.write(Input{Kind: Incr, Path: path, Intent: ulid.Make().String()})
+		case r < 17:
+			a.txn()
+		case r < 18:
+			a.readBoth()
+		case r < 19:
+			// An incr of one path of the pair that waits for a
+			// transaction in flight there to end.
+			slot := a.rng.IntN(2)
+			a.write(Input{Kind: Incr, Path: a.pair[slot], Slot: slot, Wait: true, Intent: ulid.Make().String()})
 		default:
 			// A task: released by its holder, claimed by anyone else,
 			// first wins. The holder reads before it acts, so that a
@@ -283,8 +307,30 @@ func (a *agent) run(ctx context.Context) {
 // read records a state.get of path; ok is false when no answer came.
 func (a *agent) read(path string) (Output, bool) {
 	in := Input{Kind: Read, Path: path}
+	if path == a.pair[1] {
+		in.Slot = 1
+	}
+	return a.get(in)
+}
+
+// readBoth records one state.get of the pair's two paths.
+func (a *agent) readBoth() {
+	a.get(Input{Kind: ReadBoth, Path: a.pair[0], Path2: a.pair[1]})
+}
+
+// get records the state.get of in (Read or ReadBoth); ok is false when no
+// answer came.
+func (a *agent) get(in Input) (Output, bool) {
+	paths := []string{in.Path}
+	if in.Path2 != "" {
+		paths = append(paths, in.Path2)
+	}
+	req, err := json.Marshal(map[string][]string{"paths": paths})
+	if err != nil {
+		panic(err)
+	}
 	call := a.h.now()
-	m, err := a.nc.Request(a.subj.API(intents.APIStateGet), []byte(`{"paths":["`+path+`"]}`), requestTimeout)
+	m, err := a.nc.Request(a.subj.API(intents.APIStateGet), req, requestTimeout)
 	ret := a.h.now()
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -306,15 +352,116 @@ func (a *agent) read(path string) (Output, bool) {
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return Output{}, false
 	}
-	v := r.Values[path]
-	out := Output{Version: v.Version, Rev: r.Rev}
-	if v.Exists {
-		if err := json.Unmarshal(v.Value, &out.Value); err != nil {
-			panic(fmt.Sprintf("state.get %s: value %s is not an integer", path, v.Value))
+	value := func(path string) (int64, uint64) {
+		v := r.Values[path]
+		var n int64
+		if v.Exists {
+			if err := json.Unmarshal(v.Value, &n); err != nil {
+				panic(fmt.Sprintf("state.get %s: value %s is not an integer", path, v.Value))
+			}
 		}
+		return n, v.Version
+	}
+	out := Output{Rev: r.Rev}
+	out.Value, out.Version = value(in.Path)
+	if in.Path2 != "" {
+		out.Value2, out.Version2 = value(in.Path2)
 	}
 	a.h.add(a.id, in, call, out, ret)
 	return out, true
+}
+
+// txn records a transaction over the pair: it reads both, proposes to
+// write both with its reads at the versions it saw (waiting for a
+// transaction in flight there), and, granted, commits each value read
+// plus one. It goes by request/reply, whatever the agent's path for
+// single writes.
+func (a *agent) txn() {
+	read, ok := a.get(Input{Kind: ReadBoth, Path: a.pair[0], Path2: a.pair[1]})
+	if !ok {
+		return
+	}
+	va, vb := read.Version, read.Version2
+	propose := &intents.Intent{ID: ulid.Make().String(), Agent: a.name, Kind: intents.KindPropose, LeaseMS: 3000,
+		OnConflict: intents.OnConflictWait, WaitMS: 1000,
+		Reads:  []intents.Read{{Path: a.pair[0], Version: &va}, {Path: a.pair[1], Version: &vb}},
+		Writes: []intents.Write{{Path: a.pair[0], Op: intents.OpSet}, {Path: a.pair[1], Op: intents.OpSet}}}
+	in := Input{Kind: TxnSet, Path: a.pair[0], Path2: a.pair[1], Version: va, Version2: vb,
+		Value: read.Value + 1, Value2: read.Value2 + 1, Intent: propose.ID}
+	call := a.h.now()
+	m, ok := a.submit(propose)
+	if !ok {
+		// Not granted as far as anyone was told: no commit goes, so
+		// the pair did not change (a grant nobody learnt of ends with
+		// its lease).
+		return
+	}
+	var d intents.Decision
+	if err := json.Unmarshal(m.Data, &d); err != nil {
+		panic(err)
+	}
+	if d.Outcome != intents.OutcomeGranted {
+		out, _ := decisionOutput(m, in) // refused: nothing changed
+		a.record(in, call, out, true)
+		return
+	}
+	commit := &intents.Intent{ID: ulid.Make().String(), Agent: a.name, Kind: intents.KindCommit, Txn: d.Txn, Fence: d.Fence,
+		Writes: []intents.Write{
+			{Path: a.pair[0], Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))},
+			{Path: a.pair[1], Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value2, 10))}}}
+	in.Intent = commit.ID
+	out, known := Output{Unknown: true}, false
+	if m, ok := a.submit(commit); ok {
+		out, known = decisionOutput(m, in)
+	}
+	a.record(in, call, out, known)
+}
+
+// submit sends it by request/reply, again with its id while no decision
+// comes (a few times), and returns its final decision: the reply, or, for
+// one answered queued, the final one on the agent's decisions subject.
+func (a *agent) submit(it *intents.Intent) (*nats.Msg, bool) {
+	data, err := json.Marshal(it)
+	if err != nil {
+		panic(err)
+	}
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		m, err := a.nc.Request(a.subj.Submit(a.name), data, requestTimeout)
+		if err != nil || apiError(m) != "" {
+			continue
+		}
+		if queued(m) {
+			return a.await(it.ID, 3*requestTimeout)
+		}
+		return m, true
+	}
+	return nil, false
+}
+
+// queued reports whether m is a decision that says its intent was parked.
+func queued(m *nats.Msg) bool {
+	var d intents.Decision
+	return json.Unmarshal(m.Data, &d) == nil && d.Outcome == intents.OutcomeQueued
+}
+
+// await returns the final decision of intent from the agent's decisions
+// subject, if it comes within wait.
+func (a *agent) await(intent string, wait time.Duration) (*nats.Msg, bool) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case m := <-a.decisions:
+			if m.Header.Get(intents.HeaderIntent) == intent && !queued(m) {
+				return m, true
+			}
+		case <-timer.C:
+			return nil, false
+		}
+	}
 }
 
 // write records an intent of in; one whose reply told no final decision
@@ -335,11 +482,14 @@ func (a *agent) write(in Input) {
 		it.Pre = []string{fmt.Sprintf("state.%s == %d", in.Path, in.Value)}
 	}
 	it.Writes = []intents.Write{w}
+	if in.Wait {
+		it.OnConflict, it.WaitMS = intents.OnConflictWait, 1000
+	}
 	data, err := json.Marshal(it)
 	if err != nil {
 		panic(err)
 	}
-	if a.stream != nil {
+	if a.viaStream {
 		a.publish(in, data)
 		return
 	}
@@ -353,7 +503,12 @@ func (a *agent) write(in Input) {
 	}
 	out, known := Output{Unknown: true}, false
 	if err == nil {
-		out, known = decisionOutput(m, in.Path)
+		out, known = decisionOutput(m, in)
+		if queued(m) {
+			if m, ok := a.await(in.Intent, 3*requestTimeout); ok {
+				out, known = decisionOutput(m, in)
+			}
+		}
 	}
 	// Half the agents send an intent that got no decision again, with the
 	// same id, as the SDK does (the idempotency key makes that safe); the
@@ -364,7 +519,7 @@ func (a *agent) write(in Input) {
 		}
 		time.Sleep(100 * time.Millisecond)
 		if m, err = a.nc.Request(a.subj.Submit(a.name), data, requestTimeout); err == nil {
-			out, known = decisionOutput(m, in.Path)
+			out, known = decisionOutput(m, in)
 		}
 	}
 	// One write in ten is sent twice, as a client does whose reply was
@@ -373,7 +528,7 @@ func (a *agent) write(in Input) {
 	// skipped.
 	if known && a.rng.IntN(10) == 0 {
 		if m, err := a.nc.Request(a.subj.Submit(a.name), data, requestTimeout); err == nil {
-			if again, ok := decisionOutput(m, in.Path); ok {
+			if again, ok := decisionOutput(m, in); ok {
 				out = again
 			}
 		}
@@ -394,21 +549,9 @@ func (a *agent) publish(in Input, data []byte) {
 	out, known := Output{Unknown: true}, false
 	// JetStream answers the publish once the intent is stored.
 	if _, err := a.nc.RequestMsg(m, requestTimeout); err == nil {
-		wait := time.NewTimer(3 * requestTimeout)
-	await:
-		for {
-			select {
-			case d := <-a.stream:
-				if d.Header.Get(intents.HeaderIntent) == in.Intent {
-					if out, known = decisionOutput(d, in.Path); known {
-						break await
-					}
-				}
-			case <-wait.C:
-				break await
-			}
+		if d, ok := a.await(in.Intent, 3*requestTimeout); ok {
+			out, known = decisionOutput(d, in)
 		}
-		wait.Stop()
 	}
 	a.record(in, call, out, known)
 }
@@ -429,7 +572,7 @@ func (a *agent) record(in Input, call int64, out Output, known bool) {
 
 // decisionOutput reads a decision (or an API error) as an operation's
 // output; known is false for an error or an interim decision.
-func decisionOutput(m *nats.Msg, path string) (out Output, known bool) {
+func decisionOutput(m *nats.Msg, in Input) (out Output, known bool) {
 	var r intents.Decision
 	if apiError(m) != "" {
 		return Output{Unknown: true}, false
@@ -438,8 +581,12 @@ func decisionOutput(m *nats.Msg, path string) (out Output, known bool) {
 		return Output{Unknown: true}, false
 	}
 	switch r.Outcome {
-	case intents.OutcomeApplied:
-		return Output{Applied: true, Version: r.Versions[path], Rev: r.Rev}, true
+	case intents.OutcomeApplied, intents.OutcomeCommitted:
+		out := Output{Applied: true, Version: r.Versions[in.Path], Rev: r.Rev}
+		if in.Path2 != "" {
+			out.Version2 = r.Versions[in.Path2]
+		}
+		return out, true
 	case intents.OutcomeRejected:
 		return Output{Stale: r.Reason == intents.ReasonStaleRead, Failed: r.Reason == intents.ReasonPreconditionFailed}, true
 	}
@@ -485,7 +632,7 @@ func resolve(t *testing.T, nc *nats.Conn, subj intents.Subjects, h *history, unk
 	t.Helper()
 	drop := map[int]bool{}
 	for i, id := range unknown {
-		path := h.ops[i].Input.(Input).Path
+		in := h.ops[i].Input.(Input)
 		var last []byte
 		for try := 0; ; try++ {
 			m, err := nc.Request(subj.API(intents.APIDecisionGet), []byte(`{"intent":"`+id+`"}`), requestTimeout)
@@ -495,7 +642,7 @@ func resolve(t *testing.T, nc *nats.Conn, subj intents.Subjects, h *history, unk
 					drop[i] = true
 					break
 				}
-				if out, ok := decisionOutput(m, path); ok {
+				if out, ok := decisionOutput(m, in); ok {
 					h.ops[i].Output, h.ops[i].Return = out, h.now()
 					resolved++
 					break
@@ -592,7 +739,7 @@ func killRun(t *testing.T, r run) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
 	tr := startTraffic(ctx, t, r, func() *nats.Conn { return natstest.Connect(t, ns) })
-	ws := startWatchers(t, func() *nats.Conn { return natstest.Connect(t, ns) })
+	ws := startWatchers(t, func() *nats.Conn { return natstest.Connect(t, ns) }, planted)
 	kills := 0
 	for {
 		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))
@@ -612,19 +759,19 @@ func killRun(t *testing.T, r run) error {
 	st := tr.settle(t, nc)
 	streamed := 0
 	for _, op := range tr.h.ops {
-		if op.ClientId < len(tr.agents) && tr.agents[op.ClientId].stream != nil && op.Input.(Input).Kind != Read {
+		if op.ClientId < len(tr.agents) && tr.agents[op.ClientId].viaStream && !op.Input.(Input).Kind.read() {
 			streamed++
 		}
 	}
 	t.Logf("%d operations (%d writes by the intents stream; %s), %d kills (%s), %s",
-		len(tr.h.ops), streamed, tr.h.tasks(), kills, fault, st)
+		len(tr.h.ops), streamed, tr.h.mix(), kills, fault, st)
 	err := awaitWatchers(ws, nc, tr.subj, 30*time.Second)
 	coord.stop()
 	changes, lerr := logChanges(dir)
 	if err = errors.Join(err, lerr); lerr == nil {
 		err = errors.Join(err, checkWatchers(ws, changes))
 	}
-	return errors.Join(checkLog(dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
+	return errors.Join(checkLog(t, "the coordinator", dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
 }
 
 // traffic is a run's eight agents at work on its ten paths, over three
@@ -633,6 +780,7 @@ type traffic struct {
 	subj   intents.Subjects
 	paths  []string
 	tasks  []string
+	pair   [2]string
 	h      *history
 	agents []*agent
 	wg     sync.WaitGroup // the agents at work
@@ -644,22 +792,22 @@ type traffic struct {
 // the intents stream.
 func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats.Conn) *traffic {
 	t.Helper()
-	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task", "rb1.task", "rb2.task"}, h: &history{start: time.Now()}}
+	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task", "rb1.task", "rb2.task"}, pair: [2]string{"rb0.t.a", "rb0.t.b"},
+		h: &history{start: time.Now()}}
 	for i := range tr.paths {
 		tr.paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
 	}
 	for i := range 8 {
 		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: tr.subj,
-			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
-		if i >= 6 {
-			// Two agents of eight go by the intents stream.
-			a.stream = make(chan *nats.Msg, 64)
-			if _, err := a.nc.ChanSubscribe(tr.subj.Decisions(a.name), a.stream); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, pair: tr.pair, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
+		// Two agents of eight go by the intents stream.
+		a.viaStream = i >= 6
+		a.decisions = make(chan *nats.Msg, 256)
+		if _, err := a.nc.ChanSubscribe(tr.subj.Decisions(a.name), a.decisions); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.nc.Flush(); err != nil {
+			t.Fatal(err)
 		}
 		tr.agents = append(tr.agents, a)
 		tr.wg.Go(func() { a.run(ctx) })
@@ -691,8 +839,8 @@ func (tr *traffic) settle(t *testing.T, nc *nats.Conn) settled {
 	st.unknown = len(unknown)
 	awaitIntake(t, nc, tr.subj)
 	st.resolved, st.dropped = resolve(t, nc, tr.subj, tr.h, unknown)
-	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, h: tr.h}
-	for _, p := range slices.Concat(tr.paths, tr.tasks) {
+	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, pair: tr.pair, h: tr.h}
+	for _, p := range slices.Concat(tr.paths, tr.tasks, tr.pair[:]) {
 		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
 			if _, ok := final.read(p); !ok {
 				return errors.New("no answer")
@@ -711,7 +859,7 @@ func checkRevs(ops []porcupine.Operation) error {
 	var known []porcupine.Operation
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if out.Unknown || out.Rev == 0 || in.Kind != Read && !out.Applied {
+		if out.Unknown || out.Rev == 0 || !in.Kind.read() && !out.Applied {
 			continue
 		}
 		known = append(known, op)
@@ -730,7 +878,7 @@ func checkRevs(ops []porcupine.Operation) error {
 			}
 			next++
 		}
-		rev, write := b.Output.(Output).Rev, b.Input.(Input).Kind != Read
+		rev, write := b.Output.(Output).Rev, !b.Input.(Input).Kind.read()
 		if rev < highest || write && rev == highest {
 			return fmt.Errorf("%s stands at revision %d, invoked after %s had returned at revision %d",
 				Model.DescribeOperation(b.Input, b.Output), rev, Model.DescribeOperation(before.Input, before.Output), highest)
@@ -742,20 +890,29 @@ func checkRevs(ops []porcupine.Operation) error {
 // checkLog reads the log of the coordinator that served from dir, once it
 // has stopped: nothing lost, nothing doubled. Every intent has at most one
 // final decision that is not a duplicate's answer, and every write the
-// history knows the outcome of has exactly that decision in the log.
-func checkLog(dir string, ops []porcupine.Operation) error {
+// history knows the outcome of has exactly that decision in the log. It
+// logs how many transactions and waits the log holds, under name.
+func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 	l, err := eventlog.Open(dir, &eventlog.Options{})
 	if err != nil {
 		return fmt.Errorf("open the log: %w", err)
 	}
 	defer l.Close()
 	decided := map[string][]*intents.Decision{}
+	grants, waits := 0, 0
 	err = l.Scan(l.FirstSeq(), l.LastSeq(), func(ev *intents.Event) error {
 		if d := ev.Decision; d != nil && !d.Duplicate && d.Outcome.Final() {
 			decided[d.Intent] = append(decided[d.Intent], d)
 		}
+		switch ev.Type {
+		case intents.EventGrant:
+			grants++
+		case intents.EventWait:
+			waits++
+		}
 		return nil
 	})
+	t.Logf("the log of %s: %d transactions granted, %d intents parked behind one", name, grants, waits)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
@@ -773,14 +930,14 @@ func checkLog(dir string, ops []porcupine.Operation) error {
 	}
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
-		if in.Kind == Read || out.Unknown {
+		if in.Kind.read() || out.Unknown {
 			continue
 		}
 		ds := decided[in.Intent]
 		switch {
 		case len(ds) == 0:
 			errs = append(errs, fmt.Errorf("%s(%s) %s was told a decision the log does not hold", in.Kind, in.Path, in.Intent))
-		case out.Applied && (ds[0].Outcome != intents.OutcomeApplied || ds[0].Versions[in.Path] != out.Version):
+		case out.Applied && (ds[0].Outcome != intents.OutcomeApplied && ds[0].Outcome != intents.OutcomeCommitted || ds[0].Versions[in.Path] != out.Version):
 			errs = append(errs, fmt.Errorf("%s(%s) %s was told applied at version %d; the log holds %s at %d",
 				in.Kind, in.Path, in.Intent, out.Version, ds[0].Outcome, ds[0].Versions[in.Path]))
 		case !out.Applied && ds[0].Outcome != intents.OutcomeRejected:

@@ -54,7 +54,7 @@ var names = []struct {
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
-	{"watch-resume-skip", func(s *Set) *bool { return &s.WatchResumeSkip }, true},
+	{"watch-resume-skip", func(s *Set) *bool { return &s.WatchResumeSkip }, false},
 }
 
 // InCluster reports whether the bug name shows only in a cluster of

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +31,7 @@ import (
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -40,7 +42,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill or power-cut; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut or restart-nats; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )
@@ -64,8 +66,9 @@ const (
 
 // The faults a run's seed chooses among.
 const (
-	faultKill     = "kill"      // SIGKILL the coordinator and start it again
-	faultPowerCut = "power-cut" // the same, losing what its WAL had not fsynced
+	faultKill        = "kill"         // SIGKILL the coordinator and start it again
+	faultPowerCut    = "power-cut"    // the same, losing what its WAL had not fsynced
+	faultRestartNATS = "restart-nats" // stop the NATS server the coordinator uses and start it again
 )
 
 func TestCoordinatorChild(t *testing.T) {
@@ -121,6 +124,41 @@ func TestCoordinatorChild(t *testing.T) {
 	defer cancel()
 	_ = stop(ctx)
 	os.Exit(0)
+}
+
+// natsServer is a single-node run's NATS server, which the fault
+// restart-nats stops and starts again on its port and its JetStream
+// directory: its clients, the coordinator's among them, reconnect.
+type natsServer struct {
+	t    *testing.T
+	opts *server.Options
+	ns   *server.Server
+}
+
+func runNATS(t *testing.T) *natsServer {
+	s := &natsServer{t: t}
+	s.ns = natstest.Run(t, func(o *server.Options) { s.opts = o })
+	s.opts.Port = s.ns.Addr().(*net.TCPAddr).Port
+	return s
+}
+
+func (s *natsServer) url() string { return s.ns.ClientURL() }
+
+// restart shuts the server down and starts it again after down.
+func (s *natsServer) restart(down time.Duration) {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+	time.Sleep(down)
+	ns, err := server.NewServer(s.opts.Clone())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		s.t.Fatal("the NATS server did not start again")
+	}
+	s.t.Cleanup(ns.Shutdown)
+	s.ns = ns
 }
 
 // child is one coordinator process.
@@ -672,7 +710,7 @@ func TestKillCoordinator(t *testing.T) {
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
-			fault = []string{faultKill, faultPowerCut}[seed%2]
+			fault = []string{faultKill, faultPowerCut, faultRestartNATS}[seed%3]
 		}
 		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
 		if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
@@ -732,30 +770,44 @@ type run struct {
 func killRun(t *testing.T, r run) error {
 	seed, planted, fault := r.seed, r.planted, r.fault
 	rng := rand.New(rand.NewPCG(seed, 0))
-	ns := natstest.Run(t)
+	ns := runNATS(t)
+	url := ns.url()
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
 	dir := t.TempDir()
-	coord := startChild(t, ns.ClientURL(), dir, "", planted, fault)
+	coord := startChild(t, url, dir, "", planted, fault)
 	t.Cleanup(func() { coord.kill() })
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
-	tr := startTraffic(ctx, t, r, func() *nats.Conn { return natstest.Connect(t, ns) })
-	ws := startWatchers(t, func() *nats.Conn { return natstest.Connect(t, ns) }, planted)
+	tr := startTraffic(ctx, t, r, connect)
+	ws := startWatchers(t, connect, planted)
 	kills := 0
 	for {
 		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
-			coord.kill()
 			kills++
-			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			coord = startChild(t, ns.ClientURL(), dir, "", planted, fault)
+			down := time.Duration(rng.IntN(300)) * time.Millisecond
+			if fault == faultRestartNATS {
+				ns.restart(down)
+				continue
+			}
+			coord.kill()
+			time.Sleep(down)
+			coord = startChild(t, url, dir, "", planted, fault)
 			continue
 		}
 		break
 	}
 	tr.wg.Wait()
-	nc := natstest.Connect(t, ns)
+	nc := connect()
 	st := tr.settle(t, nc)
 	streamed := 0
 	for _, op := range tr.h.ops {
@@ -763,7 +815,7 @@ func killRun(t *testing.T, r run) error {
 			streamed++
 		}
 	}
-	t.Logf("%d operations (%d writes by the intents stream; %s), %d kills (%s), %s",
+	t.Logf("%d operations (%d writes by the intents stream; %s), %d faults (%s), %s",
 		len(tr.h.ops), streamed, tr.h.mix(), kills, fault, st)
 	err := awaitWatchers(ws, nc, tr.subj, 30*time.Second)
 	coord.stop()
@@ -1002,9 +1054,14 @@ func TestChecksCatchBugs(t *testing.T) {
 		// A change the killed process made durable and did not publish
 		// is more often there after a plain kill, which keeps what it
 		// wrote to the WAL without syncing it: the feed's gap shows then.
+		// A watcher asks for a new feed consumer when its server
+		// restarts.
 		fault := faultPowerCut
-		if name == "feed-gap" {
+		switch name {
+		case "feed-gap":
 			fault = faultKill
+		case "watch-resume-skip":
+			fault = faultRestartNATS
 		}
 		t.Run(name, func(t *testing.T) {
 			planted, err := bugs.Parse(name)

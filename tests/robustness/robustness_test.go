@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut or restart-nats; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats or clock-jump; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )
@@ -69,7 +70,12 @@ const (
 	faultKill        = "kill"         // SIGKILL the coordinator and start it again
 	faultPowerCut    = "power-cut"    // the same, losing what its WAL had not fsynced
 	faultRestartNATS = "restart-nats" // stop the NATS server the coordinator uses and start it again
+	faultClockJump   = "clock-jump"   // the coordinator's clock jumps forward by clockJump
 )
+
+// clockJump is how far the clock jumps at each clock-jump: past every
+// lease and wait of the traffic (3 s and 1 s).
+const clockJump = 5 * time.Second
 
 func TestCoordinatorChild(t *testing.T) {
 	url, dir := os.Getenv(envChildNATS), os.Getenv(envChildDir)
@@ -89,6 +95,16 @@ func TestCoordinatorChild(t *testing.T) {
 		os.Exit(3)
 	}
 	opts := coordinator.Options{AckWait: time.Second, Bugs: &planted}
+	// SIGUSR1 makes the clock jump forward (the fault clock-jump).
+	var ahead atomic.Int64
+	jump := make(chan os.Signal, 1)
+	signal.Notify(jump, syscall.SIGUSR1)
+	go func() {
+		for range jump {
+			ahead.Add(int64(clockJump))
+		}
+	}()
+	opts.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
 	if os.Getenv(envChildLossy) != "" {
 		// What the last process had not fsynced is gone, as after a
 		// power cut.
@@ -214,6 +230,11 @@ func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault str
 func (c *child) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// jump makes the child's clock jump forward by clockJump.
+func (c *child) jump() {
+	_ = c.cmd.Process.Signal(syscall.SIGUSR1)
 }
 
 // stop ends the child with SIGTERM: it shuts down cleanly.
@@ -710,7 +731,7 @@ func TestKillCoordinator(t *testing.T) {
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
-			fault = []string{faultKill, faultPowerCut, faultRestartNATS}[seed%3]
+			fault = []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump}[seed%4]
 		}
 		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
 		if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
@@ -795,8 +816,12 @@ func killRun(t *testing.T, r run) error {
 		case <-time.After(pause):
 			kills++
 			down := time.Duration(rng.IntN(300)) * time.Millisecond
-			if fault == faultRestartNATS {
+			switch fault {
+			case faultRestartNATS:
 				ns.restart(down)
+				continue
+			case faultClockJump:
+				coord.jump()
 				continue
 			}
 			coord.kill()
@@ -951,7 +976,7 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 	}
 	defer l.Close()
 	decided := map[string][]*intents.Decision{}
-	grants, waits := 0, 0
+	grants, expired, waits := 0, 0, 0
 	err = l.Scan(l.FirstSeq(), l.LastSeq(), func(ev *intents.Event) error {
 		if d := ev.Decision; d != nil && !d.Duplicate && d.Outcome.Final() {
 			decided[d.Intent] = append(decided[d.Intent], d)
@@ -959,12 +984,14 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 		switch ev.Type {
 		case intents.EventGrant:
 			grants++
+		case intents.EventExpire:
+			expired++
 		case intents.EventWait:
 			waits++
 		}
 		return nil
 	})
-	t.Logf("the log of %s: %d transactions granted, %d intents parked behind one", name, grants, waits)
+	t.Logf("the log of %s: %d transactions granted (%d expired), %d intents parked behind one", name, grants, expired, waits)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}

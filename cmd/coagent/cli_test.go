@@ -168,6 +168,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"arbiter"}, "missing --policy (priority, first, reject)", "coagent arbiter"},
 		{[]string{"submit", "--timeout", "soon", "-"}, `invalid argument "soon" for "--timeout" flag: time: invalid duration "soon"`, "coagent submit"},
 		{[]string{"serve", "--data", filepath.Join(dir, "d"), "--arbiter-fallback", "bogus"}, `--arbiter-fallback: arbiter: unknown policy "bogus" (the policies are priority, first, reject)`, "coagent serve"},
+		{[]string{"serve", "--data", filepath.Join(dir, "d"), "--sync", "sometimes"}, `--sync "sometimes": want always or a duration (10s, 1m)`, "coagent serve"},
+		{[]string{"serve", "--data", filepath.Join(dir, "d"), "--sync", "-1s"}, `--sync "-1s": want always or a duration (10s, 1m)`, "coagent serve"},
+		{[]string{"serve", "--data", filepath.Join(dir, "d"), "--sync", "always", "--nats", "nats://127.0.0.1:1"},
+			"--sync configures the embedded server's JetStream; with --nats nats://127.0.0.1:1, set sync_interval in that server's configuration", "coagent serve"},
 	} {
 		p := runBin(t, nil, "", c.args...)
 		want := "coagent: " + c.line + "\nrun '" + c.help + " --help' for usage\n"

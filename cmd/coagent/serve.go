@@ -43,6 +43,48 @@ type serveFlags struct {
 	// httpInsecure is --http-insecure: serve --http on an address other
 	// than loopback without --auth, on purpose.
 	httpInsecure bool
+	// sync is --sync as given; syncAlways and syncEvery what it says.
+	sync       string
+	syncAlways bool
+	syncEvery  time.Duration
+}
+
+// checkSync reads --sync: always, a duration, or "" for the embedded
+// server's default.
+func (f *serveFlags) checkSync(c *cobra.Command) error {
+	switch {
+	case f.sync == "":
+		return nil
+	case f.conn.url != "":
+		return usagef(c, "--sync configures the embedded server's JetStream; with --nats %s, set sync_interval in that server's configuration", f.conn.url)
+	case f.sync == "always":
+		f.syncAlways = true
+		return nil
+	}
+	d, err := time.ParseDuration(f.sync)
+	if err != nil || d <= 0 {
+		return usagef(c, "--sync %q: want always or a duration (10s, 1m)", f.sync)
+	}
+	f.syncEvery = d
+	return nil
+}
+
+// durability says when a cluster member's answered decisions are on disk,
+// for its start-up line: a decision is answered once a quorum of the nodes
+// stored it, and each node's JetStream holds what it stored in memory
+// until it syncs.
+func (f *serveFlags) durability() string {
+	switch {
+	case f.conn.url != "":
+		return "decisions answered once a quorum of that cluster's JetStream stored them, on disk as its sync_interval says (nats-server's default: within 2m, so a power loss of a quorum at once can lose what was answered meanwhile)"
+	case f.syncAlways:
+		return "this node syncs each write to disk before it acknowledges it (--sync always; on every node, no power loss takes an answered decision)"
+	}
+	every := f.syncEvery
+	if every == 0 {
+		every = 2 * time.Minute
+	}
+	return fmt.Sprintf("this node syncs to disk every %s: a power loss of a quorum at once can lose the decisions answered meanwhile (--sync always on every node syncs each first)", every)
 }
 
 // newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
@@ -66,6 +108,9 @@ func newServeCmd(e *env) *cobra.Command {
 				return usagef(c, "--arbiter-fallback: %v", err)
 			}
 			if err := f.cluster.check(c, &f); err != nil {
+				return err
+			}
+			if err := f.checkSync(c); err != nil {
 				return err
 			}
 			if f.rulesFile != "" {
@@ -98,6 +143,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fs := c.Flags()
 	fs.StringVar(&f.data, "data", defaultData, "data directory: the event log and the embedded server's JetStream store")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:4222", "address of the embedded NATS server")
+	fs.StringVar(&f.sync, "sync", "", "how the embedded server's JetStream syncs its store to disk: always (before it acknowledges each write) or every DURATION (default nats-server's, 2m); with --cluster it decides what a power loss can take (docs/cluster.md)")
 	f.conn.register(fs, "")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the coordinator's start (data, streams, events replayed from which snapshot), recoveries, slow groups and shutdown to stderr")
 	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
@@ -154,7 +200,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	}
 	if f.conn.url == "" {
 		cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
-			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config()}
+			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config(),
+			SyncAlways: f.syncAlways, SyncInterval: f.syncEvery}
 		if f.authOn {
 			cfg.Agents = reg
 		}
@@ -429,8 +476,8 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 		hs.setReady(m.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
-	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members)\n",
-		where, abs, f.cluster.name)
+	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members); %s\n",
+		where, abs, f.cluster.name, f.durability())
 	hup := make(chan os.Signal, 1)
 	if f.rulesFile != "" || f.authOn {
 		signal.Notify(hup, syscall.SIGHUP)

@@ -33,6 +33,13 @@ type ServerConfig struct {
 	// cluster (see Cluster for how its routes are, and are not, secured).
 	// The default, nil, is a server alone.
 	Cluster *Cluster
+	// SyncAlways has JetStream sync its store to disk after every write,
+	// before it acknowledges it; otherwise SyncInterval is how often it
+	// syncs (nats-server's sync_interval). The default (false, 0) is the
+	// server's own: every two minutes, a write acknowledged meanwhile
+	// being in the servers' memory only.
+	SyncAlways   bool
+	SyncInterval time.Duration
 }
 
 // Server is an embedded NATS server with JetStream, the one `coagent
@@ -63,7 +70,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("natsauth: %w", err)
 	}
 	s := &Server{prefix: cfg.Prefix, opts: server.Options{Host: host, Port: port, JetStream: true,
-		StoreDir: cfg.Store, MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true}}
+		StoreDir: cfg.Store, MaxPayload: cfg.MaxPayload, NoLog: true, NoSigs: true,
+		SyncInterval: cfg.SyncInterval, SyncAlways: cfg.SyncAlways}}
 	if cfg.Cluster != nil {
 		cl, routes, err := cfg.Cluster.options()
 		if err != nil {

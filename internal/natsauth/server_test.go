@@ -134,6 +134,31 @@ func TestServerWithoutRegistry(t *testing.T) {
 	}
 }
 
+// The sync settings reach the server's JetStream: always, an interval, and
+// the server's own default of two minutes.
+func TestServerSync(t *testing.T) {
+	for _, c := range []struct {
+		cfg    ServerConfig
+		always bool
+		every  time.Duration
+	}{
+		{ServerConfig{}, false, 2 * time.Minute},
+		{ServerConfig{SyncAlways: true}, true, 0},
+		{ServerConfig{SyncInterval: 10 * time.Second}, false, 10 * time.Second},
+	} {
+		c.cfg.Listen, c.cfg.Store = "127.0.0.1:0", t.TempDir()
+		srv, err := StartServer(c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js := srv.NATS().JetStreamConfig()
+		srv.Shutdown()
+		if js == nil || js.SyncAlways != c.always || c.every != 0 && js.SyncInterval != c.every {
+			t.Errorf("%+v: the server's JetStream has %+v", c.cfg, js)
+		}
+	}
+}
+
 // A server on an address another process listens on fails at once with an
 // *AddrInUseError naming the address, not after the ten seconds it would
 // wait for a server that never starts.

@@ -49,10 +49,16 @@ type serveFlags struct {
 	syncEvery  time.Duration
 }
 
-// checkSync reads --sync: always, a duration, or "" for the embedded
-// server's default.
+// checkSync reads --sync: always, a duration, or "" for the default:
+// always for a node of a cluster, whose coordinators answer a decision
+// once a quorum of the nodes stored it in COAGENT_LOG, the log of record;
+// nats-server's own for a server alone, whose coordinator syncs its own
+// log before it answers.
 func (f *serveFlags) checkSync(c *cobra.Command) error {
 	switch {
+	case f.sync == "" && f.cluster.listen != "":
+		f.syncAlways = true
+		return nil
 	case f.sync == "":
 		return nil
 	case f.conn.url != "":
@@ -78,13 +84,13 @@ func (f *serveFlags) durability() string {
 	case f.conn.url != "":
 		return "decisions answered once a quorum of that cluster's JetStream stored them, on disk as its sync_interval says (nats-server's default: within 2m, so a power loss of a quorum at once can lose what was answered meanwhile)"
 	case f.syncAlways:
-		return "this node syncs each write to disk before it acknowledges it (--sync always; on every node, no power loss takes an answered decision)"
+		return "this node syncs each write to disk before it acknowledges it (--sync always, the default; on every node, no power loss takes an answered decision)"
 	}
 	every := f.syncEvery
 	if every == 0 {
 		every = 2 * time.Minute
 	}
-	return fmt.Sprintf("this node syncs to disk every %s: a power loss of a quorum at once can lose the decisions answered meanwhile (--sync always on every node syncs each first)", every)
+	return fmt.Sprintf("warning: this node syncs to disk every %s (--sync): a power loss of a quorum at once can lose the decisions answered meanwhile", every)
 }
 
 // newServeCmd is `coagent serve`: the coordinator, on an embedded NATS
@@ -143,7 +149,7 @@ func newServeCmd(e *env) *cobra.Command {
 	fs := c.Flags()
 	fs.StringVar(&f.data, "data", defaultData, "data directory: the event log and the embedded server's JetStream store")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:4222", "address of the embedded NATS server")
-	fs.StringVar(&f.sync, "sync", "", "how the embedded server's JetStream syncs its store to disk: always (before it acknowledges each write) or every DURATION (default nats-server's, 2m); with --cluster it decides what a power loss can take (docs/cluster.md)")
+	fs.StringVar(&f.sync, "sync", "", "how the embedded server's JetStream syncs its store to disk: always (before it acknowledges each write) or every DURATION; with --cluster it decides what a power loss can take (docs/cluster.md). The default: always with --cluster, nats-server's 2m alone")
 	f.conn.register(fs, "")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the coordinator's start (data, streams, events replayed from which snapshot), recoveries, slow groups and shutdown to stderr")
 	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -628,5 +629,94 @@ func TestMemberWatchesLapsedLease(t *testing.T) {
 	awaitActive(t, b, 10*time.Second)
 	if took := time.Since(began); took < b.opts.LeaseTTL {
 		t.Fatalf("b took a lease it had watched for %s, less than the lease %s", took, b.opts.LeaseTTL)
+	}
+}
+
+// TestMemberLostTail: the replicated log loses a tail a member's log holds,
+// as a stream whose nodes had not synced it does when their power goes
+// (here it is made anew, under the stopped cluster, with its first
+// messages only). The member, started again, does not stop: it says which
+// events are lost, keeps its log aside, follows the replicated log and
+// leads from it, serving the state the stream holds.
+func TestMemberLostTail(t *testing.T) {
+	ns := natstest.Run(t)
+	nc := natstest.Connect(t, ns)
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "eventlog")
+	a := startMember(t, nc, dir, "a", 1, nil)
+	awaitActive(t, a, 10*time.Second)
+	incr(t, nc, "lost.n", 10)
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := intents.Subjects{}.Stream(intents.StreamLog)
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	var msgs []*jetstream.RawStreamMsg
+	for seq := st.CachedInfo().State.FirstSeq; seq <= st.CachedInfo().State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	// The stream keeps all but its last four groups, and the increments
+	// of those it keeps.
+	kept, want := msgs[:len(msgs)-4], 0
+	for _, m := range kept {
+		evs, err := eventlog.DecodeGroup(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == intents.EventChange && ev.Change.Writes[0].Path == "lost.n" {
+				want++
+			}
+		}
+	}
+	lastKept, err := eventlog.DecodeGroup(kept[len(kept)-1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range kept {
+		out := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+		for _, h := range []string{headerFirst, headerLast, headerPrev} {
+			out.Header.Set(h, m.Header.Get(h))
+		}
+		if _, err := js.PublishMsg(ctx, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var logs lockedBuffer
+	a = startMember(t, nc, dir, "a", 1, &logs)
+	awaitActive(t, a, 10*time.Second)
+	if got := counter(t, nc, "lost.n"); got != float64(want) || want == 10 {
+		t.Fatalf("lost.n = %v once the member leads from the shortened log, want the %d increments it holds", got, want)
+	}
+	lost := fmt.Sprintf("lost_from_event=%d", lastKept[len(lastKept)-1].Seq+1)
+	if !strings.Contains(logs.String(), "the replicated log lost the tail of this coordinator's log") || !strings.Contains(logs.String(), lost) {
+		t.Fatalf("the member did not say what was lost (%s):\n%s", lost, logs.String())
+	}
+	aside, err := filepath.Glob(dir + ".ahead-*")
+	if err != nil || len(aside) != 1 {
+		t.Fatalf("the log kept aside: %v %v", aside, err)
+	}
+	incr(t, nc, "lost.n", 1)
+	if got := counter(t, nc, "lost.n"); got != float64(want+1) {
+		t.Fatalf("lost.n = %v after one more increment, want %d", got, want+1)
 	}
 }

@@ -366,6 +366,23 @@ func (l link) continues(h nats.Header) (bool, error) {
 	return id == l.id, nil
 }
 
+// aheadError says a coordinator's log ends past the replicated log's
+// last event: the stream lost a tail this log holds (it was never synced
+// to a quorum's disks, say, and their power went), or the log holds
+// another history. Which one, only the log can tell: it holds the
+// stream's last event, or another one of that seq.
+type aheadError struct {
+	local  uint64    // the last event of this coordinator's log
+	last   uint64    // the replicated log's last event
+	lastID ulid.ULID // its id
+}
+
+func (e *aheadError) Error() string {
+	return fmt.Sprintf("%v: this coordinator's log ends at event %d, past the replicated log's last, %d", ErrAhead, e.local, e.last)
+}
+
+func (e *aheadError) Unwrap() error { return ErrAhead }
+
 // positionWindow bounds how far from where the search by halves lands
 // logPosition looks for the message that ends with its event. Orphans lie
 // only where a leader was deposed, each right after the new leader's
@@ -466,7 +483,16 @@ func logPosition(ctx context.Context, st jetstream.Stream, tip link) (uint64, er
 	case other:
 		return 0, fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, after)
 	case !past:
-		return 0, fmt.Errorf("%w: this coordinator's log ends at event %d, past the replicated log's last: it holds another history; give it an empty data directory to join", ErrAhead, after)
+		last, err := read(end)
+		if err != nil {
+			return 0, err
+		}
+		evs, err := eventlog.DecodeGroup(last.raw.Data)
+		if err != nil {
+			return 0, fmt.Errorf("log message %d: %w", end, err)
+		}
+		ev := evs[len(evs)-1]
+		return 0, &aheadError{local: after, last: ev.Seq, lastID: ev.ID}
 	}
 	return 0, fmt.Errorf("no message of the replicated log near message %d ends with event %d or continues it: the log and this coordinator's do not continue one another", lo, after)
 }

@@ -412,6 +412,9 @@ func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error)
 		return tip, pos, err
 	}
 	tip, pos, err := position()
+	if ahead := (*aheadError)(nil); errors.As(err, &ahead) {
+		return m.setAside(ctx, core, ahead)
+	}
 	had := core.Log().LastSeq()
 	if !errors.Is(err, eventlog.ErrCompacted) && !(had == 0 && err == nil && m.snapshotAhead(findCtx)) {
 		return core, tip, pos, err
@@ -433,6 +436,30 @@ func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error)
 	}
 	tip, pos, err = position()
 	return core, tip, pos, err
+}
+
+// setAside takes core's log, which ends past the replicated log's last
+// event. If it holds that event, the stream lost the tail after it (its
+// nodes had not synced it and their power went, say), and with it
+// decisions that were answered: the log is kept aside, the loss logged
+// with what it was, and the member follows the replicated log from an
+// empty log, the log of record being the stream. If it holds another
+// event there, it holds another history, which stops the member.
+func (m *Member) setAside(ctx context.Context, core *Core, ahead *aheadError) (*Core, link, uint64, error) {
+	ev, err := core.Log().Event(ahead.last)
+	if err != nil || ev.ID != ahead.lastID {
+		return core, link{}, 0, fmt.Errorf("%w: it holds another history (its event %d is not the replicated log's); give it an empty data directory to join", ahead, ahead.last)
+	}
+	if err := core.Close(); err != nil {
+		return nil, link{}, 0, err
+	}
+	aside := m.dir + ".ahead-" + time.Now().UTC().Format("20060102T150405.000Z")
+	if err := os.Rename(m.dir, aside); err != nil {
+		return nil, link{}, 0, fmt.Errorf("coordinator: keep aside the event log the replicated log lost the tail of: %w", err)
+	}
+	m.log.Error("the replicated log lost the tail of this coordinator's log: events it answered are not in it (its nodes had not synced them, and lost them: serve --sync always keeps them); this log is kept aside, and the coordinator follows the replicated log",
+		"lost_from_event", ahead.last+1, "lost_to_event", ahead.local, "lost_events", ahead.local-ahead.last, "kept_in", aside)
+	return m.openFollowing(ctx)
 }
 
 // snapshotAhead reports whether a snapshot is stored of a message the

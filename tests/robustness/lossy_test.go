@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -121,4 +122,77 @@ func cutToSynced(dir string) error {
 		}
 		return os.Truncate(path, n)
 	})
+}
+
+// failingFS is a disk that dies, or fills: once failed is set (the faults
+// disk-error and disk-full), every write, sync and file creation fails
+// with err (EIO, ENOSPC).
+type failingFS struct {
+	vfs.FS
+	failed *atomic.Bool
+	err    error
+}
+
+func (d failingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if d.failed.Load() {
+		return nil, d.err
+	}
+	f, err := d.FS.Create(name, c)
+	if err != nil {
+		return f, err
+	}
+	return &failingFile{File: f, failed: d.failed, err: d.err}, nil
+}
+
+func (d failingFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if d.failed.Load() {
+		return nil, d.err
+	}
+	f, err := d.FS.ReuseForWrite(old, name, c)
+	if err != nil {
+		return f, err
+	}
+	return &failingFile{File: f, failed: d.failed, err: d.err}, nil
+}
+
+// failingFile is a file of a failingFS.
+type failingFile struct {
+	vfs.File
+	failed *atomic.Bool
+	err    error
+}
+
+func (f *failingFile) Write(p []byte) (int, error) {
+	if f.failed.Load() {
+		return 0, f.err
+	}
+	return f.File.Write(p)
+}
+
+func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.failed.Load() {
+		return 0, f.err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *failingFile) Sync() error {
+	if f.failed.Load() {
+		return f.err
+	}
+	return f.File.Sync()
+}
+
+func (f *failingFile) SyncData() error {
+	if f.failed.Load() {
+		return f.err
+	}
+	return f.File.SyncData()
+}
+
+func (f *failingFile) SyncTo(length int64) (bool, error) {
+	if f.failed.Load() {
+		return false, f.err
+	}
+	return f.File.SyncTo(length)
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -43,7 +44,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats or clock-jump; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, disk-error or disk-full; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby and restart-node (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )
@@ -60,6 +61,10 @@ const (
 	// durable and cut the WAL there when it starts (lossyFS): its SIGKILL
 	// is then a power cut.
 	envChildLossy = "COAGENT_ROBUSTNESS_LOSSY"
+	// envChildDiskErr, set to an errno's name (EIO, ENOSPC), has the
+	// child's disk fail every write and sync with it from its SIGUSR2 on
+	// (failingFS).
+	envChildDiskErr = "COAGENT_ROBUSTNESS_DISKERR"
 	// envChildNode, set, makes the child a member of a cluster of that
 	// name (coordinator.StartMember), on the NATS URLs given.
 	envChildNode = "COAGENT_ROBUSTNESS_NODE"
@@ -71,6 +76,8 @@ const (
 	faultPowerCut    = "power-cut"    // the same, losing what its WAL had not fsynced
 	faultRestartNATS = "restart-nats" // stop the NATS server the coordinator uses and start it again
 	faultClockJump   = "clock-jump"   // the coordinator's clock jumps forward by clockJump
+	faultDiskError   = "disk-error"   // the coordinator's disk fails every write and sync (EIO), then it is killed and started again on a sound one
+	faultDiskFull    = "disk-full"    // the same with ENOSPC: the disk is full, and then has room again
 )
 
 // clockJump is how far the clock jumps at each clock-jump: past every
@@ -113,6 +120,21 @@ func TestCoordinatorChild(t *testing.T) {
 			os.Exit(3)
 		}
 		opts.Core.Log.Pebble = &pebble.Options{FS: lossyFS{FS: vfs.Default}}
+	}
+	if name := os.Getenv(envChildDiskErr); name != "" {
+		errno := syscall.EIO
+		if name == "ENOSPC" {
+			errno = syscall.ENOSPC
+		}
+		var failed atomic.Bool
+		die := make(chan os.Signal, 1)
+		signal.Notify(die, syscall.SIGUSR2)
+		go func() {
+			<-die
+			failed.Store(true)
+		}()
+		opts.Core.Log.Pebble = &pebble.Options{FS: failingFS{FS: vfs.Default, failed: &failed,
+			err: &fs.PathError{Op: "write", Path: "(the disk)", Err: errno}}}
 	}
 	stop := func(ctx context.Context) error { return nil }
 	if node := os.Getenv(envChildNode); node != "" {
@@ -191,8 +213,13 @@ func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault str
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCoordinatorChild$", "-test.timeout=10m")
 	cmd.Env = append(os.Environ(), envChildNATS+"="+url, envChildDir+"="+dir, envChildBugs+"="+planted.String(),
 		envChildNode+"="+node)
-	if fault == faultPowerCut {
+	switch fault {
+	case faultPowerCut:
 		cmd.Env = append(cmd.Env, envChildLossy+"=1")
+	case faultDiskError:
+		cmd.Env = append(cmd.Env, envChildDiskErr+"=EIO")
+	case faultDiskFull:
+		cmd.Env = append(cmd.Env, envChildDiskErr+"=ENOSPC")
 	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -230,6 +257,11 @@ func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault str
 func (c *child) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
+}
+
+// failDisk makes the child's disk fail every write and sync from now on.
+func (c *child) failDisk() {
+	_ = c.cmd.Process.Signal(syscall.SIGUSR2)
 }
 
 // jump makes the child's clock jump forward by clockJump.
@@ -731,7 +763,7 @@ func TestKillCoordinator(t *testing.T) {
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
-			fault = []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump}[seed%4]
+			fault = []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump, faultDiskError, faultDiskFull}[seed%6]
 		}
 		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
 		if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
@@ -823,6 +855,12 @@ func killRun(t *testing.T, r run) error {
 			case faultClockJump:
 				coord.jump()
 				continue
+			case faultDiskError, faultDiskFull:
+				// The disk dies, or fills, under the coordinator, which
+				// must answer nothing it did not make durable before; the
+				// process is then killed and started on a sound disk.
+				coord.failDisk()
+				time.Sleep(300 * time.Millisecond)
 			}
 			coord.kill()
 			time.Sleep(down)

@@ -29,6 +29,9 @@ type watcher struct {
 	subtree string
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// more is signalled at each change given (it holds one signal: a
+	// reader looks at got afterwards).
+	more chan struct{}
 
 	mu  sync.Mutex
 	got []agents.Change
@@ -66,7 +69,7 @@ func startWatchers(t *testing.T, connect func() *nats.Conn, planted bugs.Set) []
 	var ws []*watcher
 	for i, subtree := range watchSubtrees {
 		ctx, cancel := context.WithCancel(context.Background())
-		wa := &watcher{subtree: subtree, done: make(chan struct{})}
+		wa := &watcher{subtree: subtree, done: make(chan struct{}), more: make(chan struct{}, 1)}
 		c, err := agents.Connect(ctx, connect(), "rbw"+strconv.Itoa(i),
 			agents.WithLogger(slog.New(slog.NewTextHandler(&wa.log, &slog.HandlerOptions{Level: slog.LevelWarn}))), agents.WithBugs(planted))
 		if err != nil {
@@ -85,6 +88,10 @@ func startWatchers(t *testing.T, connect func() *nats.Conn, planted bugs.Set) []
 				wa.mu.Lock()
 				wa.got = append(wa.got, ch)
 				wa.mu.Unlock()
+				select {
+				case wa.more <- struct{}{}:
+				default:
+				}
 			}
 			wa.mu.Lock()
 			wa.err = w.Err()
@@ -137,16 +144,25 @@ func awaitWatchers(ws []*watcher, nc *nats.Conn, subj intents.Subjects, d time.D
 			return fmt.Errorf("the run's last write: no coordinator answered: %v", err)
 		}
 	}
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
 	for _, w := range ws {
+	await:
 		for {
 			w.mu.Lock()
-			n, err := len(w.got), w.err
-			done := n > 0 && w.got[n-1].Rev >= dec.Rev
+			n := len(w.got)
+			reached := n > 0 && w.got[n-1].Rev >= dec.Rev
 			w.mu.Unlock()
-			if done || err != nil || time.Now().After(deadline) {
+			if reached {
 				break
 			}
-			time.Sleep(20 * time.Millisecond) // polls what a goroutine appends; nothing to await
+			select {
+			case <-w.more:
+			case <-w.done:
+				break await
+			case <-timeout.C:
+				return nil // checkWatchers says what each was given
+			}
 		}
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/bugs"
 )
 
 // Option configures a Client (Connect). The options of both a Client and
@@ -44,7 +43,6 @@ type clientConfig struct {
 	backoffMax  time.Duration
 	onDecision  func(*intents.Decision)
 	traceparent func(context.Context) string // nil: TraceparentFrom
-	bugs        bugs.Set
 }
 
 type arbiterConfig struct {
@@ -172,13 +170,6 @@ func WithBackoff(base, max time.Duration) Option {
 // client's subscription's, and must not block.
 func WithDecisionHook(fn func(*intents.Decision)) Option {
 	return clientOption(func(c *clientConfig) { c.onDecision = fn })
-}
-
-// WithBugs plants deliberate bugs in the client, for the robustness suite
-// to show that its checks catch them (internal/bugs: nothing outside this
-// module can name one).
-func WithBugs(b bugs.Set) Option {
-	return clientOption(func(c *clientConfig) { c.bugs = b })
 }
 
 // WithAckWait sets how long a case may go without word from the arbiter

@@ -284,12 +284,8 @@ func (f *feed) Next(ctx context.Context) (jetstream.Msg, error) {
 			return nil, jetstream.ErrMsgIteratorClosed
 		}
 		f.c.log.Warn("the change feed consumer failed; asking for another", "err", err, "from_stream_seq", f.next)
-		from := f.next
-		if from > 0 && f.c.cfg.bugs.WatchResumeSkip {
-			from++
-		}
 		for attempt := 0; ; attempt++ {
-			ferr := f.follow(ctx, from)
+			ferr := f.follow(ctx, f.next)
 			if ferr == nil {
 				break
 			}

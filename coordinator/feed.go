@@ -128,6 +128,9 @@ func (s *Service) handleFollow(req micro.Request) {
 	}
 	if body.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, body.StartSeq
+		if s.planted().WatchResumeSkip {
+			cfg.OptStartSeq++
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,7 +1,6 @@
 // Package bugs names the deliberate bugs the robustness suite
-// (tests/robustness) plants in a coordinator or in the SDK's watcher, to
-// show that its checks catch each of them: a check that a planted bug
-// passes proves nothing.
+// (tests/robustness) plants in a coordinator, to show that its checks
+// catch each of them: a check that a planted bug passes proves nothing.
 // Nothing outside this module can plant one, since nothing outside it can
 // name this package.
 package bugs
@@ -36,9 +35,9 @@ type Set struct {
 	// shared subject too, from what they have folded, so that a read may
 	// be answered at a revision behind a write that returned.
 	StandbyReads bool
-	// WatchResumeSkip, in the SDK (agents.WithBugs): a watcher whose feed
-	// consumer failed asks for a new one a stream message after the one it
-	// wants, so that it misses a change.
+	// WatchResumeSkip: feed.follow, asked for a consumer from a stream
+	// sequence (a watcher resuming after its consumer failed), starts it
+	// at the one after, so that the watcher misses a message.
 	WatchResumeSkip bool
 }
 

@@ -94,7 +94,7 @@ func clusterRun(t *testing.T, r run) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
 	tr := startTraffic(ctx, t, r, connect)
-	ws := startWatchers(t, connect, r.planted)
+	ws := startWatchers(t, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
 		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive}

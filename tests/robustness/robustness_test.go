@@ -839,7 +839,7 @@ func killRun(t *testing.T, r run) error {
 	ctx, cancel := context.WithTimeout(context.Background(), r.traffic)
 	defer cancel()
 	tr := startTraffic(ctx, t, r, connect)
-	ws := startWatchers(t, connect, planted)
+	ws := startWatchers(t, connect)
 	kills := 0
 	for {
 		pause := r.every[0] + time.Duration(rng.Int64N(int64(r.every[1]-r.every[0])))

@@ -15,7 +15,6 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
-	"github.com/coagent/coagent/internal/bugs"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
@@ -62,16 +61,15 @@ func (b *syncBuffer) String() string {
 var watchSubtrees = []string{"", "rb1"}
 
 // startWatchers starts a watcher of each of watchSubtrees, each on a
-// connection of its own from connect, once a coordinator answers, with
-// the SDK's bugs of planted.
-func startWatchers(t *testing.T, connect func() *nats.Conn, planted bugs.Set) []*watcher {
+// connection of its own from connect, once a coordinator answers.
+func startWatchers(t *testing.T, connect func() *nats.Conn) []*watcher {
 	t.Helper()
 	var ws []*watcher
 	for i, subtree := range watchSubtrees {
 		ctx, cancel := context.WithCancel(context.Background())
 		wa := &watcher{subtree: subtree, done: make(chan struct{}), more: make(chan struct{}, 1)}
 		c, err := agents.Connect(ctx, connect(), "rbw"+strconv.Itoa(i),
-			agents.WithLogger(slog.New(slog.NewTextHandler(&wa.log, &slog.HandlerOptions{Level: slog.LevelWarn}))), agents.WithBugs(planted))
+			agents.WithLogger(slog.New(slog.NewTextHandler(&wa.log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		if err != nil {
 			cancel()
 			t.Fatalf("watcher of %q: %v", subtree, err)

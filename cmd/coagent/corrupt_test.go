@@ -76,7 +76,7 @@ func TestCorruptDataDir(t *testing.T) {
 		{"verify", "--data", dir},
 		{"log", "--data", dir, "--limit", "100000"},
 		{"replay", "--data", dir},
-		{"serve", "--data", dir, "--listen", "127.0.0.1:-1"},
+		{"serve", "--data", dir, "--listen", "127.0.0.1:-1", "--http", "off"}, // another test may hold the default port
 	} {
 		stdout, stderr, status := runMain(t, args...)
 		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")

@@ -27,6 +27,7 @@ const (
 	faultPauseActive = "pause-active" // SIGSTOP it for 1.5–3 leases, then SIGCONT: it comes back deposed
 	faultKillStandby = "kill-standby" // SIGKILL a standby, start it again
 	faultRestartNode = "restart-node" // stop a NATS node, start it again on its store after up to a second
+	faultJumpActive  = "jump-active"  // the active member's clock jumps forward by clockJump
 )
 
 // TestClusterFaults is the cluster's run: three NATS nodes, three
@@ -97,7 +98,7 @@ func clusterRun(t *testing.T, r run) error {
 	ws := startWatchers(t, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
-		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive}
+		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive, faultJumpActive}
 	}
 	faults := map[string]int{}
 	for {
@@ -125,6 +126,10 @@ func clusterRun(t *testing.T, r run) error {
 				continue // no one in that role now
 			}
 			faults[fault]++
+			if fault == faultJumpActive {
+				m.proc.jump()
+				continue
+			}
 			if fault == faultPauseActive {
 				_ = m.proc.cmd.Process.Signal(syscall.SIGSTOP)
 				time.Sleep(1500*time.Millisecond + time.Duration(rng.IntN(1500))*time.Millisecond)

@@ -351,7 +351,10 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 	if err != nil {
 		return nil, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
 	}
-	defer watch.Stop()
+	// Stopping the watcher deletes its consumer, a request that waits out
+	// the client's timeout (5s) while the bucket's consumers elect
+	// leaders: not on the way to taking over.
+	defer func() { go watch.Stop() }()
 	tick := time.NewTicker(m.opts.LeaseTTL / 4)
 	defer tick.Stop()
 	var seen leaseWatch
@@ -612,20 +615,27 @@ type leaseWatch struct {
 
 // tryLead takes the leadership key if nobody holds it, if it is this
 // member's own (it stepped down, or restarted, within the lease), or if
-// its lease has lapsed: by the end written in it, and by what this member
-// has watched, the same revision for a whole lease through reads that
-// answered. The second test keeps a standby from taking the key the moment
-// the bucket answers again after its stream's election, which no member
-// could write through and which may outlast the lease: then the active
-// member, which rides the election out (keepLease) and tries to renew as
-// often, keeps the key unless it is gone. The compare-and-set on the
-// key's revision makes one member win when several try at once.
+// its lease has lapsed: by the end written in it, and either because its
+// holder is gone from the cluster (nobody answers on its own subjects) or
+// because this member has watched the same revision for a whole lease
+// through reads that answered. The watch keeps a standby from taking the
+// key of a holder that lives the moment the bucket answers again after
+// its stream's election, which no member could write through and which
+// may outlast the lease: then the active member, which rides the election
+// out (keepLease) and tries to renew as often, keeps the key. A holder
+// that is gone has nothing to ride out, and waiting a lease more for it
+// would only add a lease to every failover of a node that led the bucket
+// (TestRecipeFailover). The compare-and-set on the key's revision makes
+// one member win when several try at once.
 func (m *Member) tryLead(parent context.Context, w *leaseWatch) (uint64, time.Time, bool) {
 	// Every call to the bucket is bounded: one sent to a node that died
-	// (the bucket's stream leader) is never answered.
-	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/2)
-	defer cancel()
-	l, rev, ok, err := m.readLease(ctx)
+	// (the bucket's stream leader) is never answered. A read is answered
+	// in milliseconds when the bucket has a leader, so it is given little
+	// time, and the next comes soon after one that failed: the end of an
+	// election is noticed within a fraction of a lease.
+	readCtx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/8)
+	l, rev, ok, err := m.readLease(readCtx)
+	cancel()
 	if err != nil {
 		m.log.Info("read the leadership key", "err", err)
 		w.since = time.Time{}
@@ -635,19 +645,42 @@ func (m *Member) tryLead(parent context.Context, w *leaseWatch) (uint64, time.Ti
 		if w.since.IsZero() || rev != w.rev {
 			w.rev, w.since = rev, time.Now()
 		}
-		if time.Now().Before(l.Until) || time.Since(w.since) < m.opts.LeaseTTL {
+		if time.Now().Before(l.Until) {
+			return 0, time.Time{}, false
+		}
+		if time.Since(w.since) < m.opts.LeaseTTL && !m.gone(parent, l.Node) {
 			return 0, time.Time{}, false
 		}
 	}
 	if !ok {
 		rev = 0
 	}
+	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/2)
+	defer cancel()
 	next, until, err := m.putLease(ctx, rev)
 	if err != nil {
 		m.log.Info("take the leadership key", "err", err)
 		return 0, time.Time{}, false
 	}
 	return next, until, true
+}
+
+// gone reports whether member node is absent from the cluster: a read on
+// its own subjects (intents.Subjects.NodeAPI), which every member serves
+// while it runs, active or standby, finds no responders. A member that
+// lives answers, if only that it refuses reads; one whose process died,
+// or that lost its connection to the cluster, is not subscribed anywhere
+// in it. Anything else (no answer in time) is taken for a member that
+// lives.
+func (m *Member) gone(parent context.Context, node string) bool {
+	ctx, cancel := context.WithTimeout(parent, m.opts.LeaseTTL/8)
+	defer cancel()
+	_, err := m.nc.RequestWithContext(ctx, m.subj.NodeAPI(node, intents.APIStateGet), []byte(`{"paths":[]}`))
+	if errors.Is(err, nats.ErrNoResponders) {
+		m.log.Info("the leadership key's holder is gone from the cluster: its lapsed lease is taken without watching it a lease more", "holder", node)
+		return true
+	}
+	return false
 }
 
 // casFailed reports whether err says another wrote the key first (the
@@ -682,19 +715,27 @@ func (m *Member) seed(ctx context.Context, core *Core) error {
 // message's sequence.
 func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan error) (uint64, error) {
 	// The log's stream may be electing a leader (the node that led it
-	// died with the coordinator that led): asked again within the lease.
+	// died with the coordinator that led), which takes longer than a
+	// lease: it is asked again for as long as this member holds the key
+	// (keepLease renews it meanwhile). Giving up sooner hands the key to
+	// another member that waits on the same election.
 	var info *jetstream.StreamInfo
-	var err error
-	for giveUp := time.Now().Add(m.opts.LeaseTTL); ; {
-		infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL/2)
+	for {
+		infoCtx, cancel := context.WithTimeout(ctx, m.opts.LeaseTTL/4)
+		var err error
 		info, err = m.logs.Info(infoCtx)
 		cancel()
-		if err == nil || ctx.Err() != nil || time.Now().After(giveUp) {
+		if err == nil {
 			break
 		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
+		select {
+		case err := <-lost:
+			lost <- err // for lead, which is not reached: drop
+			return 0, err
+		case <-ctx.Done():
+			return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
+		case <-time.After(50 * time.Millisecond): // an error may come at once
+		}
 	}
 	last := info.State.LastSeq
 	for {
@@ -836,7 +877,16 @@ func (m *Member) drop(k *leaseKeeper) {
 func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
-	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, &activeAt{node: m.opts.Node, last: last, leased: k.leased})
+	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL}
+	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, at)
+	// A stream the Service sets up may be electing a leader (its node
+	// died with the coordinator that led), and does not answer until it
+	// has one: the start is tried again while the lease holds, rather
+	// than the key handed to another member that would wait the same.
+	for err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && k.leased() {
+		m.log.Info("starting the service: a stream did not answer, trying again", "err", err)
+		svc, err = start(ctx, m.nc, m.dir, m.opts.Options, at)
+	}
 	if err != nil {
 		release()
 		return err

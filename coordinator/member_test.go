@@ -601,34 +601,58 @@ func TestMemberFollowerStall(t *testing.T) {
 
 // TestMemberWatchesLapsedLease: a standby takes a key whose lease has
 // lapsed by the end written in it only once it has itself seen the key
-// unchanged for a whole lease: a bucket that answers again after its
-// election shows the active member's lease lapsed, and the active member
-// must have the time to renew it.
+// unchanged for a whole lease, while the holder is still in the cluster:
+// a bucket that answers again after its election shows the active
+// member's lease lapsed, and the active member must have the time to
+// renew it. A holder gone from the cluster (nobody answers on its own
+// subjects) has nothing to renew it with, and its key is taken without
+// that wait.
 func TestMemberWatchesLapsedLease(t *testing.T) {
-	ns := natstest.Run(t)
-	nc := natstest.Connect(t, ns)
-	a := startMember(t, nc, t.TempDir(), "a", 1, nil)
-	awaitActive(t, a, 10*time.Second)
-	if err := a.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(context.Background(), intents.Subjects{}.LeaderBucket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, _ := json.Marshal(lease{Node: "gone", Until: time.Now().Add(-time.Hour)})
-	if _, err := kv.Put(context.Background(), intents.LeaderKey, stale); err != nil {
-		t.Fatal(err)
-	}
-	began := time.Now()
-	b := startMember(t, nc, t.TempDir(), "b", 1, nil)
-	awaitActive(t, b, 10*time.Second)
-	if took := time.Since(began); took < b.opts.LeaseTTL {
-		t.Fatalf("b took a lease it had watched for %s, less than the lease %s", took, b.opts.LeaseTTL)
+	for _, present := range []bool{true, false} {
+		t.Run(map[bool]string{true: "holder present", false: "holder gone"}[present], func(t *testing.T) {
+			ns := natstest.Run(t)
+			nc := natstest.Connect(t, ns)
+			a := startMember(t, nc, t.TempDir(), "a", 1, nil)
+			awaitActive(t, a, 10*time.Second)
+			if err := a.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv, err := js.KeyValue(context.Background(), intents.Subjects{}.LeaderBucket())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if present {
+				// The holder lives, though its renewals do not get
+				// through: it answers on its own subjects.
+				sub, err := nc.Subscribe(intents.Subjects{}.NodeAPI("h", intents.APIStateGet), func(m *nats.Msg) { m.Respond([]byte(`{}`)) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Unsubscribe()
+			}
+			stale, _ := json.Marshal(lease{Node: "h", Until: time.Now().Add(-time.Hour)})
+			if _, err := kv.Put(context.Background(), intents.LeaderKey, stale); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			logs := &lockedBuffer{}
+			b := startMember(t, nc, t.TempDir(), "b", 1, logs)
+			awaitActive(t, b, 10*time.Second)
+			took := time.Since(began)
+			saidGone := strings.Contains(logs.String(), "holder is gone from the cluster")
+			switch {
+			case present && took < b.opts.LeaseTTL:
+				t.Fatalf("b took a lease it had watched for %s, less than the lease %s, from a holder that answers", took, b.opts.LeaseTTL)
+			case present && saidGone:
+				t.Fatalf("b took the holder that answers for gone:\n%s", logs)
+			case !present && !saidGone:
+				t.Fatalf("b took the key of a holder gone from the cluster after watching it (%s):\n%s", took, logs)
+			}
+		})
 	}
 }
 

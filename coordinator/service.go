@@ -312,6 +312,8 @@ type activeAt struct {
 	// leased reports whether the member's lease is in force: its reads
 	// are refused while it is not (see leaseKeeper).
 	leased func() bool
+	// setup bounds each JetStream call that sets the streams up.
+	setup time.Duration
 }
 
 func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *activeAt) (*Service, error) {
@@ -374,18 +376,28 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	if s.feed, err = publisher(maxFeedPending / (feedAckEvery + 1)); err != nil {
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
+	// A member taking over bounds each step of the set-up that asks
+	// JetStream (see Member.lead).
+	setupCtx := func() (context.Context, context.CancelFunc) {
+		if active != nil && active.setup > 0 {
+			return context.WithTimeout(ctx, active.setup)
+		}
+		return ctx, func() {}
+	}
+	streamsCtx, cancelStreams := setupCtx()
+	defer cancelStreams()
 	// A store written by wire v1 is moved to v2 first, before anything
 	// takes an intent.
-	if err := migrateStreams(ctx, s.js, s.subj, s.log); err != nil {
+	if err := migrateStreams(streamsCtx, s.js, s.subj, s.log); err != nil {
 		pub.Close()
 		return nil, err
 	}
-	cons, err := s.ensureStreams(ctx)
+	cons, err := s.ensureStreams(streamsCtx)
 	if err != nil {
 		pub.Close()
 		return nil, err
 	}
-	if err := s.ensureArbitersConsumer(ctx); err != nil {
+	if err := s.ensureArbitersConsumer(streamsCtx); err != nil {
 		pub.Close()
 		return nil, err
 	}
@@ -439,7 +451,9 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	// published just before a crash may not have reached the stream) go to
 	// the arbiters again.
 	s.cases = newCaseQueue(s)
-	queued, err := s.cases.load(ctx, func(id string) bool { _, ok := s.core.Engine().Case(id); return ok })
+	casesCtx, cancelCases := setupCtx()
+	queued, err := s.cases.load(casesCtx, func(id string) bool { _, ok := s.core.Engine().Case(id); return ok })
+	cancelCases()
 	if err != nil {
 		s.core.Close()
 		pub.Close()

@@ -96,7 +96,11 @@ type Member struct {
 		logSeq uint64   // the log message folded last, as a standby
 		folded time.Time
 	}
-	progress chan struct{}   // a standby folded a message
+	progress chan struct{} // a standby folded a message
+	// catching is set while the member holds the key and waits to fold
+	// the log's end (catchUp): its reader is then replaced after a short
+	// stall, not DefaultFollowStall.
+	catching atomic.Bool
 	reads    standbyReads    // a standby's read-only API (standby.go)
 	snaps    memberSnapshots // snapshots of the replicated log (snapshot.go)
 }
@@ -421,6 +425,10 @@ func (m *Member) consume(ctx context.Context, pos uint64) (jetstream.MessagesCon
 // answer current reads nor take over.
 const DefaultFollowStall = 5 * time.Second
 
+// catchingStall is the stall of a member's reader while it holds the key
+// and waits for it to reach the log's end.
+const catchingStall = 500 * time.Millisecond
+
 // tail folds the replicated log into core, whose log ends at tip, from
 // it, until quit closes (nil) or folding fails. It replaces a reader that
 // stalled (see DefaultFollowStall) with a new one from the message after
@@ -430,7 +438,12 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 	if stall == 0 {
 		stall = DefaultFollowStall
 	}
-	check := time.NewTicker(min(stall/4, time.Second))
+	// A member waiting to take over has no time to lose on a reader that
+	// stalled: the stream's leader died with the active coordinator, and
+	// with it the reader's consumer, which the client recreates only
+	// seconds after the election.
+	hurried := min(stall, catchingStall)
+	check := time.NewTicker(min(hurried/2, time.Second))
 	defer check.Stop()
 	at := func() uint64 {
 		m.mu.Lock()
@@ -438,8 +451,23 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 		return m.mu.logSeq
 	}
 	for {
-		folded := make(chan error, 1)
-		go func(it jetstream.MessagesContext) { folded <- m.fold(core, &tip, it) }(it)
+		folded, gate := make(chan error, 1), &foldGate{}
+		go func(it jetstream.MessagesContext) { folded <- m.fold(core, &tip, it, gate) }(it)
+		// A reader is given up without waiting for it to stop: stopping
+		// a reader that is making its consumer again (the stream's leader
+		// died) waits for that to end, seconds after the election, and
+		// the member may be taking over meanwhile. The gate keeps what
+		// it still delivers from being folded.
+		abandon := func() error {
+			gate.close()
+			go it.Stop()
+			select {
+			case err := <-folded:
+				return err
+			default:
+				return nil
+			}
+		}
 		last, moved := at(), time.Now()
 	watch:
 		for {
@@ -450,15 +478,14 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 				}
 				return err
 			case <-quit:
-				it.Stop()
-				return <-folded
+				return abandon()
 			case <-check.C:
 			}
 			if now := at(); now != last {
 				last, moved = now, time.Now()
 				continue
 			}
-			if time.Since(moved) < stall {
+			if quiet := time.Since(moved); quiet < stall && (quiet < hurried || !m.catching.Load()) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -472,12 +499,14 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 				"folded", last, "log_last", info.State.LastSeq, "for", time.Since(moved).Round(time.Millisecond))
 			break watch
 		}
-		it.Stop()
-		if err := <-folded; err != nil {
+		if err := abandon(); err != nil {
 			return err
 		}
+		// A request sent while the cluster elects a leader (the stream's,
+		// or JetStream's own) is never answered: each is given little
+		// time, and sent again soon.
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			next, err := m.consume(ctx, at()+1)
 			cancel()
 			if err == nil {
@@ -488,7 +517,7 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 			select {
 			case <-quit:
 				return nil
-			case <-time.After(time.Second):
+			case <-time.After(250 * time.Millisecond):
 			}
 		}
 	}
@@ -498,7 +527,7 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 // moves tip, until the iterator stops. A message that does not continue
 // it is skipped: a deposed leader's orphan (see replog), or one folded
 // already.
-func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext) error {
+func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext, gate *foldGate) error {
 	for {
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -507,38 +536,65 @@ func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext) error
 		if err != nil {
 			return fmt.Errorf("coordinator: read the replicated log: %w", err)
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("coordinator: read the replicated log: %w", err)
+		if folded, err := m.foldOne(core, tip, msg, gate); !folded || err != nil {
+			return err
 		}
-		ok, err := tip.continues(msg.Headers())
-		if err != nil {
-			return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
-		}
-		if ok || m.opts.Bugs != nil && m.opts.Bugs.UnchainedReads {
-			evs, err := eventlog.DecodeGroup(msg.Data())
-			if err != nil {
-				return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
-			}
-			if err := m.reads.follow(core, evs); err != nil {
-				return fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
-			}
-			if last := evs[len(evs)-1]; last.Seq > tip.seq {
-				*tip = link{seq: last.Seq, id: last.ID}
-			}
-		} else {
-			first, last, _ := logRange(msg.Headers())
-			m.log.Warn("skipped a message of the replicated log that does not continue the log read so far: a deposed coordinator's group, stored after another's, or one read already",
-				"message", meta.Sequence.Stream, "first", first, "last", last, "continues", msg.Headers().Get(headerPrev), "log_ends_at", tip.seq)
-		}
-		m.mu.Lock()
-		m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
-		m.mu.Unlock()
 		select {
 		case m.progress <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// foldGate shuts a reader's folding: once closed, nothing it delivers is
+// folded.
+type foldGate struct {
+	mu   sync.Mutex
+	shut bool
+}
+
+// close returns once no message is being folded, and none will be.
+func (g *foldGate) close() {
+	g.mu.Lock()
+	g.shut = true
+	g.mu.Unlock()
+}
+
+// foldOne folds msg, unless gate is shut (folded false).
+func (m *Member) foldOne(core *Core, tip *link, msg jetstream.Msg, gate *foldGate) (folded bool, err error) {
+	gate.mu.Lock()
+	defer gate.mu.Unlock()
+	if gate.shut {
+		return false, nil
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return false, fmt.Errorf("coordinator: read the replicated log: %w", err)
+	}
+	ok, err := tip.continues(msg.Headers())
+	if err != nil {
+		return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+	}
+	if ok || m.opts.Bugs != nil && m.opts.Bugs.UnchainedReads {
+		evs, err := eventlog.DecodeGroup(msg.Data())
+		if err != nil {
+			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		}
+		if err := m.reads.follow(core, evs); err != nil {
+			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		}
+		if last := evs[len(evs)-1]; last.Seq > tip.seq {
+			*tip = link{seq: last.Seq, id: last.ID}
+		}
+	} else {
+		first, last, _ := logRange(msg.Headers())
+		m.log.Warn("skipped a message of the replicated log that does not continue the log read so far: a deposed coordinator's group, stored after another's, or one read already",
+			"message", meta.Sequence.Stream, "first", first, "last", last, "continues", msg.Headers().Get(headerPrev), "log_ends_at", tip.seq)
+	}
+	m.mu.Lock()
+	m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
+	m.mu.Unlock()
+	return true, nil
 }
 
 // lease is the value of the leadership key: who holds it, and until
@@ -738,6 +794,8 @@ func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan erro
 		}
 	}
 	last := info.State.LastSeq
+	m.catching.Store(true)
+	defer m.catching.Store(false)
 	for {
 		m.mu.Lock()
 		at := m.mu.logSeq
@@ -877,14 +935,20 @@ func (m *Member) drop(k *leaseKeeper) {
 func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
-	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL}
-	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, at)
 	// A stream the Service sets up may be electing a leader (its node
-	// died with the coordinator that led), and does not answer until it
-	// has one: the start is tried again while the lease holds, rather
-	// than the key handed to another member that would wait the same.
-	for err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && k.leased() {
+	// died with the coordinator that led), and a request sent to it
+	// meanwhile is never answered: each step of the set-up is given a
+	// quarter of a lease, and the start is tried again while the lease
+	// holds (after eight tries, with twice the time each, up to two
+	// leases), rather than the key handed to another member that would
+	// wait the same.
+	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL / 4}
+	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, at)
+	for try := 1; err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && k.leased(); try++ {
 		m.log.Info("starting the service: a stream did not answer, trying again", "err", err)
+		if try >= 8 { // past any election: JetStream is slow, not electing
+			at.setup = min(2*at.setup, 2*m.opts.LeaseTTL)
+		}
 		svc, err = start(ctx, m.nc, m.dir, m.opts.Options, at)
 	}
 	if err != nil {

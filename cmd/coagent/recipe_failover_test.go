@@ -24,7 +24,8 @@ const recipeKillsEnv = "COAGENT_RECIPE_KILLS"
 // gives first: three `coagent serve --cluster` nodes, each a NATS node and
 // a coordinator in one process, with the default lease. Before each kill
 // the active coordinator's node is made the leader of COAGENT_LOG and of
-// the leadership bucket's stream too, so that one SIGKILL takes all three
+// the leadership bucket's stream, of every other stream and of the
+// coordinator's durable consumers too, so that one SIGKILL takes them all
 // and a takeover waits for JetStream's own elections. It logs, for each
 // kill, when each stream answered with a new leader (the election), when a
 // survivor said it was the active coordinator, and when the first probe
@@ -53,6 +54,10 @@ func TestRecipeFailover(t *testing.T) {
 	for _, s := range []string{intents.StreamIntents, intents.StreamDecisions, intents.StreamEvents, intents.StreamArbiter, intents.StreamDLQ} {
 		streams = append(streams, subj.Stream(s))
 	}
+	// And the durable consumers, each a Raft group of its own too:
+	// "STREAM.CONSUMER".
+	streams = append(streams, subj.Stream(intents.StreamIntents)+".coordinator",
+		subj.Stream(intents.StreamArbiter)+"."+intents.ArbitersConsumer)
 
 	var rows []recipeKill
 	for round := range kills {
@@ -141,17 +146,17 @@ func startRecipeCluster(t *testing.T) *failoverCluster {
 type recipeKill struct {
 	victim, next string
 	log, bucket  time.Duration // the stream answered with a new leader
-	all          time.Duration // every stream had
+	all          time.Duration // every stream and consumer had
 	active       time.Duration // next said it was active (0: no line seen)
 	resumed      time.Duration // the first probe increment applied
 }
 
-// election is when every stream had a leader again.
+// election is when every stream and consumer had a leader again.
 func (r recipeKill) election() time.Duration { return r.all }
 
 func (r recipeKill) String() string {
 	ms := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
-	return fmt.Sprintf("log's leader %s, bucket's %s, every stream's %s, %s active %s, decisions resumed %s (%s past the election)",
+	return fmt.Sprintf("log's leader %s, bucket's %s, every stream's and consumer's %s, %s active %s, decisions resumed %s (%s past the election)",
 		ms(r.log), ms(r.bucket), ms(r.all), r.next, ms(r.active), ms(r.resumed), ms(r.resumed-r.election()))
 }
 
@@ -169,29 +174,37 @@ func recipeSummary(rows []recipeKill) string {
 		}
 		return fmt.Sprintf("median %.2fs, max %.2fs (%s)", ds[len(ds)/2].Seconds(), ds[len(ds)-1].Seconds(), strings.Join(parts, " "))
 	}
-	return fmt.Sprintf("%d kills of the node leading everything:\n  election (every stream led again): %s\n  decisions resumed: %s\n  resumed past the election: %s",
+	return fmt.Sprintf("%d kills of the node leading everything:\n  election (every stream and consumer led again): %s\n  decisions resumed: %s\n  resumed past the election: %s",
 		len(rows), dist(recipeKill.election), dist(func(r recipeKill) time.Duration { return r.resumed }),
 		dist(func(r recipeKill) time.Duration { return r.resumed - r.election() }))
 }
 
-// leadOn makes node the leader of stream, stepping its leader down with
-// node preferred until it is.
-func leadOn(t *testing.T, nc *nats.Conn, stream, node string) {
+// leadOn makes node the leader of asset (a stream, or "STREAM.CONSUMER"),
+// stepping its leader down with node preferred until it is.
+func leadOn(t *testing.T, nc *nats.Conn, asset, node string) {
 	t.Helper()
-	natstest.CheckFor(t, time.Minute, stream+" led by "+node, func() error {
-		leader, err := streamLeader(nc, stream)
+	natstest.CheckFor(t, time.Minute, asset+" led by "+node, func() error {
+		leader, err := streamLeader(nc, asset)
 		if err != nil || leader == node {
 			return err
 		}
 		req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": node}})
-		_, err = nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, req, 2*time.Second)
+		_, err = nc.Request("$JS.API."+apiKind(asset)+".LEADER.STEPDOWN."+asset, req, 2*time.Second)
 		return fmt.Errorf("led by %s; asked to step down for %s (%v)", leader, node, err)
 	})
 }
 
-// streamLeader asks for stream's info and returns its leader.
+// apiKind is the JetStream API's word for asset.
+func apiKind(asset string) string {
+	if strings.Contains(asset, ".") {
+		return "CONSUMER"
+	}
+	return "STREAM"
+}
+
+// streamLeader asks for asset's info and returns its leader.
 func streamLeader(nc *nats.Conn, stream string) (string, error) {
-	m, err := nc.Request("$JS.API.STREAM.INFO."+stream, nil, 500*time.Millisecond)
+	m, err := nc.Request("$JS.API."+apiKind(stream)+".INFO."+stream, nil, 500*time.Millisecond)
 	if err != nil {
 		return "", err
 	}

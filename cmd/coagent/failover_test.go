@@ -70,17 +70,11 @@ type coordProc struct {
 // active.
 func startFailoverCluster(t *testing.T, coords int, coordArgs ...string) *failoverCluster {
 	t.Helper()
-	ports := natstest.FreePorts(t, 6)
 	c := &failoverCluster{t: t, dir: t.TempDir(), coordArgs: coordArgs}
-	var routes []string
+	var args [][]string
+	c.urls, args = clusterNodes(t, c.dir)
 	for i := range 3 {
-		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
-	for i := range 3 {
-		c.nodeArgs = append(c.nodeArgs, []string{"serve", "--coordinator=false", "--name", fmt.Sprintf("n%d", i+1),
-			"--data", filepath.Join(c.dir, fmt.Sprintf("n%d", i+1)), "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			"--cluster", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--routes", strings.Join(routes, ",")})
+		c.nodeArgs = append(c.nodeArgs, append([]string{"serve", "--coordinator=false"}, args[i]...))
 	}
 	// A node prints its start-up line once the cluster has formed, which
 	// takes the others: they start together.
@@ -116,6 +110,26 @@ func startFailoverCluster(t *testing.T, coords int, coordArgs ...string) *failov
 		}
 	})
 	return c
+}
+
+// clusterNodes picks the addresses of three nodes of one cluster on
+// loopback, named n1, n2 and n3 with their data under dir, and returns
+// their client URLs and the serve flags of each.
+func clusterNodes(t *testing.T, dir string) (urls []string, args [][]string) {
+	t.Helper()
+	ports := natstest.FreePorts(t, 6)
+	var routes []string
+	for i := range 3 {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i+1)
+		args = append(args, []string{"--name", name, "--data", filepath.Join(dir, name),
+			"--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--cluster", fmt.Sprintf("127.0.0.1:%d", ports[3+i]),
+			"--routes", strings.Join(routes, ",")})
+	}
+	return urls, args
 }
 
 // launchCoord starts coordinator name on data and returns at once.

@@ -126,19 +126,13 @@ func TestRecipeFailover(t *testing.T) {
 // recipe, and waits until one coordinator is active.
 func startRecipeCluster(t *testing.T) *failoverCluster {
 	t.Helper()
-	ports := natstest.FreePorts(t, 6)
 	c := &failoverCluster{t: t, dir: t.TempDir()}
-	var routes []string
-	for i := range 3 {
-		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
+	var args [][]string
+	c.urls, args = clusterNodes(t, c.dir)
 	for i := range 3 {
 		name := fmt.Sprintf("n%d", i+1)
-		co := &coordProc{name: name, data: filepath.Join(c.dir, name), args: []string{"serve", "--name", name,
-			"--data", filepath.Join(c.dir, name), "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			"--cluster", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--routes", strings.Join(routes, ","),
-			"--http", "off", "-v"}}
+		co := &coordProc{name: name, data: filepath.Join(c.dir, name),
+			args: append(append([]string{"serve"}, args[i]...), "--http", "off", "-v")}
 		co.launch(t)
 		c.coords = append(c.coords, co)
 	}
@@ -192,7 +186,7 @@ func recipeSummary(rows []recipeKill) string {
 func leadOn(t *testing.T, nc *nats.Conn, asset, node string) {
 	t.Helper()
 	natstest.CheckFor(t, time.Minute, asset+" led by "+node, func() error {
-		leader, err := streamLeader(nc, asset)
+		leader, err := leaderOf(nc, asset)
 		if err != nil || leader == node {
 			return err
 		}
@@ -210,8 +204,8 @@ func apiKind(asset string) string {
 	return "STREAM"
 }
 
-// streamLeader asks for asset's info and returns its leader.
-func streamLeader(nc *nats.Conn, stream string) (string, error) {
+// leaderOf asks for asset's info and returns its leader.
+func leaderOf(nc *nats.Conn, stream string) (string, error) {
 	m, err := nc.Request("$JS.API."+apiKind(stream)+".INFO."+stream, nil, 500*time.Millisecond)
 	if err != nil {
 		return "", err
@@ -240,7 +234,7 @@ func streamLeader(nc *nats.Conn, stream string) (string, error) {
 // gone, asking every 50ms for at most d.
 func awaitLeader(nc *nats.Conn, stream, gone string, d time.Duration) time.Time {
 	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if l, err := streamLeader(nc, stream); err == nil && l != gone {
+		if l, err := leaderOf(nc, stream); err == nil && l != gone {
 			return time.Now()
 		}
 	}

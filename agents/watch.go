@@ -2,7 +2,6 @@ package agents
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -384,30 +383,48 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *f
 			}
 			return fmt.Errorf("agents: watch %q: feed: %w", subtree, err)
 		}
-		var ev intents.Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+		evs, err := intents.DecodeFeed(m.Data())
+		if err != nil {
 			c.log.Warn("dropped a feed message that does not parse", "subject", m.Subject(), "err", err)
 			continue
 		}
-		if ev.Seq <= last {
-			continue
-		}
-		if ev.Change != nil && len(ev.Change.Redacted) > 0 {
-			// The feed keeps from everyone what the readers rules keep
-			// from anyone; the log shows this agent what it may read.
-			evs, _, err := query(ev.Seq, 1)
-			switch {
-			case err != nil:
-				if ctx.Err() != nil {
-					return nil
+		for _, ev := range evs {
+			if ev.Seq <= last || !touches(ev, subtree) {
+				continue
+			}
+			if len(ev.Change.Redacted) > 0 {
+				// The feed keeps from everyone what the readers rules
+				// keep from anyone; the log shows this agent what it
+				// may read.
+				got, _, err := query(ev.Seq, 1)
+				switch {
+				case err != nil:
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("agents: watch %q: read change %d: %w", subtree, ev.Seq, err)
+				case len(got) == 1 && got[0].Seq == ev.Seq:
+					ev = got[0]
 				}
-				return fmt.Errorf("agents: watch %q: read change %d: %w", subtree, ev.Seq, err)
-			case len(evs) == 1 && evs[0].Seq == ev.Seq:
-				ev = *evs[0]
+			}
+			if !send(ev) {
+				return nil
 			}
 		}
-		if !send(&ev) {
-			return nil
+	}
+}
+
+// touches reports whether change ev wrote to subtree ("" for the whole
+// state): a feed message carries the changes of a board, a watcher keeps
+// those of its subtree.
+func touches(ev *intents.Event, subtree string) bool {
+	if subtree == "" {
+		return true
+	}
+	for _, w := range ev.Change.Writes {
+		if intents.Overlaps(w.Path, subtree) {
+			return true
 		}
 	}
+	return false
 }

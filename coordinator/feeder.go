@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -13,15 +15,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The change feed, COAGENT_EVENTS, carries each change once per path
-// written, in the log's order, and a watcher resumes from a revision
+// The change feed, COAGENT_EVENTS, carries each change once per board it
+// wrote to, in the log's order, and a watcher resumes from a revision
 // (SPEC §6): a change missing from it is a change some watcher never
-// sees. Its messages go out without waiting for JetStream, most without
-// asking for an acknowledgement (an acknowledgement per message cost a
-// sixth of an intent's CPU, docs/performance.md), so a message the stream
-// did not take must show otherwise: while a stream's leader moves (a NATS
-// node restarted), what is sent to it is dropped, and the messages after
-// it are stored. So each message expects the stream's last sequence to be
+// sees. To cost an intent little, the feeder holds a group's changes for
+// the groups that follow within feedLinger and puts them in one message
+// per board (intents.FeedMessage), and most messages go out without
+// waiting for JetStream or asking for an acknowledgement (what each of
+// these saved is in docs/performance.md). So a message the stream did not
+// take must show otherwise: while a stream's leader moves (a NATS node
+// restarted), what is sent to it is dropped, and the messages after it
+// are stored. So each message expects the stream's last sequence to be
 // the one before it (Nats-Expected-Last-Sequence): once one is dropped,
 // every later one is refused too, the stream holds a prefix of what was
 // sent, and the next acknowledged message says so. The feeder then mends
@@ -96,25 +100,47 @@ func (f *feeder) add(changes []*intents.Event) {
 	}
 }
 
-// run publishes what add hands it until in is closed. Once the feed lacks
-// what was sent, what comes is dropped, and the feed is mended from the
-// log at the next tick, and at every tick after until the stream answers.
+// run publishes what add hands it until in is closed: the changes of the
+// groups that come within feedLinger of the first, together. Once the
+// feed lacks what was sent, what comes is dropped, and the feed is mended
+// from the log at the next tick, and at every tick after until the stream
+// answers.
 func (f *feeder) run() {
 	defer close(f.done)
 	tick := time.NewTicker(mendEvery)
 	defer tick.Stop()
+	linger := time.NewTimer(feedLinger)
+	linger.Stop()
+	var (
+		held    []*intents.Event
+		lingerC <-chan time.Time
+	)
+	flush := func() {
+		if f.reap(); f.broken == nil && len(held) > 0 {
+			f.publish(held)
+		}
+		held, lingerC = held[:0], nil
+		linger.Stop()
+	}
 	for {
 		select {
 		case changes, ok := <-f.in:
 			if !ok {
-				if f.reap(); f.broken != nil {
+				if flush(); f.broken != nil {
 					f.mend()
 				}
 				return
 			}
-			if f.reap(); f.broken == nil {
-				f.publish(changes)
+			held = append(held, changes...)
+			switch {
+			case len(held) >= feedHoldMax:
+				flush()
+			case lingerC == nil:
+				linger.Reset(feedLinger)
+				lingerC = linger.C
 			}
+		case <-lingerC:
+			flush()
 		case <-f.behind:
 			f.broken = errors.New("the feeder fell behind the log")
 		case <-tick.C:
@@ -125,9 +151,55 @@ func (f *feeder) run() {
 	}
 }
 
-// publish sends changes after the last sent, each once per path written.
+// feedLinger is how long the feeder holds a group's changes for the
+// groups after it, so that they share the feed's messages: the server
+// stores a message with a write of its own, and wakes for each.
+// feedHoldMax bounds the changes it holds.
+const (
+	feedLinger  = 2 * time.Millisecond
+	feedHoldMax = 1024
+)
+
+// feedBatchBytes bounds the changes one feed message carries, so that it
+// stays well within the server's max_payload (1 MB by default); a change
+// larger than it goes alone.
+const feedBatchBytes = 128 << 10
+
+// publish sends the changes after the last sent: in runs of one board, each
+// a message on the board's subject (intents.FeedMessage), a change that
+// wrote to several boards in a message of each, one after the other. The
+// runs keep the log's order across boards, so a watcher of every board
+// sees each revision in order, once it skips the ones it has.
 func (f *feeder) publish(changes []*intents.Event) {
-	var prev *nats.Msg
+	var (
+		prev  *nats.Msg
+		board string
+		buf   []byte // the message being built
+		n     int    // changes in buf
+	)
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		if prev != nil {
+			f.send(prev, false)
+		}
+		prev = &nats.Msg{Subject: f.s.subj.EventsChange(board), Data: append(buf, "]}"...)}
+		buf, n = nil, 0
+	}
+	add := func(b string, data []byte) {
+		if n > 0 && (b != board || len(buf)+len(data) > feedBatchBytes) {
+			flush()
+		}
+		if n == 0 {
+			board = b
+			buf = append(make([]byte, 0, len(data)*4+64), `{"changes":[`...)
+		} else {
+			buf = append(buf, ',')
+		}
+		buf = append(buf, data...)
+		n++
+	}
 	for _, ev := range changes {
 		if f.broken != nil {
 			return
@@ -140,14 +212,12 @@ func (f *feeder) publish(changes []*intents.Event) {
 			f.s.log.Error("encode event", "seq", ev.Seq, "err", err)
 			continue
 		}
-		for _, w := range ev.Change.Writes {
-			if prev != nil {
-				f.send(prev, false)
-			}
-			prev = &nats.Msg{Subject: f.s.subj.EventsChange(w.Path), Data: data}
+		for _, b := range ev.Change.Boards() {
+			add(b, data)
 		}
 		f.sent = ev.Seq
 	}
+	flush()
 	if prev != nil {
 		f.send(prev, true)
 	}
@@ -244,11 +314,12 @@ func (f *feeder) mend() {
 		f.last = max(info.State.LastSeq, m.Sequence)
 	}
 	f.started = true
-	// The last change on the feed: the last message, unless another
-	// wrote after it what is not one.
+	// The last change on the feed: the last message's, unless another
+	// wrote after it what is not a feed message.
 	for back := 0; m != nil; back++ {
-		err := json.Unmarshal(m.Data, &last)
-		if err == nil && last.Type == intents.EventChange {
+		evs, err := intents.DecodeFeed(m.Data)
+		if err == nil {
+			last = *evs[len(evs)-1]
 			break
 		}
 		if back == mendBack || m.Sequence <= info.State.FirstSeq {
@@ -265,13 +336,17 @@ func (f *feeder) mend() {
 	}
 	f.sent, f.broken = min(last.Seq, end), nil
 	if m != nil && last.Change != nil {
-		writes := last.Change.Writes
-		for i, w := range writes {
-			if s.subj.EventsChange(w.Path) == m.Subject {
-				for _, rest := range writes[i+1:] {
-					f.send(&nats.Msg{Subject: s.subj.EventsChange(rest.Path), Data: m.Data}, false)
+		// A change that wrote to several boards goes in a message of
+		// each: send those that did not go. (The subject of a wire v2
+		// message names a path of the board.)
+		boards := last.Change.Boards()
+		board := intents.Board(strings.TrimPrefix(m.Subject, s.subj.EventsChange("")))
+		if i := slices.Index(boards, board); i >= 0 && i < len(boards)-1 {
+			data, err := json.Marshal(intents.FeedMessage{Changes: []*intents.Event{&last}})
+			if err == nil {
+				for _, rest := range boards[i+1:] {
+					f.send(&nats.Msg{Subject: s.subj.EventsChange(rest), Data: data}, false)
 				}
-				break
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -108,13 +109,29 @@ func TestNothingToldBeforeFsync(t *testing.T) {
 		in := `{"id":"` + id + `","agent":"w","kind":"apply","writes":[{"path":"` + path + `","op":"incr"}]}`
 		return nc.Request(subj.Submit("w"), []byte(in), 10*time.Second)
 	}
-	if _, err := submit("01JD0000000000000000000001", "fs.warm"); err != nil {
+	if _, err := submit("01JD0000000000000000000001", "warm.fs"); err != nil {
 		t.Fatal(err)
 	}
 
+	// told says what was published: each path a feed message's changes
+	// wrote, or the subject of any other message.
 	told := make(chan string, 8)
-	for _, s := range []string{subj.EventsChange("fs.x"), subj.EventsChange("fs.y"), subj.Decisions("s")} {
-		if _, err := nc.Subscribe(s, func(m *nats.Msg) { told <- m.Subject }); err != nil {
+	for _, s := range []string{subj.EventsChange("fs"), subj.Decisions("s")} {
+		if _, err := nc.Subscribe(s, func(m *nats.Msg) {
+			if m.Subject != subj.EventsChange("fs") {
+				told <- m.Subject
+				return
+			}
+			evs, err := intents.DecodeFeed(m.Data)
+			if err != nil {
+				t.Errorf("feed message %s: %v", m.Data, err)
+			}
+			for _, ev := range evs {
+				for _, w := range ev.Change.Writes {
+					told <- w.Path
+				}
+			}
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +192,7 @@ func TestNothingToldBeforeFsync(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no reply once the fsync ended")
 	}
-	want := map[string]bool{subj.EventsChange("fs.x"): true, subj.EventsChange("fs.y"): true, subj.Decisions("s"): true}
+	want := map[string]bool{"fs.x": true, "fs.y": true, subj.Decisions("s"): true}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for len(want) > 0 {
@@ -188,19 +205,20 @@ func TestNothingToldBeforeFsync(t *testing.T) {
 	}
 }
 
-// A group whose changes are more than a run of unacknowledged feed
+// A group whose changes make more than a run of unacknowledged feed
 // messages (feedAckEvery) puts every one on the feed, in order, and its
 // acknowledgements all come back: the plain publishes between the
-// acknowledged ones are stored too.
+// acknowledged ones are stored too. Its one change writes to a board per
+// path, and goes in a message of each.
 func TestFeedLongGroup(t *testing.T) {
 	ns := natstest.Run(t)
 	svc := startService(t, ns, t.TempDir(), Options{})
 	nc := natstest.Connect(t, ns)
 	subj := intents.Subjects{}
-	const paths = 3*(feedAckEvery+1) + 5
+	const boards = 3*(feedAckEvery+1) + 5
 	var writes []string
-	for i := range paths {
-		writes = append(writes, fmt.Sprintf(`{"path":"long.p%03d","op":"set","value":%d}`, i, i))
+	for i := range boards {
+		writes = append(writes, fmt.Sprintf(`{"path":"long%03d.p","op":"set","value":%d}`, i, i))
 	}
 	in := `{"id":"01JD0000000000000000000009","agent":"w","kind":"apply","writes":[` + strings.Join(writes, ",") + `]}`
 	m, err := nc.Request(subj.Submit("w"), []byte(in), 10*time.Second)
@@ -221,17 +239,21 @@ func TestFeedLongGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsChange("long.>")}})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsChange(">")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range paths {
+	for i := range boards {
 		m, err := cons.Next(jetstream.FetchContext(ctx))
 		if err != nil {
-			t.Fatalf("after %d of %d change messages: %v", i, paths, err)
+			t.Fatalf("after %d of %d change messages: %v", i, boards, err)
 		}
-		if want := subj.EventsChange(fmt.Sprintf("long.p%03d", i)); m.Subject() != want {
+		if want := subj.EventsChange(fmt.Sprintf("long%03d", i)); m.Subject() != want {
 			t.Fatalf("change message %d is %s, want %s", i, m.Subject(), want)
+		}
+		evs, err := intents.DecodeFeed(m.Data())
+		if err != nil || len(evs) != 1 || evs[0].Seq != d.Rev || len(evs[0].Change.Writes) != boards {
+			t.Fatalf("change message %d: %s (%v), want the change of rev %d whole", i, m.Data(), err, d.Rev)
 		}
 	}
 	for svc.feed.PublishAsyncPending() > 0 {
@@ -321,23 +343,25 @@ func (f *feedFixture) watchedAsLogged(t *testing.T, subtree string) {
 		if err != nil {
 			t.Fatalf("after %d of the log's %d changes of %q on the feed: %v", i, len(want), subtree, err)
 		}
-		var ev intents.Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+		evs, err := intents.DecodeFeed(m.Data())
+		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.Seq <= last {
-			continue
+		for _, ev := range evs {
+			if ev.Seq <= last || subtree != "" && !slices.ContainsFunc(ev.Change.Writes, func(w intents.Applied) bool { return intents.Overlaps(w.Path, subtree) }) {
+				continue
+			}
+			if i == len(want) || ev.Seq != want[i] {
+				t.Fatalf("change %d of %q on the feed is revision %d, and the log's are %v", i+1, subtree, ev.Seq, want)
+			}
+			last = ev.Seq
+			i++
 		}
-		if ev.Seq != want[i] {
-			t.Fatalf("change %d of %q on the feed is revision %d, and the log's is %d", i+1, subtree, ev.Seq, want[i])
-		}
-		last = ev.Seq
-		i++
 	}
 }
 
 // TestFeedMendsALostMessage: a message the stream did not take (here, for
-// a moment it takes no subject but mend.kept.>; in a cluster, its leader
+// a moment it takes no subject but the board mendkept's; in a cluster, its leader
 // moved) is followed by messages it does take. The first of those expects
 // the lost one before it and is refused, the coordinator finds out at the
 // next acknowledgement and mends the feed from the log, so that a watcher
@@ -355,11 +379,11 @@ func TestFeedMendsALostMessage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.incr(t, "mend.lost.a", "mend.kept.a")
-	setSubjects(f.subj.EventsChange("mend.kept.>"))
-	// One change, two messages: mend.lost.b's is lost, mend.kept.b's is
+	f.incr(t, "mendlost.a", "mendkept.a")
+	setSubjects(f.subj.EventsChange("mendkept"))
+	// One change, two boards, two messages: mendlost's is lost, mendkept's is
 	// refused.
-	f.incr(t, "mend.lost.b", "mend.kept.b")
+	f.incr(t, "mendlost.b", "mendkept.b")
 	// The change goes on the feed after its reply: the subjects come back
 	// once the stream refused it.
 	natstest.CheckFor(t, 10*time.Second, "the feed refused a message", func() error {
@@ -370,7 +394,7 @@ func TestFeedMendsALostMessage(t *testing.T) {
 	})
 	setSubjects(f.subj.EventsChange(">"))
 	for range 5 {
-		f.incr(t, "mend.lost.c", "mend.kept.c")
+		f.incr(t, "mendlost.c", "mendkept.c")
 	}
-	f.watchedAsLogged(t, "mend.lost")
+	f.watchedAsLogged(t, "mendlost")
 }

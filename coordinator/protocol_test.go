@@ -1191,25 +1191,31 @@ func TestProtocolAPI(t *testing.T) {
 }
 
 // TestProtocolEventFeed: committed writes appear on
-// coagent.events.change.<path>, so a subtree can be watched.
+// coagent.events.change.<board>, the changes of a commit group in one
+// message, so a board can be followed and a subtree found in it.
 func TestProtocolEventFeed(t *testing.T) {
 	w := newProtoWire(t, Options{})
-	exact := w.subscribe(protoEvents + "change.report.sections.intro")
-	tree := w.subscribe(protoEvents + "change.report.>")
-	w.send("a", fmtSet, "a", "reports.x", `1`) // not under report
+	board := w.subscribe(protoEvents + "change.report")
+	all := w.subscribe(protoEvents + "change.>")
+	w.send("a", fmtSet, "a", "reports.x", `1`) // not in the board report
 	d := w.send("a", fmtSet, "a", "report.sections.intro", `"hello"`)
-	for _, sub := range []*nats.Subscription{exact, tree} {
+	m, err := all.NextMsg(protoTimeout)
+	if err != nil || m.Subject != protoEvents+"change.reports" {
+		t.Fatalf("the whole feed's first message: %v, %v", m, err)
+	}
+	for _, sub := range []*nats.Subscription{board, all} {
 		m, err := sub.NextMsg(protoTimeout)
 		if err != nil {
 			t.Fatalf("%s: %v", sub.Subject, err)
 		}
-		if m.Subject != protoEvents+"change.report.sections.intro" {
-			t.Fatalf("%s got %s first", sub.Subject, m.Subject)
+		if m.Subject != protoEvents+"change.report" {
+			t.Fatalf("%s got %s", sub.Subject, m.Subject)
 		}
-		var ev intents.Event
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatal(err)
+		var msg intents.FeedMessage
+		if err := json.Unmarshal(m.Data, &msg); err != nil || len(msg.Changes) != 1 {
+			t.Fatalf("feed message %s: %v", m.Data, err)
 		}
+		ev := msg.Changes[0]
 		if ev.Type != intents.EventChange || ev.Seq != d.Rev || ev.Intent != d.Intent ||
 			len(ev.Change.Writes) != 1 || ev.Change.Writes[0].Path != "report.sections.intro" ||
 			string(ev.Change.Writes[0].Value) != `"hello"` || ev.Change.Writes[0].NewVersion != 1 {

@@ -73,7 +73,9 @@ func TestServiceSmoke(t *testing.T) {
 
 // TestFeedCatchesUpAfterRestart: events made durable but never published
 // (the process died between the two) are published by the next process,
-// so the public feed has every change, each once, in order.
+// so the public feed has every change, each once, in order. Each change
+// writes to two boards and so goes in two messages; a kill between the
+// two is mended too.
 func TestFeedCatchesUpAfterRestart(t *testing.T) {
 	ns := natstest.Run(t)
 	dir := t.TempDir()
@@ -82,7 +84,7 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 	subj := intents.Subjects{}
 	submit := func(i int) {
 		t.Helper()
-		in := fmt.Sprintf(`{"id":"%s","agent":"w1","kind":"apply","writes":[{"path":"doc.a%d","op":"set","value":%d},{"path":"doc.b%d","op":"set","value":%d}]}`,
+		in := fmt.Sprintf(`{"id":"%s","agent":"w1","kind":"apply","writes":[{"path":"doca.p%d","op":"set","value":%d},{"path":"docb.p%d","op":"set","value":%d}]}`,
 			ulid.Make(), i, i, i, i)
 		if _, err := nc.Request(subj.API(intents.APISubmit), []byte(in), 5*time.Second); err != nil {
 			t.Fatal(err)
@@ -103,8 +105,8 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Lose the feed's tail as a kill would: the last event's second change
-	// message and everything after the last change's first one.
+	// Lose the feed's tail as a kill would: the second-to-last change's
+	// second message and the last change's two.
 	info, _ := stream.Info(ctx)
 	var changes []uint64
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
@@ -113,7 +115,7 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 			changes = append(changes, seq)
 		}
 	}
-	cut := changes[len(changes)-3] // the first path of the second-to-last change
+	cut := changes[len(changes)-4] // the second-to-last change's first board
 	for seq := cut + 1; seq <= info.State.LastSeq; seq++ {
 		if err := stream.DeleteMsg(ctx, seq); err != nil {
 			t.Fatal(err)
@@ -121,7 +123,7 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 	}
 	startService(t, ns, dir, Options{})
 	submit(6)
-	// Every change is on the feed once, paths in order, revisions rising.
+	// Every change is on the feed once per board, in order.
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj.EventsChange(">")}})
 	if err != nil {
 		t.Fatal(err)
@@ -133,19 +135,20 @@ func TestFeedCatchesUpAfterRestart(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after %d change messages %v: %v", len(got), got, err)
 		}
-		var ev intents.Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatal(err)
+		evs, err := intents.DecodeFeed(m.Data())
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("feed message %s: %v, want one change", m.Data(), err)
 		}
+		ev := evs[0]
 		if ev.Seq < last {
 			t.Fatalf("rev %d after %d", ev.Seq, last)
 		}
 		last = ev.Seq
-		got = append(got, strings.TrimPrefix(m.Subject(), subj.EventsChange("")))
+		got = append(got, strings.TrimPrefix(m.Subject(), subj.EventsChange(""))+":"+ev.Change.Writes[0].Path)
 	}
 	var want []string
 	for i := range 7 {
-		want = append(want, fmt.Sprintf("doc.a%d", i), fmt.Sprintf("doc.b%d", i))
+		want = append(want, fmt.Sprintf("doca:doca.p%d", i), fmt.Sprintf("docb:doca.p%d", i))
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("feed changes %v, want %v", got, want)

@@ -72,24 +72,22 @@ func (s Subjects) Notices(agent string) string { return s.p() + ".notices." + ag
 // Events is the public feed subject of an event type.
 func (s Subjects) Events(t EventType) string { return s.p() + ".events." + string(t) }
 
-// EventsChange is the feed subject of a committed write to path, so that
-// <prefix>.events.change.report.> watches a subtree.
-func (s Subjects) EventsChange(path string) string { return s.p() + ".events.change." + path }
+// EventsChange is the change feed's subject of a board: its messages
+// carry the changes of a commit group that wrote to the board (FeedMessage),
+// so that <prefix>.events.change.report follows the board report and a
+// watcher of a subtree keeps the changes that overlap it.
+func (s Subjects) EventsChange(board string) string { return s.p() + ".events.change." + board }
 
-// ChangeSubjects are the feed subjects of the changes that overlap subtree
-// ("" for the whole state): the subtree, everything under it, and each
-// ancestor (a write that replaces the subtree whole).
+// ChangeSubjects are the feed subjects that carry the changes that
+// overlap subtree ("" for the whole state): its board's, and, under it,
+// the per-path subjects on which wire v2 put one message per path written
+// (a feed stored before an upgrade may still hold some).
 func (s Subjects) ChangeSubjects(subtree string) []string {
 	if subtree == "" {
 		return []string{s.EventsChange(">")}
 	}
-	subjects := []string{s.EventsChange(subtree), s.EventsChange(subtree + ".>")}
-	for i := range len(subtree) {
-		if subtree[i] == '.' {
-			subjects = append(subjects, s.EventsChange(subtree[:i]))
-		}
-	}
-	return subjects
+	board := Board(subtree)
+	return []string{s.EventsChange(board), s.EventsChange(board + ".>")}
 }
 
 // AllEvents matches the whole feed.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,7 +162,7 @@ func (h *hub) stats() FeedStats {
 // events streams the coordinator's live feed (<prefix>.events.>) to the
 // browser as server-sent events, each an event of the log as the feed
 // carries it, filtered by ?agent=, ?path= (overlapping) and ?type=. A
-// change is on the feed once per path it wrote; it is sent once.
+// change is on the feed once per board it wrote to; it is sent once.
 func (b *backend) events(w http.ResponseWriter, r *http.Request) {
 	f, err := parseFilter(r)
 	if err != nil {
@@ -238,31 +239,60 @@ func (b *backend) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case m := <-s.msgs:
-			var ev intents.Event
-			if err := json.Unmarshal(m.Data, &ev); err != nil {
+			evs, raws, err := b.feedEvents(m)
+			if err != nil {
 				b.cfg.Logger.Warn("console: a feed message that does not parse", "subject", m.Subject, "err", err)
 				continue
 			}
-			if ev.Seq <= seen {
-				continue // sent from the log
-			}
-			if ev.Type == intents.EventChange {
-				// Consecutive: a change's messages are published together.
-				if ev.Seq == lastChange {
+			for i, ev := range evs {
+				if ev.Seq <= seen {
+					continue // sent from the log
+				}
+				if ev.Type == intents.EventChange {
+					// A change that wrote to several boards is in a
+					// message of each, one after the other.
+					if ev.Seq <= lastChange {
+						continue
+					}
+					lastChange = ev.Seq
+				}
+				if !f.matches(ev) {
 					continue
 				}
-				lastChange = ev.Seq
-			}
-			if !f.matches(&ev) {
-				continue
-			}
-			// The message as the coordinator sent it, with whatever fields
-			// a newer coordinator adds.
-			if !write("id: %d\nevent: event\ndata: %s\n\n", ev.Seq, compact(m.Data)) {
-				return
+				// The event as the coordinator sent it, with whatever
+				// fields a newer coordinator adds.
+				if !write("id: %d\nevent: event\ndata: %s\n\n", ev.Seq, compact(raws[i])) {
+					return
+				}
 			}
 		}
 	}
+}
+
+// feedEvents returns the events a message of the live feed carries, and
+// each one's JSON: the changes of a change feed message (a wire v2 one
+// was a change event), or the one event of any other.
+func (b *backend) feedEvents(m *nats.Msg) ([]*intents.Event, []json.RawMessage, error) {
+	raws := []json.RawMessage{m.Data}
+	if strings.HasPrefix(m.Subject, b.subj.EventsChange("")) {
+		var fm struct {
+			Changes []json.RawMessage `json:"changes"`
+		}
+		if err := json.Unmarshal(m.Data, &fm); err != nil {
+			return nil, nil, err
+		}
+		if len(fm.Changes) > 0 {
+			raws = fm.Changes
+		}
+	}
+	evs := make([]*intents.Event, len(raws))
+	for i, raw := range raws {
+		evs[i] = new(intents.Event)
+		if err := json.Unmarshal(raw, evs[i]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return evs, raws, nil
 }
 
 // feedHistory is how many events of the log a new stream starts with;

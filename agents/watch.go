@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -35,9 +36,20 @@ type Watcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	filled atomic.Int64
+
 	mu  sync.Mutex
 	err error
 }
+
+// Filled is how many changes the watch has read from the log because the
+// change feed lacked them: its messages are chained (each names the
+// revision of the last change before it), and a message that follows one
+// the watcher did not get makes it ask the log for what is missing. Another
+// writer on the feed's stream (a deposed coordinator) can take a
+// message's place; otherwise a feed that lacks a change is a fault of the
+// coordinator's.
+func (w *Watcher) Filled() int { return int(w.filled.Load()) }
 
 // Changes is the stream of changes. It is closed when the watch ends: ctx
 // ended, Stop was called, or an error (Err says which).
@@ -126,7 +138,7 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 		defer close(w.done)
 		defer close(w.ch)
 		defer f.stop()
-		err := c.watch(ctx, subtree, from, f, w.ch)
+		err := c.watch(ctx, subtree, from, f, w)
 		if ctx.Err() == nil {
 			w.mu.Lock()
 			w.err = err
@@ -314,7 +326,8 @@ func (f *feed) stalled(ctx context.Context, cons jetstream.Consumer) error {
 	return nil
 }
 
-func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *feed, out chan<- Change) error {
+func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *feed, w *Watcher) error {
+	out := w.ch
 	send := func(ev *intents.Event) bool {
 		if ev.Seq <= last || ev.Change == nil {
 			return true
@@ -355,26 +368,45 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *f
 		err := c.request(ctx, intents.APILogQuery, q, &page)
 		return page.Events, page.Next, err
 	}
-	// Catch up from the log.
-	for from := last + 1; ; {
-		evs, next, err := query(from, watchPage)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+	// catchUp delivers the changes of the log after the last delivered
+	// and below until (0: to the log's end), and says how many.
+	catchUp := func(until uint64) (int, bool, error) {
+		n := 0
+		for from := last + 1; until == 0 || from < until; {
+			evs, next, err := query(from, watchPage)
+			if err != nil {
+				if ctx.Err() != nil {
+					return n, false, nil
+				}
+				return n, false, fmt.Errorf("agents: watch %q: catch up from %d: %w", subtree, from, err)
 			}
-			return fmt.Errorf("agents: watch %q: catch up from %d: %w", subtree, from, err)
-		}
-		for _, ev := range evs {
-			if !send(ev) {
-				return nil
+			for _, ev := range evs {
+				if until > 0 && ev.Seq >= until {
+					return n, true, nil
+				}
+				before := last
+				if !send(ev) {
+					return n, false, nil
+				}
+				if last > before {
+					n++
+				}
 			}
+			if next == 0 {
+				break
+			}
+			from = next
 		}
-		if next == 0 {
-			break
-		}
-		from = next
+		return n, true, nil
+	}
+	if _, ok, err := catchUp(0); !ok {
+		return err
 	}
 	// Then the feed; what the log already gave is skipped by revision.
+	// seen is the last revision the feed's messages (or the log) covered:
+	// a message chained to a later one follows one this watcher did not
+	// get, and what it lacks is asked of the log.
+	seen := last
 	for {
 		m, err := live.Next(ctx)
 		if err != nil {
@@ -383,12 +415,28 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *f
 			}
 			return fmt.Errorf("agents: watch %q: feed: %w", subtree, err)
 		}
-		evs, err := intents.DecodeFeed(m.Data())
+		fm, err := intents.DecodeFeedMessage(m.Data())
 		if err != nil {
 			c.log.Warn("dropped a feed message that does not parse", "subject", m.Subject(), "err", err)
 			continue
 		}
-		for _, ev := range evs {
+		chain := fm.BoardPrev
+		if subtree == "" {
+			chain = fm.Prev
+		}
+		if first := fm.Changes[0].Seq; chain > seen && first > last+1 {
+			n, ok, err := catchUp(first)
+			if !ok {
+				return err
+			}
+			if n > 0 {
+				w.filled.Add(int64(n))
+				c.log.Warn("the change feed lacked changes; they were read from the log", "subtree", subtree,
+					"changes", n, "before", first, "chained_to", chain, "seen", seen)
+			}
+		}
+		seen = max(seen, fm.Changes[len(fm.Changes)-1].Seq)
+		for _, ev := range fm.Changes {
 			if ev.Seq <= last || !touches(ev, subtree) {
 				continue
 			}

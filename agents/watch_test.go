@@ -11,6 +11,7 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // recordsTo is a slog.Handler that sends each record's message and
@@ -107,5 +108,82 @@ func TestWatchRetriesRateLimited(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the watch delivered nothing")
+	}
+}
+
+// TestWatchHealsAGapInTheFeed: another writer on the change feed's stream
+// (a deposed coordinator, say) puts a message on it, taking the place in
+// the stream that the coordinator's next message expects. The next change
+// wrote to two boards: its first board's message is refused (and asked for
+// no acknowledgement), and its second board's, which expects the place
+// the refused one would have taken, is stored. The first board's feed
+// lacks the change for good. The board's watcher finds the gap at the
+// board's next message, by the messages' chain, and reads the change from
+// the log; the whole state's watcher had it from the second board's
+// message. Without the chain, the board's watcher is never given it.
+func TestWatchHealsAGapInTheFeed(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 60*time.Second)
+	c := w.client("watcher")
+	var watchers []*agents.Watcher
+	for _, subtree := range []string{"", "gap"} {
+		wt, err := c.Watch(ctx, subtree, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wt.Stop()
+		watchers = append(watchers, wt)
+	}
+	writer := w.client("w")
+	var revs []uint64
+	apply := func(b *intents.Builder) {
+		t.Helper()
+		d, err := writer.Apply(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, d.Rev)
+	}
+	// given checks that the watcher numbered i was given the log's changes
+	// after the ones it was given before, up to the last applied.
+	var at [2]int
+	given := func(i int) {
+		t.Helper()
+		for ; at[i] < len(revs); at[i]++ {
+			select {
+			case ch := <-watchers[i].Changes():
+				if ch.Rev != revs[at[i]] {
+					t.Fatalf("watcher %d was given revision %d, and the log's next is %d", i, ch.Rev, revs[at[i]])
+				}
+			case <-ctx.Done():
+				t.Fatalf("watcher %d was not given revisions %v", i, revs[at[i]:])
+			}
+		}
+	}
+	apply(intents.Apply("count").Incr("gap.p", 1))
+	given(1) // on the feed: the feeder is idle
+
+	js, err := jetstream.New(w.connect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := intents.Subjects{}
+	stream, err := js.Stream(ctx, subj.Stream(intents.StreamEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, subj.EventsChange(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, last.Subject, last.Data); err != nil {
+		t.Fatal(err)
+	}
+	apply(intents.Apply("both").Incr("gap.a", 1).Incr("gapb.a", 1))
+	apply(intents.Apply("count").Incr("gap.b", 1))
+	given(0)
+	given(1)
+	if watchers[1].Filled() == 0 {
+		t.Fatal("the board's watcher read nothing from the log: the feed had no gap, and the test shows nothing")
 	}
 }

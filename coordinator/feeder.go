@@ -68,6 +68,13 @@ type feeder struct {
 	// need not carry changes up to, when it was empty then.
 	started bool
 	floor   uint64
+	// prev is the revision of the last change of the last message sent,
+	// and boards the same per board, as far as known since the last
+	// mend: the chain of the messages (intents.FeedMessage). st is the
+	// feed's stream, once a mend found it.
+	prev   uint64
+	boards map[string]uint64
+	st     jetstream.Stream
 	// gap is the planted bug feed-gap: the next mend skips a change.
 	gap bool
 }
@@ -81,7 +88,7 @@ type feedAck struct {
 
 func newFeeder(s *Service) *feeder {
 	return &feeder{s: s, in: make(chan []*intents.Event, feedQueue), behind: make(chan struct{}, 1),
-		done: make(chan struct{}), gap: s.planted().FeedGap}
+		done: make(chan struct{}), boards: map[string]uint64{}, gap: s.planted().FeedGap}
 }
 
 // add hands a group's changes to the feeder, or, if it is that far
@@ -172,33 +179,17 @@ const feedBatchBytes = 128 << 10
 // sees each revision in order, once it skips the ones it has.
 func (f *feeder) publish(changes []*intents.Event) {
 	var (
-		prev  *nats.Msg
-		board string
-		buf   []byte // the message being built
-		n     int    // changes in buf
+		prev *nats.Msg
+		m    feedMsg // the message being built
 	)
 	flush := func() {
-		if n == 0 {
+		if m.n == 0 {
 			return
 		}
 		if prev != nil {
 			f.send(prev, false)
 		}
-		prev = &nats.Msg{Subject: f.s.subj.EventsChange(board), Data: append(buf, "]}"...)}
-		buf, n = nil, 0
-	}
-	add := func(b string, data []byte) {
-		if n > 0 && (b != board || len(buf)+len(data) > feedBatchBytes) {
-			flush()
-		}
-		if n == 0 {
-			board = b
-			buf = append(make([]byte, 0, len(data)*4+64), `{"changes":[`...)
-		} else {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, data...)
-		n++
+		prev = f.finish(&m)
 	}
 	for _, ev := range changes {
 		if f.broken != nil {
@@ -213,7 +204,13 @@ func (f *feeder) publish(changes []*intents.Event) {
 			continue
 		}
 		for _, b := range ev.Change.Boards() {
-			add(b, data)
+			if m.n > 0 && (b != m.board || len(m.buf)+len(data) > feedBatchBytes) {
+				flush()
+			}
+			if m.n == 0 {
+				f.start(&m, b, len(data))
+			}
+			m.add(ev.Seq, data)
 		}
 		f.sent = ev.Seq
 	}
@@ -221,6 +218,68 @@ func (f *feeder) publish(changes []*intents.Event) {
 	if prev != nil {
 		f.send(prev, true)
 	}
+}
+
+// feedMsg is a change feed message being built: changes of one board.
+type feedMsg struct {
+	board string
+	buf   []byte
+	n     int    // changes in buf
+	last  uint64 // the revision of the last
+}
+
+// start begins m as the next message on board's subject, chained to the
+// feed's last message and to the board's (intents.FeedMessage).
+func (f *feeder) start(m *feedMsg, board string, size int) {
+	m.board, m.n, m.last = board, 0, 0
+	m.buf = append(make([]byte, 0, size*4+96), `{"prev":`...)
+	m.buf = strconv.AppendUint(m.buf, f.prev, 10)
+	m.buf = append(m.buf, `,"board_prev":`...)
+	m.buf = strconv.AppendUint(m.buf, f.boardPrev(board), 10)
+	m.buf = append(m.buf, `,"changes":[`...)
+}
+
+func (m *feedMsg) add(rev uint64, change []byte) {
+	if m.n > 0 {
+		m.buf = append(m.buf, ',')
+	}
+	m.buf, m.n, m.last = append(m.buf, change...), m.n+1, rev
+}
+
+// finish ends m and returns it as a message, the last of the chain from
+// then on.
+func (f *feeder) finish(m *feedMsg) *nats.Msg {
+	f.prev, f.boards[m.board] = m.last, m.last
+	msg := &nats.Msg{Subject: f.s.subj.EventsChange(m.board), Data: append(m.buf, "]}"...)}
+	*m = feedMsg{}
+	return msg
+}
+
+// boardPrev is the revision of the last change on board's subject: as
+// sent since the last mend, or else as the stream holds it. 0 if there is
+// none, or the stream could not say (a watcher then has no chain to check
+// at this message).
+func (f *feeder) boardPrev(board string) uint64 {
+	if rev, ok := f.boards[board]; ok || f.st == nil {
+		return rev
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m, err := f.st.GetLastMsgForSubject(ctx, f.s.subj.EventsChange(board))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		f.boards[board] = 0
+		return 0
+	}
+	if err != nil {
+		return 0
+	}
+	evs, err := intents.DecodeFeed(m.Data)
+	if err != nil {
+		return 0
+	}
+	rev := evs[len(evs)-1].Seq
+	f.boards[board] = rev
+	return rev
 }
 
 // send sends m as the stream's next message, asking for an
@@ -287,6 +346,10 @@ func (f *feeder) mend() {
 		f.broken = fmt.Errorf("read the feed: %w", err)
 		return
 	}
+	// What was sent since the last mend may not be on the feed: the
+	// chain goes on from what the stream holds.
+	f.st, f.prev = st, 0
+	clear(f.boards)
 	end := lg.LastSeq() // durable: what the feed may carry
 	info, err := st.Info(ctx)
 	if err != nil {
@@ -335,6 +398,9 @@ func (f *feeder) mend() {
 		m = prev
 	}
 	f.sent, f.broken = min(last.Seq, end), nil
+	if m != nil {
+		f.prev = last.Seq
+	}
 	if m != nil && last.Change != nil {
 		// A change that wrote to several boards goes in a message of
 		// each: send those that did not go. (The subject of a wire v2
@@ -342,10 +408,13 @@ func (f *feeder) mend() {
 		boards := last.Change.Boards()
 		board := intents.Board(strings.TrimPrefix(m.Subject, s.subj.EventsChange("")))
 		if i := slices.Index(boards, board); i >= 0 && i < len(boards)-1 {
-			data, err := json.Marshal(intents.FeedMessage{Changes: []*intents.Event{&last}})
+			data, err := json.Marshal(&last)
 			if err == nil {
 				for _, rest := range boards[i+1:] {
-					f.send(&nats.Msg{Subject: s.subj.EventsChange(rest), Data: data}, false)
+					var fm feedMsg
+					f.start(&fm, rest, len(data))
+					fm.add(last.Seq, data)
+					f.send(f.finish(&fm), false)
 				}
 			}
 		}

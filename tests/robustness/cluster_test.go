@@ -165,7 +165,7 @@ func clusterRun(t *testing.T, r run) error {
 	errs = append(errs, checkMembers(t, members, tr.h)...)
 	changes, err := logChanges(members[0].dir)
 	if err == nil {
-		err = checkWatchers(ws, changes)
+		err = checkWatchers(ws, changes, true)
 	}
 	return errors.Join(append(errs, err)...)
 }

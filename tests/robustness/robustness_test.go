@@ -884,7 +884,7 @@ func killRun(t *testing.T, r run) error {
 	coord.stop()
 	changes, lerr := logChanges(dir)
 	if err = errors.Join(err, lerr); lerr == nil {
-		err = errors.Join(err, checkWatchers(ws, changes))
+		err = errors.Join(err, checkWatchers(ws, changes, false))
 	}
 	return errors.Join(checkLog(t, "the coordinator", dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
 }

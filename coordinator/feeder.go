@@ -75,6 +75,7 @@ type feeder struct {
 	prev   uint64
 	boards map[string]uint64
 	st     jetstream.Stream
+	quiet  time.Time // no lookup of a board's last message before
 	// gap is the planted bug feed-gap: the next mend skips a change.
 	gap bool
 }
@@ -167,6 +168,10 @@ const (
 	feedHoldMax = 1024
 )
 
+// feedLookupPause is how long the feeder does not ask the stream for a
+// board's last message after it failed to answer.
+const feedLookupPause = 5 * time.Second
+
 // feedBatchBytes bounds the changes one feed message carries, so that it
 // stays well within the server's max_payload (1 MB by default); a change
 // larger than it goes alone.
@@ -258,12 +263,14 @@ func (f *feeder) finish(m *feedMsg) *nats.Msg {
 // boardPrev is the revision of the last change on board's subject: as
 // sent since the last mend, or else as the stream holds it. 0 if there is
 // none, or the stream could not say (a watcher then has no chain to check
-// at this message).
+// at this message). A stream that does not answer is not asked again
+// for feedLookupPause, so that it cannot hold up the feed a second per
+// board.
 func (f *feeder) boardPrev(board string) uint64 {
-	if rev, ok := f.boards[board]; ok || f.st == nil {
+	if rev, ok := f.boards[board]; ok || f.st == nil || time.Now().Before(f.quiet) {
 		return rev
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	m, err := f.st.GetLastMsgForSubject(ctx, f.s.subj.EventsChange(board))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -271,6 +278,8 @@ func (f *feeder) boardPrev(board string) uint64 {
 		return 0
 	}
 	if err != nil {
+		f.s.log.Warn("the change feed's last message on a board could not be read; new boards' messages go unchained to their board for a while", "board", board, "err", err, "for", feedLookupPause)
+		f.quiet = time.Now().Add(feedLookupPause)
 		return 0
 	}
 	evs, err := intents.DecodeFeed(m.Data)

@@ -1192,12 +1192,13 @@ func TestProtocolAPI(t *testing.T) {
 
 // TestProtocolEventFeed: committed writes appear on
 // coagent.events.change.<board>, the changes of a commit group in one
-// message, so a board can be followed and a subtree found in it.
+// message, so a board can be followed and a subtree found in it; each
+// message is chained to the revisions before it.
 func TestProtocolEventFeed(t *testing.T) {
 	w := newProtoWire(t, Options{})
 	board := w.subscribe(protoEvents + "change.report")
 	all := w.subscribe(protoEvents + "change.>")
-	w.send("a", fmtSet, "a", "reports.x", `1`) // not in the board report
+	other := w.send("a", fmtSet, "a", "reports.x", `1`) // not in the board report
 	d := w.send("a", fmtSet, "a", "report.sections.intro", `"hello"`)
 	m, err := all.NextMsg(protoTimeout)
 	if err != nil || m.Subject != protoEvents+"change.reports" {
@@ -1214,6 +1215,10 @@ func TestProtocolEventFeed(t *testing.T) {
 		var msg intents.FeedMessage
 		if err := json.Unmarshal(m.Data, &msg); err != nil || len(msg.Changes) != 1 {
 			t.Fatalf("feed message %s: %v", m.Data, err)
+		}
+		// Chained to the feed's last change, on any board and on its own.
+		if msg.Prev != other.Rev || msg.BoardPrev != 0 {
+			t.Fatalf("feed message %s: chained to %d and, on its board, %d; want %d and none", m.Data, msg.Prev, msg.BoardPrev, other.Rev)
 		}
 		ev := msg.Changes[0]
 		if ev.Type != intents.EventChange || ev.Seq != d.Rev || ev.Intent != d.Intent ||

@@ -208,6 +208,9 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	}
 	cp := &costPatcher{slots: map[pathRef]int{}, slotsOnly: c.uncosted}
 	ast.Walk(&tree.Node, cp)
+	if cp.err != nil {
+		return nil, invalid("", quote(src), "does not compile: %s", cp.err)
+	}
 	if _, err := checker.Check(tree, config); err != nil {
 		return nil, invalid("", quote(src), "does not compile once costed: %s", firstLine(err.Error()))
 	}

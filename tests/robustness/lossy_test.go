@@ -3,6 +3,7 @@ package robustness
 import (
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -126,72 +127,80 @@ func cutToSynced(dir string) error {
 
 // failingFS is a disk that dies, or fills: once failed is set (the faults
 // disk-error and disk-full), every write, sync and file creation fails
-// with err (EIO, ENOSPC).
+// with err (EIO, ENOSPC); with oneIn set (disk-flaky), one in oneIn of
+// them, at random, and the others succeed.
 type failingFS struct {
 	vfs.FS
 	failed *atomic.Bool
+	oneIn  int
 	err    error
 }
 
+// fails reports whether the next write, sync or creation fails.
+func fails(failed *atomic.Bool, oneIn int) bool {
+	return failed.Load() && (oneIn <= 1 || rand.IntN(oneIn) == 0)
+}
+
 func (d failingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	if d.failed.Load() {
+	if fails(d.failed, d.oneIn) {
 		return nil, d.err
 	}
 	f, err := d.FS.Create(name, c)
 	if err != nil {
 		return f, err
 	}
-	return &failingFile{File: f, failed: d.failed, err: d.err}, nil
+	return &failingFile{File: f, failed: d.failed, oneIn: d.oneIn, err: d.err}, nil
 }
 
 func (d failingFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	if d.failed.Load() {
+	if fails(d.failed, d.oneIn) {
 		return nil, d.err
 	}
 	f, err := d.FS.ReuseForWrite(old, name, c)
 	if err != nil {
 		return f, err
 	}
-	return &failingFile{File: f, failed: d.failed, err: d.err}, nil
+	return &failingFile{File: f, failed: d.failed, oneIn: d.oneIn, err: d.err}, nil
 }
 
 // failingFile is a file of a failingFS.
 type failingFile struct {
 	vfs.File
 	failed *atomic.Bool
+	oneIn  int
 	err    error
 }
 
 func (f *failingFile) Write(p []byte) (int, error) {
-	if f.failed.Load() {
+	if fails(f.failed, f.oneIn) {
 		return 0, f.err
 	}
 	return f.File.Write(p)
 }
 
 func (f *failingFile) WriteAt(p []byte, off int64) (int, error) {
-	if f.failed.Load() {
+	if fails(f.failed, f.oneIn) {
 		return 0, f.err
 	}
 	return f.File.WriteAt(p, off)
 }
 
 func (f *failingFile) Sync() error {
-	if f.failed.Load() {
+	if fails(f.failed, f.oneIn) {
 		return f.err
 	}
 	return f.File.Sync()
 }
 
 func (f *failingFile) SyncData() error {
-	if f.failed.Load() {
+	if fails(f.failed, f.oneIn) {
 		return f.err
 	}
 	return f.File.SyncData()
 }
 
 func (f *failingFile) SyncTo(length int64) (bool, error) {
-	if f.failed.Load() {
+	if fails(f.failed, f.oneIn) {
 		return false, f.err
 	}
 	return f.File.SyncTo(length)

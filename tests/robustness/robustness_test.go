@@ -44,7 +44,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, disk-error or disk-full; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node and jump-active (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, disk-error, disk-full or disk-flaky; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node and jump-active (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )
@@ -63,7 +63,7 @@ const (
 	envChildLossy = "COAGENT_ROBUSTNESS_LOSSY"
 	// envChildDiskErr, set to an errno's name (EIO, ENOSPC), has the
 	// child's disk fail every write and sync with it from its SIGUSR2 on
-	// (failingFS).
+	// (failingFS); EIO/4 fails one in four of them with EIO.
 	envChildDiskErr = "COAGENT_ROBUSTNESS_DISKERR"
 	// envChildNode, set, makes the child a member of a cluster of that
 	// name (coordinator.StartMember), on the NATS URLs given.
@@ -78,6 +78,7 @@ const (
 	faultClockJump   = "clock-jump"   // the coordinator's clock jumps forward by clockJump
 	faultDiskError   = "disk-error"   // the coordinator's disk fails every write and sync (EIO), then it is killed and started again on a sound one
 	faultDiskFull    = "disk-full"    // the same with ENOSPC: the disk is full, and then has room again
+	faultDiskFlaky   = "disk-flaky"   // the disk fails one write, sync or file creation in four (EIO), the others succeed; then the same
 )
 
 // clockJump is how far the clock jumps at each clock-jump: past every
@@ -122,9 +123,12 @@ func TestCoordinatorChild(t *testing.T) {
 		opts.Core.Log.Pebble = &pebble.Options{FS: lossyFS{FS: vfs.Default}}
 	}
 	if name := os.Getenv(envChildDiskErr); name != "" {
-		errno := syscall.EIO
-		if name == "ENOSPC" {
+		errno, oneIn := syscall.EIO, 0
+		switch name {
+		case "ENOSPC":
 			errno = syscall.ENOSPC
+		case "EIO/4":
+			oneIn = 4
 		}
 		var failed atomic.Bool
 		die := make(chan os.Signal, 1)
@@ -133,7 +137,7 @@ func TestCoordinatorChild(t *testing.T) {
 			<-die
 			failed.Store(true)
 		}()
-		opts.Core.Log.Pebble = &pebble.Options{FS: failingFS{FS: vfs.Default, failed: &failed,
+		opts.Core.Log.Pebble = &pebble.Options{FS: failingFS{FS: vfs.Default, failed: &failed, oneIn: oneIn,
 			err: &fs.PathError{Op: "write", Path: "(the disk)", Err: errno}}}
 	}
 	stop := func(ctx context.Context) error { return nil }
@@ -220,6 +224,8 @@ func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault str
 		cmd.Env = append(cmd.Env, envChildDiskErr+"=EIO")
 	case faultDiskFull:
 		cmd.Env = append(cmd.Env, envChildDiskErr+"=ENOSPC")
+	case faultDiskFlaky:
+		cmd.Env = append(cmd.Env, envChildDiskErr+"=EIO/4")
 	}
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -763,7 +769,8 @@ func TestKillCoordinator(t *testing.T) {
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
-			fault = []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump, faultDiskError, faultDiskFull}[seed%6]
+			faults := []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump, faultDiskError, faultDiskFull, faultDiskFlaky}
+			fault = faults[seed%uint64(len(faults))]
 		}
 		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
 		if err := killRun(t, run{seed: seed, planted: planted, fault: fault, traffic: *forFlag,
@@ -855,7 +862,7 @@ func killRun(t *testing.T, r run) error {
 			case faultClockJump:
 				coord.jump()
 				continue
-			case faultDiskError, faultDiskFull:
+			case faultDiskError, faultDiskFull, faultDiskFlaky:
 				// The disk dies, or fills, under the coordinator, which
 				// must answer nothing it did not make durable before; the
 				// process is then killed and started on a sound disk.

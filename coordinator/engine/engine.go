@@ -42,6 +42,10 @@ type Engine struct {
 	rulesEvent *intents.Rules
 	buckets    map[string]*bucket
 
+	// late keeps the transactions that expired, for the planted bug
+	// skip-fence to commit; never set otherwise.
+	late map[string]*txn
+
 	// effects are what the calls since the last TakeEffects opened and
 	// settled for the arbiters; output only, like the call's events.
 	effects Effects

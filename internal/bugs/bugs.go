@@ -35,6 +35,10 @@ type Set struct {
 	// shared subject too, from what they have folded, so that a read may
 	// be answered at a revision behind a write that returned.
 	StandbyReads bool
+	// SkipFence: the engine lets the holder of a transaction whose lease
+	// expired commit it still: the expiry is recorded, and the commit
+	// that comes after it is applied instead of fenced.
+	SkipFence bool
 	// WatchResumeSkip: feed.follow, asked for a consumer from a stream
 	// sequence (a watcher resuming after its consumer failed), starts it
 	// at the one after, so that the watcher misses a message.
@@ -53,6 +57,7 @@ var names = []struct {
 	{"skip-idempotency", func(s *Set) *bool { return &s.SkipIdempotency }, false},
 	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
+	{"skip-fence", func(s *Set) *bool { return &s.SkipFence }, false},
 	{"watch-resume-skip", func(s *Set) *bool { return &s.WatchResumeSkip }, false},
 }
 

@@ -1022,6 +1022,11 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 	defer l.Close()
 	decided := map[string][]*intents.Decision{}
 	grants, expired, waits := 0, 0, 0
+	// A transaction changes the state only while it is in flight: a
+	// change of one after its end (its lease expired, say) is a commit the
+	// fence should have refused.
+	ended := map[string]uint64{}
+	var late []error
 	err = l.Scan(l.FirstSeq(), l.LastSeq(), func(ev *intents.Event) error {
 		if d := ev.Decision; d != nil && !d.Duplicate && d.Outcome.Final() {
 			decided[d.Intent] = append(decided[d.Intent], d)
@@ -1034,13 +1039,21 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 		case intents.EventWait:
 			waits++
 		}
+		switch {
+		case ev.Release != nil && (ev.Type == intents.EventExpire || ev.Type == intents.EventRelease):
+			ended[ev.Release.Txn] = ev.Seq
+		case ev.Type == intents.EventChange && ev.Txn != "":
+			if at, ok := ended[ev.Txn]; ok && len(late) < 5 {
+				late = append(late, fmt.Errorf("txn %s changed the state at revision %d, after it ended at seq %d", ev.Txn, ev.Seq, at))
+			}
+		}
 		return nil
 	})
 	t.Logf("the log of %s: %d transactions granted (%d expired), %d intents parked behind one", name, grants, expired, waits)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
-	var errs []error
+	errs := late
 	doubled := 0
 	for id, ds := range decided {
 		if len(ds) > 1 {
@@ -1134,6 +1147,10 @@ func TestChecksCatchBugs(t *testing.T) {
 			fault = faultKill
 		case "watch-resume-skip":
 			fault = faultRestartNATS
+		case "skip-fence":
+			// Leases end when the clock jumps past them, with commits
+			// on their way.
+			fault = faultClockJump
 		}
 		t.Run(name, func(t *testing.T) {
 			planted, err := bugs.Parse(name)

@@ -44,7 +44,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, disk-error, disk-full or disk-flaky; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node and jump-active (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, pause, disk-error, disk-full or disk-flaky; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node and jump-active (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )
@@ -76,6 +76,7 @@ const (
 	faultPowerCut    = "power-cut"    // the same, losing what its WAL had not fsynced
 	faultRestartNATS = "restart-nats" // stop the NATS server the coordinator uses and start it again
 	faultClockJump   = "clock-jump"   // the coordinator's clock jumps forward by clockJump
+	faultPause       = "pause"        // SIGSTOP the coordinator past every lease and wait of the traffic, then SIGCONT
 	faultDiskError   = "disk-error"   // the coordinator's disk fails every write and sync (EIO), then it is killed and started again on a sound one
 	faultDiskFull    = "disk-full"    // the same with ENOSPC: the disk is full, and then has room again
 	faultDiskFlaky   = "disk-flaky"   // the disk fails one write, sync or file creation in four (EIO), the others succeed; then the same
@@ -274,6 +275,19 @@ func (c *child) failDisk() {
 func (c *child) jump() {
 	_ = c.cmd.Process.Signal(syscall.SIGUSR1)
 }
+
+// pause stops the child for d (SIGSTOP), then lets it go on (SIGCONT).
+func (c *child) pause(d time.Duration) {
+	_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(d)
+	_ = c.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// pauseFor is how long the fault pause stops the coordinator: past every
+// lease (3 s) and wait (1 s) of the traffic, and short of the intents
+// consumer's AckWait (5 s), so that what it had fetched is not delivered
+// again meanwhile (kill covers that).
+const pauseFor = 3500 * time.Millisecond
 
 // stop ends the child with SIGTERM: it shuts down cleanly.
 func (c *child) stop() {
@@ -769,7 +783,7 @@ func TestKillCoordinator(t *testing.T) {
 	forSeeds(t, func(t *testing.T, seed uint64) {
 		fault := *faultFlag
 		if fault == "" {
-			faults := []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump, faultDiskError, faultDiskFull, faultDiskFlaky}
+			faults := []string{faultKill, faultPowerCut, faultRestartNATS, faultClockJump, faultDiskError, faultDiskFull, faultDiskFlaky, faultPause}
 			fault = faults[seed%uint64(len(faults))]
 		}
 		t.Logf("seed %d, fault %s: go test ./tests/robustness -run 'TestKillCoordinator' -seed %d -fault %s -bugs '%s'", seed, fault, seed, fault, planted)
@@ -861,6 +875,9 @@ func killRun(t *testing.T, r run) error {
 				continue
 			case faultClockJump:
 				coord.jump()
+				continue
+			case faultPause:
+				coord.pause(pauseFor)
 				continue
 			case faultDiskError, faultDiskFull, faultDiskFlaky:
 				// The disk dies, or fills, under the coordinator, which

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,6 +141,19 @@ func (c *Cluster) Stop(i int) {
 	c.Servers[i].Shutdown()
 	c.Servers[i].WaitForShutdown()
 	c.stopped[i] = true
+}
+
+// Wipe deletes the JetStream store of the stopped node i: restarted, it
+// is a node replaced by an empty one of the same name, whose streams'
+// replicas catch up from their leaders.
+func (c *Cluster) Wipe(i int) {
+	c.t.Helper()
+	if !c.stopped[i] {
+		c.t.Fatalf("node %s is running", c.opts[i].ServerName)
+	}
+	if err := os.RemoveAll(c.opts[i].StoreDir); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // Restart starts the stopped node i again on the same store and ports,

@@ -28,6 +28,7 @@ const (
 	faultKillStandby = "kill-standby" // SIGKILL a standby, start it again
 	faultRestartNode = "restart-node" // stop a NATS node, start it again on its store after up to a second
 	faultJumpActive  = "jump-active"  // the active member's clock jumps forward by clockJump
+	faultReplaceNode = "replace-node" // stop a NATS node, delete its JetStream store, start it again: a node replaced
 )
 
 // TestClusterFaults is the cluster's run: three NATS nodes, three
@@ -98,7 +99,7 @@ func clusterRun(t *testing.T, r run) error {
 	ws := startWatchers(t, connect)
 	kinds := r.faults
 	if len(kinds) == 0 {
-		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultPauseActive, faultJumpActive}
+		kinds = []string{faultKillActive, faultKillStandby, faultRestartNode, faultReplaceNode, faultPauseActive, faultJumpActive}
 	}
 	faults := map[string]int{}
 	for {
@@ -107,10 +108,13 @@ func clusterRun(t *testing.T, r run) error {
 		case <-ctx.Done():
 		case <-time.After(pause):
 			fault := kinds[rng.IntN(len(kinds))]
-			if fault == faultRestartNode {
+			if fault == faultRestartNode || fault == faultReplaceNode {
 				faults[fault]++
 				n := rng.IntN(len(c.Servers))
 				c.Stop(n)
+				if fault == faultReplaceNode {
+					c.Wipe(n)
+				}
 				time.Sleep(time.Duration(rng.IntN(1000)) * time.Millisecond)
 				c.Restart(n)
 				continue

@@ -44,7 +44,7 @@ var (
 	seedFlag  = flag.Uint64("seed", 0, "the seed of the run to replay (0: a fresh one, printed)")
 	runsFlag  = flag.Int("runs", 2, "how many runs of the single-node kill, each with its own seed")
 	forFlag   = flag.Duration("for", 6*time.Second, "how long each run's traffic lasts")
-	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, pause, disk-error, disk-full or disk-flaky; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node and jump-active (default: chosen by each run's seed among all)")
+	faultFlag = flag.String("fault", "", "the fault of every run: kill, power-cut, restart-nats, clock-jump, pause, disk-error, disk-full or disk-flaky; for the cluster run, a comma-separated choice of kill-active, pause-active, kill-standby, restart-node, replace-node and jump-active (default: chosen by each run's seed among all)")
 	bugsFlag  = flag.String("bugs", "", "deliberate bugs to plant in the coordinator (internal/bugs names, comma-separated), to see the checks catch them")
 	outFlag   = flag.String("report", "", "directory for the history and porcupine's visualization of a failing run (default: a temporary one, printed)")
 )

@@ -291,7 +291,7 @@ func TestRulesReloadAndReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer core.Close()
-	full, err := coordinator.ReplayUntil(core.Log(), engine.Config{}, 0, time.Time{})
+	full, err := coordinator.Replay(core.Log(), coordinator.ReplayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestRulesReloadAndReplay(t *testing.T) {
 	if r, _ := full.Rules(); r == nil || r.Hash != second.Hash {
 		t.Fatalf("replayed rules %v, want %s", r, second.Hash)
 	}
-	then, err := coordinator.ReplayUntil(core.Log(), engine.Config{}, mid.Rev, time.Time{})
+	then, err := coordinator.Replay(core.Log(), coordinator.ReplayOptions{Seq: mid.Rev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestRulesReloadAndReplay(t *testing.T) {
 		eng  *engine.Engine
 		want intents.Outcome
 	}{{then, intents.OutcomeRejected}, {full, intents.OutcomeApplied}} {
-		evs := c.eng.Submit(time.Now(), "bob", []byte(`{"id":"01JD00000000000000000000ZZ","agent":"bob","kind":"apply","writes":[{"path":"docs.c","op":"set","value":1}]}`), nil)
+		evs := c.eng.Submit(time.Now(), engine.Input{Agent: "bob", Raw: []byte(`{"id":"01JD00000000000000000000ZZ","agent":"bob","kind":"apply","writes":[{"path":"docs.c","op":"set","value":1}]}`)}, nil).Events
 		var got intents.Outcome
 		for _, ev := range evs {
 			if ev.Decision != nil {

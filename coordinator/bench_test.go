@@ -102,7 +102,7 @@ func (g *replayGen) step() []*intents.Event {
 		in.Reads = []intents.Read{{Path: doc}}
 		in.Writes = []intents.Write{{Path: doc, Op: intents.OpSet}}
 	}
-	g.out = g.eng.SubmitIntent(g.now, in.Agent, in, g.out[:0])
+	g.out = g.eng.Submit(g.now, engine.Input{Agent: in.Agent, Intent: in}, g.out[:0]).Events
 	d := g.out[len(g.out)-1].Decision
 	key := string(d.Outcome)
 	if d.Reason != "" {

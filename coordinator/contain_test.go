@@ -55,7 +55,7 @@ func TestPanicContained(t *testing.T) {
 	decide := func(raw []byte) *intents.Decision {
 		t.Helper()
 		var d *intents.Decision
-		for _, ev := range core.Decide(t0, "w1", raw, ViaStream) {
+		for _, ev := range core.Decide(t0, engine.Input{Agent: "w1", Raw: raw}, ViaStream).Events {
 			if ev.Decision != nil {
 				d = ev.Decision
 			}
@@ -126,7 +126,7 @@ func TestPanicContained(t *testing.T) {
 	// The log alone rebuilds exactly the live state, in and after the
 	// contained batch.
 	live := Hash(core.Engine().State())
-	if got, err := Verify(core.Log(), engine.Config{}); err != nil || got != live {
+	if got, err := Verify(core.Log(), engine.Config{}, nil); err != nil || got != live {
 		t.Fatalf("verify: %v, hash %s, live %s", err, got, live)
 	}
 	if err := core.Close(); err != nil {
@@ -168,7 +168,7 @@ func TestPanicContainedInTimers(t *testing.T) {
 		`{"id":"01JD0000000000000000000001","agent":"a","kind":"propose","writes":[{"path":"x","op":"set"}]}`,
 		`{"id":"01JD0000000000000000000002","agent":"b","kind":"apply","on_conflict":"escalate","writes":[{"path":"x","op":"set","value":1}]}`,
 	} {
-		core.Decide(t0, "", []byte(raw), ViaAPI)
+		core.Decide(t0, engine.Input{Raw: []byte(raw)}, ViaAPI)
 	}
 	if _, err := core.Commit(); err != nil {
 		t.Fatal(err)
@@ -209,9 +209,9 @@ func TestRouteOwnDecisionAfterOthers(t *testing.T) {
 	if _, err := core.SetRules(t0, []byte(`{"rules":[{"pattern":"board.**","preempt":["lead"]}]}`), "test"); err != nil {
 		t.Fatal(err)
 	}
-	core.Decide(t0, "w", []byte(`{"id":"01JD0000000000000000000001","agent":"w","kind":"propose","writes":[{"path":"board.x","op":"set"}]}`), ViaStream)
-	evs := core.Decide(t0, "lead", []byte(`{"id":"01JD0000000000000000000002","agent":"lead","kind":"apply","writes":[{"path":"board.x","op":"set","value":1}]}`), ViaAPI)
-	if d := submittedDecision(evs); d == nil || d.Intent != "01JD0000000000000000000002" || d.Outcome != intents.OutcomeApplied {
+	core.Decide(t0, engine.Input{Agent: "w", Raw: []byte(`{"id":"01JD0000000000000000000001","agent":"w","kind":"propose","writes":[{"path":"board.x","op":"set"}]}`)}, ViaStream)
+	decided := core.Decide(t0, engine.Input{Agent: "lead", Raw: []byte(`{"id":"01JD0000000000000000000002","agent":"lead","kind":"apply","writes":[{"path":"board.x","op":"set","value":1}]}`)}, ViaAPI)
+	if d := decided.Own; d == nil || d.Intent != "01JD0000000000000000000002" || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("the submitted intent's decision: %+v", d)
 	}
 	g, err := core.Commit()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -90,9 +91,15 @@ type Core struct {
 	lastSnap uint64
 	out      []*intents.Event
 	// routes and fx are the routed decisions and the engine's effects of
-	// the batch in hand, which Commit hands over with it.
-	routes []Routed
-	fx     engine.Effects
+	// the batch in hand, and rules the board rules it put in force (if
+	// rulesChanged), which Commit hands over with it; next is when the
+	// engine's next timer is due, as its last call said.
+	routes       []Routed
+	fx           engine.Effects
+	rulesChanged bool
+	rules        *rules.Set
+	next         time.Time
+	hasNext      bool
 	// via is how each intent decided in this process and still waiting
 	// for its final decision came.
 	via map[string]Via
@@ -139,7 +146,9 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 		return nil, err
 	}
 	eng.State().Track(true)
-	return &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}, nil
+	c := &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}
+	c.next, c.hasNext = eng.NextDeadline()
+	return c, nil
 }
 
 // recordedMax is the engine's Config.RecordedMax for log: its greatest
@@ -166,10 +175,9 @@ func (c *Core) Engine() *engine.Engine { return c.eng }
 // may use it, and only until its next call.
 func (c *Core) Uncommitted() []*intents.Event { return c.out }
 
-// Decide decides one raw intent that arrived on agent's subject at now,
-// by via. Its events join the batch the next Commit makes durable; nothing
-// may be told to anyone before then. The events stay valid until that
-// Commit returns.
+// Decide decides one intent, by via, at now. Its events join the batch
+// the next Commit makes durable; nothing may be told to anyone before
+// then. The events stay valid until that Commit returns.
 //
 // Deciding one intent never takes the process down: a panic while the
 // engine decides it or folds its events is contained here. The engine is
@@ -178,32 +186,43 @@ func (c *Core) Uncommitted() []*intents.Event { return c.out }
 // rejected invalid, with a detail saying an internal error stopped it. Its
 // id then has that decision, so a resend is answered from the record and
 // is not decided again.
-func (c *Core) Decide(now time.Time, agent string, raw []byte, via Via) []*intents.Event {
-	return c.DecideTraced(now, agent, raw, nil, via)
-}
-
-// DecideTraced is Decide for an intent that came with a traceparent
-// header: traceparent holds the header's values (see
-// engine.Engine.SubmitTraced), nil when it had none.
-func (c *Core) DecideTraced(now time.Time, agent string, raw []byte, traceparent []string, via Via) []*intents.Event {
+func (c *Core) Decide(now time.Time, in engine.Input, via Via) Decided {
 	n := len(c.out)
-	if !c.guard(n, "intent", func() { c.out = c.eng.SubmitTraced(now, agent, raw, traceparent, c.out) }) {
-		c.guard(n, "the refusal of an intent", func() {
-			c.out = c.eng.Refuse(now, agent, raw, traceparent, errInternalDetail, c.out)
-		})
+	var r engine.Ready
+	if !c.guard(n, "intent", func() { r = c.eng.Submit(now, in, c.out) }) {
+		c.guard(n, "the refusal of an intent", func() { r = c.eng.Refuse(now, in, errInternalDetail, c.out) })
 	}
-	c.done(n, via, true)
-	return c.out[n:]
+	c.done(n, r, via, true)
+	return Decided{Events: c.out[n:], ID: r.ID, Own: r.Own}
 }
 
-// done routes the decisions of the call that appended c.out[n:] and takes
-// the engine's effects of it; via, if known, is how its intent came.
-func (c *Core) done(n int, via Via, known bool) {
-	c.route(c.out[n:], via, known)
-	fx := c.eng.TakeEffects()
-	c.fx.Cases = append(c.fx.Cases, fx.Cases...)
-	c.fx.Dead = append(c.fx.Dead, fx.Dead...)
-	c.fx.Settled = append(c.fx.Settled, fx.Settled...)
+// Decided is what Decide decided: the call's events, the intent's id (""
+// when it has none that is usable) and its own decision.
+type Decided struct {
+	Events []*intents.Event
+	ID     string
+	Own    *intents.Decision
+}
+
+// done takes the Ready of the call that appended c.out[n:] (a zero one if
+// a contained panic stopped it), routes its decisions and keeps the rest
+// for Commit; via, if known, is how its intent came.
+func (c *Core) done(n int, r engine.Ready, via Via, known bool) {
+	if r.Events != nil {
+		c.out = r.Events
+	}
+	var own *intents.Decision
+	if known {
+		own = r.Own
+	}
+	c.route(c.out[n:], own, via)
+	c.fx.Add(r.Effects)
+	if r.RulesChanged {
+		c.rulesChanged, c.rules = true, r.Rules
+	}
+	if r.Events != nil {
+		c.next, c.hasNext = r.Next, r.HasNext
+	}
 }
 
 // errInternalDetail is the detail of an intent whose decision a contained
@@ -219,8 +238,9 @@ var ErrInternal = errors.New("coordinator: internal error")
 // events are dropped and the engine is as it was.
 func (c *Core) Tick(now time.Time) []*intents.Event {
 	n := len(c.out)
-	c.guard(n, "timers", func() { c.out = c.eng.Advance(now, c.out) })
-	c.done(n, 0, false)
+	var r engine.Ready
+	c.guard(n, "timers", func() { r = c.eng.Tick(now, c.out) })
+	c.done(n, r, 0, false)
 	return c.out[n:]
 }
 
@@ -229,11 +249,12 @@ func (c *Core) Tick(now time.Time) []*intents.Event {
 // and neither does one a contained panic stopped (ErrInternal).
 func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event, error) {
 	n := len(c.out)
+	var r engine.Ready
 	var err error
-	if !c.guard(n, "a resolution", func() { c.out, err = c.eng.Resolve(now, res, c.out) }) {
+	if !c.guard(n, "a resolution", func() { r, err = c.eng.Resolve(now, res, c.out) }) {
 		return nil, fmt.Errorf("%w: the resolution of %s", ErrInternal, res.Escalation)
 	}
-	c.done(n, 0, false)
+	c.done(n, r, 0, false)
 	return c.out[n:], err
 }
 
@@ -241,11 +262,12 @@ func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event
 // once Commit's Pending is.
 func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.Event, error) {
 	n := len(c.out)
+	var r engine.Ready
 	var err error
-	if !c.guard(n, "a rules change", func() { c.out, err = c.eng.SetRules(now, file, source, c.out) }) {
+	if !c.guard(n, "a rules change", func() { r, err = c.eng.SetRules(now, file, source, c.out) }) {
 		return nil, fmt.Errorf("%w: the rules change", ErrInternal)
 	}
-	c.done(n, 0, false)
+	c.done(n, r, 0, false)
 	return c.out[n:], err
 }
 
@@ -357,22 +379,19 @@ func (c *Core) Commit() (*Group, error) {
 // group hands over the batch b, enqueued as p, with the routes and effects
 // of what made it, and starts afresh.
 func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
-	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled, pending: p}
-	c.routes, c.fx = nil, engine.Effects{}
+	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled,
+		RulesChanged: c.rulesChanged, Rules: c.rules, Next: c.next, HasNext: c.hasNext, pending: p}
+	c.routes, c.fx, c.rulesChanged, c.rules = nil, engine.Effects{}, false, nil
 	for _, ev := range b.Events {
 		switch ev.Type {
 		case intents.EventChange:
 			g.Changes = append(g.Changes, ev)
+			continue
 		case intents.EventNotice:
 			g.Notices = append(g.Notices, ev)
-		case intents.EventRules:
-			g.RulesChanged = true
 		}
+		g.Live = append(g.Live, ev)
 	}
-	if g.RulesChanged {
-		_, g.Rules = c.eng.Rules()
-	}
-	g.Next, g.HasNext = c.eng.NextDeadline()
 	return g
 }
 
@@ -412,6 +431,7 @@ func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
 			return nil, c.failed
 		}
 	}
+	c.next, c.hasNext = c.eng.NextDeadline()
 	c.out = append(c.out[:0:0], evs...)
 	g, err := c.Commit()
 	if err != nil {
@@ -420,21 +440,15 @@ func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
 	return g.pending, nil
 }
 
-// NextDeadline is when the engine's next timer is due, if any.
-func (c *Core) NextDeadline() (time.Time, bool) { return c.eng.NextDeadline() }
+// NextDeadline is when the engine's next timer is due, if any: call Tick
+// then.
+func (c *Core) NextDeadline() (time.Time, bool) { return c.next, c.hasNext }
 
 // Submit is Decide and Commit of one intent, as it came from the stream.
 func (c *Core) Submit(now time.Time, agent string, raw []byte) ([]*intents.Event, *Group, error) {
-	evs := c.Decide(now, agent, raw, ViaStream)
-	p, err := c.Commit()
-	return evs, p, err
-}
-
-// Advance is Tick and Commit; the Group is nil when nothing was due.
-func (c *Core) Advance(now time.Time) ([]*intents.Event, *Group, error) {
-	evs := c.Tick(now)
-	p, err := c.Commit()
-	return evs, p, err
+	d := c.Decide(now, engine.Input{Agent: agent, Raw: raw}, ViaStream)
+	g, err := c.Commit()
+	return d.Events, g, err
 }
 
 // snapshot saves the engine as of its last event, which must be durable.
@@ -567,16 +581,25 @@ func restoreLatest(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.
 	return none()
 }
 
-// ReplayUntil rebuilds the state as it was right after event seq, or, when
-// seq is 0 and at is not zero, after the last event at or before time at.
-func ReplayUntil(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time) (*engine.Engine, error) {
-	return ReplayUntilProgress(log, cfg, seq, at, nil)
+// ReplayOptions says where Replay stops and whom it tells as it goes.
+type ReplayOptions struct {
+	// Engine configures the engine the replay rebuilds.
+	Engine engine.Config
+	// Seq is the last event folded: the state is as it was right after
+	// it. With Seq 0, At, if not zero, stops it at the last event at or
+	// before that time; with neither, the whole log is folded.
+	Seq uint64
+	At  time.Time
+	// Progress, if set, is told of each event folded (from the snapshot
+	// the replay starts from, if any): coagent replay's progress line on a
+	// large log.
+	Progress eventlog.Progress
 }
 
-// ReplayUntilProgress is ReplayUntil telling progress of each event it
-// folds (from the snapshot it starts from, if any): coagent replay's
-// progress line on a large log.
-func ReplayUntilProgress(log *eventlog.Log, cfg engine.Config, seq uint64, at time.Time, progress eventlog.Progress) (*engine.Engine, error) {
+// Replay rebuilds the state as opts says: after an event, at a time, or
+// at the log's end.
+func Replay(log *eventlog.Log, opts ReplayOptions) (*engine.Engine, error) {
+	cfg, seq, at, progress := opts.Engine, opts.Seq, opts.At, opts.Progress
 	if seq == 0 && !at.IsZero() {
 		var err error
 		if seq, err = seqAt(log, at); err != nil {
@@ -657,12 +680,9 @@ func (e *MismatchError) Error() string {
 // compaction left) and compares the result with the materialized state,
 // path by path. It returns the folded state's hash, or a *MismatchError
 // naming the first differing path.
-func Verify(log *eventlog.Log, cfg engine.Config) (string, error) {
-	return VerifyProgress(log, cfg, nil)
-}
-
-// VerifyProgress is Verify telling progress of each event it folds.
-func VerifyProgress(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (string, error) {
+//
+// progress, if not nil, is told of each event it folds.
+func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (string, error) {
 	var eng *engine.Engine
 	var err error
 	if log.FirstSeq() > 1 {

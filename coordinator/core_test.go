@@ -74,7 +74,8 @@ func (d *driver) step() {
 		}
 	default:
 		d.now = d.now.Add(time.Duration(d.rng.IntN(1500)) * time.Millisecond)
-		evs, p, err := d.c.Advance(d.now)
+		evs := d.c.Tick(d.now)
+		p, err := d.c.Commit()
 		d.settle(evs, p, err)
 		return
 	}
@@ -129,7 +130,7 @@ func TestReplayEquivalence(t *testing.T) {
 				if k++; k%5 != 0 {
 					continue
 				}
-				eng, err := ReplayUntil(c.Log(), engine.Config{}, seq, time.Time{})
+				eng, err := Replay(c.Log(), ReplayOptions{Seq: seq})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -137,7 +138,7 @@ func TestReplayEquivalence(t *testing.T) {
 					t.Fatalf("replay to %d: hash %s, the live engine had %s", seq, got, want)
 				}
 			}
-			if hash, err := Verify(c.Log(), engine.Config{}); err != nil || hash != Hash(c.Engine().State()) {
+			if hash, err := Verify(c.Log(), engine.Config{}, nil); err != nil || hash != Hash(c.Engine().State()) {
 				t.Fatalf("verify: %s, %v", hash, err)
 			}
 		})
@@ -171,7 +172,7 @@ func TestReopenContinues(t *testing.T) {
 		for range 200 {
 			d.step()
 		}
-		if _, err := Verify(c2.Log(), engine.Config{}); err != nil {
+		if _, err := Verify(c2.Log(), engine.Config{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		c2.Close()
@@ -198,7 +199,7 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byTime, err := ReplayUntil(log, engine.Config{}, 0, mid.Time)
+	byTime, err := Replay(log, ReplayOptions{At: mid.Time})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 		t.Fatalf("replay by time stopped at %d but event %d is at %s too", byTime.Seq(), next.Seq, next.Time)
 	}
 	before := log.LastSeq() / 2
-	want, err := ReplayUntil(log, engine.Config{}, before-1, time.Time{})
+	want, err := Replay(log, ReplayOptions{Seq: before - 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,17 +218,17 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 	if err := log.Compact(before, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReplayUntil(log, engine.Config{}, before-5, time.Time{}); !errors.Is(err, eventlog.ErrCompacted) {
+	if _, err := Replay(log, ReplayOptions{Seq: before - 5}); !errors.Is(err, eventlog.ErrCompacted) {
 		t.Fatalf("replay into the compacted past: %v", err)
 	}
-	got, err := ReplayUntil(log, engine.Config{}, before-1, time.Time{})
+	got, err := Replay(log, ReplayOptions{Seq: before - 1})
 	if err != nil || Hash(got.State()) != Hash(want.State()) {
 		t.Fatalf("replay to the compaction point: %v", err)
 	}
-	if _, err := Verify(log, engine.Config{}); err != nil {
+	if _, err := Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatalf("verify after compaction: %v", err)
 	}
-	last, err := ReplayUntil(log, engine.Config{}, 0, time.Time{})
+	last, err := Replay(log, ReplayOptions{})
 	if err != nil || Hash(last.State()) != Hash(c.Engine().State()) {
 		t.Fatalf("replay of everything after compaction: %v", err)
 	}

@@ -88,7 +88,7 @@ func TestCrashChild(t *testing.T) {
 			raw, _ := json.Marshal(in)
 			fmt.Fprintf(out, "intent %s\n", raw)
 			now = now.Add(time.Duration(rng.IntN(20)) * time.Millisecond)
-			c.Decide(now, in.Agent, raw, ViaStream)
+			c.Decide(now, engine.Input{Agent: in.Agent, Raw: raw}, ViaStream)
 		}
 		c.Tick(now)
 		first, last := c.eng.Seq()-uint64(len(c.out))+1, c.eng.Seq()
@@ -186,7 +186,7 @@ func TestCrashRecovery(t *testing.T) {
 		if !slices.Contains(ends, last) {
 			t.Fatalf("round %d: the log ends at %d, inside a batch (batch ends %v)", round, last, ends[max(0, len(ends)-3):])
 		}
-		if _, err := Verify(log, engine.Config{}); err != nil {
+		if _, err := Verify(log, engine.Config{}, nil); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		checkIndex(t, round, log)

@@ -42,14 +42,14 @@
 // # Without NATS
 //
 // Core pairs the engine with the log for callers that bring their own
-// transport, and Rebuild, ReplayUntil and Verify rebuild state from the
+// transport, and Rebuild, Replay and Verify rebuild state from the
 // log alone, for `coagent replay` and `coagent verify` on a stopped
 // coordinator's data directory.
 //
 //	core, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
-//	evs := core.Decide(time.Now(), "writer-1", rawIntent, coordinator.ViaAPI)
+//	d := core.Decide(time.Now(), engine.Input{Agent: "writer-1", Raw: rawIntent}, coordinator.ViaAPI)
 //	g, err := core.Commit() // one synced write for all decided since
-//	err = g.Wait(ctx)       // durable: now tell the agents
+//	err = g.Wait(ctx)       // durable: now tell the agent d.Own
 //
 // A data directory and JetStream store written under wire contract v1 are
 // migrated at start (migrate.go).

@@ -71,9 +71,9 @@ func FuzzDecideFold(f *testing.F) {
 					n = n*10 + int(c-'0')%10
 				}
 				now = now.Add(time.Duration(n%1000) * 100 * time.Millisecond)
-				evs = live.Advance(now, nil)
+				evs = live.Tick(now, nil).Events
 			} else {
-				evs = live.SubmitTraced(now, agents[i%len(agents)], line, header, nil)
+				evs = live.Submit(now, engine.Input{Agent: agents[i%len(agents)], Raw: line, Traceparent: header}, nil).Events
 				header = nil
 			}
 			for _, ev := range evs {

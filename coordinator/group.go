@@ -54,10 +54,10 @@ type Group struct {
 	Batch *eventlog.Batch
 	// Decisions are the batch's decisions, in order, each with its route.
 	Decisions []Routed
-	// Changes go to the change feed (COAGENT_EVENTS, once per path
-	// written); Notices to their agents' notices subjects; every event
-	// but a change goes out live on coagent.events.<type>.
-	Changes, Notices []*intents.Event
+	// Changes go to the change feed (COAGENT_EVENTS); Notices to their
+	// agents' notices subjects; Live, every event but a change, out live
+	// on coagent.events.<type>.
+	Changes, Notices, Live []*intents.Event
 	// Cases are the arbiter cases the batch opened, for the arbiters'
 	// queue; Dead the cases whose deadline passed unresolved, for the
 	// dead-letter stream.
@@ -85,24 +85,20 @@ func (g *Group) Wait(ctx context.Context) error { return g.pending.Wait(ctx) }
 // Last is the sequence number of the group's last event.
 func (g *Group) Last() uint64 { return g.pending.Last() }
 
-// route notes where the decisions among evs go: the decision of the
-// intent evs were decided for, which came by via (known false: evs decided
-// no intent, as Tick's), goes by via (see ownDecision), and every other
-// decision (a transaction it preempted, a waiter freed, a timer that
-// fired) where its intent came, as far as the Core knows. It remembers how each intent still waiting for its final
+// route notes where the decisions among evs go: own, the decision of the
+// intent evs were decided for (nil: they decided none, as Tick's), goes
+// by via, and every other decision (a transaction it preempted, a waiter
+// freed, a timer that fired) where its intent came, as far as the Core
+// knows. It remembers how each intent still waiting for its final
 // decision came; a duplicate's does not change that.
-func (c *Core) route(evs []*intents.Event, via Via, known bool) {
-	own := -1
-	if known {
-		own = ownDecision(evs)
-	}
-	for i, ev := range evs {
+func (c *Core) route(evs []*intents.Event, own *intents.Decision, via Via) {
+	for _, ev := range evs {
 		d := ev.Decision
 		if d == nil {
 			continue
 		}
 		var r Routed
-		if i == own {
+		if d == own {
 			r = Routed{Decision: d, Via: via, Known: true}
 		} else {
 			r.Decision = d

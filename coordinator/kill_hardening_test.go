@@ -122,7 +122,7 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lg.Close()
-	if got, err := Verify(lg, engine.Config{}); err != nil || got != hash {
+	if got, err := Verify(lg, engine.Config{}, nil); err != nil || got != hash {
 		t.Fatalf("verify: %v; folded %s, live %s", err, got, hash)
 	}
 }

@@ -547,10 +547,10 @@ func checkKillLog(t *testing.T, dir string, tr *killTracker, total int, liveHash
 			t.Errorf("intent %s: %d changes and %d final decisions in the log, want 1 and 1", id, changes[id], finals[id])
 		}
 	}
-	if _, err := Verify(log, engine.Config{}); err != nil {
+	if _, err := Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := ReplayUntil(log, engine.Config{}, 0, time.Time{})
+	eng, err := Replay(log, ReplayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -149,13 +150,14 @@ func (s *Service) decide(batch []input) {
 			if !ok && agent == "" {
 				agent = "?"
 			}
-			s.core.DecideTraced(now, agent, in.msg.Data(), traceparent(in.msg.Headers()), ViaStream)
+			s.core.Decide(now, engine.Input{Agent: agent, Raw: in.msg.Data(), Traceparent: traceparent(in.msg.Headers())}, ViaStream)
 			o.msgs = append(o.msgs, in.msg)
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream, decided: time.Now()})
 			o.bytes += len(in.msg.Data())
 		} else {
-			evs := s.core.DecideTraced(now, in.sub.agent, in.sub.req.Data(), traceparent(nats.Header(in.sub.req.Headers())), ViaAPI)
-			in.sub.id, in.sub.own = submittedID(evs), submittedDecision(evs)
+			d := s.core.Decide(now, engine.Input{Agent: in.sub.agent, Raw: in.sub.req.Data(),
+				Traceparent: traceparent(nats.Header(in.sub.req.Headers()))}, ViaAPI)
+			in.sub.id, in.sub.own = d.ID, d.Own
 			o.submits = append(o.submits, in.sub)
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI, decided: time.Now()})
 			o.bytes += len(in.sub.req.Data())
@@ -241,45 +243,6 @@ func (s *Service) unavailable(o *output) {
 		sub.answer(nil)
 	}
 	o.close()
-}
-
-// submittedID returns the id of the intent whose decision evs, the events
-// of one Decide, hold: the intent of its received event. Timers that fired
-// first, and intents it freed, have decisions of their own in evs too.
-func submittedID(evs []*intents.Event) string {
-	for _, ev := range evs {
-		if ev.Type == intents.EventIntent {
-			return ev.Intent
-		}
-	}
-	return ""
-}
-
-// submittedDecision returns the decision of the intent evs were decided
-// for (see submittedID): after its received event, the first decision of
-// its id; of one with no usable id, the first decision. Others may come
-// between: the end of a transaction it preempted, a waiter it freed.
-func submittedDecision(evs []*intents.Event) *intents.Decision {
-	i := ownDecision(evs)
-	if i < 0 {
-		return nil
-	}
-	return evs[i].Decision
-}
-
-// ownDecision returns the index in evs of the decision of the intent evs
-// were decided for (see submittedDecision), or -1.
-func ownDecision(evs []*intents.Event) int {
-	received, id := false, ""
-	for i, ev := range evs {
-		switch {
-		case !received && ev.Type == intents.EventIntent:
-			received, id = true, ev.Intent
-		case received && ev.Decision != nil && (id == "" || ev.Decision.Intent == id):
-			return i
-		}
-	}
-	return -1
 }
 
 // traceparent returns the values of a message's traceparent header

@@ -286,7 +286,7 @@ func TestMemberFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if _, err := Verify(log, CoreOptions{}.Engine); err != nil {
+	if _, err := Verify(log, CoreOptions{}.Engine, nil); err != nil {
 		t.Fatal(err)
 	}
 }

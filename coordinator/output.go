@@ -193,17 +193,13 @@ func lastChange(g *Group) uint64 {
 	return 0
 }
 
-// publishLive sends every event of g but its changes on the live feed,
-// coagent.events.<type> (core NATS: its history is log.query), and each
-// notice to its agent. An event type nobody listens to (Options.Interest)
-// is not encoded nor sent: the server would only drop it.
+// publishLive sends g's live events on coagent.events.<type> (core NATS:
+// their history is log.query), and each notice to its agent. An event
+// type nobody listens to (Options.Interest) is not encoded nor sent: the
+// server would only drop it.
 func (s *Service) publishLive(g *Group) {
 	var listened map[intents.EventType]bool
-	for _, ev := range g.Batch.Events {
-		if ev.Type == intents.EventChange {
-			continue
-		}
-		live := true
+	for _, ev := range g.Live {
 		if s.opts.Interest != nil {
 			if listened == nil {
 				listened = make(map[intents.EventType]bool, 4)
@@ -213,27 +209,28 @@ func (s *Service) publishLive(g *Group) {
 				l = s.opts.Interest(s.subj.Events(ev.Type))
 				listened[ev.Type] = l
 			}
-			live = l
-		}
-		if !live && ev.Type != intents.EventNotice {
-			continue
-		}
-		data, err := json.Marshal(ev)
-		if err != nil {
-			s.log.Error("encode event", "seq", ev.Seq, "err", err)
-			continue
-		}
-		if ev.Type == intents.EventNotice && intents.ValidSegment(ev.Agent) {
-			if err := s.pub.Publish(s.subj.Notices(ev.Agent), data); err != nil {
-				s.log.Warn("publish notice", "err", err)
+			if !l {
+				continue
 			}
 		}
-		if !live {
-			continue
+		s.publishEvent(s.subj.Events(ev.Type), ev)
+	}
+	for _, ev := range g.Notices {
+		if intents.ValidSegment(ev.Agent) {
+			s.publishEvent(s.subj.Notices(ev.Agent), ev)
 		}
-		if err := s.pub.Publish(s.subj.Events(ev.Type), data); err != nil {
-			s.log.Warn("publish event", "seq", ev.Seq, "err", err)
-		}
+	}
+}
+
+// publishEvent sends ev on subject, on core NATS.
+func (s *Service) publishEvent(subject string, ev *intents.Event) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error("encode event", "seq", ev.Seq, "err", err)
+		return
+	}
+	if err := s.pub.Publish(subject, data); err != nil {
+		s.log.Warn("publish event", "subject", subject, "seq", ev.Seq, "err", err)
 	}
 }
 

@@ -183,7 +183,7 @@ func TestMemberSkipsOrphans(t *testing.T) {
 			return nil
 		})
 		if err == nil {
-			_, err = Verify(log, CoreOptions{}.Engine)
+			_, err = Verify(log, CoreOptions{}.Engine, nil)
 		}
 		log.Close()
 		if err != nil {

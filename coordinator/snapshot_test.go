@@ -192,7 +192,7 @@ func TestMemberSnapshotJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := Verify(core.Log(), engine.Config{})
+		h, err := Verify(core.Log(), engine.Config{}, nil)
 		if err != nil {
 			t.Fatalf("verify %s: %v", dir, err)
 		}

@@ -58,7 +58,7 @@ func TestVerifyMismatchReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer log.Close()
-			_, err = Verify(log, engine.Config{})
+			_, err = Verify(log, engine.Config{}, nil)
 			var me *MismatchError
 			if !errors.As(err, &me) {
 				t.Fatalf("verify after tampering: %v, want a *MismatchError", err)
@@ -83,7 +83,7 @@ func verified(t *testing.T, dir string) (hash string, rev, last uint64) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if hash, err = Verify(log, engine.Config{}); err != nil {
+	if hash, err = Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	eng, _, err := Rebuild(log, engine.Config{}, 0)

@@ -329,7 +329,7 @@ func TestDecodeNumberRange(t *testing.T) {
 }
 
 // Validate, which the engine runs on intents that were never decoded
-// (SubmitIntent, an arbiter's replacement), holds values to the same rules
+// (an engine.Input's Intent, an arbiter's replacement), holds values to the same rules
 // as Decode: one strict JSON value whose numbers are finite.
 func TestValidateValues(t *testing.T) {
 	for _, c := range []struct {

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -49,7 +47,7 @@ func runCompact(data string, before uint64, archive string, stdout, stderr io.Wr
 		return nil
 	}
 	p := newProgress(stderr, "compact: snapshot", 0)
-	eng, err := coordinator.ReplayUntilProgress(log, engine.Config{}, before-1, time.Time{}, p.fn())
+	eng, err := coordinator.Replay(log, coordinator.ReplayOptions{Seq: before - 1, Progress: p.fn()})
 	p.finish()
 	if err != nil {
 		return err

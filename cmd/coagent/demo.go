@@ -15,7 +15,6 @@ import (
 
 	"github.com/coagent/coagent/agents/team"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -113,7 +112,7 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	if err := log.Scan(1, 0, func(ev *intents.Event) error { stats.AddEvent(ev); return nil }); err != nil {
 		return fmt.Errorf("scan the log: %w", err)
 	}
-	replayed, err := coordinator.ReplayUntil(log, engine.Config{}, 0, time.Time{})
+	replayed, err := coordinator.Replay(log, coordinator.ReplayOptions{})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -50,7 +49,7 @@ func runReplay(data, until string, asJSON bool, stdout, stderr io.Writer) error 
 	}
 	defer log.Close()
 	p := newProgress(stderr, "replay", 0)
-	eng, err := coordinator.ReplayUntilProgress(log, engine.Config{}, seq, at, p.fn())
+	eng, err := coordinator.Replay(log, coordinator.ReplayOptions{Seq: seq, At: at, Progress: p.fn()})
 	p.finish()
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ func runVerify(data string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("verify: %w", err)
 	}
 	p := newProgress(stderr, "verify", 0)
-	hash, err := coordinator.VerifyProgress(log, engine.Config{}, p.fn())
+	hash, err := coordinator.Verify(log, engine.Config{}, p.fn())
 	p.finish()
 	if err != nil {
 		return err

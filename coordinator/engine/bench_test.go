@@ -40,7 +40,7 @@ func withInFlightWindow(tb testing.TB, n, window int) *Engine {
 		in := &intents.Intent{ID: benchID(1<<40 + i), Agent: "holder", Kind: intents.KindPropose,
 			Reads:  []intents.Read{{Path: doc + ".f3"}, {Path: doc + ".f4"}},
 			Writes: []intents.Write{{Path: doc + ".f1", Op: intents.OpSet}, {Path: doc + ".f2", Op: intents.OpSet}}}
-		out = e.SubmitIntent(base, "holder", in, out[:0])
+		out = e.Submit(base, Input{Agent: "holder", Intent: in}, out[:0]).Events
 		if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeGranted {
 			tb.Fatalf("setup propose %d: %s %s", i, d.Outcome, d.Detail)
 		}
@@ -77,7 +77,7 @@ func benchApplies(b *testing.B, e *Engine, value string) {
 	for b.Loop() {
 		in := ins[i%len(ins)]
 		in.ID = benchID(i)
-		out = e.SubmitIntent(base, "w", in, out[:0])
+		out = e.Submit(base, Input{Agent: "w", Intent: in}, out[:0]).Events
 		if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeApplied {
 			b.Fatalf("%s %s", d.Outcome, d.Detail)
 		}
@@ -119,7 +119,7 @@ func BenchmarkDecodeAndDecide(b *testing.B) {
 			i = 0
 			b.StartTimer()
 		}
-		out = e.Submit(base, "w", raws[i], out[:0])
+		out = e.Submit(base, Input{Agent: "w", Raw: raws[i]}, out[:0]).Events
 		if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeApplied {
 			b.Fatalf("%s %s", d.Outcome, d.Detail)
 		}
@@ -133,8 +133,8 @@ func BenchmarkDecodeAndDecide(b *testing.B) {
 func BenchmarkPrecondition(b *testing.B) {
 	e, _ := New(Config{})
 	var out []*intents.Event
-	out = e.SubmitIntent(base, "w", &intents.Intent{ID: benchID(1), Agent: "w", Kind: intents.KindApply,
-		Writes: []intents.Write{{Path: "report.status", Op: intents.OpSet, Value: json.RawMessage(`"draft"`)}}}, out)
+	out = e.Submit(base, Input{Agent: "w", Intent: &intents.Intent{ID: benchID(1), Agent: "w", Kind: intents.KindApply,
+		Writes: []intents.Write{{Path: "report.status", Op: intents.OpSet, Value: json.RawMessage(`"draft"`)}}}}, out).Events
 	in := &intents.Intent{ID: benchID(2), Agent: "w", Kind: intents.KindApply}
 	cond, err := e.comp.Compile("pre[0]", `state.report.status == "draft" && state.tasks.t1.owner == nil`, false)
 	if err != nil {
@@ -228,18 +228,18 @@ func BenchmarkParkAndFree10k(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		out := e.SubmitIntent(base, "h", &intents.Intent{ID: benchID(1), Agent: "h", Kind: intents.KindPropose,
-			Writes: []intents.Write{{Path: "park.doc", Op: intents.OpSet}}}, nil)
+		out := e.Submit(base, Input{Agent: "h", Intent: &intents.Intent{ID: benchID(1), Agent: "h", Kind: intents.KindPropose,
+			Writes: []intents.Write{{Path: "park.doc", Op: intents.OpSet}}}}, nil).Events
 		grant := out[len(out)-1].Decision
 		b.StartTimer()
 		for _, in := range waiters {
-			out = e.SubmitIntent(base, in.Agent, in, out[:0])
+			out = e.Submit(base, Input{Agent: in.Agent, Intent: in}, out[:0]).Events
 			if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeQueued {
 				b.Fatalf("waiter: %s %s", d.Outcome, d.Detail)
 			}
 		}
-		out = e.SubmitIntent(base, "h", &intents.Intent{ID: benchID(2), Agent: "h", Kind: intents.KindAbort,
-			Txn: grant.Txn, Fence: grant.Fence}, out[:0])
+		out = e.Submit(base, Input{Agent: "h", Intent: &intents.Intent{ID: benchID(2), Agent: "h", Kind: intents.KindAbort,
+			Txn: grant.Txn, Fence: grant.Fence}}, out[:0]).Events
 		if got := len(e.Parked()); got != 0 {
 			b.Fatalf("%d still parked after the abort", got)
 		}

@@ -30,7 +30,7 @@ func TestBudgetHugeRead(t *testing.T) {
 		b.WriteByte('}')
 		in := &intents.Intent{ID: benchID(part), Agent: "setup", Kind: intents.KindApply,
 			Writes: []intents.Write{{Path: fmt.Sprintf("big.p%d", part), Op: intents.OpSet, Value: json.RawMessage(b.String())}}}
-		out = e.SubmitIntent(base, "setup", in, out[:0])
+		out = e.Submit(base, Input{Agent: "setup", Intent: in}, out[:0]).Events
 		if d := out[len(out)-1].Decision; d.Outcome != intents.OutcomeApplied {
 			t.Fatalf("setup %d: %s %s", part, d.Outcome, d.Detail)
 		}
@@ -38,7 +38,7 @@ func TestBudgetHugeRead(t *testing.T) {
 	decide := func(n int, pre string) *intents.Decision {
 		in := &intents.Intent{ID: benchID(100 + n), Agent: "a", Kind: intents.KindApply, Pre: []string{pre},
 			Writes: []intents.Write{{Path: "a.x", Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
-		out = e.SubmitIntent(base, "a", in, out[:0])
+		out = e.Submit(base, Input{Agent: "a", Intent: in}, out[:0]).Events
 		return out[len(out)-1].Decision
 	}
 	d := decide(1, `state.big != nil`)

@@ -11,22 +11,24 @@
 //
 // An Engine (New, with a Config whose every field documents its default)
 // is driven by these calls, each appending its events to a slice the
-// caller gives: Submit decides an intent as it arrived (SubmitIntent one already
-// decoded, Refuse one the caller could not decide); Resolve settles an
+// caller gives and handing back one Ready: Submit decides an intent as it
+// arrived (an Input: raw or already decoded, with its trace header),
+// Refuse records one the caller could not decide; Resolve settles an
 // escalated intent with an arbiter's resolution; SetRules puts a rules
-// file of package rules in force; Advance fires the timers due — leases,
-// waits, arbiter deadlines — and NextDeadline says when to call it next.
-// The arbiter cases a call opened, and the dead letters, come out of
-// TakeEffects. State, Txns, Decision and Case answer reads. Snapshot and
-// Restore save and rebuild the whole state, so a restart folds only the
-// events after the snapshot.
+// file of package rules in force; Tick fires the timers due — leases,
+// waits, arbiter deadlines. The Ready holds all the caller acts on once
+// the events are durable: the submitted intent's own decision, the
+// arbiter cases opened and settled and the dead letters, the rules put in
+// force, and when to Tick next. State, Txns, Decision and Case answer
+// reads. Snapshot and Restore save and rebuild the whole state, so a
+// restart folds only the events after the snapshot.
 //
 // An Engine is not safe for concurrent use; one goroutine owns it.
 //
 //	e, err := engine.New(engine.Config{}) // zero Config: deterministic ids
-//	evs := e.Submit(now, "writer-1", raw, nil)
-//	// make evs durable, then answer the decisions they hold
-//	if at, ok := e.NextDeadline(); ok {
-//		// call e.Advance(at, nil) then
+//	r := e.Submit(now, engine.Input{Agent: "writer-1", Raw: raw}, nil)
+//	// make r.Events durable, then answer r.Own
+//	if r.HasNext {
+//		// call e.Tick(r.Next, nil) then
 //	}
 package engine

@@ -46,16 +46,21 @@ type Engine struct {
 	// skip-fence to commit; never set otherwise.
 	late map[string]*txn
 
-	// effects are what the calls since the last TakeEffects opened and
-	// settled for the arbiters; output only, like the call's events.
-	effects Effects
-
-	// The call in progress.
-	now      time.Time
-	trace    string // stamped on every event emitted (see traced)
-	out      []*intents.Event
-	redecide []string        // waiters freed by a release, to decide again
-	arena    []intents.Event // where emitted events are carved from
+	// The call in progress, and what its Ready will hand over beside its
+	// events: the effects it had for the arbiters, the submitted intent's
+	// id and decision (seekOwn while not yet found; received once its
+	// received event was emitted), and whether it put rules in force.
+	now          time.Time
+	trace        string // stamped on every event emitted (see traced)
+	out          []*intents.Event
+	effects      Effects
+	seekOwn      bool
+	received     bool
+	ownID        string
+	own          *intents.Decision
+	rulesChanged bool
+	redecide     []string        // waiters freed by a release, to decide again
+	arena        []intents.Event // where emitted events are carved from
 }
 
 // txn is a transaction in flight.
@@ -142,34 +147,48 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Submit decides one intent as it arrived on the subject of agent (the
-// subject's agent token; "" when the caller has already checked identity)
-// at time now. raw is the intent's JSON; anything it holds — not JSON, an
-// unknown field, a bad path — is recorded and rejected, never a panic.
-// Timers due by now fire first. It appends the events to out and returns it.
-func (e *Engine) Submit(now time.Time, agent string, raw []byte, out []*intents.Event) []*intents.Event {
-	return e.SubmitTraced(now, agent, raw, nil, out)
+// Input is one intent for Submit or Refuse, as it arrived.
+type Input struct {
+	// Agent is the subject's agent token the intent came on; "" when the
+	// caller has already checked the sender's identity.
+	Agent string
+	// Raw is the intent's JSON, as it arrived; anything it holds — not
+	// JSON, an unknown field, a bad path — is recorded and rejected,
+	// never a panic.
+	Raw []byte
+	// Intent is an intent already decoded, in place of Raw: it is
+	// validated again, since the caller may have built it by hand.
+	Intent *intents.Intent
+	// Traceparent holds the values of the traceparent header it came
+	// with (intents.HeaderTraceparent), nil when it had none. The trace id
+	// it names (or else the intent's meta.traceparent) is recorded on
+	// every event the intent causes, at once or later (Event.Trace); one
+	// that cannot be used is recorded on the intent's event
+	// (Received.TraceError) and changes nothing else.
+	Traceparent []string
 }
 
-// SubmitTraced is Submit for an intent that came with a traceparent header
-// (intents.HeaderTraceparent): traceparent holds the header's values, nil
-// when it had none. The trace id it names (or else the intent's
-// meta.traceparent) is recorded on every event the intent causes, at once
-// or later (Event.Trace); one that cannot be used is recorded on the
-// intent's event (Received.TraceError) and changes nothing else.
-func (e *Engine) SubmitTraced(now time.Time, agent string, raw []byte, traceparent []string, out []*intents.Event) []*intents.Event {
+// Submit decides one intent at time now. Timers due by now fire first.
+// Its Ready's Events are out with the call's events appended; Own is the
+// intent's decision.
+func (e *Engine) Submit(now time.Time, in Input, out []*intents.Event) Ready {
 	e.begin(now, out)
+	e.seekOwn = true
 	e.advance()
-	if agent != "" && !intents.ValidSegment(agent) {
-		e.rejectRaw("", raw, traceparent, fmt.Errorf("the subject's agent token %q is not an agent name", agent))
+	if in.Intent != nil {
+		e.submitDecoded(in.Agent, in.Intent)
 		return e.end()
 	}
-	in, err := intents.Decode(raw)
+	if in.Agent != "" && !intents.ValidSegment(in.Agent) {
+		e.rejectRaw("", in.Raw, in.Traceparent, fmt.Errorf("the subject's agent token %q is not an agent name", in.Agent))
+		return e.end()
+	}
+	decoded, err := intents.Decode(in.Raw)
 	if err != nil {
-		e.rejectRaw(agent, raw, traceparent, err)
+		e.rejectRaw(in.Agent, in.Raw, in.Traceparent, err)
 	} else {
-		h := traceparentBytes(traceparent)
-		e.submit(agent, in, len(raw)+h, h, traceparent)
+		h := traceparentBytes(in.Traceparent)
+		e.submit(in.Agent, decoded, len(in.Raw)+h, h, in.Traceparent)
 	}
 	return e.end()
 }
@@ -184,15 +203,12 @@ func traceparentBytes(values []string) int {
 	return n
 }
 
-// SubmitIntent is Submit for an intent already decoded. It is validated
-// again, since the caller may have built it by hand.
-func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, out []*intents.Event) []*intents.Event {
-	e.begin(now, out)
-	e.advance()
+// submitDecoded decides an intent the caller decoded (Input.Intent).
+func (e *Engine) submitDecoded(agent string, in *intents.Intent) {
 	if err := in.Validate(); err != nil {
 		raw, _ := json.Marshal(in)
 		e.rejectRaw(agent, raw, nil, err)
-		return e.end()
+		return
 	}
 	size := 0
 	if e.rules.LimitsSize() {
@@ -202,31 +218,33 @@ func (e *Engine) SubmitIntent(now time.Time, agent string, in *intents.Intent, o
 		size = len(raw)
 	}
 	e.submit(agent, in, size, 0, nil)
-	return e.end()
 }
 
-// Refuse records raw, which arrived on the subject of agent at now, as
-// rejected invalid with detail, without deciding it and without firing
-// timers: the caller could not decide it (a panic it contained while the
-// engine decided it). A duplicate of an id already decided gets its
-// recorded decision, as in Submit. traceparent is as for SubmitTraced. It
-// appends the events to out and returns it.
-func (e *Engine) Refuse(now time.Time, agent string, raw []byte, traceparent []string, detail string, out []*intents.Event) []*intents.Event {
+// Refuse records in as rejected invalid with detail, without deciding it
+// and without firing timers: the caller could not decide it (a panic it
+// contained while the engine decided it). A duplicate of an id already
+// decided gets its recorded decision, as in Submit.
+func (e *Engine) Refuse(now time.Time, in Input, detail string, out []*intents.Event) Ready {
 	e.begin(now, out)
-	e.rejectRaw(agent, raw, traceparent, errors.New(detail))
+	e.seekOwn = true
+	raw := in.Raw
+	if in.Intent != nil {
+		raw, _ = json.Marshal(in.Intent)
+	}
+	e.rejectRaw(in.Agent, raw, in.Traceparent, errors.New(detail))
 	return e.end()
 }
 
-// Advance fires the timers due by now — lease warnings and expiries, wait
-// and arbiter deadlines — and appends their events to out.
-func (e *Engine) Advance(now time.Time, out []*intents.Event) []*intents.Event {
+// Tick fires the timers due by now — lease warnings and expiries, wait
+// and arbiter deadlines. Its Ready's Next says when to call it again.
+func (e *Engine) Tick(now time.Time, out []*intents.Event) Ready {
 	e.begin(now, out)
 	e.advance()
 	return e.end()
 }
 
 // NextDeadline returns when the earliest pending timer is due, if any. The
-// caller should call Advance then.
+// caller should call Tick then; each call's Ready says the same.
 func (e *Engine) NextDeadline() (time.Time, bool) {
 	for e.timers.Len() > 0 {
 		if e.live(e.timers.peek()) {
@@ -247,12 +265,20 @@ func (e *Engine) begin(now time.Time, out []*intents.Event) {
 	e.trace = ""
 	e.out = out
 	e.redecide = e.redecide[:0]
+	e.effects = Effects{}
+	e.seekOwn, e.received, e.ownID, e.own = false, false, "", nil
+	e.rulesChanged = false
 }
 
-func (e *Engine) end() []*intents.Event {
-	out := e.out
-	e.out = nil
-	return out
+// end hands the call's Ready over.
+func (e *Engine) end() Ready {
+	r := Ready{Events: e.out, ID: e.ownID, Own: e.own, Effects: e.effects}
+	if e.rulesChanged {
+		r.RulesChanged, r.Rules = true, e.rules
+	}
+	r.Next, r.HasNext = e.NextDeadline()
+	e.out, e.effects, e.own = nil, Effects{}, nil
+	return r
 }
 
 // emit records an event: it gets the next sequence number, an id and the
@@ -277,6 +303,26 @@ func (e *Engine) emit(v intents.Event) {
 		panic(fmt.Sprintf("engine: folding its own event %d (%s): %v", ev.Seq, ev.Type, err))
 	}
 	e.out = append(e.out, ev)
+	if e.seekOwn {
+		e.noteOwn(ev)
+	}
+	if ev.Type == intents.EventRules {
+		e.rulesChanged = true
+	}
+}
+
+// noteOwn watches the events of a Submit or Refuse for the intent's own
+// decision: after its received event, the first decision of its id; of an
+// intent with no usable id, the first decision. Others may come between
+// (the end of a transaction it preempted, a waiter it freed), and timers
+// that fired before it was received have decisions of their own.
+func (e *Engine) noteOwn(ev *intents.Event) {
+	switch {
+	case !e.received && ev.Type == intents.EventIntent:
+		e.received, e.ownID = true, ev.Intent
+	case e.received && ev.Decision != nil && (e.ownID == "" || ev.Decision.Intent == e.ownID):
+		e.own, e.seekOwn = ev.Decision, false
+	}
 }
 
 // traced makes trace the one stamped on the events emitted from now on
@@ -301,14 +347,6 @@ type Effects struct {
 	Cases   []*intents.Escalation
 	Dead    []*intents.Escalation
 	Settled []string
-}
-
-// TakeEffects returns the effects of the calls since it was last called,
-// and forgets them.
-func (e *Engine) TakeEffects() Effects {
-	fx := e.effects
-	e.effects = Effects{}
-	return fx
 }
 
 // Seq returns the sequence number of the last event applied.

@@ -25,7 +25,7 @@ func ExampleEngine_Submit() {
 			`"writes":[{"path":"report.title","op":"set","value":%q}],`+
 			`"pre":["state.report.title == nil"]}`, id, agent, title)
 		now = now.Add(time.Second)
-		return e.Submit(now, agent, []byte(raw), nil)
+		return e.Submit(now, engine.Input{Agent: agent, Raw: []byte(raw)}, nil).Events
 	}
 
 	for _, evs := range [][]*intents.Event{

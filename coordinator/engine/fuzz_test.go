@@ -71,14 +71,15 @@ func FuzzEngine(f *testing.F) {
 				if k > len(data) {
 					k = len(data)
 				}
-				evs = e.Submit(now, agent, data[:k], nil)
+				evs = e.Submit(now, Input{Agent: agent, Raw: data[:k]}, nil).Events
 				data = data[k:]
 			case 1: // time passes, an arbiter resolves an open case, or the rules change
 				if pick(4) == 0 {
-					var err error
-					if evs, err = e.SetRules(now, []byte(fuzzRules[pick(len(fuzzRules))]), "fuzz", nil); err != nil {
+					r, err := e.SetRules(now, []byte(fuzzRules[pick(len(fuzzRules))]), "fuzz", nil)
+					if err != nil {
 						t.Fatalf("a fuzz rules file does not compile: %v", err)
 					}
+					evs = r.Events
 					break
 				}
 				if parked := e.Parked(); len(parked) > 0 && pick(2) == 0 {
@@ -102,11 +103,12 @@ func FuzzEngine(f *testing.F) {
 								Writes: []intents.Write{{Path: fuzzPaths[pick(len(fuzzPaths))], Op: intents.OpSet, Value: json.RawMessage(`7`)}}}
 						}
 					}
-					evs, _ = e.Resolve(now, res, nil)
+					r, _ := e.Resolve(now, res, nil)
+					evs = r.Events
 					break
 				}
 				now = now.Add(time.Duration(pick(8)) * 500 * time.Millisecond)
-				evs = e.Advance(now, nil)
+				evs = e.Tick(now, nil).Events
 			default:
 				in := &intents.Intent{ID: fuzzID(n), Agent: fuzzAgents[pick(3)], OnConflict: fuzzPolicy[pick(3)], WaitMS: int64(pick(4)) * 1000}
 				switch pick(5) {
@@ -144,7 +146,7 @@ func FuzzEngine(f *testing.F) {
 					in.Reads = []intents.Read{{Path: fuzzPaths[pick(len(fuzzPaths))], Version: &v}}
 				}
 				raw, _ := json.Marshal(in)
-				evs = e.Submit(now, in.Agent, raw, nil)
+				evs = e.Submit(now, Input{Agent: in.Agent, Raw: raw}, nil).Events
 			}
 			for _, ev := range evs {
 				if d := ev.Decision; d != nil && d.Outcome == intents.OutcomeGranted {
@@ -201,6 +203,6 @@ func FuzzApply(f *testing.F) {
 			}
 		}
 		// Whatever was folded, timers must still fire without panicking.
-		e.Advance(base.Add(time.Hour), nil)
+		e.Tick(base.Add(time.Hour), nil)
 	})
 }

@@ -24,7 +24,7 @@ func TestOversizeRecordKeepsItsStart(t *testing.T) {
 		raw  string
 		kept int
 	}{{big, rawKept}, {small, len(small)}} {
-		evs := e.Submit(time.Unix(1, 0), "a", []byte(c.raw), nil)
+		evs := e.Submit(time.Unix(1, 0), Input{Agent: "a", Raw: []byte(c.raw)}, nil).Events
 		rec, dec := evs[0].Received, evs[len(evs)-1].Decision
 		if rec == nil || len(rec.Raw) != c.kept || string(rec.Raw) != c.raw[:c.kept] {
 			t.Fatalf("%d bytes: the record keeps %d, want its first %d", len(c.raw), len(rec.Raw), c.kept)
@@ -33,7 +33,7 @@ func TestOversizeRecordKeepsItsStart(t *testing.T) {
 			t.Fatalf("%d bytes: decided %+v, want invalid under its id", len(c.raw), dec)
 		}
 	}
-	if d := e.Submit(time.Unix(1, 0), "a", []byte(big), nil); d[len(d)-1].Decision == nil || !d[len(d)-1].Decision.Duplicate {
+	if d := e.Submit(time.Unix(1, 0), Input{Agent: "a", Raw: []byte(big)}, nil).Events; d[len(d)-1].Decision == nil || !d[len(d)-1].Decision.Duplicate {
 		t.Fatalf("the oversized intent again: %+v, want its recorded decision", d[len(d)-1].Decision)
 	}
 }

@@ -55,7 +55,7 @@ func (w *world) submit(in *intents.Intent) []*intents.Event {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	evs := w.e.Submit(w.now, in.Agent, raw, nil)
+	evs := w.e.Submit(w.now, Input{Agent: in.Agent, Raw: raw}, nil).Events
 	w.record(evs)
 	w.sent = append(w.sent, in)
 	return evs
@@ -158,7 +158,7 @@ func (w *world) step() {
 
 func (w *world) tick() {
 	w.now = w.now.Add(time.Duration(w.rng.IntN(3000)) * time.Millisecond)
-	w.record(w.e.Advance(w.now, nil))
+	w.record(w.e.Tick(w.now, nil).Events)
 }
 
 // The engine never loses or doubles an incr, whatever the interleaving; its
@@ -178,7 +178,7 @@ func TestPropertyInterleavings(t *testing.T) {
 		// be granted a lease of its own, so go on until nothing is left.
 		for range 10 {
 			w.now = w.now.Add(time.Hour)
-			w.record(w.e.Advance(w.now, nil))
+			w.record(w.e.Tick(w.now, nil).Events)
 		}
 		if n := len(w.e.Txns()); n != 0 {
 			t.Fatalf("seed %d: %d txns in flight after every lease ended", seed, n)
@@ -266,8 +266,8 @@ func TestReplayContinues(t *testing.T) {
 				Writes: []intents.Write{{Path: fields[r.IntN(len(fields))], Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
 			raw, _ := json.Marshal(in)
 			now := live.now.Add(time.Duration(i) * 200 * time.Millisecond)
-			a := live.e.Submit(now, in.Agent, raw, nil)
-			b := fresh.Submit(now, in.Agent, raw, nil)
+			a := live.e.Submit(now, Input{Agent: in.Agent, Raw: raw}, nil).Events
+			b := fresh.Submit(now, Input{Agent: in.Agent, Raw: raw}, nil).Events
 			if len(a) != len(b) {
 				t.Fatalf("seed %d step %d: live emitted %d events, replayed %d", seed, i, len(a), len(b))
 			}

@@ -35,7 +35,7 @@ func TestDedupWindowKeepsParked(t *testing.T) {
 	var log []*intents.Event
 	submit := func(in *intents.Intent) *intents.Decision {
 		raw, _ := json.Marshal(in)
-		evs := e.Submit(base, in.Agent, raw, nil)
+		evs := e.Submit(base, Input{Agent: in.Agent, Raw: raw}, nil).Events
 		log = append(log, evs...)
 		return evs[len(evs)-1].Decision
 	}
@@ -132,7 +132,7 @@ func TestRecordedLookedUpOnlyWhenItMayExist(t *testing.T) {
 		t.Helper()
 		in := &intents.Intent{ID: fuzzID(n), Agent: "a", Kind: intents.KindApply,
 			Writes: []intents.Write{{Path: "n", Op: intents.OpIncr}}}
-		evs := e.SubmitIntent(base, "a", in, nil)
+		evs := e.Submit(base, Input{Agent: "a", Intent: in}, nil).Events
 		d := evs[len(evs)-1].Decision
 		if !d.Duplicate {
 			records[d.Intent] = d

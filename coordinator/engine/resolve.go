@@ -68,7 +68,7 @@ func refuse(format string, args ...any) error {
 // their fence dead. Every involved agent gets its final decision. A
 // resolution for a case that is not open — unknown, settled, or past its
 // deadline — is refused with a *ResolveError and changes nothing.
-func (e *Engine) Resolve(now time.Time, res *intents.Resolution, out []*intents.Event) ([]*intents.Event, error) {
+func (e *Engine) Resolve(now time.Time, res *intents.Resolution, out []*intents.Event) (Ready, error) {
 	e.begin(now, out)
 	e.advance() // a deadline that has passed settles the case first
 	if err := e.resolve(res); err != nil {

@@ -19,14 +19,14 @@ func TestFallbackResolves(t *testing.T) {
 	}
 	submit := func(in *intents.Intent) []*intents.Event {
 		raw, _ := json.Marshal(in)
-		return e.Submit(base, in.Agent, raw, nil)
+		return e.Submit(base, Input{Agent: in.Agent, Raw: raw}, nil).Events
 	}
 	g := submit(&intents.Intent{ID: fuzzID(1), Agent: "w1", Kind: intents.KindPropose,
 		Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet}}})
 	grant := g[len(g)-1].Decision
 	submit(&intents.Intent{ID: fuzzID(2), Agent: "w2", Kind: intents.KindApply, OnConflict: intents.OnConflictEscalate,
 		Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet, Value: json.RawMessage(`1`)}}})
-	evs := e.Advance(base.Add(2*time.Second), nil)
+	evs := e.Tick(base.Add(2*time.Second), nil).Events
 	var resolvedBy string
 	outcomes := map[string]intents.Outcome{}
 	for _, ev := range evs {

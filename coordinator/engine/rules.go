@@ -18,13 +18,13 @@ import (
 // nothing. Otherwise a rules event records the whole file, so that a replay
 // decides every intent with the rules that were in force. An empty file
 // removes every rule. Timers due by now fire first.
-func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*intents.Event) ([]*intents.Event, error) {
+func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*intents.Event) (Ready, error) {
 	if _, err := rules.Compile(file, e.comp); err != nil {
-		return out, err
+		return Ready{Events: out}, err
 	}
 	norm, err := normalize(file)
 	if err != nil {
-		return out, err
+		return Ready{Events: out}, err
 	}
 	e.begin(now, out)
 	e.advance()

@@ -222,7 +222,7 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		if len(f) > 1 {
 			agent = f[1]
 		}
-		evs := r.e.Submit(r.now, agent, []byte(r.expand(input)), nil)
+		evs := r.e.Submit(r.now, Input{Agent: agent, Raw: []byte(r.expand(input))}, nil).Events
 		r.log = append(r.log, evs...)
 		return r.describe(evs)
 	case "resolve":
@@ -230,7 +230,8 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		if err := json.Unmarshal([]byte(r.expand(input)), &res); err != nil {
 			r.t.Fatalf("resolve: %v", err)
 		}
-		evs, err := r.e.Resolve(r.now, &res, nil)
+		ready, err := r.e.Resolve(r.now, &res, nil)
+		evs := ready.Events
 		r.log = append(r.log, evs...)
 		lines := r.describe(evs)
 		if err != nil {
@@ -238,7 +239,8 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		}
 		return lines
 	case "rules":
-		evs, err := r.e.SetRules(r.now, []byte(input), "script", nil)
+		ready, err := r.e.SetRules(r.now, []byte(input), "script", nil)
+		evs := ready.Events
 		r.log = append(r.log, evs...)
 		if err != nil {
 			return []string{"error: " + err.Error()}
@@ -269,7 +271,7 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		return lines
 	case "advance":
 		r.clock(f[1])
-		evs := r.e.Advance(r.now, nil)
+		evs := r.e.Tick(r.now, nil).Events
 		r.log = append(r.log, evs...)
 		lines := r.describe(evs)
 		if len(lines) == 0 {

@@ -191,9 +191,9 @@ func TestSnapshotContinues(t *testing.T) {
 					Writes: []intents.Write{{Path: "e.t", Op: intents.OpIncr}}}
 				raw, _ := json.Marshal(in)
 				then := w.now.Add(-time.Minute)
-				want := w.e.Submit(then, in.Agent, raw, nil)
+				want := w.e.Submit(then, Input{Agent: in.Agent, Raw: raw}, nil).Events
 				w.log = append(w.log, want...)
-				sameEvents(t, fmt.Sprintf("%s, step %d, clock back", what, i), want, r.Submit(then, in.Agent, raw, nil))
+				sameEvents(t, fmt.Sprintf("%s, step %d, clock back", what, i), want, r.Submit(then, Input{Agent: in.Agent, Raw: raw}, nil).Events)
 			}
 			before, sent := len(w.log), len(w.sent)
 			w.step() // exactly one call: a submit or an advance
@@ -201,12 +201,12 @@ func TestSnapshotContinues(t *testing.T) {
 			if len(w.sent) > sent {
 				in := w.sent[len(w.sent)-1]
 				raw, _ := json.Marshal(in)
-				got = r.Submit(w.now, in.Agent, raw, nil)
+				got = r.Submit(w.now, Input{Agent: in.Agent, Raw: raw}, nil).Events
 			} else {
-				got = r.Advance(w.now, nil)
+				got = r.Tick(w.now, nil).Events
 			}
 			sameEvents(t, fmt.Sprintf("%s, step %d", what, i), w.log[before:], got)
-			if i%3 == 0 { // as the coordinator asks when to call Advance
+			if i%3 == 0 { // as the coordinator asks when to call Tick
 				sameDeadline(t, fmt.Sprintf("%s, step %d", what, i), w.e, r)
 			}
 		}
@@ -214,8 +214,8 @@ func TestSnapshotContinues(t *testing.T) {
 		for range 10 {
 			w.now = w.now.Add(time.Hour)
 			before := len(w.log)
-			w.record(w.e.Advance(w.now, nil))
-			sameEvents(t, what+", draining", w.log[before:], r.Advance(w.now, nil))
+			w.record(w.e.Tick(w.now, nil).Events)
+			sameEvents(t, what+", draining", w.log[before:], r.Tick(w.now, nil).Events)
 		}
 		sameEngine(t, what+" drained", w.e, r)
 	}
@@ -285,9 +285,9 @@ func TestSnapshotThenTail(t *testing.T) {
 				if len(live.sent) > sent {
 					in := live.sent[len(live.sent)-1]
 					raw, _ := json.Marshal(in)
-					return e.Submit(live.now, in.Agent, raw, nil)
+					return e.Submit(live.now, Input{Agent: in.Agent, Raw: raw}, nil).Events
 				}
-				return e.Advance(live.now, nil)
+				return e.Tick(live.now, nil).Events
 			}
 			what := fmt.Sprintf("seed %d, step %d after the log", seed, i)
 			sameEvents(t, what+" (replayed)", live.log[before:], call(full))
@@ -326,7 +326,7 @@ func TestRestoreFresh(t *testing.T) {
 	in := &intents.Intent{ID: ulid.Make().String(), Agent: "a", Kind: intents.KindApply,
 		Writes: []intents.Write{{Path: "x.y", Op: intents.OpSet, Value: json.RawMessage(`1`)}}}
 	raw, _ := json.Marshal(in)
-	sameEvents(t, "first submit", a.Submit(base, "a", raw, nil), r.Submit(base, "a", raw, nil))
+	sameEvents(t, "first submit", a.Submit(base, Input{Agent: "a", Raw: raw}, nil).Events, r.Submit(base, Input{Agent: "a", Raw: raw}, nil).Events)
 }
 
 // exactScenario puts two transactions in flight and parks an intent behind
@@ -340,7 +340,7 @@ const (
 func exactScenario(t *testing.T, e *Engine) (txn1, txn2 string) {
 	t.Helper()
 	submit := func(agent, raw string) *intents.Decision {
-		evs := e.Submit(base, agent, []byte(raw), nil)
+		evs := e.Submit(base, Input{Agent: agent, Raw: []byte(raw)}, nil).Events
 		return evs[len(evs)-1].Decision
 	}
 	id := func(n byte) string {
@@ -384,7 +384,7 @@ func TestSnapshotExactValues(t *testing.T) {
 	u[15] = 5
 	commit := []byte(`{"id":"` + u.String() + `","agent":"a","kind":"commit","txn":"` + txn1 + `","fence":1}`)
 	now := base.Add(time.Second)
-	want, got := e.Submit(now, "a", commit, nil), r.Submit(now, "a", commit, nil)
+	want, got := e.Submit(now, Input{Agent: "a", Raw: commit}, nil).Events, r.Submit(now, Input{Agent: "a", Raw: commit}, nil).Events
 	sameEvents(t, "commit", want, got)
 	var sawChange, sawWait bool
 	for i, ev := range got {
@@ -407,7 +407,7 @@ func TestSnapshotExactValues(t *testing.T) {
 	sameEngine(t, "after the commit", e, r)
 	// The escalated intent's arbiter deadline and the waiter's deadline.
 	later := base.Add(time.Hour)
-	sameEvents(t, "deadlines", e.Advance(later, nil), r.Advance(later, nil))
+	sameEvents(t, "deadlines", e.Tick(later, nil).Events, r.Tick(later, nil).Events)
 	sameEngine(t, "after the deadlines", e, r)
 	if len(r.Parked()) != 0 || len(r.Txns()) != 0 {
 		t.Fatalf("left in flight: %v %v", r.Parked(), r.Txns())
@@ -524,7 +524,7 @@ func TestRestoreRejects(t *testing.T) {
 		}
 		// What Restore accepts must run.
 		if e, err := Restore(Config{}, &s); err == nil {
-			e.Advance(base.Add(time.Hour), nil)
+			e.Tick(base.Add(time.Hour), nil)
 		}
 	}
 }
@@ -549,19 +549,19 @@ func TestSnapshotSize(t *testing.T) {
 			in.Writes = append(in.Writes, intents.Write{Path: fmt.Sprintf("b.d%d.f%d", d, f), Op: intents.OpSet,
 				Value: json.RawMessage(fmt.Sprint(f))})
 		}
-		e.SubmitIntent(now, "", in, nil)
+		e.Submit(now, Input{Agent: "", Intent: in}, nil)
 	}
 	for i := range 100 {
 		in := &intents.Intent{ID: id(), Agent: fmt.Sprintf("agent%d", i%10), Kind: intents.KindPropose,
 			Reads:  []intents.Read{{Path: fmt.Sprintf("b.d%d.f0", (i+1)%100)}},
 			Writes: []intents.Write{{Path: fmt.Sprintf("b.d%d.f%d", i, 1+i%9), Op: intents.OpSet}}}
-		e.SubmitIntent(now, "", in, nil)
+		e.Submit(now, Input{Agent: "", Intent: in}, nil)
 	}
 	for i := range 20 {
 		in := &intents.Intent{ID: id(), Agent: fmt.Sprintf("waiter%d", i), Kind: intents.KindApply,
 			OnConflict: intents.OnConflictWait,
 			Writes:     []intents.Write{{Path: fmt.Sprintf("b.d%d.f%d", i, 1+i%9), Op: intents.OpSet, Value: json.RawMessage(`7`)}}}
-		e.SubmitIntent(now, "", in, nil)
+		e.Submit(now, Input{Agent: "", Intent: in}, nil)
 	}
 	if len(e.Txns()) != 100 || len(e.Parked()) != 20 || len(e.State().Paths()) < 1000 {
 		t.Fatalf("%d txns, %d parked, %d paths", len(e.Txns()), len(e.Parked()), len(e.State().Paths()))
@@ -616,7 +616,7 @@ func TestSnapshotTimersAfterRenewal(t *testing.T) {
 	n := byte(0)
 	submit := func(e *Engine, at time.Duration, in *intents.Intent) []*intents.Event {
 		raw, _ := json.Marshal(in)
-		return e.Submit(base.Add(at), in.Agent, raw, nil)
+		return e.Submit(base.Add(at), Input{Agent: in.Agent, Raw: raw}, nil).Events
 	}
 	intent := func(agent string, kind intents.Kind) *intents.Intent {
 		n++
@@ -643,7 +643,7 @@ func TestSnapshotTimersAfterRenewal(t *testing.T) {
 	back := intent("a", intents.KindRenew)
 	back.Txn, back.Fence, back.LeaseMS = tg.Txn, tg.Fence, 8000 // t ends at 10s again
 	sameEvents(t, "renew", submit(e, 2*time.Second, back), submit(r, 2*time.Second, back))
-	want, got := e.Advance(base.Add(time.Minute), nil), r.Advance(base.Add(time.Minute), nil)
+	want, got := e.Tick(base.Add(time.Minute), nil).Events, r.Tick(base.Add(time.Minute), nil).Events
 	sameEvents(t, "expiries", want, got)
 	var order []string
 	for _, ev := range want {
@@ -671,7 +671,7 @@ func TestSnapshotCarriesRules(t *testing.T) {
 	}
 	submit := func(e *Engine, at time.Duration, n int, value string) []*intents.Event {
 		raw := fmt.Sprintf(`{"id":"%s","agent":"a","kind":"apply","writes":[{"path":"s","op":"set","value":%q}]}`, fuzzID(n), value)
-		return e.Submit(base.Add(at), "a", []byte(raw), nil)
+		return e.Submit(base.Add(at), Input{Agent: "a", Raw: []byte(raw)}, nil).Events
 	}
 	submit(e, 0, 1, "A")
 	submit(e, 100*time.Millisecond, 2, "B")

@@ -44,14 +44,14 @@ func (r *traceRun) submit(in *intents.Intent, header ...string) []*intents.Event
 	if len(header) > 0 {
 		h = header
 	}
-	evs := r.e.SubmitTraced(r.now, in.Agent, raw, h, nil)
+	evs := r.e.Submit(r.now, Input{Agent: in.Agent, Raw: raw, Traceparent: h}, nil).Events
 	r.all = append(r.all, evs...)
 	return evs
 }
 
 func (r *traceRun) advance(d time.Duration) []*intents.Event {
 	r.now = r.now.Add(d)
-	evs := r.e.Advance(r.now, nil)
+	evs := r.e.Tick(r.now, nil).Events
 	r.all = append(r.all, evs...)
 	return evs
 }
@@ -170,7 +170,8 @@ func TestTraceOfResolution(t *testing.T) {
 	res := &intents.Resolution{Escalation: fuzzID(2), Arbiter: "arb", Losers: []string{fuzzID(1), fuzzID(2)}, Rationale: "both wrong",
 		Replacement: &intents.Intent{ID: fuzzID(3), Agent: "w2", Kind: intents.KindApply, Writes: setQ("3"),
 			Meta: json.RawMessage(`{"traceparent":"` + traceparentOf(traceC) + `"}`)}}
-	evs, err := r.e.Resolve(r.now, res, nil)
+	ready, err := r.e.Resolve(r.now, res, nil)
+	evs := ready.Events
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,9 +188,11 @@ func TestTraceOfResolution(t *testing.T) {
 	r.submit(&intents.Intent{ID: fuzzID(2), Agent: "w2", Kind: intents.KindApply, OnConflict: intents.OnConflictEscalate,
 		Writes: setQ("2")}, traceparentOf(traceB))
 	res.Replacement.Meta = nil
-	if r.all, err = r.e.Resolve(r.now, res, nil); err != nil {
+	ready, err = r.e.Resolve(r.now, res, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	r.all = ready.Events
 	r.wantStory(traceB, "resolve "+fuzzID(2)+"\nintent "+fuzzID(3)+"\nchange "+fuzzID(3)+"\ndecision "+fuzzID(3)+" applied\n"+
 		"decision "+fuzzID(2)+" rejected\n")
 }
@@ -248,7 +251,7 @@ func TestTraceUnusable(t *testing.T) {
 func TestTraceOfInvalidIntent(t *testing.T) {
 	e, _ := New(Config{})
 	raw := []byte(`{"id":"` + fuzzID(1) + `","agent":"w1","kind":"apply","writes":[{"path":"a","op":"bogus"}],"meta":{"traceparent":"` + traceparentOf(traceB) + `"}}`)
-	evs := e.SubmitTraced(base, "w1", raw, nil, nil)
+	evs := e.Submit(base, Input{Agent: "w1", Raw: raw, Traceparent: nil}, nil).Events
 	if len(evs) != 2 || evs[0].Received.Error == "" || evs[1].Decision.Reason != intents.ReasonInvalid {
 		t.Fatalf("events %+v", evs)
 	}
@@ -257,7 +260,7 @@ func TestTraceOfInvalidIntent(t *testing.T) {
 			t.Errorf("%s event: trace %q, want %q", ev.Type, ev.Trace, traceB)
 		}
 	}
-	evs = e.SubmitTraced(base, "w1", []byte(`{not json`), []string{traceparentOf(traceA)}, nil)
+	evs = e.Submit(base, Input{Agent: "w1", Raw: []byte(`{not json`), Traceparent: []string{traceparentOf(traceA)}}, nil).Events
 	for _, ev := range evs {
 		if ev.Trace != traceA {
 			t.Errorf("%s event: trace %q, want %q", ev.Type, ev.Trace, traceA)

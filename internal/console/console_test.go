@@ -15,7 +15,6 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
-	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/console"
@@ -127,7 +126,7 @@ func TestStateAtRevisionIsReplay(t *testing.T) {
 		if code := w.get(path, &got); code != http.StatusOK {
 			t.Fatalf("GET %s: %d", path, code)
 		}
-		eng, err := coordinator.ReplayUntil(w.svc.Core().Log(), engine.Config{}, got.Rev, time.Time{})
+		eng, err := coordinator.Replay(w.svc.Core().Log(), coordinator.ReplayOptions{Seq: got.Rev})
 		if err != nil {
 			t.Fatal(err)
 		}

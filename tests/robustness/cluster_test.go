@@ -188,7 +188,7 @@ func checkMembers(t *testing.T, members []*member, h *history) []error {
 			errs = append(errs, fmt.Errorf("%s: open the log: %w", m.name, err))
 			continue
 		}
-		hash, err := coordinator.Verify(l, coordinator.CoreOptions{}.Engine)
+		hash, err := coordinator.Verify(l, coordinator.CoreOptions{}.Engine, nil)
 		got := fmt.Sprintf("event %d, state %s", l.LastSeq(), hash)
 		l.Close()
 		switch {

@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/coagent/coagent/coordinator/rules"
+	"github.com/coagent/coagent/intents"
+)
+
+// Ready is everything one call that decides — Submit, Refuse, Tick,
+// Resolve, SetRules — hands its caller, who makes Events durable and only
+// then acts on the rest: answers Own, sends the arbiters their cases,
+// serves reads under Rules, and calls Tick again at Next. The caller
+// learns nothing by reading the events' types, nor by asking the engine
+// afterwards.
+type Ready struct {
+	// Events are the slice the call was given with the call's events
+	// appended, each folded into the engine already.
+	Events []*intents.Event
+	// ID is the id of the intent Submit or Refuse was given, "" when it
+	// has none that is usable; Own is its decision, nil for the other
+	// calls. A Submit's events may hold other decisions too: of timers
+	// that fired first, of a transaction it preempted, of waiters it
+	// freed.
+	ID  string
+	Own *intents.Decision
+	// Effects are what the call did for the arbiters beside its events.
+	Effects Effects
+	// RulesChanged says the call put board rules in force: Rules (nil:
+	// none).
+	RulesChanged bool
+	Rules        *rules.Set
+	// Next is when the earliest timer is due after the call (HasNext
+	// false: none).
+	Next    time.Time
+	HasNext bool
+}
+
+// Add appends more to fx, as a caller gathers the effects of many calls.
+func (fx *Effects) Add(more Effects) {
+	fx.Cases = append(fx.Cases, more.Cases...)
+	fx.Dead = append(fx.Dead, more.Dead...)
+	fx.Settled = append(fx.Settled, more.Settled...)
+}

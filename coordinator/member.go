@@ -16,6 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// A member's jobs are in files of their own: the leadership key in
+// lease.go, following the replicated log in follow.go, taking over and
+// leading in lead.go, a standby's reads in standby.go and the replicated
+// log's snapshots in snapshot.go.
+
 // MemberOptions configures a Member: the coordinator's Options, and its
 // part in the cluster.
 type MemberOptions struct {

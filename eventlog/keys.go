@@ -203,48 +203,6 @@ func indexTerms(ev *intents.Event, fn func(indexTerm)) {
 	}
 }
 
-// postings gathers the posting lists of the events after the index, from
-// group to group until the committer writes them (writeIndex). It keeps
-// its map and lists when reset, so they are allocated once.
-type postings struct {
-	at    map[indexTerm]int // the term's place in terms and seqs
-	terms []indexTerm
-	seqs  [][]uint64 // ascending; only the first len(terms) are in use
-	last  uint64     // the last event whose terms are in
-}
-
-func newPostings() *postings { return &postings{at: map[indexTerm]int{}} }
-
-// reset empties ps, keeping its memory but no reference to a term.
-func (ps *postings) reset() {
-	clear(ps.at)
-	clear(ps.terms)
-	ps.terms = ps.terms[:0]
-}
-
-// A posting is one event of an index term.
-type posting struct {
-	indexTerm
-	seq uint64
-}
-
-// addSeq records an event of t; seq is not before any added.
-func (ps *postings) addSeq(t indexTerm, seq uint64) {
-	i, ok := ps.at[t]
-	if !ok {
-		i = len(ps.terms)
-		ps.at[t] = i
-		ps.terms = append(ps.terms, t)
-		if i == len(ps.seqs) {
-			ps.seqs = append(ps.seqs, nil)
-		}
-		ps.seqs[i] = ps.seqs[i][:0]
-	}
-	if seqs := ps.seqs[i]; len(seqs) == 0 || seqs[len(seqs)-1] != seq {
-		ps.seqs[i] = append(seqs, seq)
-	}
-}
-
 // appendGaps appends the value of an index key whose posting list is seqs
 // (ascending; the key holds seqs[0]).
 func appendGaps(dst []byte, seqs []uint64) []byte {

@@ -5,14 +5,16 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/datadriven"
 )
 
-// TestIndexScript runs testdata/index: the rules of SPEC §4 as cases.
+// TestIndexScript runs testdata/index through datadriven: the rules of
+// SPEC §4 as cases. -rewrite writes back the output the code gives now, for
+// review in a diff.
 //
 //	add ID AGENT [r=PATH]... [w=PATH:OP]...   → number in flight
 //	remove ID                                 → number in flight
@@ -21,38 +23,35 @@ import (
 //	trie                                      → the trie, children sorted
 func TestIndexScript(t *testing.T) {
 	ix := New()
-	runScript(t, "testdata/index", func(t *testing.T, cmd string, args []string) string {
+	datadriven.RunTest(t, "testdata/index", func(t *testing.T, d *datadriven.TestData) string {
 		defer checkInvariants(t, ix)
-		switch cmd {
+		switch d.Cmd {
 		case "add":
-			tx := &Txn{ID: args[0], Agent: args[1]}
-			_, tx.Reads, tx.Writes = parseIO(t, args[2:])
+			tx := &Txn{ID: d.CmdArgs[0].Key, Agent: d.CmdArgs[1].Key}
+			_, tx.Reads, tx.Writes = parseIO(t, d, d.CmdArgs[2:])
 			ix.Add(tx)
 			return fmt.Sprintf("inflight=%d", ix.Len())
 		case "remove":
-			ix.Remove(ix.Get(args[0]))
+			ix.Remove(ix.Get(d.CmdArgs[0].Key))
 			return fmt.Sprintf("inflight=%d", ix.Len())
 		case "check":
-			self, reads, writes := parseIO(t, args)
+			self, reads, writes := parseIO(t, d, d.CmdArgs)
 			// A non-empty dst must survive untouched in front.
 			prior := intents.Conflict{Path: "prior", Kind: intents.ConflictStale}
 			cs, ms := ix.Check(self, reads, writes, []intents.Conflict{prior})
 			if len(cs) == 0 || cs[0] != prior {
-				t.Errorf("check %v: dst prefix lost: %v", args, cs)
+				t.Errorf("%s: dst prefix lost: %v", d.FullCmd(), cs)
 			} else {
 				cs = cs[1:]
 			}
 			return formatCheck(cs, ms)
 		case "writers":
 			self, limit, prefix := "", -1, ""
-			for _, a := range args {
-				switch k, v, _ := strings.Cut(a, "="); k {
-				case "self":
-					self = v
-				case "limit":
-					limit, _ = strconv.Atoi(v)
-				default:
-					prefix = a
+			d.MaybeScanArgs(t, "self", &self)
+			d.MaybeScanArgs(t, "limit", &limit)
+			for _, a := range d.CmdArgs {
+				if len(a.Vals) == 0 {
+					prefix = a.Key
 				}
 			}
 			ids := ix.WritersUnder(self, prefix, limit)
@@ -63,29 +62,28 @@ func TestIndexScript(t *testing.T) {
 		case "trie":
 			return dumpTrie(ix)
 		}
-		t.Fatalf("unknown command %q", cmd)
+		d.Fatalf(t, "unknown command %q", d.Cmd)
 		return ""
 	})
 }
 
 // parseIO reads self=ID, r=PATH and w=PATH:OP arguments.
-func parseIO(t *testing.T, args []string) (self string, reads []string, writes []intents.Write) {
+func parseIO(t *testing.T, d *datadriven.TestData, args []datadriven.CmdArg) (self string, reads []string, writes []intents.Write) {
 	t.Helper()
 	for _, a := range args {
-		k, v, _ := strings.Cut(a, "=")
-		switch k {
+		switch a.Key {
 		case "self":
-			self = v
+			self = a.SingleVal(t)
 		case "r":
-			reads = append(reads, v)
+			reads = append(reads, a.SingleVal(t))
 		case "w":
-			p, op, ok := strings.Cut(v, ":")
+			p, op, ok := strings.Cut(a.SingleVal(t), ":")
 			if !ok {
-				t.Fatalf("write %q has no :op", v)
+				d.Fatalf(t, "write %q has no :op", a)
 			}
 			writes = append(writes, intents.Write{Path: p, Op: intents.Op(op)})
 		default:
-			t.Fatalf("unknown argument %q", a)
+			d.Fatalf(t, "unknown argument %q", a)
 		}
 	}
 	return self, reads, writes

@@ -7,9 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-// TestWaitsScript runs testdata/waits.
+// TestWaitsScript runs testdata/waits through datadriven; -rewrite writes
+// back the output the code gives now, for review in a diff.
 //
 //	park ID AGENT [TXN:AGENT]...  → number parked
 //	cycle AGENT [TXN:AGENT]...    → whether waiting on those would close a cycle
@@ -19,9 +22,10 @@ import (
 //	state                         → queues and edges, sorted
 func TestWaitsScript(t *testing.T) {
 	w := NewWaits()
-	runScript(t, "testdata/waits", func(t *testing.T, cmd string, args []string) string {
+	datadriven.RunTest(t, "testdata/waits", func(t *testing.T, d *datadriven.TestData) string {
 		defer checkWaits(t, w)
-		switch cmd {
+		args := positional(t, d)
+		switch d.Cmd {
 		case "park":
 			w.Park(args[0], args[1], parseHolders(t, args[2:]))
 			return fmt.Sprintf("parked=%d", w.Len())
@@ -41,9 +45,23 @@ func TestWaitsScript(t *testing.T) {
 		case "state":
 			return dumpWaits(w)
 		}
-		t.Fatalf("unknown command %q", cmd)
+		d.Fatalf(t, "unknown command %q", d.Cmd)
 		return ""
 	})
+}
+
+// positional returns the bare arguments of a command; the waits commands
+// take no key=value ones, so one is a typo to stop at, not to skip.
+func positional(t *testing.T, d *datadriven.TestData) []string {
+	t.Helper()
+	var args []string
+	for _, a := range d.CmdArgs {
+		if len(a.Vals) > 0 {
+			d.Fatalf(t, "argument %s: %s takes no key=value arguments", a, d.Cmd)
+		}
+		args = append(args, a.Key)
+	}
+	return args
 }
 
 func parseHolders(t *testing.T, args []string) []Holder {

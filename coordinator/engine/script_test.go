@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,13 +13,13 @@ import (
 
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
+	"github.com/cockroachdb/datadriven"
 	"github.com/oklog/ulid/v2"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata scripts")
-
-// The scripts under testdata/ are sequences of commands and the output the
-// engine must produce for each, in the style of Pebble's datadriven tests:
+// The scripts under testdata/*.txt are datadriven files (Pebble's harness,
+// github.com/cockroachdb/datadriven): commands and the output the engine
+// must produce for each.
 //
 //	# comment
 //	<command> <args...>
@@ -48,7 +45,15 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 // same names, and times are shown as offsets from the base time. After the
 // last command every script checks that replaying its events into a new
 // engine gives the same state hash and the same transactions.
+//
+// After a deliberate change in behaviour, datadriven's -rewrite flag writes
+// the output the engine gives now back into the scripts, for review in a
+// diff:
+//
+//	go test ./coordinator/engine -run TestScripts -rewrite
 func TestScripts(t *testing.T) {
+	// Not datadriven.Walk over testdata/: it would take the fuzz corpora
+	// under testdata/fuzz for scripts.
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -57,14 +62,17 @@ func TestScripts(t *testing.T) {
 		t.Fatal("no scripts under testdata/")
 	}
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScript(t, f) })
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			r := newScriptRun(t)
+			datadriven.RunTest(t, f, r.run)
+			r.checkReplay(t)
+		})
 	}
 }
 
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 type scriptRun struct {
-	t      *testing.T
 	e      *Engine
 	now    time.Time
 	log    []*intents.Event
@@ -88,14 +96,14 @@ func (r *scriptRun) id(name string) string {
 
 var dollar = regexp.MustCompile(`\$[A-Za-z0-9_]+`)
 
-func (r *scriptRun) expand(s string) string {
+func (r *scriptRun) expand(t *testing.T, s string) string {
 	return dollar.ReplaceAllStringFunc(s, func(m string) string {
 		name := m[1:]
 		if id, ok := r.ids[name]; ok {
 			return id
 		}
 		if strings.HasPrefix(name, "T") {
-			r.t.Fatalf("unknown transaction %s", m)
+			t.Fatalf("unknown transaction %s", m)
 		}
 		return r.id(name)
 	})
@@ -127,108 +135,50 @@ func (r *scriptRun) redact(s string) string {
 	})
 }
 
-func runScript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &scriptRun{t: t, now: base, names: map[string]string{}, ids: map[string]string{}}
+func newScriptRun(t *testing.T) *scriptRun {
+	r := &scriptRun{now: base, names: map[string]string{}, ids: map[string]string{}}
 	r.config = Config{MaxTxnsPerAgent: 3, MaxParkedPerAgent: 3}
-	r.e, err = New(r.config)
-	if err != nil {
+	var err error
+	if r.e, err = New(r.config); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder // the rewritten file
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	lineNo := 0
-	next := func() (string, bool) {
-		if !sc.Scan() {
-			return "", false
-		}
-		lineNo++
-		return sc.Text(), true
-	}
-	for {
-		line, ok := next()
-		if !ok {
-			break
-		}
-		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
-			out.WriteString(line + "\n")
-			continue
-		}
-		cmdLine, start := line, lineNo
-		var input []string
-		for {
-			l, ok := next()
-			if !ok {
-				t.Fatalf("%s:%d: command without ----", path, start)
-			}
-			if l == "----" {
-				break
-			}
-			input = append(input, l)
-		}
-		var want []string
-		for {
-			l, ok := next()
-			if !ok || l == "" {
-				break
-			}
-			want = append(want, l)
-		}
-		got := r.run(cmdLine, strings.Join(input, "\n"))
-		out.WriteString(cmdLine + "\n")
-		for _, l := range input {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString("----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString("\n")
-		if !*rewrite && !slices.Equal(got, want) {
-			t.Errorf("%s:%d: %s\n got:\n\t%s\nwant:\n\t%s", path, start, cmdLine,
-				strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
-		}
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r.checkReplay()
+	return r
 }
 
-func (r *scriptRun) clock(arg string) {
+func (r *scriptRun) clock(t *testing.T, arg string) {
 	d, err := time.ParseDuration(arg)
 	if err != nil {
-		r.t.Fatalf("bad duration %q: %v", arg, err)
+		t.Fatalf("bad duration %q: %v", arg, err)
 	}
 	if at := base.Add(d); at.After(r.now) {
 		r.now = at
 	}
 }
 
-func (r *scriptRun) run(cmdLine, input string) []string {
-	f := strings.Fields(cmdLine)
-	switch f[0] {
+// run is the datadriven callback: it runs one command and returns its
+// output.
+func (r *scriptRun) run(t *testing.T, d *datadriven.TestData) string {
+	return strings.Join(r.do(t, d), "\n")
+}
+
+func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
+	args := positional(t, d)
+	switch d.Cmd {
 	case "at":
-		r.clock(f[1])
+		r.clock(t, args[0])
 		return []string{"now " + r.rel(r.now)}
 	case "submit":
 		agent := ""
-		if len(f) > 1 {
-			agent = f[1]
+		if len(args) > 0 {
+			agent = args[0]
 		}
-		evs := r.e.Submit(r.now, Input{Agent: agent, Raw: []byte(r.expand(input))}, nil).Events
+		evs := r.e.Submit(r.now, Input{Agent: agent, Raw: []byte(r.expand(t, d.Input))}, nil).Events
 		r.log = append(r.log, evs...)
 		return r.describe(evs)
 	case "resolve":
 		var res intents.Resolution
-		if err := json.Unmarshal([]byte(r.expand(input)), &res); err != nil {
-			r.t.Fatalf("resolve: %v", err)
+		if err := json.Unmarshal([]byte(r.expand(t, d.Input)), &res); err != nil {
+			d.Fatalf(t, "resolve: %v", err)
 		}
 		ready, err := r.e.Resolve(r.now, &res, nil)
 		evs := ready.Events
@@ -239,7 +189,7 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		}
 		return lines
 	case "rules":
-		ready, err := r.e.SetRules(r.now, []byte(input), "script", nil)
+		ready, err := r.e.SetRules(r.now, []byte(d.Input), "script", nil)
 		evs := ready.Events
 		r.log = append(r.log, evs...)
 		if err != nil {
@@ -248,15 +198,15 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		ev, _ := r.e.Rules()
 		return []string{fmt.Sprintf("rules %s in force", ev.Hash[:8])}
 	case "case":
-		c, ok := r.e.Case(r.ids[f[1]])
+		c, ok := r.e.Case(r.ids[args[0]])
 		if !ok {
-			return []string{"no open case " + f[1]}
+			return []string{"no open case " + args[0]}
 		}
 		var names []string
 		for _, in := range c.Intents {
 			names = append(names, r.name(in.ID))
 		}
-		lines := []string{fmt.Sprintf("case %s intents=%s deadline=%s", f[1], strings.Join(names, ","), r.rel(c.Deadline))}
+		lines := []string{fmt.Sprintf("case %s intents=%s deadline=%s", args[0], strings.Join(names, ","), r.rel(c.Deadline))}
 		if c.Holder != nil {
 			lines = append(lines, fmt.Sprintf("  holder %s of %s fence=%d propose=%s", r.name(c.Holder.Txn), c.Holder.Agent, c.Holder.Fence, r.name(c.Holder.Intent)))
 		}
@@ -270,7 +220,7 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		}
 		return lines
 	case "advance":
-		r.clock(f[1])
+		r.clock(t, args[0])
 		evs := r.e.Tick(r.now, nil).Events
 		r.log = append(r.log, evs...)
 		lines := r.describe(evs)
@@ -280,7 +230,7 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		return lines
 	case "state":
 		var lines []string
-		for _, p := range f[1:] {
+		for _, p := range args {
 			e := r.e.State().Lookup(p)
 			if !e.Exists {
 				lines = append(lines, fmt.Sprintf("%s absent version=%d", p, e.Version))
@@ -314,8 +264,22 @@ func (r *scriptRun) run(cmdLine, input string) []string {
 		}
 		return lines
 	}
-	r.t.Fatalf("unknown command %q", f[0])
+	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return nil
+}
+
+// positional returns the bare arguments of a command; the engine's
+// commands take no key=value ones, so one is a typo to stop at, not to skip.
+func positional(t *testing.T, d *datadriven.TestData) []string {
+	t.Helper()
+	var args []string
+	for _, a := range d.CmdArgs {
+		if len(a.Vals) > 0 {
+			d.Fatalf(t, "argument %s: %s takes no key=value arguments", a, d.Cmd)
+		}
+		args = append(args, a.Key)
+	}
+	return args
 }
 
 // describe renders the decisions and notices among events, one line each;
@@ -400,23 +364,23 @@ func (r *scriptRun) decision(d *intents.Decision) []string {
 }
 
 // checkReplay folds the script's events into a fresh engine and compares.
-func (r *scriptRun) checkReplay() {
+func (r *scriptRun) checkReplay(t *testing.T) {
 	fresh, err := New(r.config)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for _, ev := range r.log {
 		if err := fresh.Apply(ev); err != nil {
-			r.t.Fatalf("replay: %v", err)
+			t.Fatalf("replay: %v", err)
 		}
 	}
 	if got, want := fresh.State().Hash(), r.e.State().Hash(); got != want {
-		r.t.Errorf("replay: state hash %x, live engine %x", got[:8], want[:8])
+		t.Errorf("replay: state hash %x, live engine %x", got[:8], want[:8])
 	}
 	if got, want := fmt.Sprint(fresh.Txns()), fmt.Sprint(r.e.Txns()); got != want {
-		r.t.Errorf("replay: txns\n%s\nlive\n%s", got, want)
+		t.Errorf("replay: txns\n%s\nlive\n%s", got, want)
 	}
 	if got, want := fresh.Parked(), r.e.Parked(); !slices.Equal(got, want) {
-		r.t.Errorf("replay: parked %v, live %v", got, want)
+		t.Errorf("replay: parked %v, live %v", got, want)
 	}
 }

@@ -14,7 +14,7 @@ const module = "github.com/coagent/coagent"
 
 // The pure core: no IO, no clock, no randomness. Time and ids come in as
 // arguments, so every decision is a function of its inputs and the log.
-var pure = []string{"intents", "conflict", "coordinator/state", "coordinator/rules", "coordinator/engine", "arbiter"}
+var pure = []string{"intents", "conflict", "coordinator/cond", "coordinator/state", "coordinator/rules", "coordinator/engine", "arbiter"}
 
 // Imports the pure core must not make itself (fmt and others reach os
 // inside the standard library; what matters is what our code calls).

@@ -1,4 +1,4 @@
-package intents
+package cond
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/expr-lang/expr/builtin"
 )
 
@@ -70,8 +71,8 @@ var costedCorpus = []string{
 // The costed form of an expression decides exactly as the uncosted one:
 // same values, same errors.
 func TestCostedSameAsUncosted(t *testing.T) {
-	costed := NewCompiler(CompilerOptions{})
-	plain := NewCompiler(CompilerOptions{})
+	costed := NewCompiler(Options{})
+	plain := NewCompiler(Options{})
 	plain.uncosted = true
 	a := map[string]any{
 		"s": "x", "t": "yz", "n": 1.0, "m": 2.0, "f": 1.0, "nil": nil, "l": []any{1.0, 2.0, 3.0}, "l2": []any{1.0, 2.0, 3.0},
@@ -86,7 +87,7 @@ func TestCostedSameAsUncosted(t *testing.T) {
 	}
 	cur["a"] = a
 	old := plainReader{"a.o": map[string]any{"k": 1.0}}
-	in := &Intent{ID: "01JD0000000000000000000000", Agent: "w1", Kind: KindApply}
+	in := &intents.Intent{ID: "01JD0000000000000000000000", Agent: "w1", Kind: intents.KindApply}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, src := range costedCorpus {
 		cc, cerr := costed.Compile("post[0]", src, true)
@@ -121,13 +122,13 @@ func TestEveryBuiltinHasACostClass(t *testing.T) {
 			t.Errorf("expr's builtin %s has no cost class (cost_patch.go: loops, linear, constant or special)", f.Name)
 		}
 	}
-	c := NewCompiler(CompilerOptions{})
+	c := NewCompiler(Options{})
 	if _, err := c.Compile("pre[0]", `abs(state.a.n) > 1`, true); err != nil {
 		t.Fatalf("abs, classed constant: %v", err)
 	}
 	delete(constant, "abs")
 	defer func() { constant["abs"] = true }()
-	_, err := NewCompiler(CompilerOptions{}).Compile("pre[0]", `abs(state.a.n) > 1`, true)
+	_, err := NewCompiler(Options{}).Compile("pre[0]", `abs(state.a.n) > 1`, true)
 	if err == nil || !strings.Contains(err.Error(), "the builtin abs has no cost class") {
 		t.Fatalf("abs, classed nowhere: %v, want it refused", err)
 	}

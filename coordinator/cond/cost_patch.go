@@ -1,4 +1,4 @@
-package intents
+package cond
 
 import (
 	"fmt"

@@ -15,6 +15,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/builtin"
 	"github.com/expr-lang/expr/checker"
 	"github.com/expr-lang/expr/compiler"
 	"github.com/expr-lang/expr/conf"
@@ -90,8 +91,9 @@ func (o *Options) EnsureDefaults() {
 // Compiler compiles conditions and caches them by text. It is safe for
 // concurrent use.
 type Compiler struct {
-	opts Options
-	fns  []expr.Option // the functions patched expressions call
+	opts     Options
+	fns      []expr.Option // the functions patched expressions call
+	builtins []expr.Option // expr's builtins as an allow-list (builtins())
 	// uncosted compiles without the cost patcher: the tests compare the two
 	// forms, which must decide alike.
 	uncosted bool
@@ -117,7 +119,7 @@ type cacheEntry struct {
 // their defaults).
 func NewCompiler(opts Options) *Compiler {
 	opts.EnsureDefaults()
-	c := &Compiler{opts: opts, fns: append(stateFunctions(), costFunctions()...)}
+	c := &Compiler{opts: opts, fns: append(stateFunctions(), costFunctions()...), builtins: builtins()}
 	c.mu.lru = list.New()
 	c.mu.byKey = make(map[cacheKey]*list.Element)
 	return c
@@ -196,11 +198,12 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	for _, op := range c.fns {
 		op(config)
 	}
+	for _, op := range c.builtins {
+		op(config)
+	}
 	for _, op := range []expr.Option{
 		expr.Env(&env{}),
 		expr.MaxNodes(c.opts.MaxNodes),
-		// Host-dependent builtins: timezone() reads the host's zone data.
-		expr.DisableBuiltin("timezone"),
 		expr.Patch(p),
 	} {
 		op(config)
@@ -208,6 +211,7 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	for name := range config.Disabled {
 		delete(config.Builtins, name)
 	}
+	p.builtins = config.Builtins
 	config.Check()
 	tree, err := checker.ParseCheck(src, config)
 	if p.err != nil {
@@ -308,7 +312,8 @@ const (
 type patcher struct {
 	nodes      int // syntax nodes visited
 	post       bool
-	paths      map[pathRef]int // how many accesses read each path
+	builtins   conf.FunctionsTable // the builtins enabled
+	paths      map[pathRef]int     // how many accesses read each path
 	usesIntent bool
 	err        error
 }
@@ -354,6 +359,10 @@ func (p *patcher) Visit(node *ast.Node) {
 	case *ast.MemberNode:
 		p.member(node, n)
 	case *ast.BuiltinNode:
+		if p.builtins[n.Name] == nil {
+			p.disabled(n.Name)
+			return
+		}
 		p.clock(node, n)
 	case *ast.CallNode:
 		if m, ok := n.Callee.(*ast.MemberNode); ok {
@@ -372,10 +381,10 @@ func (p *patcher) Visit(node *ast.Node) {
 			fn = fnHas
 		case "version":
 			fn = fnVersion
-		case "timezone":
-			p.fail("timezone() is not available: time zone data differs between hosts, so a replay could decide otherwise; give offsets in the dates themselves")
-			return
 		default:
+			if _, isBuiltin := builtin.Index[id.Value]; isBuiltin && p.builtins[id.Value] == nil {
+				p.disabled(id.Value)
+			}
 			return
 		}
 		if len(n.Arguments) != 1 {
@@ -394,6 +403,18 @@ func (p *patcher) Visit(node *ast.Node) {
 		p.add(pathRef{path: arg.Value})
 		ast.Patch(node, call(fn, arg.Value))
 	}
+}
+
+// disabled refuses a call of a builtin the allow-list leaves off, by its
+// name. expr parses such a call as one of an unknown name, or, for a
+// builtin that takes a predicate (all, filter…), as the builtin
+// regardless of the list, which is why both are checked here.
+func (p *patcher) disabled(name string) {
+	if why, ok := refused[name]; ok {
+		p.fail("%s() is not available: %s", name, why)
+		return
+	}
+	p.fail("the builtin %s has no cost class, so it cannot be metered", name)
 }
 
 // clock makes the builtins that read the time deterministic: now() is the

@@ -479,7 +479,7 @@ var stepNames = []string{"a dynamic key", "a range", "a method call", "keys", "v
 	"string", "toJSON", "fromJSON", "toBase64", "fromBase64", "upper", "lower", "trim", "trimPrefix", "trimSuffix",
 	"indexOf", "lastIndexOf", "hasPrefix", "hasSuffix", "int", "float", "duration", "fromPairs", "reverse",
 	"concat", "flatten", "max", "min", "mean", "median", "sort", "uniq", "split", "splitAfter", "get",
-	"repeat", "replace", "join", "date", "timezone", "take"}
+	"repeat", "replace", "join", "date", "take"}
 
 // stepIndex is the index of a name in stepNames.
 func stepIndex(name string) int {

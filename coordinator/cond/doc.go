@@ -9,8 +9,9 @@
 // whose work grows with what it reads is charged before it runs, against a
 // budget shared by one intent's conditions and counted in units, never
 // timed, so the same intent against the same state gets the same decision
-// live and on replay; over it, Eval returns a *BudgetError. A condition
-// that calls a builtin of expr without a cost class does not compile. The
+// live and on replay; over it, Eval returns a *BudgetError. expr's
+// builtins are an allow-list: all disabled, each one with a cost class
+// enabled again, so a condition that calls any other does not compile. The
 // package lives with the coordinator, apart from the wire types of
 // intents, so agents that only send conditions never link the expression
 // engine.

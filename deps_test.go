@@ -110,6 +110,27 @@ func TestAgentsStandAlone(t *testing.T) {
 	}
 }
 
+// Conditions travel as text: the expression engine that compiles and
+// meters them is the coordinator's (coordinator/cond), so neither the wire
+// contract nor the SDK built on it links expr. Nor does the state tree,
+// pure data that conditions read through an interface.
+var exprFree = []string{"intents", "agents", "coordinator/state"}
+
+const exprModule = "github.com/expr-lang/expr"
+
+func TestWireLinksNoExpr(t *testing.T) {
+	for _, pkg := range exprFree {
+		if !mustExist(t, pkg) {
+			continue
+		}
+		for _, dep := range goList(t, "-deps", "./"+pkg+"/...") {
+			if dep == exprModule || strings.HasPrefix(dep, exprModule+"/") {
+				t.Errorf("%s depends on %s: conditions are compiled in coordinator/cond", pkg, dep)
+			}
+		}
+	}
+}
+
 // The load generator measures the coordinator, not the SDK: it speaks the
 // wire itself, which is why it is internal/loadgen and not under agents.
 func TestLoadgenSpeaksTheWire(t *testing.T) {

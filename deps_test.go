@@ -14,7 +14,7 @@ const module = "github.com/coagent/coagent"
 
 // The pure core: no IO, no clock, no randomness. Time and ids come in as
 // arguments, so every decision is a function of its inputs and the log.
-var pure = []string{"intents", "conflict", "coordinator/state", "coordinator/rules", "coordinator/engine", "arbiter"}
+var pure = []string{"intents", "conflict", "coordinator/cond", "coordinator/state", "coordinator/rules", "coordinator/engine", "arbiter"}
 
 // Imports the pure core must not make itself (fmt and others reach os
 // inside the standard library; what matters is what our code calls).
@@ -106,6 +106,27 @@ func TestAgentsStandAlone(t *testing.T) {
 		if strings.HasPrefix(dep, module+"/coordinator") || strings.HasPrefix(dep, module+"/eventlog") ||
 			strings.HasPrefix(dep, module+"/internal/") {
 			t.Errorf("agents depends on %s", dep)
+		}
+	}
+}
+
+// Conditions travel as text: the expression engine that compiles and
+// meters them is the coordinator's (coordinator/cond), so neither the wire
+// contract nor the SDK built on it links expr. Nor does the state tree,
+// pure data that conditions read through an interface.
+var exprFree = []string{"intents", "agents", "coordinator/state"}
+
+const exprModule = "github.com/expr-lang/expr"
+
+func TestWireLinksNoExpr(t *testing.T) {
+	for _, pkg := range exprFree {
+		if !mustExist(t, pkg) {
+			continue
+		}
+		for _, dep := range goList(t, "-deps", "./"+pkg+"/...") {
+			if dep == exprModule || strings.HasPrefix(dep, exprModule+"/") {
+				t.Errorf("%s depends on %s: conditions are compiled in coordinator/cond", pkg, dep)
+			}
 		}
 	}
 }

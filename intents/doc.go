@@ -13,18 +13,18 @@
 // Grant, a Release, a Wait, a Notice, a Resolution, the Rules). An arbiter
 // is sent an Escalation and answers with a Resolution.
 //
-// Decode reads an
-// intent as strictly as schemas/intent.json does, and a bad field is a
-// *ValidationError naming the field and its value; DecodeResolution reads
-// a resolution the same way. Paths follow
-// the rules of CheckPath, Overlaps and Within, and Board and Document name
-// their place on the board. A Compiler compiles conditions (expr-lang,
-// reading the state through a Reader, nil-safe) within an evaluation
-// budget. Subjects spells every subject and stream under a prefix, and the
+// Decode reads an intent as strictly as schemas/intent.json does, and a
+// bad field is a *ValidationError naming the field and its value;
+// DecodeResolution reads a resolution the same way. Paths follow the rules
+// of CheckPath, Overlaps and Within, and Board and Document name their
+// place on the board. Conditions are text here, checked only for their
+// number, length and encoding: the coordinator compiles and evaluates them
+// (coordinator/cond), so an agent that sends them links no expression
+// engine. Subjects spells every subject and stream under a prefix, and the
 // API… constants the API's endpoints: the main path is request/reply on
 // coagent.api.submit.<agent> (Subjects.Submit), the store-and-forward one
-// the stream on coagent.intents.<agent>. A Builder (Apply, Propose) makes intents
-// readable in Go.
+// the stream on coagent.intents.<agent>. A Builder (Apply, Propose) makes
+// intents readable in Go.
 //
 //	in, err := intents.Apply("claim").
 //		Set("report.sections.intro.owner", "writer-1").

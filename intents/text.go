@@ -1,6 +1,7 @@
 package intents
 
 import (
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -25,4 +26,24 @@ func Clip(s string, n int) string {
 // validator's tree of causes) as one line of an error.
 func OneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// JSONType names the JSON type of a decoded JSON value for messages: "a
+// string", "an object", "null".
+func JSONType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64, int, int64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("a %T", v)
 }

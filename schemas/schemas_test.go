@@ -17,6 +17,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/schemas"
@@ -252,7 +253,7 @@ func TestIntentExamples(t *testing.T) {
 
 func TestRulesExamples(t *testing.T) {
 	sch := compile(t, newCompiler(t), "rules.json")
-	comp := intents.NewCompiler(intents.CompilerOptions{})
+	comp := cond.NewCompiler(cond.Options{})
 	// compileRules runs rules.Compile and checks that an error is a
 	// *rules.Error, which rules.set answers as invalid.
 	compileRules := func(t *testing.T, data []byte) error {
@@ -717,7 +718,7 @@ func TestFields(t *testing.T) {
 // what rules.Compile accepts as a writer and as a quota key.
 type stringRules struct {
 	segment, path, expr, pattern, principal *jsonschema.Schema
-	comp                                    *intents.Compiler
+	comp                                    *cond.Compiler
 }
 
 func newStringRules(t testing.TB) stringRules {
@@ -728,7 +729,7 @@ func newStringRules(t testing.TB) stringRules {
 		expr:      compile(t, c, "intent.json#/$defs/conditions/items"),
 		pattern:   compile(t, c, "rules.json#/$defs/pattern"),
 		principal: compile(t, c, "rules.json#/$defs/principal"),
-		comp:      intents.NewCompiler(intents.CompilerOptions{}),
+		comp:      cond.NewCompiler(cond.Options{}),
 	}
 }
 

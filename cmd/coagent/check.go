@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 	"github.com/spf13/cobra"
 )
@@ -51,7 +52,7 @@ type checked struct {
 }
 
 func runCheck(files []string, agent string, asJSON bool, stdin io.Reader, stdout io.Writer) error {
-	comp := intents.NewCompiler(intents.CompilerOptions{})
+	comp := cond.NewCompiler(cond.Options{})
 	failed := 0
 	for _, name := range files {
 		r := checkFile(comp, name, agent, stdin)
@@ -96,7 +97,7 @@ func runCheck(files []string, agent string, asJSON bool, stdin io.Reader, stdout
 // checkFile checks one intent file: every problem the coordinator would
 // find (decoding, fields, and each condition's compilation), or the read
 // set.
-func checkFile(comp *intents.Compiler, name, agent string, stdin io.Reader) checked {
+func checkFile(comp *cond.Compiler, name, agent string, stdin io.Reader) checked {
 	var data []byte
 	var err error
 	if name == "-" {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -51,7 +52,7 @@ func newRulesCmd(e *env) *cobra.Command {
 			}
 			// The engine's own compiler: the same checks the coordinator
 			// makes, with no server.
-			if _, err := rules.Compile(file, intents.NewCompiler(intents.CompilerOptions{})); err != nil {
+			if _, err := rules.Compile(file, cond.NewCompiler(cond.Options{})); err != nil {
 				return fmt.Errorf("%s: %w", args[0], err)
 			}
 			fmt.Fprintf(e.stdout, "%s: ok\n", args[0])

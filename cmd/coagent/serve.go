@@ -17,6 +17,7 @@ import (
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
@@ -127,7 +128,7 @@ func newServeCmd(e *env) *cobra.Command {
 				if err != nil {
 					return fmt.Errorf("--rules: %w", err)
 				}
-				if _, err := rules.Compile(file, intents.NewCompiler(intents.CompilerOptions{})); err != nil {
+				if _, err := rules.Compile(file, cond.NewCompiler(cond.Options{})); err != nil {
 					return fmt.Errorf("--rules %s: %w", f.rulesFile, err)
 				}
 			}

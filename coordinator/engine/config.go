@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/bugs"
 	"github.com/oklog/ulid/v2"
@@ -65,8 +66,8 @@ type Config struct {
 	// forgotten, costs no lookup. The default ("") asks for every id.
 	RecordedMax string
 	// Conditions bounds expression compilation and evaluation; see
-	// intents.CompilerOptions for its defaults.
-	Conditions intents.CompilerOptions
+	// cond.Options for its defaults.
+	Conditions cond.Options
 	// Bugs plants deliberate bugs for the robustness suite
 	// (internal/bugs: nothing outside this module can set it). The zero
 	// value plants none.

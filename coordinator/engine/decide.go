@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
@@ -261,7 +262,7 @@ func (e *Engine) versions(in *intents.Intent, conflicts []intents.Conflict, more
 // conditions compiles an intent's pre- and postconditions and returns them
 // with the intent's whole read set: declared reads plus every path the
 // conditions touch.
-func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition, reads []string, err error) {
+func (e *Engine) conditions(in *intents.Intent) (pre, post []*cond.Condition, reads []string, err error) {
 	if pre, err = e.compile("pre", in.Pre, false); err != nil {
 		return nil, nil, nil, err
 	}
@@ -282,8 +283,8 @@ func (e *Engine) conditions(in *intents.Intent) (pre, post []*intents.Condition,
 
 // compile compiles the conditions srcs of one kind (pre, post) and checks
 // them against the rules' limit on their size.
-func (e *Engine) compile(kind string, srcs []string, post bool) ([]*intents.Condition, error) {
-	var out []*intents.Condition
+func (e *Engine) compile(kind string, srcs []string, post bool) ([]*cond.Condition, error) {
+	var out []*cond.Condition
 	for i, src := range srcs {
 		field := fmt.Sprintf("%s[%d]", kind, i)
 		c, err := e.comp.Compile(field, src, post)
@@ -386,7 +387,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 // rules' state machines and schemas, and the postconditions and invariants
 // against the state after them. It returns the planned change, or why it
 // is refused. settled is as for decideNew.
-func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intents.Condition, invs []rules.Check, settled bool) ([]intents.Applied, *rules.Violation) {
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.Condition, invs []rules.Check, settled bool) ([]intents.Applied, *rules.Violation) {
 	plan, err := e.tree.Plan(writes)
 	if err != nil {
 		return nil, &rules.Violation{Reason: intents.ReasonInvalid, Detail: err.Error()}
@@ -414,9 +415,9 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*intent
 // precondition or postcondition failure with a sentence naming the
 // expression, what went wrong and the values it saw, or, when the intent's
 // conditions would cost more than their budget, invalid.
-func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Intent, after *state.View) *rules.Violation {
-	var cur intents.Reader = e.tree
-	var old intents.Reader
+func (e *Engine) holds(c *cond.Condition, kind string, i int, in *intents.Intent, after *state.View) *rules.Violation {
+	var cur cond.Reader = e.tree
+	var old cond.Reader
 	reason := intents.ReasonPreconditionFailed
 	if after != nil {
 		cur, old = after, e.tree
@@ -432,7 +433,7 @@ func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Int
 	} else {
 		fmt.Fprintf(&b, "%s `%s` ", kind, c.Source)
 	}
-	if errors.Is(err, intents.ErrBudget) {
+	if errors.Is(err, cond.ErrBudget) {
 		// What it saw would explain nothing: the values are too big.
 		b.WriteString("is " + err.Error())
 		return &rules.Violation{Reason: intents.ReasonInvalid, Detail: b.String()}
@@ -443,7 +444,7 @@ func (e *Engine) holds(c *intents.Condition, kind string, i int, in *intents.Int
 		b.WriteString("is false")
 	}
 	seen := 0
-	show := func(r intents.Reader, prefix string, paths []string) {
+	show := func(r cond.Reader, prefix string, paths []string) {
 		for _, p := range paths {
 			if seen == 8 {
 				fmt.Fprintf(&b, " and %d more", len(c.State)+len(c.Old)-8)
@@ -718,7 +719,7 @@ func (e *Engine) commit(in *intents.Intent) {
 	e.eval.Begin(e.now)
 	pre, post, _, err := e.conditions(in)
 	if err == nil {
-		var more []*intents.Condition
+		var more []*cond.Condition
 		_, more, _, err = e.conditions(&intents.Intent{Post: t.propose.Post})
 		post = append(more, post...)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
@@ -18,8 +19,8 @@ import (
 // Engine decides intents. Create it with New.
 type Engine struct {
 	cfg  Config
-	comp *intents.Compiler
-	eval *intents.Evaluator
+	comp *cond.Compiler
+	eval *cond.Evaluator
 
 	// The folded state: everything below is rebuilt by Apply.
 	tree    *state.Tree
@@ -116,7 +117,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	comp := intents.NewCompiler(cfg.Conditions)
+	comp := cond.NewCompiler(cfg.Conditions)
 	e := &Engine{
 		cfg:     cfg,
 		comp:    comp,

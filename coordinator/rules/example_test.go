@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
@@ -18,7 +19,7 @@ func ExampleCompile() {
 		"agents": {"c1": {"roles": ["coder"]}},
 		"rules": [{"pattern": "tasks.*.status", "writers": ["role:coder"],
 			"transitions": {"PENDING": ["RUNNING"], "RUNNING": ["DONE"]}, "initial": ["PENDING"]}]
-	}`), intents.NewCompiler(intents.CompilerOptions{}))
+	}`), cond.NewCompiler(cond.Options{}))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -42,7 +43,7 @@ func ExampleCompile() {
 	fmt.Println(v.Reason, "-", v.Detail)
 
 	// An error names the field and what is wrong with it.
-	_, err = rules.Compile([]byte(`{"rules": [{"pattern": "tasks.**.status"}]}`), intents.NewCompiler(intents.CompilerOptions{}))
+	_, err = rules.Compile([]byte(`{"rules": [{"pattern": "tasks.**.status"}]}`), cond.NewCompiler(cond.Options{}))
 	fmt.Println(err)
 	// Output:
 	// c1 may write: true

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -103,7 +104,7 @@ func (p Pattern) Overlaps(path string) bool {
 // concrete returns the matched paths a write to path can change, as they
 // exist before or after the change: the matched ancestor-or-self of path
 // (for a deep pattern, path itself), or the matched paths under it.
-func (p Pattern) concrete(path string, before, after intents.Reader) []string {
+func (p Pattern) concrete(path string, before, after cond.Reader) []string {
 	segs := strings.Split(path, ".")
 	if len(segs) >= len(p.segs) {
 		if !p.prefixMatches(segs) {
@@ -115,7 +116,7 @@ func (p Pattern) concrete(path string, before, after intents.Reader) []string {
 		return []string{strings.Join(segs[:len(p.segs)], ".")}
 	}
 	found := map[string]bool{}
-	for _, r := range []intents.Reader{before, after} {
+	for _, r := range []cond.Reader{before, after} {
 		v, ok := r.Get(path)
 		if !ok {
 			continue

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -40,7 +41,7 @@ var recordKinds = []string{KindFact, KindHypothesis, KindTask, KindArtifact, Kin
 
 // checkRecord checks the record at p of kind r.Kind, from ov (ook: it
 // existed) to nv (nok: it exists after), written by agent.
-func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, agent string, before intents.Reader) *Violation {
+func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, agent string, before cond.Reader) *Violation {
 	refuse := func(reason intents.Reason, format string, args ...any) *Violation {
 		return &Violation{Reason: reason, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
 			p, fmt.Sprintf(format, args...), article(r.Kind), r.index, r.Pattern)}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -109,7 +110,7 @@ type compiled struct {
 
 type invariant struct {
 	Invariant
-	cond *intents.Condition
+	cond *cond.Condition
 }
 
 // Error is a rules file that does not compile: the field and what is
@@ -127,7 +128,7 @@ func bad(field, format string, args ...any) error {
 // Compile checks and compiles a rules file. Conditions compile with comp,
 // the engine's compiler, so invariants see the state exactly as intents'
 // conditions do. An empty document (or "{}") is the empty Set: no rules.
-func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
+func Compile(raw []byte, comp *cond.Compiler) (*Set, error) {
 	s := &Set{raw: bytes.Clone(raw)}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return s, nil
@@ -185,7 +186,7 @@ func Compile(raw []byte, comp *intents.Compiler) (*Set, error) {
 			v, limit int
 		}{{"intent_bytes", l.IntentBytes, intents.MaxIntentSize}, {"writes", l.Writes, intents.MaxWrites},
 			{"reads", l.Reads, intents.MaxReads}, {"expr_len", l.ExprLen, intents.MaxExprLen},
-			{"expr_nodes", l.ExprNodes, intents.DefaultMaxNodes}, {"path_depth", l.PathDepth, intents.MaxDepth}} {
+			{"expr_nodes", l.ExprNodes, cond.DefaultMaxNodes}, {"path_depth", l.PathDepth, intents.MaxDepth}} {
 			if f.v < 0 || f.v > f.limit {
 				return nil, bad("limits."+f.name, "%d: want 0 (the built-in bound) to %d", f.v, f.limit)
 			}
@@ -405,7 +406,7 @@ func (s *Set) Invariants(writes []string) []Check {
 // Check is a compiled invariant.
 type Check struct {
 	Name string
-	Cond *intents.Condition
+	Cond *cond.Condition
 }
 
 // QuotaOf returns the quota of agent: its own, or else that of the first of
@@ -483,7 +484,7 @@ func (s *Set) LimitsSize() bool {
 
 // CheckCondition checks a compiled condition against the limit on its
 // size; field names it (pre[0]).
-func (s *Set) CheckCondition(field string, c *intents.Condition) *Violation {
+func (s *Set) CheckCondition(field string, c *cond.Condition) *Violation {
 	if s == nil || s.file.Limits == nil || s.file.Limits.ExprNodes == 0 || c.Nodes <= s.file.Limits.ExprNodes {
 		return nil
 	}
@@ -509,7 +510,7 @@ type Violation struct {
 // the arbiter can settle a contradiction but not make an invalid value
 // valid; and not at all when settled (an arbiter ruled on the change: its
 // fact supersedes the one in force).
-func (s *Set) CheckChange(agent string, writes []string, before, after intents.Reader, settled bool) *Violation {
+func (s *Set) CheckChange(agent string, writes []string, before, after cond.Reader, settled bool) *Violation {
 	if s == nil {
 		return nil
 	}
@@ -539,7 +540,7 @@ func (s *Set) CheckChange(agent string, writes []string, before, after intents.R
 
 // check checks the value at p. A contradiction does not end it: the
 // value's schema is checked too, and refuses it first.
-func (r *compiled) check(p, agent string, before, after intents.Reader) *Violation {
+func (r *compiled) check(p, agent string, before, after cond.Reader) *Violation {
 	nv, nok := after.Get(p)
 	ov, ook := before.Get(p)
 	if nok == ook && (!nok || equalJSON(ov, nv)) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -50,7 +51,7 @@ func TestPattern(t *testing.T) {
 
 func compile(t *testing.T, src string) *Set {
 	t.Helper()
-	s, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+	s, err := Compile([]byte(src), cond.NewCompiler(cond.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		`{"agents":{"a b":{}}}`: "agents",
 	}
 	for src, field := range cases {
-		_, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+		_, err := Compile([]byte(src), cond.NewCompiler(cond.Options{}))
 		var e *Error
 		if !errors.As(err, &e) || e.Field != field {
 			t.Errorf("%s: err = %v, want field %s", src, err, field)
@@ -95,7 +96,7 @@ func TestCompileErrorsGiveTheValue(t *testing.T) {
 		`{"quotas":{"role:w":{"burst":1,"max_txns":-2}}}`: "rules field quotas.role:w.max_txns: -2: want 0 or more",
 	}
 	for src, want := range cases {
-		_, err := Compile([]byte(src), intents.NewCompiler(intents.CompilerOptions{}))
+		_, err := Compile([]byte(src), cond.NewCompiler(cond.Options{}))
 		if err == nil || err.Error() != want {
 			t.Errorf("%.60s: err = %v, want %s", src, err, want)
 		}

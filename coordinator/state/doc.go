@@ -11,7 +11,7 @@
 // and after), or refuses a write that does not fit the value it meets
 // with a *TypeError or a *RangeError; After gives the View of the tree
 // with a planned change applied, which postconditions read. Get and
-// Version make a Tree (and a View) the intents.Reader conditions read;
+// Version make a Tree (and a View) the cond.Reader conditions read;
 // Lookup gives a path's Entry (value, version, mod_rev), and Stat the same
 // without building objects. With Track on, Touched lists the paths the
 // Applies since its last call changed, for the event log's materialized

@@ -4,8 +4,19 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
+)
+
+// The tree and its views are what conditions read. That is checked here
+// rather than in the package, so that state, a pure data structure, does
+// not link the expression engine.
+var (
+	_ cond.Reader = (*state.Tree)(nil)
+	_ cond.Sizer  = (*state.Tree)(nil)
+	_ cond.Reader = (*state.View)(nil)
+	_ cond.Sizer  = (*state.View)(nil)
 )
 
 // GetWithin counts what a Get materializes before materializing it, so

@@ -89,7 +89,7 @@ func (t *Tree) Lookup(path string) Entry {
 }
 
 // Get returns the value at path and whether it exists. It implements
-// intents.Reader.
+// cond.Reader.
 func (t *Tree) Get(path string) (any, bool) {
 	n := t.find(path)
 	if n == nil {
@@ -99,7 +99,7 @@ func (t *Tree) Get(path string) (any, bool) {
 }
 
 // Version returns how many commits changed path or anything under it. It
-// implements intents.Reader.
+// implements cond.Reader.
 func (t *Tree) Version(path string) uint64 {
 	if n := t.find(path); n != nil {
 		return n.version
@@ -110,7 +110,7 @@ func (t *Tree) Version(path string) uint64 {
 // GetWithin is Get, and how many object members (at and under path) the
 // value it builds has; with more than limit it builds nothing and returns
 // a count past limit. Conditions are charged for a read by it, and refuse
-// one too big before it is made. It implements intents.Sizer.
+// one too big before it is made. It implements cond.Sizer.
 func (t *Tree) GetWithin(path string, limit int64) (any, bool, int64) {
 	n := t.find(path)
 	if n == nil {

@@ -23,11 +23,6 @@ type afterValue struct {
 	v    any
 }
 
-var (
-	_ intents.Reader = (*View)(nil)
-	_ intents.Sizer  = (*View)(nil)
-)
-
 // After returns the view of t with changes applied. changes must come from
 // t.Plan and t must not change while the view is in use.
 func (t *Tree) After(changes []intents.Applied) *View {
@@ -58,7 +53,7 @@ func (v *View) Version(path string) uint64 {
 // GetWithin is Get, and how many object members it reads from the tree,
 // as Tree.GetWithin counts them (a value a change decides alone counts 0:
 // the size of the intent bounds it); with more than limit it builds
-// nothing. It implements intents.Sizer.
+// nothing. It implements cond.Sizer.
 func (v *View) GetWithin(path string, limit int64) (any, bool, int64) {
 	for _, c := range v.changes {
 		if intents.Within(path, c.Path) {

@@ -21,8 +21,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
-	"github.com/coagent/coagent/intents"
 )
 
 // root is the repository root, from this package's directory.
@@ -315,7 +315,7 @@ func TestRulesExampleCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rules.Compile([]byte(data), intents.NewCompiler(intents.CompilerOptions{})); err != nil {
+	if _, err := rules.Compile([]byte(data), cond.NewCompiler(cond.Options{})); err != nil {
 		t.Errorf("examples/rules/board.json: %v", err)
 	}
 }

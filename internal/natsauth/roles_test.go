@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/rules"
-	"github.com/coagent/coagent/intents"
 )
 
 // MergeRoles adds the registry's roles and leaves the rest of the file as
@@ -28,7 +28,7 @@ func TestMergeRoles(t *testing.T) {
 	if !reflect.DeepEqual(doc.Agents, want) {
 		t.Fatalf("merged agents %v, want %v", doc.Agents, want)
 	}
-	if _, err := rules.Compile(merged, intents.NewCompiler(intents.CompilerOptions{})); err == nil || !strings.Contains(err.Error(), "role") {
+	if _, err := rules.Compile(merged, cond.NewCompiler(cond.Options{})); err == nil || !strings.Contains(err.Error(), "role") {
 		t.Fatalf("the misspelt field compiled: %v", err)
 	}
 	// No file: the registry's roles are the whole of it.

@@ -1,4 +1,4 @@
-package intents
+package cond
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/vm/runtime"
 )
@@ -31,13 +32,13 @@ import (
 // one of the functions below, which charges the evaluation's budget and
 // then does what expr would have done, with expr's own runtime helpers.
 
-// DefaultBudget is the default of CompilerOptions.Budget. On the 2-core
+// DefaultBudget is the default of Options.Budget. On the 2-core
 // machines this is developed on, the costliest expressions per unit that
 // we could build (BenchmarkOverBudget) spend a whole budget in about 20 ms.
 const DefaultBudget = 1_000_000
 
 // ErrBudget is matched (errors.Is) by a *BudgetError.
-var ErrBudget = errors.New("intents: over the evaluation budget")
+var ErrBudget = errors.New("cond: over the evaluation budget")
 
 // BudgetError says that evaluating an intent's conditions would cost more
 // than its budget. It is the same for the same intent and state every time.
@@ -262,7 +263,7 @@ func describe(v any) string {
 	case reflect.Map:
 		return fmt.Sprintf("an object of %d members", rv.Len())
 	}
-	return "a " + JSONType(v)[2:]
+	return "a " + intents.JSONType(v)[2:]
 }
 
 func mul(a, b int64) int64 {
@@ -478,14 +479,14 @@ var stepNames = []string{"a dynamic key", "a range", "a method call", "keys", "v
 	"string", "toJSON", "fromJSON", "toBase64", "fromBase64", "upper", "lower", "trim", "trimPrefix", "trimSuffix",
 	"indexOf", "lastIndexOf", "hasPrefix", "hasSuffix", "int", "float", "duration", "fromPairs", "reverse",
 	"concat", "flatten", "max", "min", "mean", "median", "sort", "uniq", "split", "splitAfter", "get",
-	"repeat", "replace", "join", "date", "timezone", "take"}
+	"repeat", "replace", "join", "date", "take"}
 
 // stepIndex is the index of a name in stepNames.
 func stepIndex(name string) int {
 	if i := slices.Index(stepNames, name); i >= 0 {
 		return i
 	}
-	panic("intents: no step named " + name) // a builtin added to the patcher but not here
+	panic("cond: no step named " + name) // a builtin added to the patcher but not here
 }
 
 // toCount is a count argument (repeat's, replace's) as a cost factor: 0

@@ -1,11 +1,13 @@
-package intents
+package cond
 
 import (
 	"fmt"
 	"reflect"
 	"time"
 
+	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/builtin"
 )
 
 // costPatcher rewrites a type-checked expression so that every step whose
@@ -171,9 +173,11 @@ var loops = map[string]bool{
 }
 
 // The cost class of every builtin of expr is named here, as loops,
-// linear, constant or special: an expression that calls a builtin that is
-// none of them does not compile (an upgrade of expr that adds one must
-// classify it first; TestEveryBuiltinHasACostClass lists them).
+// linear, constant or special, and only those builtins are enabled
+// (builtins): an expression that calls one that is none of them does not
+// compile, so an upgrade of expr that adds a builtin must classify it
+// first (TestEveryBuiltinHasACostClass lists them). A builtin that is
+// refused is classified too, as one no condition may call.
 
 // constant are the builtins whose work does not grow with their arguments.
 var constant = map[string]bool{
@@ -188,10 +192,30 @@ var special = map[string]bool{
 	"keys": true, "values": true, "toPairs": true, "get": true, "repeat": true, "replace": true, "join": true,
 }
 
-// costClassed reports whether the builtin name has a cost class.
-func costClassed(name string) bool {
+// refused are the builtins no condition may call, with why: what they
+// read differs between hosts, so a replay could decide otherwise.
+var refused = map[string]string{
+	"timezone": "time zone data differs between hosts, so a replay could decide otherwise; give offsets in the dates themselves",
+}
+
+// metered reports whether the builtin name has a cost class, and so is
+// enabled.
+func metered(name string) bool {
 	_, lin := linear[name]
 	return loops[name] || lin || constant[name] || special[name]
+}
+
+// builtins are the options that make expr's builtins an allow-list: all
+// of them disabled, then each one with a cost class, and not refused,
+// enabled again. It is read when a Compiler is made.
+func builtins() []expr.Option {
+	ops := []expr.Option{expr.DisableAllBuiltins()}
+	for _, f := range builtin.Builtins {
+		if metered(f.Name) && refused[f.Name] == "" {
+			ops = append(ops, expr.EnableBuiltin(f.Name))
+		}
+	}
+	return ops
 }
 
 // linear are the builtins whose work is linear in their arguments' sizes,
@@ -205,11 +229,13 @@ var linear = map[string]int{
 	"fromPairs": costReflect, "reverse": costLinear, "concat": costReflect, "flatten": costReflect,
 	"max": costLinear, "min": costLinear, "mean": costLinear, "median": costSort, "sort": costSort,
 	"uniq": costQuadratic, "split": costSplit, "splitAfter": costSplit,
-	"date": costLinear, "timezone": costLinear, "take": costLinear,
+	"date": costLinear, "take": costLinear,
 }
 
 func (p *costPatcher) builtin(node *ast.Node, n *ast.BuiltinNode) {
-	if !costClassed(n.Name) {
+	if !metered(n.Name) {
+		// The patcher has refused it already; should a builtin ever get
+		// here another way, it is still not run unmetered.
 		if p.err == nil {
 			p.err = fmt.Errorf("the builtin %s has no cost class, so it cannot be metered", n.Name)
 		}

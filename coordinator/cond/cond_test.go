@@ -1,4 +1,4 @@
-package intents_test
+package cond_test
 
 import (
 	"errors"
@@ -7,8 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 )
+
+// id is the id of the intents conditions are evaluated on behalf of.
+const id = "01JD0000000000000000000000"
 
 // mapReader is a Reader over flat paths, enough to exercise conditions.
 type mapReader map[string]any
@@ -22,7 +26,7 @@ func (m mapReader) Version(p string) uint64 {
 }
 
 func TestConditionPaths(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	for src, want := range map[string][]string{
 		`state.report.status == "draft"`:                  {"report.status"},
 		`state.a.b == 1 && state.a.c == 2`:                {"a.b", "a.c"},
@@ -33,19 +37,19 @@ func TestConditionPaths(t *testing.T) {
 		`intent.priority > 1`:                             nil,
 		`all(state.items.list, {# > 0})`:                  {"items.list"},
 	} {
-		cond, err := c.Compile("pre[0]", src, false)
+		compiled, err := c.Compile("pre[0]", src, false)
 		if err != nil {
 			t.Errorf("%s: %v", src, err)
 			continue
 		}
-		if !slices.Equal(cond.Paths, want) {
-			t.Errorf("%s: paths %v, want %v", src, cond.Paths, want)
+		if !slices.Equal(compiled.Paths, want) {
+			t.Errorf("%s: paths %v, want %v", src, compiled.Paths, want)
 		}
 	}
 }
 
 func TestConditionCompileErrors(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{MaxNodes: 50})
+	c := cond.NewCompiler(cond.Options{MaxNodes: 50})
 	for src, msg := range map[string]string{
 		`state.a ==`:                         "does not compile",
 		`1 + 2`:                              "not boolean",
@@ -77,7 +81,7 @@ func TestConditionCompileErrors(t *testing.T) {
 }
 
 func TestConditionEval(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	ev := c.NewEvaluator()
 	cur := mapReader{"report.status": "draft", "count.n": 3.0, "tasks.t1.owner": "w1"}
 	old := mapReader{"report.status": "new"}
@@ -94,29 +98,29 @@ func TestConditionEval(t *testing.T) {
 		`old.report.status == "new"`:                     true,
 		`old.count.n == nil`:                             true,
 	} {
-		cond, err := c.Compile("post[0]", src, true)
+		compiled, err := c.Compile("post[0]", src, true)
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		got, err := ev.Eval(cond, cur, old, in)
+		got, err := ev.Eval(compiled, cur, old, in)
 		if err != nil || got != want {
 			t.Errorf("%s = %v, %v; want %v", src, got, err, want)
 		}
 	}
 	// A non-boolean at run time, and a runtime failure, are errors.
 	for src, notBool := range map[string]bool{`state.count.n`: true, `state.report.status > 3`: false} {
-		cond, err := c.Compile("pre[0]", src, false)
+		compiled, err := c.Compile("pre[0]", src, false)
 		if err != nil {
 			t.Fatalf("%s: %v", src, err)
 		}
-		if _, err := ev.Eval(cond, cur, nil, in); err == nil || errors.Is(err, intents.ErrNotBool) != notBool {
+		if _, err := ev.Eval(compiled, cur, nil, in); err == nil || errors.Is(err, cond.ErrNotBool) != notBool {
 			t.Errorf("%s: err %v, want an error (not bool: %v)", src, err, notBool)
 		}
 	}
 }
 
 func TestCompilerCacheBounded(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{CacheSize: 8})
+	c := cond.NewCompiler(cond.Options{CacheSize: 8})
 	for i := range 100 {
 		if _, err := c.Compile("pre[0]", "state.a.b == "+strconv.Itoa(i), false); err != nil {
 			t.Fatal(err)
@@ -135,9 +139,9 @@ func TestCompilerCacheBounded(t *testing.T) {
 // A condition over two paths, compiled once and cached, is what every
 // intent's precondition costs on the hot path.
 func BenchmarkConditionEval(b *testing.B) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	ev := c.NewEvaluator()
-	cond, err := c.Compile("pre[0]", `state.report.status == "draft" && state.tasks.t1.owner == nil`, false)
+	compiled, err := c.Compile("pre[0]", `state.report.status == "draft" && state.tasks.t1.owner == nil`, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +149,7 @@ func BenchmarkConditionEval(b *testing.B) {
 	in := &intents.Intent{ID: id, Agent: "w1", Kind: intents.KindApply}
 	b.ReportAllocs()
 	for b.Loop() {
-		if ok, err := ev.Eval(cond, cur, nil, in); !ok || err != nil {
+		if ok, err := ev.Eval(compiled, cur, nil, in); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package intents_test
+package cond_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/coordinator/cond"
 )
 
 // overBudgetCases are the expressions that cost the most time per unit of
@@ -96,11 +96,11 @@ func text(n int) map[string]any {
 
 // fits reports whether src on the state of n elements stays within the
 // budget, and what it spends.
-func fits(c *intents.Compiler, cond *intents.Condition, r intents.Reader) (bool, int64) {
+func fits(c *cond.Compiler, compiled *cond.Condition, r cond.Reader) (bool, int64) {
 	ev := c.NewEvaluator()
 	ev.Begin(time.Time{})
-	_, err := ev.Eval(cond, r, nil, in)
-	return !errors.Is(err, intents.ErrBudget), ev.Spent()
+	_, err := ev.Eval(compiled, r, nil, in)
+	return !errors.Is(err, cond.ErrBudget), ev.Spent()
 }
 
 // BenchmarkOverBudget runs each costliest expression on the largest state
@@ -108,12 +108,12 @@ func fits(c *intents.Compiler, cond *intents.Condition, r intents.Reader) (bool,
 // (ms/budget): the longest an intent's conditions can hold the decision
 // loop. DefaultBudget is chosen from it.
 //
-//	go test ./intents -run '^$' -bench OverBudget -benchtime 5x
+//	go test ./coordinator/cond -run '^$' -bench OverBudget -benchtime 5x
 func BenchmarkOverBudget(b *testing.B) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	for _, tc := range overBudgetCases {
 		b.Run(tc.name, func(b *testing.B) {
-			cond, err := c.Compile("pre[0]", tc.src, false)
+			compiled, err := c.Compile("pre[0]", tc.src, false)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -121,24 +121,24 @@ func BenchmarkOverBudget(b *testing.B) {
 			lo, hi := 1, 1<<22
 			for lo < hi {
 				mid := (lo + hi + 1) / 2
-				if ok, _ := fits(c, cond, newFresh(tc.state(mid))); ok {
+				if ok, _ := fits(c, compiled, newFresh(tc.state(mid))); ok {
 					lo = mid
 				} else {
 					hi = mid - 1
 				}
 			}
 			r := newFresh(tc.state(lo))
-			_, spent := fits(c, cond, r)
+			_, spent := fits(c, compiled, r)
 			b.ResetTimer()
 			for b.Loop() {
 				ev := c.NewEvaluator() // with nothing compiled or cached from before
 				ev.Begin(time.Time{})
-				if _, err := ev.Eval(cond, r, nil, in); errors.Is(err, intents.ErrBudget) {
+				if _, err := ev.Eval(compiled, r, nil, in); errors.Is(err, cond.ErrBudget) {
 					b.Fatal(err)
 				}
 			}
 			perUnit := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / float64(max(spent, 1))
-			b.ReportMetric(perUnit*intents.DefaultBudget/1e6, "ms/budget")
+			b.ReportMetric(perUnit*cond.DefaultBudget/1e6, "ms/budget")
 			b.ReportMetric(float64(spent), "units")
 		})
 	}

@@ -1,4 +1,4 @@
-package intents
+package cond
 
 import (
 	"fmt"
@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/expr-lang/expr/builtin"
+	"github.com/expr-lang/expr/conf"
 )
 
 type plainReader map[string]any
@@ -70,8 +72,8 @@ var costedCorpus = []string{
 // The costed form of an expression decides exactly as the uncosted one:
 // same values, same errors.
 func TestCostedSameAsUncosted(t *testing.T) {
-	costed := NewCompiler(CompilerOptions{})
-	plain := NewCompiler(CompilerOptions{})
+	costed := NewCompiler(Options{})
+	plain := NewCompiler(Options{})
 	plain.uncosted = true
 	a := map[string]any{
 		"s": "x", "t": "yz", "n": 1.0, "m": 2.0, "f": 1.0, "nil": nil, "l": []any{1.0, 2.0, 3.0}, "l2": []any{1.0, 2.0, 3.0},
@@ -86,7 +88,7 @@ func TestCostedSameAsUncosted(t *testing.T) {
 	}
 	cur["a"] = a
 	old := plainReader{"a.o": map[string]any{"k": 1.0}}
-	in := &Intent{ID: "01JD0000000000000000000000", Agent: "w1", Kind: KindApply}
+	in := &intents.Intent{ID: "01JD0000000000000000000000", Agent: "w1", Kind: intents.KindApply}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, src := range costedCorpus {
 		cc, cerr := costed.Compile("post[0]", src, true)
@@ -113,22 +115,42 @@ func TestCostedSameAsUncosted(t *testing.T) {
 
 // TestEveryBuiltinHasACostClass: every builtin of the expr in go.mod is
 // metered as a loop, linear in its arguments, constant or in a way of its
-// own; one that is none of them (an upgrade of expr added it) is listed
-// here, and a condition that calls it does not compile.
+// own, or refused; one that is none of them (an upgrade of expr added it)
+// is listed here. The allow-list is expr's own (every builtin disabled,
+// each metered one enabled), and a condition that calls a builtin left
+// off does not compile, named in the error, whether expr parses the call
+// as an unknown function (abs) or, taking a predicate, as the builtin
+// regardless of the list (all).
 func TestEveryBuiltinHasACostClass(t *testing.T) {
 	for _, f := range builtin.Builtins {
-		if !costClassed(f.Name) {
-			t.Errorf("expr's builtin %s has no cost class (cost_patch.go: loops, linear, constant or special)", f.Name)
+		if !metered(f.Name) && refused[f.Name] == "" {
+			t.Errorf("expr's builtin %s has no cost class (cost_patch.go: loops, linear, constant, special or refused)", f.Name)
 		}
 	}
-	c := NewCompiler(CompilerOptions{})
-	if _, err := c.Compile("pre[0]", `abs(state.a.n) > 1`, true); err != nil {
-		t.Fatalf("abs, classed constant: %v", err)
+	config := conf.CreateNew()
+	for _, op := range builtins() {
+		op(config)
 	}
-	delete(constant, "abs")
-	defer func() { constant["abs"] = true }()
-	_, err := NewCompiler(CompilerOptions{}).Compile("pre[0]", `abs(state.a.n) > 1`, true)
-	if err == nil || !strings.Contains(err.Error(), "the builtin abs has no cost class") {
-		t.Fatalf("abs, classed nowhere: %v, want it refused", err)
+	for _, f := range builtin.Builtins {
+		if config.Disabled[f.Name] == metered(f.Name) {
+			t.Errorf("%s: disabled in expr %v, metered %v", f.Name, config.Disabled[f.Name], metered(f.Name))
+		}
+	}
+	for _, tc := range []struct {
+		name, src string
+		class     map[string]bool
+	}{
+		{"abs", `abs(state.a.n) > 1`, constant},
+		{"all", `all(state.a.l, {# > 0})`, loops},
+	} {
+		if _, err := NewCompiler(Options{}).Compile("pre[0]", tc.src, true); err != nil {
+			t.Fatalf("%s, classed: %v", tc.name, err)
+		}
+		delete(tc.class, tc.name)
+		_, err := NewCompiler(Options{}).Compile("pre[0]", tc.src, true)
+		tc.class[tc.name] = true
+		if err == nil || !strings.Contains(err.Error(), "the builtin "+tc.name+" has no cost class") {
+			t.Errorf("%s, classed nowhere: %v, want it refused", tc.name, err)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package intents_test
+package cond_test
 
 import (
 	"errors"
@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
 )
 
 // freshReader is a Reader that, like the state tree, materializes an
 // object afresh on every Get, counts the Gets, and can say how big a read
-// is before making it (intents.Sizer).
+// is before making it (cond.Sizer).
 type freshReader struct {
 	vals map[string]any
 	gets map[string]int
@@ -47,26 +48,26 @@ var in = &intents.Intent{ID: id, Agent: "w1", Kind: intents.KindApply}
 
 // evalFresh evaluates src as an intent's only precondition, with a new
 // budget, and returns the result, the error and the units spent.
-func evalFresh(t *testing.T, c *intents.Compiler, src string, r intents.Reader) (bool, error, int64) {
+func evalFresh(t *testing.T, c *cond.Compiler, src string, r cond.Reader) (bool, error, int64) {
 	t.Helper()
-	cond, err := c.Compile("pre[0]", src, false)
+	compiled, err := c.Compile("pre[0]", src, false)
 	if err != nil {
 		t.Fatalf("%s: %v", src, err)
 	}
 	ev := c.NewEvaluator()
 	ev.Begin(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	ok, err := ev.Eval(cond, r, nil, in)
+	ok, err := ev.Eval(compiled, r, nil, in)
 	return ok, err, ev.Spent()
 }
 
 // overBudget checks that src is refused for its budget, and that a second
 // evaluation, from scratch, is refused in the same words after the same
 // spending: the budget is counted, not timed.
-func overBudget(t *testing.T, c *intents.Compiler, src string, r intents.Reader, what string) *intents.BudgetError {
+func overBudget(t *testing.T, c *cond.Compiler, src string, r cond.Reader, what string) *cond.BudgetError {
 	t.Helper()
 	_, err, _ := evalFresh(t, c, src, r)
-	var be *intents.BudgetError
-	if !errors.As(err, &be) || !errors.Is(err, intents.ErrBudget) {
+	var be *cond.BudgetError
+	if !errors.As(err, &be) || !errors.Is(err, cond.ErrBudget) {
 		t.Fatalf("%s: err %v, want a BudgetError", src, err)
 	}
 	if !strings.Contains(be.Error(), what) {
@@ -83,14 +84,14 @@ func overBudget(t *testing.T, c *intents.Compiler, src string, r intents.Reader,
 // pattern of a thousand starred groups took 6.1 s of CPU. It is refused
 // before the match runs.
 func TestBudgetHostileMatches(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	r := newFresh(map[string]any{
 		"rx.p": strings.Repeat("(a|b)*", 1000) + "c",
 		"rx.s": strings.Repeat("a", 100000),
 	})
 	be := overBudget(t, c, `state.rx.s matches state.rx.p`, r,
 		"over the evaluation budget of 1000000 units per intent: matches on a 100000-byte string with a 6001-byte pattern costs")
-	if be.Budget != intents.DefaultBudget || be.Cost <= be.Budget {
+	if be.Budget != cond.DefaultBudget || be.Cost <= be.Budget {
 		t.Errorf("budget %d, cost %d", be.Budget, be.Cost)
 	}
 	// A constant pattern, compiled once with the expression, is charged the
@@ -101,20 +102,20 @@ func TestBudgetHostileMatches(t *testing.T) {
 	// not the match: 64 such conditions in one intent stop at the first.
 	ev := c.NewEvaluator()
 	ev.Begin(time.Time{})
-	cond, err := c.Compile("pre[0]", `state.rx.s matches state.rx.p`, false)
+	compiled, err := c.Compile("pre[0]", `state.rx.s matches state.rx.p`, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ev.Eval(cond, r, nil, in); !errors.Is(err, intents.ErrBudget) {
+	if _, err := ev.Eval(compiled, r, nil, in); !errors.Is(err, cond.ErrBudget) {
 		t.Fatalf("err %v", err)
 	}
-	if spent := ev.Spent(); spent > intents.DefaultBudget/5 {
+	if spent := ev.Spent(); spent > cond.DefaultBudget/5 {
 		t.Errorf("spent %d units to refuse it", spent)
 	}
 }
 
 func TestBudgetRefusals(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	big := make([]any, 2000)
 	for i := range big {
 		big[i] = float64(i)
@@ -153,13 +154,13 @@ func TestBudgetRefusals(t *testing.T) {
 // The conditions of one intent share its budget; Begin starts the next
 // intent's in full.
 func TestBudgetShared(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	list := make([]any, 20000)
 	for i := range list {
 		list[i] = float64(i)
 	}
 	r := newFresh(map[string]any{"l": list})
-	cond, err := c.Compile("pre[0]", `all(state.l, {# >= 0})`, false)
+	compiled, err := c.Compile("pre[0]", `all(state.l, {# >= 0})`, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,9 +169,9 @@ func TestBudgetShared(t *testing.T) {
 		ev.Begin(time.Time{})
 		var refused int
 		for i := range intents.MaxConditions {
-			ok, err := ev.Eval(cond, r, nil, in)
+			ok, err := ev.Eval(compiled, r, nil, in)
 			if err != nil {
-				var be *intents.BudgetError
+				var be *cond.BudgetError
 				if !errors.As(err, &be) || be.Spent == 0 {
 					t.Fatalf("condition %d: %v", i, err)
 				}
@@ -190,7 +191,7 @@ func TestBudgetShared(t *testing.T) {
 
 // A path read many times in one evaluation is materialized once.
 func TestBudgetReadsMemoized(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	doc := map[string]any{}
 	for i := range 1000 {
 		doc[fmt.Sprint("m", i)] = float64(i)
@@ -225,9 +226,9 @@ func TestBudgetReadsMemoized(t *testing.T) {
 // What an intent spends depends on nothing decided before it: a pattern
 // this evaluator compiled already is charged as a new one.
 func TestBudgetIndependentOfHistory(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	r := newFresh(map[string]any{"s": strings.Repeat("ab", 100), "p": "(a|b)+", "l": []any{"ab", "ba"}})
-	cond, err := c.Compile("pre[0]", `state.s matches state.p && all(state.l, {# matches state.p})`, false)
+	compiled, err := c.Compile("pre[0]", `state.s matches state.p && all(state.l, {# matches state.p})`, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,14 +236,14 @@ func TestBudgetIndependentOfHistory(t *testing.T) {
 	var spent []int64
 	for range 3 {
 		old.Begin(time.Time{})
-		if ok, err := old.Eval(cond, r, nil, in); !ok || err != nil {
+		if ok, err := old.Eval(compiled, r, nil, in); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 		spent = append(spent, old.Spent())
 	}
 	fresh := c.NewEvaluator()
 	fresh.Begin(time.Time{})
-	fresh.Eval(cond, r, nil, in)
+	fresh.Eval(compiled, r, nil, in)
 	if spent[0] != spent[1] || spent[1] != spent[2] || spent[2] != fresh.Spent() {
 		t.Errorf("spent %v, then %d on a fresh evaluator", spent, fresh.Spent())
 	}
@@ -250,7 +251,7 @@ func TestBudgetIndependentOfHistory(t *testing.T) {
 
 // Ordinary conditions, those of the tests and the README, cost little.
 func TestBudgetOrdinaryCheap(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	tasks := map[string]any{}
 	for i := range 100 {
 		tasks[fmt.Sprint("t", i)] = map[string]any{"status": "RUNNING", "owner": "w1", "est": 3.0}
@@ -277,20 +278,20 @@ func TestBudgetOrdinaryCheap(t *testing.T) {
 		if !ok || err != nil {
 			t.Errorf("%s = %v, %v", src, ok, err)
 		}
-		if spent > intents.DefaultBudget/100 {
+		if spent > cond.DefaultBudget/100 {
 			t.Errorf("%s spent %d units, more than 1%% of the budget", src, spent)
 		}
 	}
 	// A smaller budget refuses them.
-	small := intents.NewCompiler(intents.CompilerOptions{Budget: 10})
+	small := cond.NewCompiler(cond.Options{Budget: 10})
 	overBudget(t, small, `count(values(state.tasks), .status == "RUNNING") <= 200`, r, "over the evaluation budget of 10 units")
 }
 
 // now() is the decision's time, given to Begin, not the host's clock: the
 // same condition on the same state follows the decision time.
 func TestConditionClock(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
-	cond, err := c.Compile("pre[0]", `now() >= date("2026-01-01T00:00:00Z") && now().Year() == 2026`, false)
+	c := cond.NewCompiler(cond.Options{})
+	compiled, err := c.Compile("pre[0]", `now() >= date("2026-01-01T00:00:00Z") && now().Year() == 2026`, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +304,7 @@ func TestConditionClock(t *testing.T) {
 		time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC):                            false,
 	} {
 		ev.Begin(at)
-		if got, err := ev.Eval(cond, r, nil, in); got != want || err != nil {
+		if got, err := ev.Eval(compiled, r, nil, in); got != want || err != nil {
 			t.Errorf("at %s: %v, %v; want %v", at, got, err, want)
 		}
 	}
@@ -314,11 +315,11 @@ func TestConditionClock(t *testing.T) {
 		`date("Thu, 01 Jan 2026 00:00:00 UTC", "Mon, 02 Jan 2006 15:04:05 MST") == now()`: true,
 		`now().Hour() == 0 && now().Location().String() == "UTC"`:                         true,
 	} {
-		cond, err := c.Compile("pre[0]", src, false)
+		compiled, err := c.Compile("pre[0]", src, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := ev.Eval(cond, r, nil, in); got != want || err != nil {
+		if got, err := ev.Eval(compiled, r, nil, in); got != want || err != nil {
 			t.Errorf("%s = %v, %v; want %v", src, got, err, want)
 		}
 	}
@@ -341,7 +342,7 @@ func TestConditionClock(t *testing.T) {
 // keys(), values() and toPairs() list an object's members in the order of
 // their keys, not Go's map order, which changes from run to run.
 func TestConditionMapOrder(t *testing.T) {
-	c := intents.NewCompiler(intents.CompilerOptions{})
+	c := cond.NewCompiler(cond.Options{})
 	m := map[string]any{}
 	for _, k := range []string{"d", "b", "a", "e", "c", "g", "f"} {
 		m[k] = k + k

@@ -1,4 +1,4 @@
-package intents
+package cond
 
 import (
 	"container/list"
@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/coagent/coagent/intents"
 	"github.com/expr-lang/expr"
 	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/builtin"
 	"github.com/expr-lang/expr/checker"
 	"github.com/expr-lang/expr/compiler"
 	"github.com/expr-lang/expr/conf"
@@ -46,12 +49,12 @@ type Condition struct {
 	prog       *vm.Program
 }
 
-// DefaultMaxNodes is the default of CompilerOptions.MaxNodes, the size of
-// an expression's syntax tree.
+// DefaultMaxNodes is the default of Options.MaxNodes, the size of an
+// expression's syntax tree.
 const DefaultMaxNodes = 1000
 
-// CompilerOptions bound what a condition may cost.
-type CompilerOptions struct {
+// Options bound what a condition may cost.
+type Options struct {
 	// CacheSize is how many compiled conditions are kept, least recently used
 	// first out. The default is 4096.
 	CacheSize int
@@ -70,7 +73,7 @@ type CompilerOptions struct {
 }
 
 // EnsureDefaults fills zero fields with their defaults.
-func (o *CompilerOptions) EnsureDefaults() {
+func (o *Options) EnsureDefaults() {
 	if o.CacheSize <= 0 {
 		o.CacheSize = 4096
 	}
@@ -88,8 +91,9 @@ func (o *CompilerOptions) EnsureDefaults() {
 // Compiler compiles conditions and caches them by text. It is safe for
 // concurrent use.
 type Compiler struct {
-	opts CompilerOptions
-	fns  []expr.Option // the functions patched expressions call
+	opts     Options
+	fns      []expr.Option // the functions patched expressions call
+	builtins []expr.Option // expr's builtins as an allow-list (builtins())
 	// uncosted compiles without the cost patcher: the tests compare the two
 	// forms, which must decide alike.
 	uncosted bool
@@ -113,9 +117,9 @@ type cacheEntry struct {
 
 // NewCompiler returns a compiler with the given options (zero fields take
 // their defaults).
-func NewCompiler(opts CompilerOptions) *Compiler {
+func NewCompiler(opts Options) *Compiler {
 	opts.EnsureDefaults()
-	c := &Compiler{opts: opts, fns: append(stateFunctions(), costFunctions()...)}
+	c := &Compiler{opts: opts, fns: append(stateFunctions(), costFunctions()...), builtins: builtins()}
 	c.mu.lru = list.New()
 	c.mu.byKey = make(map[cacheKey]*list.Element)
 	return c
@@ -123,8 +127,9 @@ func NewCompiler(opts CompilerOptions) *Compiler {
 
 // Compile returns the compiled form of src. A postcondition (post) may also
 // refer to `old`, the state before the writes. field names the expression in
-// the intent ("pre[0]") for the error, which is a *ValidationError when the
-// expression does not compile, is not boolean, or reads something it may not.
+// the intent ("pre[0]") for the error, which is an *intents.ValidationError
+// when the expression does not compile, is not boolean, or reads something
+// it may not.
 // Errors are cached like programs, keyed by text; field is not part of the
 // key, so the cached error is re-labelled.
 func (c *Compiler) Compile(field, src string, post bool) (*Condition, error) {
@@ -152,8 +157,15 @@ func (c *Compiler) Compile(field, src string, post bool) (*Condition, error) {
 	return cond, relabel(err, field)
 }
 
+// invalid is the error of a condition src that does not compile: an
+// *intents.ValidationError, as the decoder's, so an intent's bad
+// condition is refused like any other bad field (Compile sets the field).
+func invalid(src, format string, args ...any) *intents.ValidationError {
+	return &intents.ValidationError{Value: strconv.Quote(intents.Clip(src, 80)), Reason: fmt.Sprintf(format, args...)}
+}
+
 func relabel(err error, field string) error {
-	var ve *ValidationError
+	var ve *intents.ValidationError
 	if errors.As(err, &ve) {
 		cp := *ve
 		cp.Field = field
@@ -174,7 +186,7 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 		// expr recovers its own panics; this guards the patchers and any that
 		// escape, so a hostile expression is an error, never a crash.
 		if r := recover(); r != nil {
-			cond, err = nil, invalid("", quote(src), "does not compile: %v", r)
+			cond, err = nil, invalid(src, "does not compile: %v", r)
 		}
 	}()
 	// expr.Compile's steps, with the cost patcher between the check and the
@@ -186,11 +198,12 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	for _, op := range c.fns {
 		op(config)
 	}
+	for _, op := range c.builtins {
+		op(config)
+	}
 	for _, op := range []expr.Option{
 		expr.Env(&env{}),
 		expr.MaxNodes(c.opts.MaxNodes),
-		// Host-dependent builtins: timezone() reads the host's zone data.
-		expr.DisableBuiltin("timezone"),
 		expr.Patch(p),
 	} {
 		op(config)
@@ -198,33 +211,34 @@ func (c *Compiler) compile(src string, post bool) (cond *Condition, err error) {
 	for name := range config.Disabled {
 		delete(config.Builtins, name)
 	}
+	p.builtins = config.Builtins
 	config.Check()
 	tree, err := checker.ParseCheck(src, config)
 	if p.err != nil {
-		return nil, invalid("", quote(src), "%v", p.err)
+		return nil, invalid(src, "%v", p.err)
 	}
 	if err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
+		return nil, invalid(src, "does not compile: %s", firstLine(err.Error()))
 	}
 	cp := &costPatcher{slots: map[pathRef]int{}, slotsOnly: c.uncosted}
 	ast.Walk(&tree.Node, cp)
 	if cp.err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", cp.err)
+		return nil, invalid(src, "does not compile: %s", cp.err)
 	}
 	if _, err := checker.Check(tree, config); err != nil {
-		return nil, invalid("", quote(src), "does not compile once costed: %s", firstLine(err.Error()))
+		return nil, invalid(src, "does not compile once costed: %s", firstLine(err.Error()))
 	}
 	if err := optimizer.Optimize(&tree.Node, config); err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
+		return nil, invalid(src, "does not compile: %s", firstLine(err.Error()))
 	}
 	prog, err := compiler.Compile(tree, config)
 	if err != nil {
-		return nil, invalid("", quote(src), "does not compile: %s", firstLine(err.Error()))
+		return nil, invalid(src, "does not compile: %s", firstLine(err.Error()))
 	}
 	// A result type known at compile time must be bool; one known only at
 	// run time (a state value) is checked after each run.
 	if t := prog.Node().Type(); t != nil && t.Kind() != reflect.Bool && t.Kind() != reflect.Interface {
-		return nil, invalid("", quote(src), "is %s, not boolean", t)
+		return nil, invalid(src, "is %s, not boolean", t)
 	}
 	cond = &Condition{Source: src, Nodes: p.nodes, usesIntent: p.usesIntent, slots: len(cp.slots), prog: prog}
 	for ref := range p.paths {
@@ -298,7 +312,8 @@ const (
 type patcher struct {
 	nodes      int // syntax nodes visited
 	post       bool
-	paths      map[pathRef]int // how many accesses read each path
+	builtins   conf.FunctionsTable // the builtins enabled
+	paths      map[pathRef]int     // how many accesses read each path
 	usesIntent bool
 	err        error
 }
@@ -344,6 +359,10 @@ func (p *patcher) Visit(node *ast.Node) {
 	case *ast.MemberNode:
 		p.member(node, n)
 	case *ast.BuiltinNode:
+		if p.builtins[n.Name] == nil {
+			p.disabled(n.Name)
+			return
+		}
 		p.clock(node, n)
 	case *ast.CallNode:
 		if m, ok := n.Callee.(*ast.MemberNode); ok {
@@ -362,10 +381,10 @@ func (p *patcher) Visit(node *ast.Node) {
 			fn = fnHas
 		case "version":
 			fn = fnVersion
-		case "timezone":
-			p.fail("timezone() is not available: time zone data differs between hosts, so a replay could decide otherwise; give offsets in the dates themselves")
-			return
 		default:
+			if _, isBuiltin := builtin.Index[id.Value]; isBuiltin && p.builtins[id.Value] == nil {
+				p.disabled(id.Value)
+			}
 			return
 		}
 		if len(n.Arguments) != 1 {
@@ -377,13 +396,25 @@ func (p *patcher) Visit(node *ast.Node) {
 			p.fail("%s needs a constant path string, so the paths it reads are known before it runs", id.Value)
 			return
 		}
-		if err := CheckPath(arg.Value); err != nil {
+		if err := intents.CheckPath(arg.Value); err != nil {
 			p.fail("%s(%q): %v", id.Value, arg.Value, err)
 			return
 		}
 		p.add(pathRef{path: arg.Value})
 		ast.Patch(node, call(fn, arg.Value))
 	}
+}
+
+// disabled refuses a call of a builtin the allow-list leaves off, by its
+// name. expr parses such a call as one of an unknown name, or, for a
+// builtin that takes a predicate (all, filter…), as the builtin
+// regardless of the list, which is why both are checked here.
+func (p *patcher) disabled(name string) {
+	if why, ok := refused[name]; ok {
+		p.fail("%s() is not available: %s", name, why)
+		return
+	}
+	p.fail("the builtin %s has no cost class, so it cannot be metered", name)
 }
 
 // clock makes the builtins that read the time deterministic: now() is the
@@ -448,7 +479,7 @@ func (p *patcher) member(node *ast.Node, n *ast.MemberNode) {
 		p.optional(node, n)
 		return
 	}
-	if !ValidSegment(prop.Value) {
+	if !intents.ValidSegment(prop.Value) {
 		p.fail("%q is not a legal path segment", prop.Value)
 		return
 	}
@@ -457,8 +488,8 @@ func (p *patcher) member(node *ast.Node, n *ast.MemberNode) {
 		p.drop(pathRef{fn == fnOld, base})
 		path = base + "." + prop.Value
 	}
-	if strings.Count(path, ".")+1 > MaxDepth {
-		p.fail("path %s is deeper than %d segments", path, MaxDepth)
+	if strings.Count(path, ".")+1 > intents.MaxDepth {
+		p.fail("path %s is deeper than %d segments", path, intents.MaxDepth)
 		return
 	}
 	p.add(pathRef{fn == fnOld, path})
@@ -508,7 +539,7 @@ type env struct {
 // Evaluator runs conditions. It reuses one VM, so it is not safe for
 // concurrent use; give each goroutine its own.
 //
-// The conditions of one intent share one budget (CompilerOptions.Budget)
+// The conditions of one intent share one budget (Options.Budget)
 // and one clock: Begin starts them. Without Begin every evaluation has a
 // budget of its own and now() is the zero time.
 type Evaluator struct {
@@ -517,7 +548,7 @@ type Evaluator struct {
 	scoped     bool   // Begin was called: the budget spans evaluations
 	scope      uint64 // counts Begin calls (and unscoped evaluations)
 	viewScope  uint64 // the scope the intent's view was charged in
-	intent     *Intent
+	intent     *intents.Intent
 	intentView map[string]any
 }
 
@@ -546,14 +577,17 @@ func (ev *Evaluator) Begin(now time.Time) {
 func (ev *Evaluator) Spent() int64 { return ev.env.budget - ev.env.left }
 
 // ErrNotBool is returned (wrapped) when a condition yields something other
-// than a boolean at run time.
+// than a boolean at run time. Its text keeps the prefix of the package it
+// was first declared in: it is part of decisions' details, which the event
+// log records, and the same condition is refused in the same words in a
+// log written before and one written after.
 var ErrNotBool = errors.New("intents: condition is not boolean")
 
 // Eval runs cond against cur (and old, for postconditions; nil otherwise) on
 // behalf of in. It returns the condition's value, or an error when it fails
 // at run time (wrapping ErrNotBool for a non-boolean result), or a
 // *BudgetError when it would spend more than is left of the budget.
-func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool, err error) {
+func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *intents.Intent) (ok bool, err error) {
 	e := &ev.env
 	defer func() {
 		if r := recover(); r != nil {
@@ -597,14 +631,14 @@ func (ev *Evaluator) Eval(cond *Condition, cur, old Reader, in *Intent) (ok bool
 	}
 	b, isBool := out.(bool)
 	if !isBool {
-		return false, fmt.Errorf("%w: it returned %s", ErrNotBool, JSONType(out))
+		return false, fmt.Errorf("%w: it returned %s", ErrNotBool, intents.JSONType(out))
 	}
 	return b, nil
 }
 
 // viewOf returns the intent as conditions see it: its JSON form, built once
 // per intent.
-func (ev *Evaluator) viewOf(in *Intent) map[string]any {
+func (ev *Evaluator) viewOf(in *intents.Intent) map[string]any {
 	if ev.intent == in && ev.intentView != nil {
 		return ev.intentView
 	}
@@ -614,24 +648,4 @@ func (ev *Evaluator) viewOf(in *Intent) map[string]any {
 	}
 	ev.intent, ev.intentView = in, m
 	return m
-}
-
-// JSONType names the JSON type of a decoded JSON value for messages: "a
-// string", "an object", "null".
-func JSONType(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case float64, int, int64:
-		return "a number"
-	case string:
-		return "a string"
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("a %T", v)
 }

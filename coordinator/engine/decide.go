@@ -924,6 +924,34 @@ func (e *Engine) recorded(id string) (*intents.Decision, bool) {
 	if d, ok := e.decided.get(id); ok {
 		return d, true
 	}
+	return e.recordedOutside(id)
+}
+
+// claim makes d its id's decision in the window if it takes the id, by
+// the rule of intents.Records: an id belongs to the first agent decided
+// under it; the event log keeps its records by the same. Only an invalid
+// decision can be about an id another agent owns (submit refuses such
+// reuse as invalid), and that owner's record may be older than the
+// window: it is looked up, or the refusal would take the id from its
+// owner in the window, and the owner's own resend be refused as the
+// intruder's.
+func (e *Engine) claim(d *intents.Decision) bool {
+	if !intents.Records(nil, d) {
+		return false
+	}
+	if d.Reason == intents.ReasonInvalid {
+		if _, ok := e.decided.get(d.Intent); !ok {
+			if prev, ok := e.recordedOutside(d.Intent); ok && !intents.Records(prev, d) {
+				return false
+			}
+		}
+	}
+	return e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return intents.Records(prev, d) })
+}
+
+// recordedOutside returns the decision recorded for an id the window does
+// not hold, from Config.Recorded.
+func (e *Engine) recordedOutside(id string) (*intents.Decision, bool) {
 	if e.cfg.Recorded == nil || id == "" {
 		return nil, false
 	}

@@ -54,9 +54,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		}
 	case intents.EventDecision:
 		d := ev.Decision
-		// The rule of intents.Records: an id belongs to the first agent
-		// decided under it; the event log keeps its records by the same.
-		if intents.Records(nil, d) && e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return intents.Records(prev, d) }) {
+		if e.claim(d) {
 			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
 				if own && p.escalated {
 					// Its case is settled, however: an arbiter, the

@@ -159,3 +159,44 @@ func TestRecordedLookedUpOnlyWhenItMayExist(t *testing.T) {
 		t.Fatalf("a duplicate of a forgotten id: %+v, asked %v", d, asked)
 	}
 }
+
+// An id belongs to the first agent decided under it, also once the window
+// has forgotten it: another agent's intent under that id is refused, and
+// its refusal must not take the id in the window either, or the owner's
+// own resend would then be refused as the intruder's.
+func TestForeignReuseOfAForgottenIDLeavesItsOwner(t *testing.T) {
+	records := map[string]*intents.Decision{}
+	e, err := New(Config{DedupWindow: 4, Recorded: func(id string) (*intents.Decision, bool) {
+		d, ok := records[id]
+		return d, ok
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(agent string, n int) *intents.Decision {
+		t.Helper()
+		in := &intents.Intent{ID: fuzzID(n), Agent: agent, Kind: intents.KindApply,
+			Writes: []intents.Write{{Path: "n." + agent, Op: intents.OpIncr}}}
+		evs := e.Submit(base, Input{Agent: agent, Intent: in}, nil).Events
+		d := evs[len(evs)-1].Decision
+		// The event log's records, by the rule they share.
+		if intents.Records(records[d.Intent], d) {
+			records[d.Intent] = d
+		}
+		return d
+	}
+	first := submit("a", 1)
+	for n := 2; n < 12; n++ {
+		submit("a", n)
+	}
+	if _, ok := e.Decision(fuzzID(1)); ok {
+		t.Fatal("the test needs 1 forgotten by the window")
+	}
+	if d := submit("b", 1); d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonInvalid {
+		t.Fatalf("b reusing a's forgotten id: %+v", d)
+	}
+	d := submit("a", 1)
+	if !d.Duplicate || d.Outcome != first.Outcome || d.Rev != first.Rev {
+		t.Fatalf("a's resend after b's reuse: %+v, want a duplicate of %+v", d, first)
+	}
+}

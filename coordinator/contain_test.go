@@ -37,6 +37,9 @@ func TestPanicContained(t *testing.T) {
 					fired++
 					panic("injected fault")
 				}
+				if core == nil {
+					return nil, false // opening: no foreign reuse in this test to look up
+				}
 				d, err := core.Log().Decision(id)
 				return d, err == nil
 			},
@@ -132,6 +135,7 @@ func TestPanicContained(t *testing.T) {
 	if err := core.Close(); err != nil {
 		t.Fatal(err)
 	}
+	core = nil
 	if core, err = OpenCore(dir, opts); err != nil {
 		t.Fatal(err)
 	}

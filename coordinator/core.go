@@ -90,11 +90,13 @@ type Core struct {
 	opts     CoreOptions
 	lastSnap uint64
 	out      []*intents.Event
-	// routes and fx are the routed decisions and the engine's effects of
-	// the batch in hand, and rules the board rules it put in force (if
+	// routes, records and fx are the routed decisions, the decisions that
+	// became records and the engine's effects of the batch in hand, and
+	// rules the board rules it put in force (if
 	// rulesChanged), which Commit hands over with it; next is when the
 	// engine's next timer is due, as its last call said.
 	routes       []Routed
+	records      []*intents.Decision
 	fx           engine.Effects
 	rulesChanged bool
 	rules        *rules.Set
@@ -216,6 +218,7 @@ func (c *Core) done(n int, r engine.Ready, via Via, known bool) {
 		own = r.Own
 	}
 	c.route(c.out[n:], own, via)
+	c.records = append(c.records, r.Records...)
 	c.fx.Add(r.Effects)
 	if r.RulesChanged {
 		c.rulesChanged, c.rules = true, r.Rules
@@ -344,7 +347,8 @@ func (c *Core) Commit() (*Group, error) {
 	if len(c.out) == 0 {
 		return nil, nil
 	}
-	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State())}
+	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State()), Records: c.records}
+	c.records = nil
 	var ready <-chan error
 	if c.replicate != nil {
 		var err error
@@ -423,14 +427,14 @@ func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
 	case first != have+1:
 		return nil, fmt.Errorf("coordinator: follow: the group holds events %d–%d, and the log ends at %d", first, last, have)
 	}
-	for _, ev := range evs {
-		if err := c.eng.Apply(ev); err != nil {
-			// The engine is part way through the group: it must be
-			// rebuilt from the log before anything else is folded.
-			c.failed = fmt.Errorf("coordinator: follow: fold event %d: %w", ev.Seq, err)
-			return nil, c.failed
-		}
+	records, err := c.eng.ApplyAll(evs)
+	if err != nil {
+		// The engine is part way through the group: it must be rebuilt
+		// from the log before anything else is folded.
+		c.failed = fmt.Errorf("coordinator: follow: fold %w", err)
+		return nil, c.failed
 	}
+	c.records = append(c.records[:0:0], records...)
 	c.next, c.hasNext = c.eng.NextDeadline()
 	c.out = append(c.out[:0:0], evs...)
 	g, err := c.Commit()

@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +16,12 @@ type Batch struct {
 	// State holds the new entry of every path the batch's changes touched,
 	// latest last. The engine's state tree says which (Tree.Touched).
 	State []Entry
+	// Records are the decisions of the batch that become their intent
+	// ids' idempotency records, in order, a later one of an id replacing
+	// an earlier: Decision answers with them. The engine says which (an
+	// id belongs to the first agent decided under it); the log writes what
+	// it is given.
+	Records []*intents.Decision
 }
 
 // Pending is an enqueued batch; Wait returns once it is durable.
@@ -24,13 +29,9 @@ type Pending struct {
 	b     *pebble.Batch // the events
 	rest  *pebble.Batch // the idempotency records and state entries
 	terms *termList     // index terms, written by the committer for the whole group
-	// records are the idempotency records in rest, by intent id; cond are
-	// the invalid decisions whose record depends on the log's (see write).
-	records map[string]*intents.Decision
-	cond    []*intents.Decision
-	last    uint64
-	done    chan struct{}
-	err     error
+	last  uint64
+	done  chan struct{}
+	err   error
 	// ready, if set, yields once: nil when the batch may be written, or
 	// why it must not be (see EnqueueAfter).
 	ready <-chan error
@@ -332,13 +333,7 @@ func (l *Log) write(queue []*Pending, indexAll bool) *group {
 		}
 	}
 	index := l.index
-	for i, p := range queue {
-		if len(p.cond) > 0 {
-			if err := l.recordConditional(g.batch, queue, i); err != nil {
-				g.err = fmt.Errorf("eventlog: idempotency records: %w", err)
-				return g
-			}
-		}
+	for _, p := range queue {
 		if err := g.batch.Apply(p.rest, nil); err != nil {
 			g.err = fmt.Errorf("eventlog: group batch: %w", err)
 			return g
@@ -349,9 +344,6 @@ func (l *Log) write(queue []*Pending, indexAll bool) *group {
 		l.putTerms(p.terms)
 		p.terms = nil
 		index.last = p.last
-	}
-	for _, p := range queue {
-		p.records, p.cond = nil, nil // needed only while the group is built
 	}
 	if indexAll || index.last-l.indexed >= l.indexEvery {
 		if g.err = l.writeIndex(g.batch, nil); g.err != nil {
@@ -412,8 +404,6 @@ func (l *Log) encode(b *Batch, p *Pending) error {
 		return err
 	}
 	terms := l.getTerms()
-	records := map[string]*intents.Decision{} // this batch's, latest wins
-	var cond []*intents.Decision
 	for _, ev := range b.Events {
 		buf = AppendEvent(buf[:0], ev)
 		key = appendEventKey(key[:0], ev.Seq)
@@ -421,28 +411,11 @@ func (l *Log) encode(b *Batch, p *Pending) error {
 			return fail(err)
 		}
 		indexTerms(ev, func(t indexTerm) { terms.terms = append(terms.terms, posting{t, ev.Seq}) })
-		d := ev.Decision
-		if d == nil || !intents.Records(nil, d) {
-			continue
-		}
-		switch prev, ok := records[d.Intent]; {
-		case ok:
-			if intents.Records(prev, d) {
-				records[d.Intent] = d
-			}
-		case d.Reason == intents.ReasonInvalid:
-			// Only an invalid decision can be about an id another agent
-			// owns (the engine refuses such reuse as invalid). Whether it
-			// is depends on the record before this batch, which a batch
-			// queued but not yet written may hold: the committer decides.
-			cond = append(cond, d)
-		default:
-			records[d.Intent] = d
-		}
 	}
-	for id, d := range records {
+	// A later record of an id is set after an earlier one: it wins.
+	for _, d := range b.Records {
 		buf = AppendDecision(buf[:0], d)
-		key = appendKey(key[:0], famDecision, id)
+		key = appendKey(key[:0], famDecision, d.Intent)
 		if err := rest.Set(key, buf, nil); err != nil {
 			return fail(err)
 		}
@@ -454,7 +427,7 @@ func (l *Log) encode(b *Batch, p *Pending) error {
 			return fail(err)
 		}
 	}
-	p.b, p.rest, p.terms, p.records, p.cond = pb, rest, terms, records, cond
+	p.b, p.rest, p.terms = pb, rest, terms
 	return nil
 }
 
@@ -480,46 +453,6 @@ func (l *Log) putTerms(t *termList) {
 	clear(t.terms) // keep no event's strings alive
 	t.terms = t.terms[:0]
 	l.terms.Put(t)
-}
-
-// recordConditional writes the records of queue[i]'s invalid decisions
-// that take their id: those whose id had no record before, or one of the
-// same agent. The record before is the last of the id among the batches
-// queued before queue[i] in this group, else the log's: the groups before
-// are in the memtable already.
-func (l *Log) recordConditional(b *pebble.Batch, queue []*Pending, i int) error {
-	p := queue[i]
-	var taken map[string]*intents.Decision // p's own, for a second use of an id
-	for _, d := range p.cond {
-		prev, ok := taken[d.Intent]
-		for j := i - 1; !ok && j >= 0; j-- {
-			prev, ok = queue[j].records[d.Intent]
-		}
-		if !ok {
-			var err error
-			if prev, err = l.Decision(d.Intent); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
-			}
-		}
-		if !intents.Records(prev, d) {
-			continue
-		}
-		if err := b.Set(decisionKey(d.Intent), AppendDecision(nil, d), nil); err != nil {
-			return err
-		}
-		if taken == nil {
-			taken = map[string]*intents.Decision{}
-		}
-		taken[d.Intent] = d
-	}
-	// Later batches of the group see p's last record of each id: one in
-	// p.rest, written after these, else one taken here.
-	for id, d := range taken {
-		if _, ok := p.records[id]; !ok {
-			p.records[id] = d
-		}
-	}
-	return nil
 }
 
 // commit commits a batch written outside the committer's groups. A synced

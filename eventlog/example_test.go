@@ -32,6 +32,8 @@ func ExampleOpen() {
 	const id = "01JD0000000000000000000010"
 	value := json.RawMessage(`"Q3"`)
 	write := intents.Write{Path: "report.title", Op: intents.OpSet, Value: value}
+	decision := &intents.Decision{Intent: id, Agent: "w1", Outcome: intents.OutcomeApplied,
+		Versions: map[string]uint64{"report.title": 1}, Rev: 2}
 	batch := &eventlog.Batch{
 		Events: []*intents.Event{
 			{Seq: 1, Time: now, Type: intents.EventIntent, Agent: "w1", Intent: id,
@@ -40,15 +42,15 @@ func ExampleOpen() {
 			{Seq: 2, Time: now, Type: intents.EventChange, Agent: "w1", Intent: id,
 				Change: &intents.Change{Writes: []intents.Applied{{Path: write.Path, Op: write.Op, Value: value,
 					NewVersion: 1}}}},
-			{Seq: 3, Time: now, Type: intents.EventDecision, Agent: "w1", Intent: id,
-				Decision: &intents.Decision{Intent: id, Agent: "w1", Outcome: intents.OutcomeApplied,
-					Versions: map[string]uint64{"report.title": 1}, Rev: 2}},
+			{Seq: 3, Time: now, Type: intents.EventDecision, Agent: "w1", Intent: id, Decision: decision},
 		},
 		State: []eventlog.Entry{
 			{Path: "", Kind: eventlog.KindObject, Version: 1, ModRev: 2},
 			{Path: "report", Kind: eventlog.KindObject, Version: 1, ModRev: 2},
 			{Path: "report.title", Kind: eventlog.KindLeaf, Value: value, Version: 1, ModRev: 2},
 		},
+		// The engine says which decisions take their ids (Ready.Records).
+		Records: []*intents.Decision{decision},
 	}
 	p, err := log.Enqueue(batch)
 	if err != nil {

@@ -49,8 +49,9 @@ func TestExportRestore(t *testing.T) {
 	for i := range 10 {
 		b := g.batch(3)
 		b.State = state(i)
-		b.Events = append(b.Events, &intents.Event{Seq: g.seq + 1, Type: intents.EventDecision, Intent: "I" + string('a'+byte(i)), Agent: "a",
-			Decision: &intents.Decision{Intent: "I" + string('a'+byte(i)), Agent: "a", Outcome: intents.OutcomeApplied, Rev: uint64(i)}})
+		d := &intents.Decision{Intent: "I" + string('a'+byte(i)), Agent: "a", Outcome: intents.OutcomeApplied, Rev: uint64(i)}
+		b.Events = append(b.Events, &intents.Event{Seq: g.seq + 1, Type: intents.EventDecision, Intent: d.Intent, Agent: "a", Decision: d})
+		b.Records = []*intents.Decision{d}
 		g.seq++
 		if err := src.Append(ctx, b); err != nil {
 			t.Fatal(err)

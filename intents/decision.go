@@ -112,15 +112,3 @@ type Decision struct {
 	MergedWith   []string          `json:"merged_with,omitempty"`
 	Duplicate    bool              `json:"duplicate,omitempty"`
 }
-
-// Records reports whether d becomes the recorded decision of its intent id,
-// given the one recorded so far (nil if none): the rule the engine and the
-// event log share. An id belongs to the first agent decided under it; an
-// unauthorized intent never takes an id (it may be another agent's), and a
-// duplicate only repeats what is recorded.
-func Records(prev, d *Decision) bool {
-	if d.Duplicate || d.Intent == "" || d.Reason == ReasonUnauthorized {
-		return false
-	}
-	return prev == nil || prev.Agent == d.Agent
-}

@@ -928,25 +928,37 @@ func (e *Engine) recorded(id string) (*intents.Decision, bool) {
 }
 
 // claim makes d its id's decision in the window if it takes the id, by
-// the rule of intents.Records: an id belongs to the first agent decided
-// under it; the event log keeps its records by the same. Only an invalid
+// the rule of takes: an id belongs to the first agent decided under it.
+// What claim takes is what the event log keeps as records
+// (Ready.Records): the rule has no other owner. Only an invalid
 // decision can be about an id another agent owns (submit refuses such
 // reuse as invalid), and that owner's record may be older than the
 // window: it is looked up, or the refusal would take the id from its
 // owner in the window, and the owner's own resend be refused as the
 // intruder's.
 func (e *Engine) claim(d *intents.Decision) bool {
-	if !intents.Records(nil, d) {
+	if !takes(nil, d) {
 		return false
 	}
 	if d.Reason == intents.ReasonInvalid {
 		if _, ok := e.decided.get(d.Intent); !ok {
-			if prev, ok := e.recordedOutside(d.Intent); ok && !intents.Records(prev, d) {
+			if prev, ok := e.recordedOutside(d.Intent); ok && !takes(prev, d) {
 				return false
 			}
 		}
 	}
-	return e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return intents.Records(prev, d) })
+	return e.decided.claim(d.Intent, d, func(prev *intents.Decision) bool { return takes(prev, d) })
+}
+
+// takes reports whether d becomes the recorded decision of its intent id,
+// given the one recorded so far (nil if none). An id belongs to the first
+// agent decided under it; an unauthorized intent never takes an id (it
+// may be another agent's), and a duplicate only repeats what is recorded.
+func takes(prev, d *intents.Decision) bool {
+	if d.Duplicate || d.Intent == "" || d.Reason == intents.ReasonUnauthorized {
+		return false
+	}
+	return prev == nil || prev.Agent == d.Agent
 }
 
 // recordedOutside returns the decision recorded for an id the window does

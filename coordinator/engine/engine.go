@@ -56,6 +56,8 @@ type Engine struct {
 	out          []*intents.Event
 	effects      Effects
 	seekOwn      bool
+	collect      bool                // records are gathered (a call, ApplyAll)
+	records      []*intents.Decision // the decisions that took their ids
 	received     bool
 	ownID        string
 	own          *intents.Decision
@@ -269,11 +271,13 @@ func (e *Engine) begin(now time.Time, out []*intents.Event) {
 	e.effects = Effects{}
 	e.seekOwn, e.received, e.ownID, e.own = false, false, "", nil
 	e.rulesChanged = false
+	e.collect, e.records = true, e.records[:0]
 }
 
 // end hands the call's Ready over.
 func (e *Engine) end() Ready {
-	r := Ready{Events: e.out, ID: e.ownID, Own: e.own, Effects: e.effects}
+	r := Ready{Events: e.out, ID: e.ownID, Own: e.own, Effects: e.effects, Records: e.records}
+	e.collect = false
 	if e.rulesChanged {
 		r.RulesChanged, r.Rules = true, e.rules
 	}

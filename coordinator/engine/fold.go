@@ -31,6 +31,22 @@ func (e *Engine) Apply(ev *intents.Event) error {
 	return nil
 }
 
+// ApplyAll folds a run of events another engine decided, as Apply does,
+// for a log that stores them as that engine's did: it returns the
+// decisions among them that become their intent ids' records, as a
+// call's Ready does (valid until the next call). An event that cannot be
+// folded is an error, and the engine is then part way through the run.
+func (e *Engine) ApplyAll(evs []*intents.Event) ([]*intents.Decision, error) {
+	e.collect, e.records = true, e.records[:0]
+	defer func() { e.collect = false }()
+	for _, ev := range evs {
+		if err := e.Apply(ev); err != nil {
+			return nil, err
+		}
+	}
+	return e.records, nil
+}
+
 // apply is the one place the engine's state changes. own says the event was
 // just emitted by the engine, so its change was planned on the current tree
 // and need not be checked again; events from a log are.
@@ -55,6 +71,9 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 	case intents.EventDecision:
 		d := ev.Decision
 		if e.claim(d) {
+			if e.collect {
+				e.records = append(e.records, d)
+			}
 			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
 				if own && p.escalated {
 					// Its case is settled, however: an arbiter, the

@@ -26,6 +26,12 @@ type Ready struct {
 	Own *intents.Decision
 	// Effects are what the call did for the arbiters beside its events.
 	Effects Effects
+	// Records are the call's decisions that become their intent ids'
+	// recorded decisions, in order, a later one of an id replacing an
+	// earlier: what the event log keeps to answer a duplicate the engine
+	// no longer remembers. The engine alone says which (see claim); the
+	// slice is valid until the next call.
+	Records []*intents.Decision
 	// RulesChanged says the call put board rules in force: Rules (nil:
 	// none).
 	RulesChanged bool

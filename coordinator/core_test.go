@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -101,7 +102,7 @@ func (d *driver) settle(evs []*intents.Event, p *Group, err error) {
 			d.held = append(d.held, &cp)
 		}
 	}
-	d.hashes[d.c.Engine().Seq()] = Hash(d.c.Engine().State())
+	d.hashes[d.c.Engine().Seq()] = replay.Hash(d.c.Engine().State())
 }
 
 func openCore(t testing.TB, dir string, every uint64) *Core {
@@ -130,15 +131,15 @@ func TestReplayEquivalence(t *testing.T) {
 				if k++; k%5 != 0 {
 					continue
 				}
-				eng, err := Replay(c.Log(), ReplayOptions{Seq: seq})
+				eng, err := replay.Run(c.Log(), replay.Options{Seq: seq})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := Hash(eng.State()); got != want {
+				if got := replay.Hash(eng.State()); got != want {
 					t.Fatalf("replay to %d: hash %s, the live engine had %s", seq, got, want)
 				}
 			}
-			if hash, err := Verify(c.Log(), engine.Config{}, nil); err != nil || hash != Hash(c.Engine().State()) {
+			if hash, err := replay.Verify(c.Log(), engine.Config{}, nil); err != nil || hash != replay.Hash(c.Engine().State()) {
 				t.Fatalf("verify: %s, %v", hash, err)
 			}
 		})
@@ -161,9 +162,9 @@ func TestReopenContinues(t *testing.T) {
 		}
 		c2 := openCore(t, dir, every)
 		after := c2.Engine()
-		if Hash(after.State()) != Hash(before.State()) || after.Seq() != before.Seq() {
+		if replay.Hash(after.State()) != replay.Hash(before.State()) || after.Seq() != before.Seq() {
 			t.Fatalf("every %d: reopened at seq %d hash %s, closed at seq %d hash %s", every, after.Seq(),
-				Hash(after.State()), before.Seq(), Hash(before.State()))
+				replay.Hash(after.State()), before.Seq(), replay.Hash(before.State()))
 		}
 		if fmt.Sprint(after.Txns()) != fmt.Sprint(before.Txns()) || fmt.Sprint(after.Parked()) != fmt.Sprint(before.Parked()) {
 			t.Fatalf("every %d: transactions or parked intents differ after reopening", every)
@@ -172,7 +173,7 @@ func TestReopenContinues(t *testing.T) {
 		for range 200 {
 			d.step()
 		}
-		if _, err := Verify(c2.Log(), engine.Config{}, nil); err != nil {
+		if _, err := replay.Verify(c2.Log(), engine.Config{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		c2.Close()
@@ -199,7 +200,7 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byTime, err := Replay(log, ReplayOptions{At: mid.Time})
+	byTime, err := replay.Run(log, replay.Options{At: mid.Time})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 		t.Fatalf("replay by time stopped at %d but event %d is at %s too", byTime.Seq(), next.Seq, next.Time)
 	}
 	before := log.LastSeq() / 2
-	want, err := Replay(log, ReplayOptions{Seq: before - 1})
+	want, err := replay.Run(log, replay.Options{Seq: before - 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,18 +219,18 @@ func TestReplayByTimeAndCompaction(t *testing.T) {
 	if err := log.Compact(before, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Replay(log, ReplayOptions{Seq: before - 5}); !errors.Is(err, eventlog.ErrCompacted) {
+	if _, err := replay.Run(log, replay.Options{Seq: before - 5}); !errors.Is(err, eventlog.ErrCompacted) {
 		t.Fatalf("replay into the compacted past: %v", err)
 	}
-	got, err := Replay(log, ReplayOptions{Seq: before - 1})
-	if err != nil || Hash(got.State()) != Hash(want.State()) {
+	got, err := replay.Run(log, replay.Options{Seq: before - 1})
+	if err != nil || replay.Hash(got.State()) != replay.Hash(want.State()) {
 		t.Fatalf("replay to the compaction point: %v", err)
 	}
-	if _, err := Verify(log, engine.Config{}, nil); err != nil {
+	if _, err := replay.Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatalf("verify after compaction: %v", err)
 	}
-	last, err := Replay(log, ReplayOptions{})
-	if err != nil || Hash(last.State()) != Hash(c.Engine().State()) {
+	last, err := replay.Run(log, replay.Options{})
+	if err != nil || replay.Hash(last.State()) != replay.Hash(c.Engine().State()) {
 		t.Fatalf("replay of everything after compaction: %v", err)
 	}
 }
@@ -280,7 +281,7 @@ func TestRebuildPassesOverASnapshotThatDoesNotRestore(t *testing.T) {
 	for range 300 {
 		d.step()
 	}
-	want, seq := Hash(c.Engine().State()), c.Engine().Seq()
+	want, seq := replay.Hash(c.Engine().State()), c.Engine().Seq()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -298,19 +299,19 @@ func TestRebuildPassesOverASnapshotThatDoesNotRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eng, from, err := Rebuild(lg, engine.Config{}, 0)
+	eng, from, err := replay.Rebuild(lg, engine.Config{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if from >= at || Hash(eng.State()) != want || eng.Seq() != seq {
-		t.Fatalf("rebuilt from snapshot %d (the bad one at %d) to seq %d hash %s; want seq %d hash %s", from, at, eng.Seq(), Hash(eng.State()), seq, want)
+	if from >= at || replay.Hash(eng.State()) != want || eng.Seq() != seq {
+		t.Fatalf("rebuilt from snapshot %d (the bad one at %d) to seq %d hash %s; want seq %d hash %s", from, at, eng.Seq(), replay.Hash(eng.State()), seq, want)
 	}
 	if err := lg.Close(); err != nil {
 		t.Fatal(err)
 	}
 	c = openCore(t, dir, 50)
 	defer c.Close()
-	if Hash(c.Engine().State()) != want {
+	if replay.Hash(c.Engine().State()) != want {
 		t.Fatal("OpenCore did not pass over the snapshot that does not restore")
 	}
 }

@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// A *MismatchError names the first path where the materialized state and
+// A *replay.MismatchError names the first path where the materialized state and
 // the fold differ, each side's entry there, and the fold as Verify would
 // have reported it had the two agreed: whether the store changed a path,
 // lacks one (the first, so that the fold's path comes before the store's
@@ -58,10 +59,10 @@ func TestVerifyMismatchReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer log.Close()
-			_, err = Verify(log, engine.Config{}, nil)
-			var me *MismatchError
+			_, err = replay.Verify(log, engine.Config{}, nil)
+			var me *replay.MismatchError
 			if !errors.As(err, &me) {
-				t.Fatalf("verify after tampering: %v, want a *MismatchError", err)
+				t.Fatalf("verify after tampering: %v, want a *replay.MismatchError", err)
 			}
 			if me.Path != c.path || !strings.HasPrefix(me.Log, c.log) || !strings.HasPrefix(me.Folded, c.folded) {
 				t.Errorf("mismatch at %s: stored %q, folded %q; want at %s: stored %q…, folded %q…", me.Path, me.Log, me.Folded, c.path, c.log, c.folded)
@@ -83,10 +84,10 @@ func verified(t *testing.T, dir string) (hash string, rev, last uint64) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if hash, err = Verify(log, engine.Config{}, nil); err != nil {
+	if hash, err = replay.Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eng, _, err := Rebuild(log, engine.Config{}, 0)
+	eng, _, err := replay.Rebuild(log, engine.Config{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -29,13 +28,10 @@ type driver struct {
 	now  time.Time
 	n    uint64
 	held []*intents.Decision
-	// hashes records the live state's hash after each call, by the seq of
-	// its last event: what a replay to that seq must reproduce.
-	hashes map[uint64]string
 }
 
 func newDriver(t testing.TB, c *Core, seed uint64) *driver {
-	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0, hashes: map[uint64]string{}}
+	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0}
 }
 
 func (d *driver) id() string {
@@ -102,7 +98,6 @@ func (d *driver) settle(evs []*intents.Event, p *Group, err error) {
 			d.held = append(d.held, &cp)
 		}
 	}
-	d.hashes[d.c.Engine().Seq()] = replay.Hash(d.c.Engine().State())
 }
 
 func openCore(t testing.TB, dir string, every uint64) *Core {
@@ -112,38 +107,6 @@ func openCore(t testing.TB, dir string, every uint64) *Core {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// The state at every point is a fold of the log: a replay up to any seq a
-// call ended at gives the hash the live engine had then, with and without
-// snapshots on the way.
-func TestReplayEquivalence(t *testing.T) {
-	for _, every := range []uint64{1 << 40, 97} {
-		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
-			c := openCore(t, t.TempDir(), every)
-			defer c.Close()
-			d := newDriver(t, c, every)
-			for range 800 {
-				d.step()
-			}
-			k := 0
-			for seq, want := range d.hashes {
-				if k++; k%5 != 0 {
-					continue
-				}
-				eng, err := replay.Run(c.Log(), replay.Options{Seq: seq})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := replay.Hash(eng.State()); got != want {
-					t.Fatalf("replay to %d: hash %s, the live engine had %s", seq, got, want)
-				}
-			}
-			if hash, err := replay.Verify(c.Log(), engine.Config{}, nil); err != nil || hash != replay.Hash(c.Engine().State()) {
-				t.Fatalf("verify: %s, %v", hash, err)
-			}
-		})
-	}
 }
 
 // A reopened Core is the engine it was: same state, transactions, leases
@@ -177,61 +140,6 @@ func TestReopenContinues(t *testing.T) {
 			t.Fatal(err)
 		}
 		c2.Close()
-	}
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)         {}
-func (quietLogger) Errorf(string, ...any)        {}
-func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
-
-// Replays by time stop at the last event at or before it; compaction makes
-// earlier points fail clearly, later ones still work.
-func TestReplayByTimeAndCompaction(t *testing.T) {
-	c := openCore(t, t.TempDir(), 1<<40)
-	defer c.Close()
-	d := newDriver(t, c, 5)
-	for range 300 {
-		d.step()
-	}
-	log := c.Log()
-	mid, err := log.Event(log.LastSeq() / 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byTime, err := replay.Run(log, replay.Options{At: mid.Time})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next, err := log.Event(byTime.Seq() + 1); err == nil && !next.Time.After(mid.Time) {
-		t.Fatalf("replay by time stopped at %d but event %d is at %s too", byTime.Seq(), next.Seq, next.Time)
-	}
-	before := log.LastSeq() / 2
-	want, err := replay.Run(log, replay.Options{Seq: before - 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, _ := json.Marshal(want.Snapshot())
-	if err := log.SaveSnapshot(before-1, snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Compact(before, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := replay.Run(log, replay.Options{Seq: before - 5}); !errors.Is(err, eventlog.ErrCompacted) {
-		t.Fatalf("replay into the compacted past: %v", err)
-	}
-	got, err := replay.Run(log, replay.Options{Seq: before - 1})
-	if err != nil || replay.Hash(got.State()) != replay.Hash(want.State()) {
-		t.Fatalf("replay to the compaction point: %v", err)
-	}
-	if _, err := replay.Verify(log, engine.Config{}, nil); err != nil {
-		t.Fatalf("verify after compaction: %v", err)
-	}
-	last, err := replay.Run(log, replay.Options{})
-	if err != nil || replay.Hash(last.State()) != replay.Hash(c.Engine().State()) {
-		t.Fatalf("replay of everything after compaction: %v", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package coordinator
+package replay_test
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// A *replay.MismatchError names the first path where the materialized state and
+// A *MismatchError names the first path where the materialized state and
 // the fold differ, each side's entry there, and the fold as Verify would
 // have reported it had the two agreed: whether the store changed a path,
 // lacks one (the first, so that the fold's path comes before the store's
@@ -34,12 +34,11 @@ func TestVerifyMismatchReport(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			core := openCore(t, dir, 1<<40)
-			d := newDriver(t, core, 3)
+			w := newWriter(t, dir, 1<<40, 3)
 			for range 200 {
-				d.step()
+				w.step()
 			}
-			core.Close()
+			w.close()
 			hash, rev, last := verified(t, dir)
 
 			db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})

@@ -94,6 +94,21 @@ func TestPureCoreReadsNoClock(t *testing.T) {
 	}
 }
 
+// The offline tools (coagent replay, verify, compact) fold a log on disk
+// with package coordinator/replay: it must link no transport, which is why
+// it is not part of package coordinator.
+func TestReplayLinksNoNATS(t *testing.T) {
+	const pkg = "coordinator/replay"
+	if !mustExist(t, pkg) {
+		return
+	}
+	for _, dep := range goList(t, "-deps", "./"+pkg) {
+		if strings.HasPrefix(dep, "github.com/nats-io/") {
+			t.Errorf("%s depends on %s: the offline tools fold the log without NATS", pkg, dep)
+		}
+	}
+}
+
 // The SDK agents build on must stand alone: it speaks the wire contract and
 // never reaches into the coordinator or the log.
 // Nor does it reach the command's internal packages: what agents import

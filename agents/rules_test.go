@@ -13,6 +13,7 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/intents"
 )
 
@@ -284,24 +285,24 @@ func TestRulesReloadAndReplay(t *testing.T) {
 	if err := w.svc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	live := coordinator.Hash(w.svc.Core().Engine().State())
+	live := replay.Hash(w.svc.Core().Engine().State())
 	w.svc = nil
 	core, err := coordinator.OpenCore(w.dir, coordinator.CoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer core.Close()
-	full, err := coordinator.Replay(core.Log(), coordinator.ReplayOptions{})
+	full, err := replay.Run(core.Log(), replay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := coordinator.Hash(full.State()); got != live {
+	if got := replay.Hash(full.State()); got != live {
 		t.Fatalf("replay hash %s, live %s", got, live)
 	}
 	if r, _ := full.Rules(); r == nil || r.Hash != second.Hash {
 		t.Fatalf("replayed rules %v, want %s", r, second.Hash)
 	}
-	then, err := coordinator.Replay(core.Log(), coordinator.ReplayOptions{Seq: mid.Rev})
+	then, err := replay.Run(core.Log(), replay.Options{Seq: mid.Rev})
 	if err != nil {
 		t.Fatal(err)
 	}

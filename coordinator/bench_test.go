@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -248,9 +249,9 @@ func BenchmarkReplay1M(b *testing.B) {
 			}
 		}
 		perSec(b)
-		if eng.Seq() != total || Hash(eng.State()) != Hash(g.eng.State()) {
+		if eng.Seq() != total || replay.Hash(eng.State()) != replay.Hash(g.eng.State()) {
 			b.Fatalf("the fold ends at %d with state %s; the generator at %d with %s",
-				eng.Seq(), Hash(eng.State()), g.eng.Seq(), Hash(g.eng.State()))
+				eng.Seq(), replay.Hash(eng.State()), g.eng.Seq(), replay.Hash(g.eng.State()))
 		}
 	})
 }
@@ -295,9 +296,9 @@ func BenchmarkOpenWithSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 		took := time.Since(start)
-		if c.Engine().Seq() != g.eng.Seq() || Hash(c.Engine().State()) != Hash(g.eng.State()) {
+		if c.Engine().Seq() != g.eng.Seq() || replay.Hash(c.Engine().State()) != replay.Hash(g.eng.State()) {
 			b.Fatalf("opened at %d with state %s; the generator is at %d with %s",
-				c.Engine().Seq(), Hash(c.Engine().State()), g.eng.Seq(), Hash(g.eng.State()))
+				c.Engine().Seq(), replay.Hash(c.Engine().State()), g.eng.Seq(), replay.Hash(g.eng.State()))
 		}
 		if err := c.Close(); err != nil {
 			b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 )
@@ -128,8 +129,8 @@ func TestPanicContained(t *testing.T) {
 
 	// The log alone rebuilds exactly the live state, in and after the
 	// contained batch.
-	live := Hash(core.Engine().State())
-	if got, err := Verify(core.Log(), engine.Config{}, nil); err != nil || got != live {
+	live := replay.Hash(core.Engine().State())
+	if got, err := replay.Verify(core.Log(), engine.Config{}, nil); err != nil || got != live {
 		t.Fatalf("verify: %v, hash %s, live %s", err, got, live)
 	}
 	if err := core.Close(); err != nil {
@@ -139,7 +140,7 @@ func TestPanicContained(t *testing.T) {
 	if core, err = OpenCore(dir, opts); err != nil {
 		t.Fatal(err)
 	}
-	if got := Hash(core.Engine().State()); got != live {
+	if got := replay.Hash(core.Engine().State()); got != live {
 		t.Fatalf("reopened hash %s, live %s", got, live)
 	}
 	if d, _ := core.Engine().Decision(poison); d == nil || d.Reason != intents.ReasonInvalid {

@@ -3,17 +3,16 @@ package coordinator
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"runtime/debug"
 	"slices"
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/eventlog"
@@ -142,7 +141,7 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 		}
 		opts.recordedMax = true
 	}
-	eng, snapSeq, err := Rebuild(log, opts.Engine, 0)
+	eng, snapSeq, err := replay.Rebuild(log, opts.Engine, 0)
 	if err != nil {
 		log.Close()
 		return nil, err
@@ -319,7 +318,7 @@ func (c *Core) restore(n int) error {
 			return err
 		}
 	}
-	eng, _, err := Rebuild(c.log, cfg, 0)
+	eng, _, err := replay.Rebuild(c.log, cfg, 0)
 	if err != nil {
 		return err
 	}
@@ -479,273 +478,7 @@ func entries(t *state.Tree) []eventlog.Entry {
 	touched = slices.Compact(touched)
 	out := make([]eventlog.Entry, 0, len(touched))
 	for _, p := range touched {
-		st, _ := t.Stat(p)
-		out = append(out, entryOf(p, st))
+		out = append(out, replay.Entry(t, p))
 	}
 	return out
-}
-
-func entryOf(path string, st state.Stat) eventlog.Entry {
-	e := eventlog.Entry{Path: path, Version: st.Version, ModRev: st.ModRev}
-	switch {
-	case !st.Exists:
-		e.Kind = eventlog.KindAbsent
-	case st.Object:
-		e.Kind = eventlog.KindObject
-	default:
-		e.Kind = eventlog.KindLeaf
-		e.Value, _ = json.Marshal(st.Value) // values came from JSON
-	}
-	return e
-}
-
-// Rebuild returns an engine folded from the log up to event until (0: all
-// of it), starting from the latest usable snapshot at or before it, and the
-// seq of that snapshot (0 if none). It fails with eventlog.ErrCompacted if
-// the events it needs are gone.
-func Rebuild(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine, uint64, error) {
-	return rebuild(log, cfg, until, nil)
-}
-
-// rebuild is Rebuild telling progress (if not nil) of each event folded.
-func rebuild(log *eventlog.Log, cfg engine.Config, until uint64, progress eventlog.Progress) (*engine.Engine, uint64, error) {
-	if until == 0 || until > log.LastSeq() {
-		until = log.LastSeq()
-	}
-	if until == 0 { // an empty log
-		eng, err := engine.New(cfg)
-		return eng, 0, err
-	}
-	eng, at, err := restoreLatest(log, cfg, until)
-	if err != nil {
-		return nil, 0, err
-	}
-	from := at + 1
-	if from < log.FirstSeq() {
-		return nil, 0, fmt.Errorf("rebuild at %d: %w (the log starts at %d and no snapshot covers the gap)", until, eventlog.ErrCompacted, log.FirstSeq())
-	}
-	if from <= until {
-		if err := log.Fold(from, until, folding(eng, until, progress)); err != nil {
-			return nil, 0, fmt.Errorf("rebuild: %w", err)
-		}
-	}
-	return eng, at, nil
-}
-
-// folding is what a fold to event last calls with each event: eng.Apply,
-// and progress after it when progress is not nil. Without progress the
-// fold pays nothing for it.
-func folding(eng *engine.Engine, last uint64, progress eventlog.Progress) func(*intents.Event) error {
-	if progress == nil {
-		return eng.Apply
-	}
-	return func(ev *intents.Event) error {
-		if err := eng.Apply(ev); err != nil {
-			return err
-		}
-		progress(ev.Seq, last)
-		return nil
-	}
-}
-
-// restoreLatest returns an engine restored from the latest snapshot at or
-// before until that restores, and its seq; a new engine and 0 when there
-// is none. A snapshot that does not restore (written by a build whose
-// checks differ, say) is passed over for the one before it; when none
-// restores, the log is folded from its first event, if compaction kept it.
-func restoreLatest(log *eventlog.Log, cfg engine.Config, until uint64) (*engine.Engine, uint64, error) {
-	var refused []error
-	none := func() (*engine.Engine, uint64, error) {
-		if len(refused) > 0 && log.FirstSeq() > 1 {
-			return nil, 0, fmt.Errorf("rebuild at %d: no snapshot restores and the log starts at %d: %w", until, log.FirstSeq(), errors.Join(refused...))
-		}
-		eng, err := engine.New(cfg)
-		return eng, 0, err
-	}
-	for at := until; at > 0; {
-		snapAt, data, err := log.Snapshot(at)
-		if errors.Is(err, eventlog.ErrNotFound) {
-			break
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		var snap engine.Snapshot
-		err = json.Unmarshal(data, &snap)
-		var eng *engine.Engine
-		if err == nil {
-			eng, err = engine.Restore(cfg, &snap)
-		}
-		if err == nil {
-			return eng, snapAt, nil
-		}
-		refused = append(refused, fmt.Errorf("snapshot at %d: %w", snapAt, err))
-		at = snapAt - 1 // 0 ends the search: Snapshot(0) would be the latest again
-	}
-	return none()
-}
-
-// ReplayOptions says where Replay stops and whom it tells as it goes.
-type ReplayOptions struct {
-	// Engine configures the engine the replay rebuilds.
-	Engine engine.Config
-	// Seq is the last event folded: the state is as it was right after
-	// it. With Seq 0, At, if not zero, stops it at the last event at or
-	// before that time; with neither, the whole log is folded.
-	Seq uint64
-	At  time.Time
-	// Progress, if set, is told of each event folded (from the snapshot
-	// the replay starts from, if any): coagent replay's progress line on a
-	// large log.
-	Progress eventlog.Progress
-}
-
-// Replay rebuilds the state as opts says: after an event, at a time, or
-// at the log's end.
-func Replay(log *eventlog.Log, opts ReplayOptions) (*engine.Engine, error) {
-	cfg, seq, at, progress := opts.Engine, opts.Seq, opts.At, opts.Progress
-	if seq == 0 && !at.IsZero() {
-		var err error
-		if seq, err = seqAt(log, at); err != nil {
-			return nil, err
-		}
-		if seq == 0 {
-			return engine.New(cfg)
-		}
-	}
-	if seq != 0 && seq < log.FirstSeq()-1 {
-		return nil, fmt.Errorf("replay until %d: %w (the log starts at %d)", seq, eventlog.ErrCompacted, log.FirstSeq())
-	}
-	eng, _, err := rebuild(log, cfg, seq, progress)
-	return eng, err
-}
-
-// seqAt finds the last event at or before t by binary search over sequence
-// numbers (event times never go back: the engine's clock only moves on).
-func seqAt(log *eventlog.Log, t time.Time) (uint64, error) {
-	lo, hi := log.FirstSeq(), log.LastSeq()
-	if hi < lo {
-		return 0, nil
-	}
-	first, err := log.Event(lo)
-	if err != nil {
-		return 0, err
-	}
-	if first.Time.After(t) {
-		if lo > 1 {
-			return 0, fmt.Errorf("replay until %s: %w (the first event kept is at %s)", t.Format(time.RFC3339Nano), eventlog.ErrCompacted, first.Time.Format(time.RFC3339Nano))
-		}
-		return 0, nil
-	}
-	for lo < hi { // invariant: event lo is at or before t
-		mid := lo + (hi-lo+1)/2
-		ev, err := log.Event(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ev.Time.After(t) {
-			hi = mid - 1
-		} else {
-			lo = mid
-		}
-	}
-	return lo, nil
-}
-
-// Hash is the hex SHA-256 of a state tree (values, versions, mod_revs, rev).
-func Hash(t *state.Tree) string {
-	h := t.Hash()
-	return hex.EncodeToString(h[:])
-}
-
-// MismatchError is what Verify reports: the first path (in path order) where
-// the materialized state differs from the fold of the log.
-//
-// It carries no hash of the materialized state: the store keeps each
-// path's entry but neither the rev nor the root, so no such hash exists to
-// compare, and Path already says where the two differ.
-type MismatchError struct {
-	Path        string
-	Log, Folded string // each side's entry at Path, described ("nothing" for none)
-	// FoldedHash is the hash of the fold (Hash), what Verify returns when
-	// the two agree: the state the log says there is.
-	FoldedHash string
-	// FoldedRev is the fold's rev, and LogLastEvent the last event it
-	// folded.
-	FoldedRev    uint64
-	LogLastEvent uint64
-}
-
-func (e *MismatchError) Error() string {
-	return fmt.Sprintf("materialized state differs from the fold of the log at %s: stored %s, folded %s", e.Path, e.Log, e.Folded)
-}
-
-// Verify folds the whole log from its first event (or from the snapshot the
-// compaction left) and compares the result with the materialized state,
-// path by path. It returns the folded state's hash, or a *MismatchError
-// naming the first differing path.
-//
-// progress, if not nil, is told of each event it folds.
-func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (string, error) {
-	var eng *engine.Engine
-	var err error
-	if log.FirstSeq() > 1 {
-		eng, _, err = rebuild(log, cfg, 0, progress)
-	} else {
-		eng, err = engine.New(cfg)
-		if err == nil {
-			last := log.LastSeq()
-			err = log.Fold(1, last, folding(eng, last, progress))
-		}
-	}
-	if err != nil {
-		return "", fmt.Errorf("verify: %w", err)
-	}
-	tree := eng.State()
-	folded := tree.Paths()
-	paths := slices.Sorted(maps.Keys(folded))
-	describe := func(e *eventlog.Entry) string {
-		if e == nil {
-			return "nothing"
-		}
-		kind := map[eventlog.Kind]string{eventlog.KindAbsent: "absent", eventlog.KindLeaf: "leaf", eventlog.KindObject: "object"}[e.Kind]
-		s := fmt.Sprintf("%s version=%d mod_rev=%d", kind, e.Version, e.ModRev)
-		if e.Kind == eventlog.KindLeaf {
-			s += " value=" + string(e.Value)
-		}
-		return s
-	}
-	mismatch := func(path string, stored, want *eventlog.Entry) error {
-		return &MismatchError{Path: path, Log: describe(stored), Folded: describe(want), FoldedHash: Hash(tree),
-			FoldedRev: tree.Rev(), LogLastEvent: log.LastSeq()}
-	}
-	i := 0
-	err = log.Entries("", func(got eventlog.Entry) error {
-		if i < len(paths) && paths[i] < got.Path { // a path the store lacks
-			want := foldedEntry(tree, paths[i])
-			return mismatch(paths[i], nil, &want)
-		}
-		if i == len(paths) || paths[i] != got.Path {
-			return mismatch(got.Path, &got, nil)
-		}
-		want := foldedEntry(tree, paths[i])
-		i++
-		if got.Kind != want.Kind || got.Version != want.Version || got.ModRev != want.ModRev || string(got.Value) != string(want.Value) {
-			return mismatch(got.Path, &got, &want)
-		}
-		return nil
-	})
-	if err == nil && i < len(paths) {
-		want := foldedEntry(tree, paths[i])
-		err = mismatch(paths[i], nil, &want)
-	}
-	if err != nil {
-		return "", err
-	}
-	return Hash(tree), nil
-}
-
-func foldedEntry(t *state.Tree, path string) eventlog.Entry {
-	st, _ := t.Stat(path)
-	return entryOf(path, st)
 }

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -28,13 +28,10 @@ type driver struct {
 	now  time.Time
 	n    uint64
 	held []*intents.Decision
-	// hashes records the live state's hash after each call, by the seq of
-	// its last event: what a replay to that seq must reproduce.
-	hashes map[uint64]string
 }
 
 func newDriver(t testing.TB, c *Core, seed uint64) *driver {
-	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0, hashes: map[uint64]string{}}
+	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0}
 }
 
 func (d *driver) id() string {
@@ -101,7 +98,6 @@ func (d *driver) settle(evs []*intents.Event, p *Group, err error) {
 			d.held = append(d.held, &cp)
 		}
 	}
-	d.hashes[d.c.Engine().Seq()] = Hash(d.c.Engine().State())
 }
 
 func openCore(t testing.TB, dir string, every uint64) *Core {
@@ -111,38 +107,6 @@ func openCore(t testing.TB, dir string, every uint64) *Core {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// The state at every point is a fold of the log: a replay up to any seq a
-// call ended at gives the hash the live engine had then, with and without
-// snapshots on the way.
-func TestReplayEquivalence(t *testing.T) {
-	for _, every := range []uint64{1 << 40, 97} {
-		t.Run(fmt.Sprintf("snapshot-every-%d", every), func(t *testing.T) {
-			c := openCore(t, t.TempDir(), every)
-			defer c.Close()
-			d := newDriver(t, c, every)
-			for range 800 {
-				d.step()
-			}
-			k := 0
-			for seq, want := range d.hashes {
-				if k++; k%5 != 0 {
-					continue
-				}
-				eng, err := Replay(c.Log(), ReplayOptions{Seq: seq})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := Hash(eng.State()); got != want {
-					t.Fatalf("replay to %d: hash %s, the live engine had %s", seq, got, want)
-				}
-			}
-			if hash, err := Verify(c.Log(), engine.Config{}, nil); err != nil || hash != Hash(c.Engine().State()) {
-				t.Fatalf("verify: %s, %v", hash, err)
-			}
-		})
-	}
 }
 
 // A reopened Core is the engine it was: same state, transactions, leases
@@ -161,9 +125,9 @@ func TestReopenContinues(t *testing.T) {
 		}
 		c2 := openCore(t, dir, every)
 		after := c2.Engine()
-		if Hash(after.State()) != Hash(before.State()) || after.Seq() != before.Seq() {
+		if replay.Hash(after.State()) != replay.Hash(before.State()) || after.Seq() != before.Seq() {
 			t.Fatalf("every %d: reopened at seq %d hash %s, closed at seq %d hash %s", every, after.Seq(),
-				Hash(after.State()), before.Seq(), Hash(before.State()))
+				replay.Hash(after.State()), before.Seq(), replay.Hash(before.State()))
 		}
 		if fmt.Sprint(after.Txns()) != fmt.Sprint(before.Txns()) || fmt.Sprint(after.Parked()) != fmt.Sprint(before.Parked()) {
 			t.Fatalf("every %d: transactions or parked intents differ after reopening", every)
@@ -172,65 +136,10 @@ func TestReopenContinues(t *testing.T) {
 		for range 200 {
 			d.step()
 		}
-		if _, err := Verify(c2.Log(), engine.Config{}, nil); err != nil {
+		if _, err := replay.Verify(c2.Log(), engine.Config{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		c2.Close()
-	}
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)         {}
-func (quietLogger) Errorf(string, ...any)        {}
-func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
-
-// Replays by time stop at the last event at or before it; compaction makes
-// earlier points fail clearly, later ones still work.
-func TestReplayByTimeAndCompaction(t *testing.T) {
-	c := openCore(t, t.TempDir(), 1<<40)
-	defer c.Close()
-	d := newDriver(t, c, 5)
-	for range 300 {
-		d.step()
-	}
-	log := c.Log()
-	mid, err := log.Event(log.LastSeq() / 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	byTime, err := Replay(log, ReplayOptions{At: mid.Time})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next, err := log.Event(byTime.Seq() + 1); err == nil && !next.Time.After(mid.Time) {
-		t.Fatalf("replay by time stopped at %d but event %d is at %s too", byTime.Seq(), next.Seq, next.Time)
-	}
-	before := log.LastSeq() / 2
-	want, err := Replay(log, ReplayOptions{Seq: before - 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, _ := json.Marshal(want.Snapshot())
-	if err := log.SaveSnapshot(before-1, snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := log.Compact(before, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Replay(log, ReplayOptions{Seq: before - 5}); !errors.Is(err, eventlog.ErrCompacted) {
-		t.Fatalf("replay into the compacted past: %v", err)
-	}
-	got, err := Replay(log, ReplayOptions{Seq: before - 1})
-	if err != nil || Hash(got.State()) != Hash(want.State()) {
-		t.Fatalf("replay to the compaction point: %v", err)
-	}
-	if _, err := Verify(log, engine.Config{}, nil); err != nil {
-		t.Fatalf("verify after compaction: %v", err)
-	}
-	last, err := Replay(log, ReplayOptions{})
-	if err != nil || Hash(last.State()) != Hash(c.Engine().State()) {
-		t.Fatalf("replay of everything after compaction: %v", err)
 	}
 }
 
@@ -280,7 +189,7 @@ func TestRebuildPassesOverASnapshotThatDoesNotRestore(t *testing.T) {
 	for range 300 {
 		d.step()
 	}
-	want, seq := Hash(c.Engine().State()), c.Engine().Seq()
+	want, seq := replay.Hash(c.Engine().State()), c.Engine().Seq()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -298,19 +207,19 @@ func TestRebuildPassesOverASnapshotThatDoesNotRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eng, from, err := Rebuild(lg, engine.Config{}, 0)
+	eng, from, err := replay.Rebuild(lg, engine.Config{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if from >= at || Hash(eng.State()) != want || eng.Seq() != seq {
-		t.Fatalf("rebuilt from snapshot %d (the bad one at %d) to seq %d hash %s; want seq %d hash %s", from, at, eng.Seq(), Hash(eng.State()), seq, want)
+	if from >= at || replay.Hash(eng.State()) != want || eng.Seq() != seq {
+		t.Fatalf("rebuilt from snapshot %d (the bad one at %d) to seq %d hash %s; want seq %d hash %s", from, at, eng.Seq(), replay.Hash(eng.State()), seq, want)
 	}
 	if err := lg.Close(); err != nil {
 		t.Fatal(err)
 	}
 	c = openCore(t, dir, 50)
 	defer c.Close()
-	if Hash(c.Engine().State()) != want {
+	if replay.Hash(c.Engine().State()) != want {
 		t.Fatal("OpenCore did not pass over the snapshot that does not restore")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -186,7 +187,7 @@ func TestCrashRecovery(t *testing.T) {
 		if !slices.Contains(ends, last) {
 			t.Fatalf("round %d: the log ends at %d, inside a batch (batch ends %v)", round, last, ends[max(0, len(ends)-3):])
 		}
-		if _, err := Verify(log, engine.Config{}, nil); err != nil {
+		if _, err := replay.Verify(log, engine.Config{}, nil); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		checkIndex(t, round, log)

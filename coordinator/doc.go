@@ -42,9 +42,11 @@
 // # Without NATS
 //
 // Core pairs the engine with the log for callers that bring their own
-// transport, and Rebuild, Replay and Verify rebuild state from the
-// log alone, for `coagent replay` and `coagent verify` on a stopped
-// coordinator's data directory.
+// transport. Rebuilding state from the log alone — replay.Rebuild, which
+// OpenCore folds with, replay.Run and replay.Verify for `coagent replay`
+// and `coagent verify` on a stopped coordinator's data directory — is
+// package coordinator/replay, which does not import NATS, so the offline
+// tools link no transport.
 //
 //	core, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
 //	d := core.Decide(time.Now(), engine.Input{Agent: "writer-1", Raw: rawIntent}, coordinator.ViaAPI)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
@@ -122,7 +123,7 @@ func TestPoisonSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lg.Close()
-	if got, err := Verify(lg, engine.Config{}, nil); err != nil || got != hash {
+	if got, err := replay.Verify(lg, engine.Config{}, nil); err != nil || got != hash {
 		t.Fatalf("verify: %v; folded %s, live %s", err, got, hash)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
@@ -77,7 +78,7 @@ func TestServiceKillChild(t *testing.T) {
 		fail("shutdown", err)
 	}
 	st := svc.Core().Engine().State()
-	fmt.Printf("hash %s %d\n", Hash(st), st.Rev())
+	fmt.Printf("hash %s %d\n", replay.Hash(st), st.Rev())
 	os.Exit(0)
 }
 
@@ -547,15 +548,15 @@ func checkKillLog(t *testing.T, dir string, tr *killTracker, total int, liveHash
 			t.Errorf("intent %s: %d changes and %d final decisions in the log, want 1 and 1", id, changes[id], finals[id])
 		}
 	}
-	if _, err := Verify(log, engine.Config{}, nil); err != nil {
+	if _, err := replay.Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eng, err := Replay(log, ReplayOptions{})
+	eng, err := replay.Run(log, replay.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tree := eng.State()
-	if h := Hash(tree); h != liveHash || tree.Rev() != liveRev {
+	if h := replay.Hash(tree); h != liveHash || tree.Rev() != liveRev {
 		t.Errorf("replay: hash %s at rev %d, the child had %s at rev %d", h, tree.Rev(), liveHash, liveRev)
 	}
 	if v, _ := json.Marshal(tree.Lookup("ctr.n").Value); string(v) != strconv.Itoa(total) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
@@ -114,7 +115,7 @@ func localHash(t *testing.T, dir string) (string, uint64) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	return Hash(c.Engine().State()), c.Log().LastSeq()
+	return replay.Hash(c.Engine().State()), c.Log().LastSeq()
 }
 
 // tipOf is the link at the end of the log in dir.
@@ -286,7 +287,7 @@ func TestMemberFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if _, err := Verify(log, CoreOptions{}.Engine, nil); err != nil {
+	if _, err := replay.Verify(log, CoreOptions{}.Engine, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
@@ -183,7 +184,7 @@ func TestMemberSkipsOrphans(t *testing.T) {
 			return nil
 		})
 		if err == nil {
-			_, err = Verify(log, CoreOptions{}.Engine, nil)
+			_, err = replay.Verify(log, CoreOptions{}.Engine, nil)
 		}
 		log.Close()
 		if err != nil {

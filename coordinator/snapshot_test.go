@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -192,12 +193,12 @@ func TestMemberSnapshotJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := Verify(core.Log(), engine.Config{}, nil)
+		h, err := replay.Verify(core.Log(), engine.Config{}, nil)
 		if err != nil {
 			t.Fatalf("verify %s: %v", dir, err)
 		}
-		if h != Hash(core.Engine().State()) {
-			t.Fatalf("%s: the fold of the log %s, the engine %s", dir, h, Hash(core.Engine().State()))
+		if h != replay.Hash(core.Engine().State()) {
+			t.Fatalf("%s: the fold of the log %s, the engine %s", dir, h, replay.Hash(core.Engine().State()))
 		}
 		hashes, lasts = append(hashes, h), append(lasts, core.Log().LastSeq())
 		first := core.Log().FirstSeq()

@@ -11,8 +11,8 @@ import (
 // posting lists and the metadata (0.54 s for a log of 1M events, about
 // what a fold of it takes). It returns the first damage it meets, a
 // *CorruptError naming the file and what it holds, or the record. The
-// events and the state are Verify's (coordinator.Verify), which folds the
-// one and compares it with the other.
+// events and the state are replay.Verify's (package coordinator/replay),
+// which folds the one and compares it with the other.
 func (l *Log) Check() error {
 	it, err := l.db.NewIter(nil)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/spf13/cobra"
 )
 
@@ -47,7 +47,7 @@ func runCompact(data string, before uint64, archive string, stdout, stderr io.Wr
 		return nil
 	}
 	p := newProgress(stderr, "compact: snapshot", 0)
-	eng, err := coordinator.Replay(log, coordinator.ReplayOptions{Seq: before - 1, Progress: p.fn()})
+	eng, err := replay.Run(log, replay.Options{Seq: before - 1, Progress: p.fn()})
 	p.finish()
 	if err != nil {
 		return err
@@ -75,6 +75,6 @@ func runCompact(data string, before uint64, archive string, stdout, stderr io.Wr
 		return err
 	}
 	fmt.Fprintf(stdout, "compacted: the log now starts at %d; state at %d snapshotted (sha256 %s)\n",
-		before, before-1, coordinator.Hash(eng.State()))
+		before, before-1, replay.Hash(eng.State()))
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coagent/coagent/agents/team"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -99,7 +100,7 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	// The coordinator has stopped: its engine is the live state as it
 	// ended, which the replay below must reproduce from the log alone.
 	live := svc.Core().Engine()
-	liveHash, liveRev, liveSeq := coordinator.Hash(live.State()), live.State().Rev(), live.Seq()
+	liveHash, liveRev, liveSeq := replay.Hash(live.State()), live.State().Rev(), live.Seq()
 	nc.Close()
 	ns.Shutdown()
 
@@ -112,11 +113,11 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	if err := log.Scan(1, 0, func(ev *intents.Event) error { stats.AddEvent(ev); return nil }); err != nil {
 		return fmt.Errorf("scan the log: %w", err)
 	}
-	replayed, err := coordinator.Replay(log, coordinator.ReplayOptions{})
+	replayed, err := replay.Run(log, replay.Options{})
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	replayHash, replayRev := coordinator.Hash(replayed.State()), replayed.State().Rev()
+	replayHash, replayRev := replay.Hash(replayed.State()), replayed.State().Rev()
 
 	out.printf("\nfinal report (read at rev %d)\n\n", res.Rev)
 	for line := range strings.Lines(res.Report) {

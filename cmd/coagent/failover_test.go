@@ -20,6 +20,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
@@ -627,7 +628,7 @@ func readLog(t *testing.T, name, data string, paths []string, ids []string) logV
 	}
 	defer core.Close()
 	tree := core.Engine().State()
-	v := logView{name: name, hash: coordinator.Hash(tree), first: max(core.Log().FirstSeq(), 1), last: core.Log().LastSeq(), rev: tree.Rev(),
+	v := logView{name: name, hash: replay.Hash(tree), first: max(core.Log().FirstSeq(), 1), last: core.Log().LastSeq(), rev: tree.Rev(),
 		values: map[string]string{}, finals: map[string][]intents.Outcome{}}
 	for _, p := range paths {
 		e := tree.Lookup(p)

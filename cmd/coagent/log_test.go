@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/oklog/ulid/v2"
@@ -42,7 +43,7 @@ func writeData(t *testing.T) (dir, hash string, last uint64) {
 			t.Fatal(err)
 		}
 	}
-	hash, last = coordinator.Hash(c.Engine().State()), c.Engine().Seq()
+	hash, last = replay.Hash(c.Engine().State()), c.Engine().Seq()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

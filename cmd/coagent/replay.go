@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/spf13/cobra"
 )
 
@@ -49,7 +49,7 @@ func runReplay(data, until string, asJSON bool, stdout, stderr io.Writer) error 
 	}
 	defer log.Close()
 	p := newProgress(stderr, "replay", 0)
-	eng, err := coordinator.Replay(log, coordinator.ReplayOptions{Seq: seq, At: at, Progress: p.fn()})
+	eng, err := replay.Run(log, replay.Options{Seq: seq, At: at, Progress: p.fn()})
 	p.finish()
 	if err != nil {
 		return err
@@ -60,7 +60,7 @@ func runReplay(data, until string, asJSON bool, stdout, stderr io.Writer) error 
 		Rev   uint64         `json:"rev"`
 		Hash  string         `json:"sha256"`
 		State map[string]any `json:"state"`
-	}{eng.Seq(), tree.Rev(), coordinator.Hash(tree), tree.Root()}
+	}{eng.Seq(), tree.Rev(), replay.Hash(tree), tree.Root()}
 	// A log from before increments were kept finite may fold to a number
 	// JSON cannot hold; say so rather than print half a state.
 	unencodable := func(err error) error {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/spf13/cobra"
 )
 
@@ -34,7 +34,7 @@ func runVerify(data string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("verify: %w", err)
 	}
 	p := newProgress(stderr, "verify", 0)
-	hash, err := coordinator.Verify(log, engine.Config{}, p.fn())
+	hash, err := replay.Verify(log, engine.Config{}, p.fn())
 	p.finish()
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/console"
@@ -126,7 +127,7 @@ func TestStateAtRevisionIsReplay(t *testing.T) {
 		if code := w.get(path, &got); code != http.StatusOK {
 			t.Fatalf("GET %s: %d", path, code)
 		}
-		eng, err := coordinator.Replay(w.svc.Core().Log(), coordinator.ReplayOptions{Seq: got.Rev})
+		eng, err := replay.Run(w.svc.Core().Log(), replay.Options{Seq: got.Rev})
 		if err != nil {
 			t.Fatal(err)
 		}

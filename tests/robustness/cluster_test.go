@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/bugs"
@@ -188,7 +189,7 @@ func checkMembers(t *testing.T, members []*member, h *history) []error {
 			errs = append(errs, fmt.Errorf("%s: open the log: %w", m.name, err))
 			continue
 		}
-		hash, err := coordinator.Verify(l, coordinator.CoreOptions{}.Engine, nil)
+		hash, err := replay.Verify(l, coordinator.CoreOptions{}.Engine, nil)
 		got := fmt.Sprintf("event %d, state %s", l.LastSeq(), hash)
 		l.Close()
 		switch {

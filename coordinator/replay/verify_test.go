@@ -1,4 +1,4 @@
-package coordinator
+package replay_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -33,12 +34,11 @@ func TestVerifyMismatchReport(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			core := openCore(t, dir, 1<<40)
-			d := newDriver(t, core, 3)
+			w := newWriter(t, dir, 1<<40, 3)
 			for range 200 {
-				d.step()
+				w.step()
 			}
-			core.Close()
+			w.close()
 			hash, rev, last := verified(t, dir)
 
 			db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
@@ -58,10 +58,10 @@ func TestVerifyMismatchReport(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer log.Close()
-			_, err = Verify(log, engine.Config{}, nil)
-			var me *MismatchError
+			_, err = replay.Verify(log, engine.Config{}, nil)
+			var me *replay.MismatchError
 			if !errors.As(err, &me) {
-				t.Fatalf("verify after tampering: %v, want a *MismatchError", err)
+				t.Fatalf("verify after tampering: %v, want a *replay.MismatchError", err)
 			}
 			if me.Path != c.path || !strings.HasPrefix(me.Log, c.log) || !strings.HasPrefix(me.Folded, c.folded) {
 				t.Errorf("mismatch at %s: stored %q, folded %q; want at %s: stored %q…, folded %q…", me.Path, me.Log, me.Folded, c.path, c.log, c.folded)
@@ -83,10 +83,10 @@ func verified(t *testing.T, dir string) (hash string, rev, last uint64) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if hash, err = Verify(log, engine.Config{}, nil); err != nil {
+	if hash, err = replay.Verify(log, engine.Config{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	eng, _, err := Rebuild(log, engine.Config{}, 0)
+	eng, _, err := replay.Rebuild(log, engine.Config{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

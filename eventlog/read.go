@@ -52,7 +52,8 @@ func (l *Log) Scan(from, until uint64, fn func(*intents.Event) error) error {
 //   - The intent of an intent event (its Received payload) keeps only its
 //     ID, Agent, Kind and Txn; the rest is checked but not decoded. What an
 //     intent asked for is folded from the events that decided it (its
-//     change, grant, wait), never from the intent event.
+//     change, grant, wait), never from the intent event; the engine's
+//     fold is held to it by coordinator/replay's TestFoldReadsOnlyTheEnvelope.
 //   - The event and an intent event's Received payload and intent are
 //     reused once fn returns: fn must not keep them (it may keep the other
 //     payloads, and any string or slice).

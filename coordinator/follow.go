@@ -15,14 +15,19 @@ import (
 // follow is the standby: it folds the replicated log into the local one
 // until it takes the leadership key and has read the log to its last
 // message; it returns the key's keeper, renewing it from the moment it was
-// taken, and that message's sequence.
-func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err error) {
+// taken, that message's sequence, and the Core it followed with, for the
+// Service to decide with (the caller closes it if it does not).
+func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, handed *Core, err error) {
 	m.setRole(intents.RoleStandby, nil)
 	core, tip, pos, err := m.openFollowing(ctx)
 	if core == nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	defer core.Close()
+	defer func() {
+		if handed == nil {
+			core.Close()
+		}
+	}()
 	seedable := errors.Is(err, errLogEmpty)
 	if seedable {
 		m.log.Warn("the replicated log is empty and this coordinator's log is not: it will seed the replicated log with its own if it leads; the other coordinators must start from empty data directories",
@@ -30,19 +35,19 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 		err = nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, nil, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	m.mu.Lock()
 	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
 	m.mu.Unlock()
 	stopReads, err := m.serveReads(core)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	defer stopReads() // before core closes
 	it, err := m.consume(ctx, pos)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	folding, quit := make(chan error, 1), make(chan struct{})
 	go func() { folding <- m.tail(core, tip, it, quit) }()
@@ -58,7 +63,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 
 	watch, err := m.kv.Watch(ctx, intents.LeaderKey, jetstream.UpdatesOnly())
 	if err != nil {
-		return nil, 0, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
+		return nil, 0, nil, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
 	}
 	// Stopping the watcher deletes its consumer, a request that waits out
 	// the client's timeout (5s) while the bucket's consumers elect
@@ -73,7 +78,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 			if seedable {
 				if err := m.seed(ctx, core); err != nil {
 					m.drop(k)
-					return nil, 0, errors.Join(err, stop())
+					return nil, 0, nil, errors.Join(err, stop())
 				}
 			}
 			last, err := m.catchUp(ctx, folding, k.lost)
@@ -84,16 +89,16 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, err e
 			}
 			if err != nil {
 				m.drop(k)
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
-			return k, last, nil
+			return k, last, core, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, errors.Join(ctx.Err(), stop())
+			return nil, 0, nil, errors.Join(ctx.Err(), stop())
 		case err := <-folding:
 			folding <- err // for stop
-			return nil, 0, errors.Join(err, stop())
+			return nil, 0, nil, errors.Join(err, stop())
 		case <-watch.Updates():
 		case <-tick.C:
 		}

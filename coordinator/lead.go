@@ -85,8 +85,10 @@ func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan erro
 
 // lead runs the Service while this member holds the key, which k keeps
 // renewing: it stops the Service when k loses the key, when the Service
-// stops by itself (an append refused), or when ctx ends.
-func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
+// stops by itself (an append refused), or when ctx ends. The Service
+// decides with core, the Core the member followed the log with, if its
+// start gets that far; lead closes it otherwise.
+func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64, core *Core) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
 	// A stream the Service sets up may be electing a leader (its node
@@ -96,7 +98,12 @@ func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64) error {
 	// holds (after eight tries, with twice the time each, up to two
 	// leases), rather than the key handed to another member that would
 	// wait the same.
-	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL / 4}
+	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL / 4, core: core}
+	defer func() {
+		if at.core != nil { // start never took it
+			at.core.Close()
+		}
+	}()
 	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, at)
 	for try := 1; err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && k.leased(); try++ {
 		m.log.Info("starting the service: a stream did not answer, trying again", "err", err)

@@ -117,6 +117,11 @@ func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOpti
 		// The replicated log is the record; see SyncLocal.
 		opts.Core.Log.NoSync = true
 	}
+	if opts.Bugs != nil {
+		// The Core a standby follows with is the one it decides with once
+		// it takes over (start): planted as the Service's would be.
+		opts.Core.Engine.Bugs = *opts.Bugs
+	}
 	opts.EnsureDefaults()
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
@@ -280,9 +285,9 @@ func (m *Member) run(ctx context.Context) {
 	// is no longer one of the cluster's coordinators.
 	defer m.status.Unsubscribe()
 	for ctx.Err() == nil {
-		k, last, err := m.follow(ctx)
+		k, last, core, err := m.follow(ctx)
 		if err == nil {
-			err = m.lead(ctx, k, last)
+			err = m.lead(ctx, k, last, core)
 		}
 		if err == nil || ctx.Err() != nil {
 			continue

@@ -171,6 +171,13 @@ func TestMemberTakeover(t *testing.T) {
 	}
 	awaitActive(t, b, 5*time.Second)
 	incr(t, client, "c.n", 20)
+	// The log b followed with reports its group commits to b's Service
+	// now that it decides with it.
+	if svc := b.Active(); svc == nil {
+		t.Fatal("b is not active")
+	} else if f := scrape(t, svc.Registry())["coagent_log_sync_events"]; f == nil || f.Metric[0].Histogram.GetSampleCount() == 0 {
+		t.Fatal("b's Service counted no group commit of its log after 20 increments")
+	}
 	a = startMember(t, c.Connect(t, 0), dirA, "a", 3, &logsA)
 	natstest.CheckFor(t, 10*time.Second, "a current", func() error {
 		st, err := statuses(client, 2)
@@ -206,6 +213,11 @@ func TestMemberTakeover(t *testing.T) {
 	}
 	if !strings.Contains(logsB.String(), "active: this coordinator decides") {
 		t.Fatalf("b never logged that it became active:\n%s", logsB.String())
+	}
+	// b decided with the Core it had followed the log with: its engine
+	// was not rebuilt from the log at the takeover.
+	if !strings.Contains(logsB.String(), "replayed=0 warm=true") {
+		t.Fatalf("b's start rebuilt the engine rather than take the one it followed with:\n%s", logsB.String())
 	}
 }
 

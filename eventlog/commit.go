@@ -319,10 +319,7 @@ type group struct {
 // consecutive keys cost little (5% more appends at 64 writers than batches
 // written one after the other).
 func (l *Log) write(queue []*Pending, indexAll bool) *group {
-	g := &group{queue: queue, batch: queue[0].b}
-	if l.onSync != nil {
-		g.began = time.Now()
-	}
+	g := &group{queue: queue, batch: queue[0].b, began: time.Now()}
 	if len(queue) > 1 {
 		g.batch = l.db.NewBatch()
 		for _, p := range queue {
@@ -371,9 +368,7 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 				}
 			}
 			last := g.queue[len(g.queue)-1].last
-			if l.onSync != nil {
-				l.synced(last-l.last.Load(), g.began)
-			}
+			l.synced(last-l.last.Load(), g.began)
 			l.last.Store(last)
 		}
 		if g.batch != g.queue[0].b {

@@ -133,10 +133,11 @@ type Log struct {
 	indexed    uint64
 	indexEvery uint64
 	indexIdle  time.Duration
-	// indexWritten is Options.indexWritten, onSync Options.OnSync.
+	// indexWritten is Options.indexWritten, onSync Options.OnSync or what
+	// SetOnSync put in its place.
 	indexWritten func(seq uint64)
 	intentBatch  int // Options.intentBatch
-	onSync       func(events int, took time.Duration)
+	onSync       atomic.Pointer[func(events int, took time.Duration)]
 	key, gaps    []byte
 
 	scratch sync.Pool // of *scratch, for encoding
@@ -229,7 +230,8 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.mu.next = last + 1
 	l.mu.wake = make(chan struct{}, 1)
 	l.indexEvery = uint64(opts.IndexEvery)
-	l.indexIdle, l.indexWritten, l.onSync = opts.indexIdle, opts.indexWritten, opts.OnSync
+	l.indexIdle, l.indexWritten = opts.indexIdle, opts.indexWritten
+	l.SetOnSync(opts.OnSync)
 	l.intentBatch = opts.intentBatch
 	if err := l.catchUpIndex(); err != nil {
 		return fail(err)

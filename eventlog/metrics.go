@@ -62,7 +62,15 @@ func (l *Log) DiskSize() uint64 {
 // synced reports a group commit to Options.OnSync: events is how many
 // events it made durable, began when its write began.
 func (l *Log) synced(events uint64, began time.Time) {
-	if l.onSync != nil {
-		l.onSync(int(events), time.Since(began))
+	if f := l.onSync.Load(); f != nil && *f != nil {
+		(*f)(int(events), time.Since(began))
 	}
+}
+
+// SetOnSync puts fn in the place of Options.OnSync from the next group
+// commit on (nil: none), while the log runs: a standby's log, opened
+// before its coordinator took over, reports to the active service's
+// metrics once it becomes the service's.
+func (l *Log) SetOnSync(fn func(events int, took time.Duration)) {
+	l.onSync.Store(&fn)
 }

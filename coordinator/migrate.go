@@ -242,14 +242,14 @@ func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstr
 		return nil, time.Time{}, fmt.Errorf("coordinator: encode the config of %s: %w", name, err)
 	}
 	var consJSON []byte
-	cons, err := m.js.Consumer(ctx, name, intentsConsumer)
+	cons, err := m.js.Consumer(ctx, name, intents.CoordinatorConsumer)
 	switch {
 	case err == nil:
 		if consJSON, err = json.Marshal(cons.CachedInfo().Config); err != nil {
 			return nil, time.Time{}, fmt.Errorf("coordinator: encode the consumer of %s: %w", name, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, time.Time{}, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
+		return nil, time.Time{}, fmt.Errorf("coordinator: consumer %s on %s: %w", intents.CoordinatorConsumer, name, err)
 	}
 	hcfg := jetstream.StreamConfig{
 		Name:        heldName,
@@ -371,7 +371,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 	if err := m.step("new.created"); err != nil {
 		return err
 	}
-	ccfg := jetstream.ConsumerConfig{Durable: intentsConsumer, AckPolicy: jetstream.AckAllPolicy,
+	ccfg := jetstream.ConsumerConfig{Durable: intents.CoordinatorConsumer, AckPolicy: jetstream.AckAllPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: m.subj.AllIntents(), MaxDeliver: -1}
 	if raw := held.Config.Metadata[metaConsumer]; raw != "" {
 		var old jetstream.ConsumerConfig
@@ -380,7 +380,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 		}
 	}
 	if _, err := m.js.CreateConsumer(ctx, name, ccfg); err != nil {
-		return fmt.Errorf("coordinator: create consumer %s on the v2 %s: %w", intentsConsumer, name, err)
+		return fmt.Errorf("coordinator: create consumer %s on the v2 %s: %w", intents.CoordinatorConsumer, name, err)
 	}
 	if err := m.step("new.consumer"); err != nil {
 		return err
@@ -419,7 +419,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 		return fmt.Errorf("coordinator: delete %s: %w", heldName, err)
 	}
 	m.log.Info("stream migrated from wire v1", "stream", name, "found", found,
-		"did", "recreated with interest retention and the AckAll consumer "+intentsConsumer+", the stored intents moved in order",
+		"did", "recreated with interest retention and the AckAll consumer "+intents.CoordinatorConsumer+", the stored intents moved in order",
 		"intents", total.stored, "duplicates", total.all-total.stored, "unavailable", unavailable.Round(time.Microsecond))
 	return nil
 }

@@ -53,6 +53,7 @@
 //	g, err := core.Commit() // one synced write for all decided since
 //	err = g.Wait(ctx)       // durable: now tell the agent d.Own
 //
-// A data directory and JetStream store written under wire contract v1 are
-// migrated at start (migrate.go).
+// A data directory written under wire contract v1 is read as it is; the
+// JetStream streams a v1 coordinator made are migrated at start, before
+// any intake, by package coordinator/migrate.
 package coordinator

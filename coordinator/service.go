@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/coagent/coagent/conflict"
+	"github.com/coagent/coagent/coordinator/migrate"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/bugs"
@@ -299,7 +300,9 @@ type Service struct {
 
 // Start opens the Core in dir, creates the streams and the consumers if
 // missing, starts the API and begins consuming. It returns once it is
-// serving.
+// serving. Streams a wire v1 coordinator made are migrated first
+// (migrate.Streams); one that cannot be is an error wrapping
+// migrate.ErrRefused, which names the nats command to run.
 func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Service, error) {
 	return start(ctx, nc, dir, opts, nil)
 }
@@ -394,7 +397,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	defer cancelStreams()
 	// A store written by wire v1 is moved to v2 first, before anything
 	// takes an intent.
-	if err := migrateStreams(streamsCtx, s.js, s.subj, s.log); err != nil {
+	if err := migrate.Streams(streamsCtx, s.js, s.subj, s.log); err != nil {
 		pub.Close()
 		return nil, err
 	}

@@ -45,7 +45,7 @@ const MaxReplicas = 5
 // message acknowledges every message before it.
 func (s *Service) intentsConsumer() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       intentsConsumer,
+		Durable:       intents.CoordinatorConsumer,
 		FilterSubject: s.subj.AllIntents(),
 		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       s.opts.AckWait,
@@ -53,11 +53,6 @@ func (s *Service) intentsConsumer() jetstream.ConsumerConfig {
 		MaxDeliver:    -1,
 	}
 }
-
-// intentsConsumer is the name of the coordinator's consumer on the intents
-// stream. It must exist whenever the stream does: an interest stream drops
-// at once a message no consumer is interested in.
-const intentsConsumer = "coordinator"
 
 // MaxWireMessage is the largest message the intents stream takes: larger
 // than an intent may be (1 MiB), so that an oversized intent still reaches
@@ -83,7 +78,7 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 			s.log.Info("stream created", "stream", want.Name, "subjects", want.Subjects)
 			if want.Name == s.subj.Stream(intents.StreamIntents) {
 				if _, err := s.js.CreateConsumer(ctx, want.Name, s.intentsConsumer()); err != nil {
-					return nil, fmt.Errorf("coordinator: create consumer %s on %s: %w", intentsConsumer, want.Name, err)
+					return nil, fmt.Errorf("coordinator: create consumer %s on %s: %w", intents.CoordinatorConsumer, want.Name, err)
 				}
 			}
 			continue
@@ -96,20 +91,20 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 		}
 	}
 	name := s.subj.Stream(intents.StreamIntents)
-	cons, err := s.js.Consumer(ctx, name, intentsConsumer)
+	cons, err := s.js.Consumer(ctx, name, intents.CoordinatorConsumer)
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		s.log.Warn("the coordinator's consumer on the intents stream was missing, and is made again: intents published while it was missing are lost (an interest stream keeps nothing nobody is interested in); do not delete it",
-			"stream", name, "consumer", intentsConsumer)
+			"stream", name, "consumer", intents.CoordinatorConsumer)
 		cons, err = s.js.CreateConsumer(ctx, name, s.intentsConsumer())
 	case err == nil && cons.CachedInfo().Config.AckPolicy != jetstream.AckAllPolicy:
 		return nil, fmt.Errorf("%w: consumer %s on %s acknowledges %s, want all; it cannot be changed in place, and deleting it loses what it holds: stop the coordinator and let it migrate the stream",
-			ErrStreamMismatch, intentsConsumer, name, cons.CachedInfo().Config.AckPolicy)
+			ErrStreamMismatch, intents.CoordinatorConsumer, name, cons.CachedInfo().Config.AckPolicy)
 	case err == nil:
 		cons, err = s.js.UpdateConsumer(ctx, name, s.intentsConsumer())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
+		return nil, fmt.Errorf("coordinator: consumer %s on %s: %w", intents.CoordinatorConsumer, name, err)
 	}
 	return cons, nil
 }

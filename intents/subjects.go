@@ -144,6 +144,11 @@ func (s Subjects) SubmitAgent(subject string) (string, bool) {
 // coordinator creates and every arbiter pulls from.
 const ArbitersConsumer = "arbiters"
 
+// CoordinatorConsumer is the coordinator's durable consumer on the intents
+// stream. It must exist whenever the stream does: an interest stream drops
+// at once a message no consumer is interested in.
+const CoordinatorConsumer = "coordinator"
+
 // Log is the subject of the replicated log of record (SPEC §10): one
 // message for each durable group, appended by the active coordinator.
 func (s Subjects) Log() string { return s.p() + ".log" }

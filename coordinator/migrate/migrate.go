@@ -1,4 +1,4 @@
-package coordinator
+package migrate
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/coagent/coagent/intents"
 )
 
-// ErrMigrate is returned (wrapped) when a stream written by an earlier
+// ErrRefused is returned (wrapped) when a stream written by an earlier
 // wire version cannot be migrated without risking what it holds. The
 // message says what was found and what to run; nothing was changed.
-var ErrMigrate = errors.New("coordinator: cannot migrate stream")
+var ErrRefused = errors.New("migrate: cannot migrate stream")
 
 // Metadata keys of the held stream, the record of a migration in progress
 // that survives a killed coordinator and a restarted server.
@@ -39,7 +39,7 @@ const (
 // copyWindow is how many copies are in flight at once.
 const copyWindow = 256
 
-// migrateStreams brings the streams a wire v1 coordinator made to wire v2,
+// Streams brings the streams a wire v1 coordinator made to wire v2,
 // and must run before the streams are checked and before any intake.
 //
 // It changes two streams and leaves the others alone:
@@ -72,12 +72,12 @@ const copyWindow = 256
 //
 // It logs one line per stream it migrates (to nothing if log is nil). It
 // is not safe to run twice at once on one store. It returns an error wrapping
-// ErrMigrate, which names what to run, for a stream it cannot migrate
+// ErrRefused, which names what to run, for a stream it cannot migrate
 // safely (other subjects, other retention, a held stream it did not make
 // or whose v1 stream is gone before the copy was complete), and other
 // errors for a server that fails; in both cases the coordinator must not
 // start its intake.
-func migrateStreams(ctx context.Context, js jetstream.JetStream, subj intents.Subjects, log *slog.Logger) error {
+func Streams(ctx context.Context, js jetstream.JetStream, subj intents.Subjects, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -85,7 +85,7 @@ func migrateStreams(ctx context.Context, js jetstream.JetStream, subj intents.Su
 	return m.run(ctx)
 }
 
-// migration is one run of migrateStreams. step is called after each step
+// migration is one run of Streams. step is called after each step
 // with its name; an error from it stops the run there, as a killed process
 // would, so that tests can resume from every step.
 type migration struct {
@@ -119,7 +119,7 @@ func (m *migration) stream(ctx context.Context, name string) (*jetstream.StreamI
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return nil, fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	return st.CachedInfo(), nil
 }
@@ -139,7 +139,7 @@ func (m *migration) intents(ctx context.Context) error {
 	}
 	if held != nil && held.Config.Metadata[metaSource] == "" {
 		return fmt.Errorf("%w %s: stream %s exists and was not made by a migration; rename it or remove it (nats stream rm %s) and start again",
-			ErrMigrate, name, heldName, heldName)
+			ErrRefused, name, heldName, heldName)
 	}
 	if cur == nil && held == nil {
 		return nil // a new store: the streams are created as v2
@@ -152,27 +152,27 @@ func (m *migration) intents(ctx context.Context) error {
 			// Killed while copying into a v2 stream no client could
 			// reach yet: it is made again from the held stream.
 			if err := m.js.DeleteStream(ctx, name); err != nil {
-				return fmt.Errorf("coordinator: delete the unfinished %s: %w", name, err)
+				return fmt.Errorf("migrate: delete the unfinished %s: %w", name, err)
 			}
 			return m.fill(ctx, held, "resumed: the v2 stream filled again from "+heldName)
 		case slices.Equal(cur.Config.Subjects, []string{m.subj.AllIntents()}):
 			// Killed after the v2 stream was opened, which happens only
 			// once it holds every held message.
 			if err := m.js.DeleteStream(ctx, heldName); err != nil {
-				return fmt.Errorf("coordinator: delete %s: %w", heldName, err)
+				return fmt.Errorf("migrate: delete %s: %w", heldName, err)
 			}
 			m.log.Info("stream migrated from wire v1", "stream", name, "found", "an interest stream and "+heldName+" left by an interrupted migration",
 				"did", "deleted "+heldName+", whose messages the stream holds")
 			return nil
 		}
 		return fmt.Errorf("%w %s: it has subjects %v while %s holds the intents of a migration; put back its subjects with nats stream edit %s --subjects '%s' and start again",
-			ErrMigrate, name, cur.Config.Subjects, heldName, name, m.subj.AllIntents())
+			ErrRefused, name, cur.Config.Subjects, heldName, name, m.subj.AllIntents())
 	}
 	if cur == nil {
 		if !held.Config.Sealed {
 			return fmt.Errorf("%w %s: it was deleted, not by the migration, while %s held only part of it (the %d messages copied before); "+
 				"to go on with those run nats stream seal -f %s and start again",
-				ErrMigrate, name, heldName, held.State.Msgs, heldName)
+				ErrRefused, name, heldName, held.State.Msgs, heldName)
 		}
 		return m.fill(ctx, held, "resumed: the v1 stream already copied to "+heldName)
 	}
@@ -187,12 +187,12 @@ func (m *migration) intents(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w %s: %s holds the intents of an earlier %s (created %s), not of the one there now (created %s, %d messages); "+
 			"run a v1 coordinator until nats stream info %s shows no messages, stop it, run nats stream rm -f %s%s, and start this coordinator again",
-			ErrMigrate, name, heldName, name, held.Config.Metadata[metaSource], source, cur.State.Msgs, name, name, seal)
+			ErrRefused, name, heldName, name, held.Config.Metadata[metaSource], source, cur.State.Msgs, name, name, seal)
 	}
 	if held != nil && !held.Config.Sealed {
 		// Killed while copying: the copy is made again from the start.
 		if err := m.js.DeleteStream(ctx, heldName); err != nil {
-			return fmt.Errorf("coordinator: delete the unfinished %s: %w", heldName, err)
+			return fmt.Errorf("migrate: delete the unfinished %s: %w", heldName, err)
 		}
 		held = nil
 	}
@@ -203,7 +203,7 @@ func (m *migration) intents(ctx context.Context) error {
 		}
 	}
 	if err := m.js.DeleteStream(ctx, name); err != nil {
-		return fmt.Errorf("coordinator: delete the v1 %s: %w", name, err)
+		return fmt.Errorf("migrate: delete the v1 %s: %w", name, err)
 	}
 	if err := m.step("old.deleted"); err != nil {
 		return err
@@ -218,17 +218,17 @@ func (m *migration) checkV1(name string, cur *jetstream.StreamInfo) error {
 		return fmt.Errorf("%w %s: its retention is %s, neither work queue (wire v1) nor interest (v2), so which of its %d messages "+
 			"are still to be decided is unknown; to start with a new stream run nats stream rm -f %s (the event log keeps every intent "+
 			"already decided; any other is lost) and start again",
-			ErrMigrate, name, c.Retention, cur.State.Msgs, name)
+			ErrRefused, name, c.Retention, cur.State.Msgs, name)
 	}
 	if !slices.Equal(c.Subjects, []string{m.subj.AllIntents()}) {
 		return fmt.Errorf("%w %s: it has subjects %v, not [%s], and its messages on other subjects cannot go into the v2 stream; "+
 			"put back its subjects with nats stream edit %s --subjects '%s' and start again",
-			ErrMigrate, name, c.Subjects, m.subj.AllIntents(), name, m.subj.AllIntents())
+			ErrRefused, name, c.Subjects, m.subj.AllIntents(), name, m.subj.AllIntents())
 	}
 	if c.Mirror != nil || len(c.Sources) > 0 || c.SubjectTransform != nil {
 		return fmt.Errorf("%w %s: it has a mirror, sources or a subject transform, which a migration would drop; "+
 			"remove them (nats stream edit %s --no-mirror, --no-transform, or --config with a config without sources) and start again",
-			ErrMigrate, name, name)
+			ErrRefused, name, name)
 	}
 	return nil
 }
@@ -239,17 +239,17 @@ func (m *migration) checkV1(name string, cur *jetstream.StreamInfo) error {
 func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstream.StreamInfo) (*jetstream.StreamInfo, time.Time, error) {
 	cfgJSON, err := json.Marshal(cur.Config)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: encode the config of %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: encode the config of %s: %w", name, err)
 	}
 	var consJSON []byte
-	cons, err := m.js.Consumer(ctx, name, intentsConsumer)
+	cons, err := m.js.Consumer(ctx, name, intents.CoordinatorConsumer)
 	switch {
 	case err == nil:
 		if consJSON, err = json.Marshal(cons.CachedInfo().Config); err != nil {
-			return nil, time.Time{}, fmt.Errorf("coordinator: encode the consumer of %s: %w", name, err)
+			return nil, time.Time{}, fmt.Errorf("migrate: encode the consumer of %s: %w", name, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
-		return nil, time.Time{}, fmt.Errorf("coordinator: consumer %s on %s: %w", intentsConsumer, name, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: consumer %s on %s: %w", intents.CoordinatorConsumer, name, err)
 	}
 	hcfg := jetstream.StreamConfig{
 		Name:        heldName,
@@ -269,14 +269,14 @@ func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstr
 	}
 	st, err := m.js.CreateStream(ctx, hcfg)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: create %s: %w", heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: create %s: %w", heldName, err)
 	}
 	if err := m.step("held.created"); err != nil {
 		return nil, time.Time{}, err
 	}
 	old, err := m.js.Stream(ctx, name)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	toHeld := func(s string) string {
 		return m.base() + ".migrate.held." + strings.TrimPrefix(s, m.base()+".intents.")
@@ -286,7 +286,7 @@ func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstr
 	var total copied
 	next := uint64(1)
 	if err := m.copyFrom(ctx, readBySeq(old, &next), heldName, toHeld, "held.copying", &total); err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: copy %s into %s: %w", name, heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: copy %s into %s: %w", name, heldName, err)
 	}
 	if err := m.step("held.copied"); err != nil {
 		return nil, time.Time{}, err
@@ -296,39 +296,39 @@ func (m *migration) hold(ctx context.Context, name, heldName string, cur *jetstr
 		seal := cur.Config
 		seal.Sealed = true
 		if _, err := m.js.UpdateStream(ctx, seal); err != nil {
-			return nil, time.Time{}, fmt.Errorf("coordinator: seal %s: %w", name, err)
+			return nil, time.Time{}, fmt.Errorf("migrate: seal %s: %w", name, err)
 		}
 	}
 	if err := m.step("old.sealed"); err != nil {
 		return nil, time.Time{}, err
 	}
 	if err := m.copyFrom(ctx, readBySeq(old, &next), heldName, toHeld, "held.copying", &total); err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: copy %s into %s: %w", name, heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: copy %s into %s: %w", name, heldName, err)
 	}
 	// Sealed, the v1 stream can no longer change: every one of its
 	// messages was either stored in the held stream or a duplicate there.
 	oi, err := old.Info(ctx)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	hi, err := st.Info(ctx)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: stream %s: %w", heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: stream %s: %w", heldName, err)
 	}
 	if total.all != oi.State.Msgs || hi.State.Msgs != total.stored {
-		return nil, time.Time{}, fmt.Errorf("coordinator: copy %s into %s: %d of %d messages copied, %d stored (%d in %s); nothing was deleted, start again",
+		return nil, time.Time{}, fmt.Errorf("migrate: copy %s into %s: %d of %d messages copied, %d stored (%d in %s); nothing was deleted, start again",
 			name, heldName, total.all, oi.State.Msgs, total.stored, hi.State.Msgs, heldName)
 	}
 	hcfg.Sealed = true
 	if _, err := m.js.UpdateStream(ctx, hcfg); err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: seal %s: %w", heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: seal %s: %w", heldName, err)
 	}
 	if err := m.step("held.complete"); err != nil {
 		return nil, time.Time{}, err
 	}
 	hi, err = st.Info(ctx)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("coordinator: stream %s: %w", heldName, err)
+		return nil, time.Time{}, fmt.Errorf("migrate: stream %s: %w", heldName, err)
 	}
 	return hi, sealed, nil
 }
@@ -349,7 +349,7 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 	var cfg jetstream.StreamConfig
 	if err := json.Unmarshal([]byte(held.Config.Metadata[metaConfig]), &cfg); err != nil {
 		return fmt.Errorf("%w %s: the v1 config recorded on %s does not decode (%v); remove %s (nats stream rm %s) only if you accept losing its %d messages",
-			ErrMigrate, name, heldName, err, heldName, heldName, held.State.Msgs)
+			ErrRefused, name, heldName, err, heldName, heldName, held.State.Msgs)
 	}
 	for k := range cfg.Metadata {
 		if strings.HasPrefix(k, "_nats.") {
@@ -366,12 +366,12 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 	cfg.SubjectTransform = &jetstream.SubjectTransformConfig{Source: m.copySubjects(), Destination: m.subj.AllIntents()}
 	st, err := m.js.CreateStream(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("coordinator: create the v2 %s: %w", name, err)
+		return fmt.Errorf("migrate: create the v2 %s: %w", name, err)
 	}
 	if err := m.step("new.created"); err != nil {
 		return err
 	}
-	ccfg := jetstream.ConsumerConfig{Durable: intentsConsumer, AckPolicy: jetstream.AckAllPolicy,
+	ccfg := jetstream.ConsumerConfig{Durable: intents.CoordinatorConsumer, AckPolicy: jetstream.AckAllPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy, FilterSubject: m.subj.AllIntents(), MaxDeliver: -1}
 	if raw := held.Config.Metadata[metaConsumer]; raw != "" {
 		var old jetstream.ConsumerConfig
@@ -380,14 +380,14 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 		}
 	}
 	if _, err := m.js.CreateConsumer(ctx, name, ccfg); err != nil {
-		return fmt.Errorf("coordinator: create consumer %s on the v2 %s: %w", intentsConsumer, name, err)
+		return fmt.Errorf("migrate: create consumer %s on the v2 %s: %w", intents.CoordinatorConsumer, name, err)
 	}
 	if err := m.step("new.consumer"); err != nil {
 		return err
 	}
 	read, stop, err := m.readOrdered(ctx, heldName, held.State.LastSeq)
 	if err != nil {
-		return fmt.Errorf("coordinator: read %s: %w", heldName, err)
+		return fmt.Errorf("migrate: read %s: %w", heldName, err)
 	}
 	defer stop()
 	toCopy := func(s string) string {
@@ -395,31 +395,31 @@ func (m *migration) fillSince(ctx context.Context, held *jetstream.StreamInfo, s
 	}
 	var total copied
 	if err := m.copyFrom(ctx, read, name, toCopy, "new.copying", &total); err != nil {
-		return fmt.Errorf("coordinator: copy %s into the v2 %s: %w", heldName, name, err)
+		return fmt.Errorf("migrate: copy %s into the v2 %s: %w", heldName, name, err)
 	}
 	if err := m.step("new.copied"); err != nil {
 		return err
 	}
 	ni, err := st.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	if total.all != held.State.Msgs || ni.State.Msgs != total.stored {
-		return fmt.Errorf("coordinator: copy %s into the v2 %s: %d of %d messages copied, %d stored (%d in %s); %s is kept, start again",
+		return fmt.Errorf("migrate: copy %s into the v2 %s: %d of %d messages copied, %d stored (%d in %s); %s is kept, start again",
 			heldName, name, total.all, held.State.Msgs, total.stored, ni.State.Msgs, name, heldName)
 	}
 	if _, err := m.js.UpdateStream(ctx, open); err != nil {
-		return fmt.Errorf("coordinator: open the v2 %s on %v: %w", name, open.Subjects, err)
+		return fmt.Errorf("migrate: open the v2 %s on %v: %w", name, open.Subjects, err)
 	}
 	unavailable := time.Since(start)
 	if err := m.step("new.opened"); err != nil {
 		return err
 	}
 	if err := m.js.DeleteStream(ctx, heldName); err != nil {
-		return fmt.Errorf("coordinator: delete %s: %w", heldName, err)
+		return fmt.Errorf("migrate: delete %s: %w", heldName, err)
 	}
 	m.log.Info("stream migrated from wire v1", "stream", name, "found", found,
-		"did", "recreated with interest retention and the AckAll consumer "+intentsConsumer+", the stored intents moved in order",
+		"did", "recreated with interest retention and the AckAll consumer "+intents.CoordinatorConsumer+", the stored intents moved in order",
 		"intents", total.stored, "duplicates", total.all-total.stored, "unavailable", unavailable.Round(time.Microsecond))
 	return nil
 }
@@ -555,7 +555,7 @@ func (m *migration) events(ctx context.Context) error {
 		return nil
 	case !slices.Equal(cur.Config.Subjects, []string{m.subj.AllEvents()}):
 		return fmt.Errorf("%w %s: it has subjects %v, neither [%s] (wire v1) nor %v (v2); run nats stream edit %s --subjects '%s' and start again",
-			ErrMigrate, name, cur.Config.Subjects, m.subj.AllEvents(), v2, name, v2[0])
+			ErrRefused, name, cur.Config.Subjects, m.subj.AllEvents(), v2, name, v2[0])
 	}
 	// The other event types are dropped first, while the stream still
 	// names them: a run killed after this purges nothing more and only
@@ -563,13 +563,13 @@ func (m *migration) events(ctx context.Context) error {
 	before := cur.State.Msgs
 	st, err := m.js.Stream(ctx, name)
 	if err != nil {
-		return fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	did := "kept only the change feed, the other event types purged (their history is in the event log)"
 	if cur.Config.DenyPurge {
 		did = "kept only the change feed; the other event types stay until they age out (the stream denies purges)"
 	} else if err := st.Purge(ctx, jetstream.WithPurgeSubject(m.base()+".events.*")); err != nil {
-		return fmt.Errorf("coordinator: purge the non-change events of %s: %w", name, err)
+		return fmt.Errorf("migrate: purge the non-change events of %s: %w", name, err)
 	}
 	if err := m.step("events.purged"); err != nil {
 		return err
@@ -577,11 +577,11 @@ func (m *migration) events(ctx context.Context) error {
 	cfg := cur.Config
 	cfg.Subjects = v2
 	if _, err := m.js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("coordinator: narrow %s to %v: %w", name, v2, err)
+		return fmt.Errorf("migrate: narrow %s to %v: %w", name, v2, err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("coordinator: stream %s: %w", name, err)
+		return fmt.Errorf("migrate: stream %s: %w", name, err)
 	}
 	m.log.Info("stream migrated from wire v1", "stream", name, "found", "subjects "+m.subj.AllEvents()+" (wire v1)",
 		"did", did, "subjects", v2[0], "purged", before-info.State.Msgs, "kept", info.State.Msgs)

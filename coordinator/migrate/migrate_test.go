@@ -1,4 +1,4 @@
-package coordinator
+package migrate_test
 
 import (
 	"archive/tar"
@@ -21,7 +21,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/migrate"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
 )
 
@@ -42,7 +45,7 @@ var v1Pending = []string{
 // runs its embedded one.
 func storeServer(t *testing.T, dir string) *server.Server {
 	t.Helper()
-	return natstest.Run(t, func(o *server.Options) { o.StoreDir = dir; o.MaxPayload = MaxWireMessage })
+	return natstest.Run(t, func(o *server.Options) { o.StoreDir = dir; o.MaxPayload = coordinator.MaxWireMessage })
 }
 
 // v1Store unpacks the v1 store into a new directory and starts a server on it.
@@ -176,7 +179,7 @@ func checkV2(t *testing.T, js jetstream.JetStream, want []stored) {
 	}
 	cfg := st.CachedInfo().Config
 	if cfg.Retention != jetstream.InterestPolicy || !slices.Equal(cfg.Subjects, []string{subj.AllIntents()}) || cfg.SubjectTransform != nil ||
-		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != 2*time.Minute || cfg.MaxMsgSize != MaxWireMessage || cfg.Sealed {
+		cfg.Storage != jetstream.FileStorage || cfg.Duplicates != 2*time.Minute || cfg.MaxMsgSize != coordinator.MaxWireMessage || cfg.Sealed {
 		t.Fatalf("%s after the migration: %+v", name, cfg)
 	}
 	if got := messages(t, js, name); !slices.Equal(got, want) {
@@ -241,7 +244,7 @@ func TestMigrateV1Store(t *testing.T) {
 
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	if err := migrateStreams(ctx, js, intents.Subjects{}, log); err != nil {
+	if err := migrate.Streams(ctx, js, intents.Subjects{}, log); err != nil {
 		t.Fatal(err)
 	}
 	checkV2(t, js, v1)
@@ -271,7 +274,7 @@ func TestMigrateV1Store(t *testing.T) {
 
 	before := streamsSnapshot(t, js)
 	logged.Reset()
-	if err := migrateStreams(ctx, js, intents.Subjects{}, log); err != nil {
+	if err := migrate.Streams(ctx, js, intents.Subjects{}, log); err != nil {
 		t.Fatal(err)
 	}
 	if after := streamsSnapshot(t, js); after != before || logged.Len() != 0 {
@@ -300,14 +303,14 @@ func TestMigrateResumesAfterEveryStep(t *testing.T) {
 			want := messages(t, js, "COAGENT_INTENTS")
 			seedV1Events(t, js)
 			reached := false
-			m := &migration{js: js, log: slog.New(slog.DiscardHandler), step: func(s string) error {
+			err := migrate.StreamsStopping(ctx, js, intents.Subjects{}, slog.New(slog.DiscardHandler), func(s string) error {
 				if s == step {
 					reached = true
 					return errKilled
 				}
 				return nil
-			}}
-			if err := m.run(ctx); !errors.Is(err, errKilled) || !reached {
+			})
+			if !errors.Is(err, errKilled) || !reached {
 				t.Fatalf("the run stopped with %v, step reached %v", err, reached)
 			}
 
@@ -326,13 +329,13 @@ func TestMigrateResumesAfterEveryStep(t *testing.T) {
 			}
 
 			var logged bytes.Buffer
-			if err := migrateStreams(ctx, js, intents.Subjects{}, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+			if err := migrate.Streams(ctx, js, intents.Subjects{}, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
 				t.Fatal(err)
 			}
 			checkV2(t, js, want)
 			t.Logf("resumed: %s", logged.String())
 			before := streamsSnapshot(t, js)
-			if err := migrateStreams(ctx, js, intents.Subjects{}, slog.New(slog.DiscardHandler)); err != nil {
+			if err := migrate.Streams(ctx, js, intents.Subjects{}, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatal(err)
 			}
 			if after := streamsSnapshot(t, js); after != before {
@@ -348,7 +351,7 @@ func v2Streams(t *testing.T, js jetstream.JetStream) {
 	ctx := context.Background()
 	for _, cfg := range []jetstream.StreamConfig{
 		{Name: "COAGENT_INTENTS", Subjects: []string{"coagent.intents.>"}, Retention: jetstream.InterestPolicy,
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: MaxWireMessage},
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: coordinator.MaxWireMessage},
 		{Name: "COAGENT_EVENTS", Subjects: []string{"coagent.events.change.>"}, Storage: jetstream.FileStorage, MaxAge: 24 * time.Hour},
 		{Name: "COAGENT_DECISIONS", Subjects: []string{"coagent.decisions.>"}, Storage: jetstream.FileStorage, MaxAge: 24 * time.Hour},
 	} {
@@ -374,7 +377,7 @@ func TestMigrateLeavesV2Alone(t *testing.T) {
 	ctx := context.Background()
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	if err := migrateStreams(ctx, js, intents.Subjects{}, log); err != nil {
+	if err := migrate.Streams(ctx, js, intents.Subjects{}, log); err != nil {
 		t.Fatalf("a new store: %v", err)
 	}
 	for name := range js.StreamNames(ctx).Name() {
@@ -382,7 +385,7 @@ func TestMigrateLeavesV2Alone(t *testing.T) {
 	}
 	v2Streams(t, js)
 	before := streamsSnapshot(t, js)
-	if err := migrateStreams(ctx, js, intents.Subjects{}, log); err != nil {
+	if err := migrate.Streams(ctx, js, intents.Subjects{}, log); err != nil {
 		t.Fatal(err)
 	}
 	if after := streamsSnapshot(t, js); after != before || logged.Len() != 0 {
@@ -394,7 +397,7 @@ func TestMigrateLeavesV2Alone(t *testing.T) {
 // command to run.
 func TestMigrateRefuses(t *testing.T) {
 	v1Intents := jetstream.StreamConfig{Name: "COAGENT_INTENTS", Subjects: []string{"coagent.intents.>"}, Retention: jetstream.WorkQueuePolicy,
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: MaxWireMessage}
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: coordinator.MaxWireMessage}
 	held := jetstream.StreamConfig{Name: "COAGENT_INTENTS_V1", Subjects: []string{"coagent.migrate.held.>"}, Storage: jetstream.FileStorage}
 	for _, tc := range []struct {
 		name    string
@@ -419,12 +422,12 @@ func TestMigrateRefuses(t *testing.T) {
 		{"a held stream not made by a migration", []jetstream.StreamConfig{v1Intents, held}, "nats stream rm COAGENT_INTENTS_V1"},
 		{"an unfinished held stream without its v1 stream", []jetstream.StreamConfig{func() jetstream.StreamConfig {
 			c := held
-			c.Metadata = map[string]string{metaSource: "2026-01-01T00:00:00Z", metaConfig: "{}"}
+			c.Metadata = map[string]string{migrate.MetaSource: "2026-01-01T00:00:00Z", migrate.MetaConfig: "{}"}
 			return c
 		}()}, "nats stream seal -f COAGENT_INTENTS_V1"},
 		{"a held stream of another v1 stream", []jetstream.StreamConfig{v1Intents, func() jetstream.StreamConfig {
 			c := held
-			c.Metadata = map[string]string{metaSource: "2026-01-01T00:00:00Z", metaConfig: "{}"}
+			c.Metadata = map[string]string{migrate.MetaSource: "2026-01-01T00:00:00Z", migrate.MetaConfig: "{}"}
 			return c
 		}()}, "nats stream rm -f COAGENT_INTENTS, run nats stream seal -f COAGENT_INTENTS_V1"},
 		{"events on other subjects", []jetstream.StreamConfig{{Name: "COAGENT_EVENTS", Subjects: []string{"coagent.events.change.>", "audit.>"},
@@ -443,9 +446,9 @@ func TestMigrateRefuses(t *testing.T) {
 				}
 			}
 			before := streamsSnapshot(t, js)
-			err := migrateStreams(ctx, js, intents.Subjects{}, slog.New(slog.DiscardHandler))
-			if !errors.Is(err, ErrMigrate) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want ErrMigrate saying %q", err, tc.want)
+			err := migrate.Streams(ctx, js, intents.Subjects{}, slog.New(slog.DiscardHandler))
+			if !errors.Is(err, migrate.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrRefused saying %q", err, tc.want)
 			}
 			if after := streamsSnapshot(t, js); after != before {
 				t.Fatalf("a refused migration changed the store:\n%s\nto\n%s", before, after)
@@ -458,13 +461,13 @@ func TestMigrateRefuses(t *testing.T) {
 // under a prefix of more than one token. The time the intents subjects
 // take no publish is logged.
 func TestMigrateManyIntents(t *testing.T) {
-	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = MaxWireMessage })
+	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = coordinator.MaxWireMessage })
 	js := jsOn(t, ns)
 	ctx := context.Background()
 	subj := intents.Subjects{Prefix: "team.one"}
 	name := subj.Stream(intents.StreamIntents)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj.AllIntents()},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: MaxWireMessage}); err != nil {
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: coordinator.MaxWireMessage}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{Durable: "coordinator", AckPolicy: jetstream.AckExplicitPolicy,
@@ -504,7 +507,7 @@ func TestMigrateManyIntents(t *testing.T) {
 		t.Fatalf("stored %d", len(want))
 	}
 	var logged bytes.Buffer
-	if err := migrateStreams(ctx, js, subj, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+	if err := migrate.Streams(ctx, js, subj, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
 		t.Fatal(err)
 	}
 	st, err := js.Stream(ctx, name)
@@ -533,7 +536,8 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 	_, ns := v1Store(t)
 	js := jsOn(t, ns)
 	v1 := messages(t, js, "COAGENT_INTENTS")
-	svc := startService(t, ns, t.TempDir(), Options{})
+	coordtest.Start(t, ns, coordinator.Options{})
+	nc := natstest.Connect(t, ns)
 	for _, m := range v1 {
 		var in struct {
 			ID    string `json:"id"`
@@ -543,9 +547,13 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 			continue // the one that is not JSON is answered to its subject's agent, checked below
 		}
 		natstest.CheckFor(t, 10*time.Second, "the decision of "+in.ID, func() error {
-			d, err := decisionGetNow(svc, in.ID)
-			if err != nil || d == nil {
-				return fmt.Errorf("none yet (%v)", err)
+			resp, err := nc.Request(intents.Subjects{}.API(intents.APIDecisionGet), fmt.Appendf(nil, `{"intent":%q}`, in.ID), 5*time.Second)
+			if err != nil {
+				return err
+			}
+			var d intents.Decision
+			if err := json.Unmarshal(resp.Data, &d); err != nil || d.Intent != in.ID {
+				return fmt.Errorf("none yet (%s)", resp.Data)
 			}
 			return nil
 		})
@@ -559,4 +567,18 @@ func TestServiceStartsOnV1Store(t *testing.T) {
 	if n := streamMsgs(t, js, "COAGENT_DECISIONS"); n < uint64(len(v1)) {
 		t.Fatalf("COAGENT_DECISIONS holds %d decisions after %d migrated intents", n, len(v1))
 	}
+}
+
+// streamMsgs is how many messages the stream name holds.
+func streamMsgs(t *testing.T, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/httpd"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -138,7 +139,7 @@ func newServeCmd(e *env) *cobra.Command {
 			if f.httpToken != "" && !f.authOn {
 				return usagef(c, "--http-token (or COAGENT_HTTP_TOKEN) needs --auth: without it the HTTP listener asks no token")
 			}
-			if f.http != "off" && !f.authOn && !f.httpInsecure && !loopbackHost(f.http) {
+			if f.http != "off" && !f.authOn && !f.httpInsecure && !httpd.LoopbackHost(f.http) {
 				return usagef(c, "--http %s is not a loopback address, and without --auth the listener asks no token: the console and the whole state "+
 					"(every value, the log, the arbiter's cases) would be open to whoever reaches it; give --auth (it then asks an observer's token), "+
 					"a loopback address (127.0.0.1:7070), or --http-insecure to serve it so on purpose", f.http)
@@ -248,33 +249,32 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 		}
 	}
 	defer nc.Close()
-	hs, err := listenHTTP(f.http, f.httpSet, stderr)
-	if err != nil {
-		return err
+	var tokens *httpd.Tokens
+	if f.authOn {
+		tokens = httpd.NewTokens(reg, f.httpToken)
 	}
-	if hs != nil {
-		if f.authOn {
-			hs.auth = newHTTPAuth(reg, f.httpToken)
-			if hs.auth.none() {
-				fmt.Fprintf(stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
-			}
+	var hs *httpSide
+	if l, err := listenHTTP(f.http, f.httpSet, tokens, stderr); err != nil {
+		return err
+	} else if l != nil {
+		hs = &httpSide{Server: l, tokens: tokens}
+		if f.authOn && tokens.None() {
+			fmt.Fprintf(stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
 		}
-		if !f.authOn && !hs.loopback {
+		if !f.authOn && !hs.Loopback() {
 			fmt.Fprintf(stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
 		}
 		where += "; http on " + hs.URL()
-		link, err := newConsoleLink(f, srv, reg, stderr)
-		if err != nil {
+		if hs.link, err = newConsoleLink(f, srv, reg, stderr); err != nil {
 			return err
 		}
-		defer link.close()
-		hs.console = link
-		hs.Mount(link.console)
-		hs.start()
+		defer hs.link.Close()
+		hs.Mount(hs.link.Console())
+		hs.Start()
 		defer func() {
 			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			hs.close(stop)
+			hs.Close(stop)
 		}()
 	}
 	if srv != nil {
@@ -316,7 +316,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 		opts.Interest = coordinator.InterestOf(srv.NATS())
 	}
 	if hs != nil {
-		opts.Metrics = hs.reg
+		opts.Metrics = hs.Registry()
 	}
 	if f.cluster.member() {
 		started = true
@@ -345,8 +345,8 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 		defer signal.Stop(hup)
 	}
 	if hs != nil {
-		hs.reg.MustRegister(activeGauge(func() bool { return true }))
-		hs.setReady(svc.Ready)
+		hs.Registry().MustRegister(httpd.ActiveGauge(func() bool { return true }))
+		hs.SetReady(svc.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
 	started = true
@@ -360,7 +360,7 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 				continue
 			}
 			if hs != nil {
-				hs.reload(reg)
+				hs.reload(f, srv, reg, stderr)
 			}
 			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
 				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
@@ -457,7 +457,7 @@ func reloadAgents(f *serveFlags, srv *natsauth.Server, roles *atomic.Pointer[map
 // leadership key, then the active coordinator, which puts the rules file
 // in force each time it becomes so.
 func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsauth.Server, reg *natsauth.Registry,
-	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, hs *httpServer, where string, stdout, stderr io.Writer) error {
+	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, hs *httpSide, where string, stdout, stderr io.Writer) error {
 	var out lockedWriter
 	out.w = stdout
 	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
@@ -478,8 +478,8 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 		return err
 	}
 	if hs != nil {
-		hs.reg.MustRegister(activeGauge(func() bool { return m.Role() == intents.RoleActive }))
-		hs.setReady(m.Ready)
+		hs.Registry().MustRegister(httpd.ActiveGauge(func() bool { return m.Role() == intents.RoleActive }))
+		hs.SetReady(m.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
 	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members); %s\n",
@@ -497,7 +497,7 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 				continue
 			}
 			if hs != nil {
-				hs.reload(reg)
+				hs.reload(f, srv, reg, stderr)
 			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {

@@ -53,6 +53,20 @@
 //	}
 //	err := agents.RunArbiter(ctx, nc, "judge", decide, agents.WithAckWait(time.Minute))
 //
+// # Dead letters
+//
+// A case no arbiter resolved by its deadline is decided by the
+// coordinator's fallback and kept on the dead-letter stream. OpenDeadLetters
+// reads them for the operator (under --auth, an agent with the role
+// admin): List, Retry, which sends the escalated intent again under a new
+// id and removes the letter, and Decision, which waits a while for the new
+// intent's decision.
+//
+//	dl, err := agents.OpenDeadLetters(ctx, nc)
+//	letters, err := dl.List(ctx)
+//	again, err := dl.Retry(ctx, letters[0])
+//	d, err := dl.Decision(ctx, again.ID, 5*time.Second)
+//
 // # Options
 //
 // A Client takes Options (WithResend, WithRetries, WithBackoff,

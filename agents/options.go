@@ -23,7 +23,8 @@ type ArbiterOption interface {
 	applyArbiter(*arbiterConfig)
 }
 
-// SharedOption is an option of both a Client and an arbiter.
+// SharedOption is an option of both a Client and an arbiter;
+// OpenDeadLetters reads WithPrefix from them too.
 type SharedOption interface {
 	Option
 	ArbiterOption

@@ -19,7 +19,8 @@ import (
 // A member's jobs are in files of their own: the leadership key in
 // lease.go, following the replicated log in follow.go, taking over and
 // leading in lead.go, a standby's reads in standby.go and the replicated
-// log's snapshots in snapshot.go.
+// log's snapshots in snapshot.go. The asking side of the members' status,
+// for any client, is clusterstatus.go.
 
 // MemberOptions configures a Member: the coordinator's Options, and its
 // part in the cluster.

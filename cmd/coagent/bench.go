@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	dto "github.com/prometheus/client_model/go"
 	"io"
 	"maps"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/loadgen"
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -111,7 +109,6 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	cfg.URL = conn.url
-	var stages prometheus.Gatherer // the bench's own coordinator's metrics
 	if cfg.URL == "" {
 		dir, err := os.MkdirTemp("", "coagent-bench-")
 		if err != nil {
@@ -135,7 +132,7 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer svc.Shutdown(context.Background())
-		stages = svc.Registry()
+		cfg.Metrics = svc.Registry()
 		// The request/reply baseline's responder is connected as the
 		// coordinator is, so both answer across the same transport.
 		rc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
@@ -148,20 +145,9 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 	}
 	for _, n := range counts {
 		cfg.Agents = n
-		before, fsyncsBefore := stageTotals(stages), fsyncsOf(stages)
 		res, err := loadgen.Run(ctx, cfg)
 		if err != nil {
 			return err
-		}
-		after := stageTotals(stages)
-		res.Fsyncs = fsyncsOf(stages).since(fsyncsBefore)
-		res.Stages = stageMeans(before, after)
-		if ev, ok := after["sync_events"]; ok {
-			delete(res.Stages, "sync_events")
-			res.Syncs = int(ev[1] - before["sync_events"][1])
-			if res.Syncs > 0 {
-				res.EventsPerSync = (ev[0] - before["sync_events"][0]) / float64(res.Syncs)
-			}
 		}
 		if res.Redis, err = redisBaselines(ctx, cfg, f.redis, stderr); err != nil {
 			return err
@@ -185,107 +171,6 @@ func synced(unsynced bool) string {
 		return "the event log UNSYNCED (--unsynced: a measurement; nothing it answers is durable)"
 	}
 	return "decisions fsynced by the event log"
-}
-
-// stageTotals reads the sum and count of each stage of
-// coagent_intent_stage_seconds from g (nil: none), and of the event log's
-// group commits, coagent_log_sync_seconds, as the stage "sync", and
-// coagent_log_sync_events as "sync_events" (its sum a count of events).
-func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
-	if g == nil {
-		return nil
-	}
-	fams, err := g.Gather()
-	if err != nil {
-		return nil
-	}
-	out := map[string][2]float64{}
-	for _, f := range fams {
-		switch f.GetName() {
-		case "coagent_log_sync_seconds", "coagent_log_sync_events":
-			if len(f.Metric) == 1 {
-				h := f.Metric[0].Histogram
-				name := "sync"
-				if f.GetName() == "coagent_log_sync_events" {
-					name = "sync_events"
-				}
-				out[name] = [2]float64{h.GetSampleSum(), float64(h.GetSampleCount())}
-			}
-			continue
-		case "coagent_intent_stage_seconds":
-		default:
-			continue
-		}
-		for _, m := range f.Metric {
-			for _, l := range m.Label {
-				if l.GetName() == "stage" {
-					out[l.GetValue()] = [2]float64{m.Histogram.GetSampleSum(), float64(m.Histogram.GetSampleCount())}
-				}
-			}
-		}
-	}
-	return out
-}
-
-// fsyncHist is coagent_log_fsync_seconds at one moment.
-type fsyncHist struct {
-	count   uint64
-	sum     float64
-	buckets []*dto.Bucket
-}
-
-// fsyncsOf reads coagent_log_fsync_seconds from g (nil: none).
-func fsyncsOf(g prometheus.Gatherer) *fsyncHist {
-	if g == nil {
-		return nil
-	}
-	fams, err := g.Gather()
-	if err != nil {
-		return nil
-	}
-	for _, f := range fams {
-		if f.GetName() == "coagent_log_fsync_seconds" && len(f.Metric) == 1 {
-			h := f.Metric[0].Histogram
-			return &fsyncHist{count: h.GetSampleCount(), sum: h.GetSampleSum(), buckets: h.Bucket}
-		}
-	}
-	return nil
-}
-
-// since is what was observed between before and h: the count, the mean
-// and, from the buckets, the median and 99th percentile (each the upper
-// bound of the bucket it falls in).
-func (h *fsyncHist) since(before *fsyncHist) *loadgen.Fsyncs {
-	if h == nil || before == nil || h.count <= before.count || len(h.buckets) != len(before.buckets) {
-		return nil
-	}
-	n := h.count - before.count
-	out := &loadgen.Fsyncs{Count: int(n), Mean: time.Duration((h.sum - before.sum) / float64(n) * float64(time.Second))}
-	quantile := func(q float64) time.Duration {
-		for i, b := range h.buckets {
-			if float64(b.GetCumulativeCount()-before.buckets[i].GetCumulativeCount()) >= q*float64(n) {
-				return time.Duration(b.GetUpperBound() * float64(time.Second))
-			}
-		}
-		return 0
-	}
-	out.P50, out.P99 = quantile(0.5), quantile(0.99)
-	return out
-}
-
-// stageMeans is the mean time of each stage between two stageTotals.
-func stageMeans(before, after map[string][2]float64) map[string]time.Duration {
-	var out map[string]time.Duration
-	for stage, a := range after {
-		b := before[stage]
-		if n := a[1] - b[1]; n > 0 {
-			if out == nil {
-				out = map[string]time.Duration{}
-			}
-			out[stage] = time.Duration((a[0] - b[0]) / n * float64(time.Second))
-		}
-	}
-	return out
 }
 
 // profileName is where the CPU profile of the run with agents goes: file,

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -81,9 +82,9 @@ func TestServeClusterAuth(t *testing.T) {
 	}
 
 	// status, as the admin: which node is active.
-	status := func(nkey, urls string) (clusterStatus, proc) {
+	status := func(nkey, urls string) (coordinator.ClusterStatus, proc) {
 		p := runBin(t, nil, "", "status", "--nkey", nkey, "--nats", urls, "-o", "json", "--wait", "500ms")
-		var st clusterStatus
+		var st coordinator.ClusterStatus
 		if p.status == 0 {
 			if err := json.Unmarshal([]byte(p.stdout), &st); err != nil {
 				t.Fatalf("status: %v: %s", err, p.stdout)

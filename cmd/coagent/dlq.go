@@ -10,12 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/coagent/coagent/arbiter"
+	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
-	"github.com/oklog/ulid/v2"
 	"github.com/spf13/cobra"
 )
 
@@ -30,7 +26,7 @@ func newDLQCmd(e *env) *cobra.Command {
 		Short: "list the dead letters, oldest first",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *dlqConn, letters []deadLetter) error {
+			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *agents.DeadLetters, letters []agents.DeadLetter) error {
 				return printDeadLetters(letters, out.json(), e.stdout, e.stderr)
 			})
 		},
@@ -40,14 +36,14 @@ func newDLQCmd(e *env) *cobra.Command {
 		Short: "print one dead letter, the case as JSON",
 		Args:  argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *dlqConn, letters []deadLetter) error {
+			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *agents.DeadLetters, letters []agents.DeadLetter) error {
 				l, err := findLetter(letters, args[0])
 				if err != nil {
 					return err
 				}
-				b, _ := json.MarshalIndent(l.c, "", "  ")
+				b, _ := json.MarshalIndent(l.Case, "", "  ")
 				if out.json() {
-					b, _ = json.Marshal(l.c)
+					b, _ = json.Marshal(l.Case)
 				}
 				fmt.Fprintln(e.stdout, string(b))
 				return nil
@@ -64,12 +60,12 @@ func newDLQCmd(e *env) *cobra.Command {
 			"Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return runDLQ(c.Context(), &conn, func(ctx context.Context, dc *dlqConn, letters []deadLetter) error {
+			return runDLQ(c.Context(), &conn, func(ctx context.Context, dl *agents.DeadLetters, letters []agents.DeadLetter) error {
 				l, err := findLetter(letters, args[0])
 				if err != nil {
 					return err
 				}
-				d, err := dc.retry(ctx, l, retryWait, e.stderr)
+				d, err := retryLetter(ctx, dl, l, retryWait, e.stderr)
 				if err != nil {
 					return err
 				}
@@ -96,55 +92,44 @@ func newDLQCmd(e *env) *cobra.Command {
 	return c
 }
 
-// dlqConn is a connection to the dead-letter stream.
-type dlqConn struct {
-	nc     *nats.Conn
-	subj   intents.Subjects
-	js     jetstream.JetStream
-	stream jetstream.Stream
-}
-
-// runDLQ connects to the dead-letter stream, reads every letter and hands
-// them to do.
-func runDLQ(ctx context.Context, conn *natsFlags, do func(context.Context, *dlqConn, []deadLetter) error) error {
+// runDLQ opens the dead-letter stream, reads every letter and hands them
+// to do.
+func runDLQ(ctx context.Context, conn *natsFlags, do func(context.Context, *agents.DeadLetters, []agents.DeadLetter) error) error {
 	nc, err := conn.connect("coagent dlq")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	dc := &dlqConn{nc: nc, subj: conn.subjects()}
-	if dc.js, err = jetstream.New(nc); err != nil {
-		return err
-	}
 	ctx, cancelPerms := conn.guard(ctx)
 	defer cancelPerms()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	name := dc.subj.Stream(intents.StreamDLQ)
-	if dc.stream, err = dc.js.Stream(ctx, name); err != nil {
+	dl, err := agents.OpenDeadLetters(ctx, nc, agents.WithPrefix(conn.prefix))
+	if err != nil {
+		name := conn.subjects().Stream(intents.StreamDLQ)
 		var ce *connectError
 		if err := conn.refused(ctx, err); errors.As(err, &ce) {
 			return err
 		}
 		return fmt.Errorf("dead-letter stream %s: %w", name, err)
 	}
-	letters, err := deadLetters(ctx, dc.stream)
+	letters, err := dl.List(ctx)
 	if err != nil {
 		return conn.refused(ctx, err)
 	}
-	return conn.refused(ctx, do(ctx, dc, letters))
+	return conn.refused(ctx, do(ctx, dl, letters))
 }
 
 // printDeadLetters prints a table with a header, or a JSON array; with
 // none, stderr says so.
-func printDeadLetters(letters []deadLetter, asJSON bool, stdout, stderr io.Writer) error {
+func printDeadLetters(letters []agents.DeadLetter, asJSON bool, stdout, stderr io.Writer) error {
 	if len(letters) == 0 {
 		fmt.Fprintln(stderr, "no dead letters")
 	}
 	if asJSON {
 		cases := make([]*intents.Escalation, 0, len(letters))
 		for _, l := range letters {
-			cases = append(cases, l.c)
+			cases = append(cases, l.Case)
 		}
 		b, err := json.Marshal(cases)
 		if err != nil {
@@ -160,127 +145,48 @@ func printDeadLetters(letters []deadLetter, asJSON bool, stdout, stderr io.Write
 	fmt.Fprintln(tw, "ID\tDEADLINE\tAGENT\tINTENT\tCONFLICTS")
 	for _, l := range letters {
 		agent, what := "-", "-"
-		if in := l.c.Escalated(); in != nil {
+		if in := l.Case.Escalated(); in != nil {
 			agent, what = in.Agent, string(in.Kind)
 			if in.Action != "" {
 				what += " " + in.Action
 			}
 		}
 		var cs []string
-		for _, cf := range l.c.Conflicts {
+		for _, cf := range l.Case.Conflicts {
 			cs = append(cs, fmt.Sprintf("%s %s with %s", cf.Kind, cf.Path, cf.WithAgent))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.c.ID, l.c.Deadline.Format(time.RFC3339), agent, what, strings.Join(cs, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.Case.ID, l.Case.Deadline.Format(time.RFC3339), agent, what, strings.Join(cs, "; "))
 	}
 	return tw.Flush()
 }
 
-func findLetter(letters []deadLetter, id string) (*deadLetter, error) {
+func findLetter(letters []agents.DeadLetter, id string) (*agents.DeadLetter, error) {
 	for i := range letters {
-		if letters[i].c.ID == id {
+		if letters[i].Case.ID == id {
 			return &letters[i], nil
 		}
 	}
 	return nil, fmt.Errorf("no dead letter %s", id)
 }
 
-// retry sends the letter's escalated intent again under a new id, removes
-// the letter and returns the new intent's decision: the final one, or
-// after wait the latest recorded.
-func (dc *dlqConn) retry(ctx context.Context, l *deadLetter, wait time.Duration, stderr io.Writer) (*intents.Decision, error) {
-	id := l.c.ID
-	again, err := arbiter.Retry(l.c, ulid.Make().String())
-	if err != nil {
-		return nil, fmt.Errorf("retry %s: %w", id, err)
-	}
-	data, err := json.Marshal(again)
-	if err != nil {
-		return nil, fmt.Errorf("retry %s: %w", id, err)
-	}
-	if _, err := dc.js.Publish(ctx, dc.subj.Intents(again.Agent), data, jetstream.WithMsgID(again.ID)); err != nil {
-		return nil, fmt.Errorf("retry %s: %w", id, err)
-	}
-	if err := dc.stream.DeleteMsg(ctx, l.seq); err != nil {
-		return nil, fmt.Errorf("retry %s: sent as %s, but the dead letter stays: %w", id, again.ID, err)
-	}
-	fmt.Fprintf(stderr, "retried %s as intent %s of agent %s\n", id, again.ID, again.Agent)
-	d, err := dc.decision(ctx, again.ID, again.Agent, wait)
-	if err != nil {
-		return nil, fmt.Errorf("retry %s: sent as %s: %w", id, again.ID, err)
-	}
-	return d, nil
-}
-
-// decision asks decision.get for the decision of intent id until it is
-// final or wait has passed, and returns the latest one; none at all by
-// then is an error. The intent went through the stream, whose decisions
-// are the agent's to subscribe to: asking the API needs no such right.
-func (dc *dlqConn) decision(ctx context.Context, id, agent string, wait time.Duration) (*intents.Decision, error) {
-	body, _ := json.Marshal(map[string]string{"intent": id})
-	deadline := time.Now().Add(wait)
-	var last *intents.Decision
-	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := dc.nc.RequestWithContext(reqCtx, dc.subj.API(intents.APIDecisionGet), body)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("decision.get: %w", err)
-		}
-		switch err := apiError(resp); {
-		case err == nil:
-			var d intents.Decision
-			if err := json.Unmarshal(resp.Data, &d); err != nil {
-				return nil, fmt.Errorf("decision.get: the coordinator answered %q: %w", resp.Data, err)
-			}
-			if d.Outcome.Final() {
-				return &d, nil
-			}
-			last = &d
-		case resp.Header.Get(micro.ErrorCodeHeader) != "not_found":
-			return nil, fmt.Errorf("decision.get: %w", err)
-		}
-		if time.Now().After(deadline) {
-			if last != nil {
-				return last, nil
-			}
-			return nil, fmt.Errorf("no decision recorded after %s; 'coagent log --type decision --agent %s' shows it when there is one", wait, agent)
-		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-type deadLetter struct {
-	seq uint64
-	c   *intents.Escalation
-}
-
-// deadLetters reads every case in the dead-letter stream, oldest first.
-func deadLetters(ctx context.Context, stream jetstream.Stream) ([]deadLetter, error) {
-	info, err := stream.Info(ctx)
+// retryLetter retries l, says so on stderr, and returns the new intent's
+// decision: the final one, or after wait the latest recorded.
+func retryLetter(ctx context.Context, dl *agents.DeadLetters, l *agents.DeadLetter, wait time.Duration, stderr io.Writer) (*intents.Decision, error) {
+	again, err := dl.Retry(ctx, *l)
 	if err != nil {
 		return nil, err
 	}
-	var out []deadLetter
-	if info.State.Msgs == 0 {
-		return nil, nil
+	fmt.Fprintf(stderr, "retried %s as intent %s of agent %s\n", l.Case.ID, again.ID, again.Agent)
+	d, err := dl.Decision(ctx, again.ID, wait)
+	var api *agents.APIError
+	switch {
+	case errors.Is(err, agents.ErrNoDecision):
+		err = fmt.Errorf("no decision recorded after %s; 'coagent log --type decision --agent %s' shows it when there is one", wait, again.Agent)
+	case errors.As(err, &api):
+		err = fmt.Errorf("decision.get: %s: %s", api.Code, api.Description)
 	}
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := stream.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // removed by a retry
-		}
-		if err != nil {
-			return nil, fmt.Errorf("dead letter %d: %w", seq, err)
-		}
-		var c intents.Escalation
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			return nil, fmt.Errorf("dead letter %d: %w", seq, err)
-		}
-		out = append(out, deadLetter{seq: seq, c: &c})
+	if err != nil {
+		return nil, fmt.Errorf("retry %s: sent as %s: %w", l.Case.ID, again.ID, err)
 	}
-	return out, nil
+	return d, nil
 }

@@ -226,9 +226,9 @@ func (c *failoverCluster) coord(name string) *coordProc {
 }
 
 // status runs `coagent status -o json` through the node at url.
-func (c *failoverCluster) status(url string) (clusterStatus, error) {
+func (c *failoverCluster) status(url string) (coordinator.ClusterStatus, error) {
 	p := runBin(c.t, nil, "", "status", "--nats", url, "-o", "json", "--wait", "500ms")
-	var st clusterStatus
+	var st coordinator.ClusterStatus
 	if p.status != 0 {
 		return st, fmt.Errorf("status through %s: exit %d: %s", url, p.status, strings.TrimSpace(p.stderr))
 	}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/internal/httpd"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
@@ -179,7 +179,7 @@ func TestServeHTTPAuth(t *testing.T) {
 	resp.Body.Close()
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == tokenCookie {
+		if c.Name == httpd.TokenCookie {
 			cookie = c
 		}
 	}
@@ -187,7 +187,7 @@ func TestServeHTTPAuth(t *testing.T) {
 		t.Fatalf("?token=: %d, cookie %v", resp.StatusCode, cookie)
 	}
 	req, _ := http.NewRequest(http.MethodGet, base+"/readyz", nil)
-	req.AddCookie(&http.Cookie{Name: tokenCookie, Value: cookie.Value})
+	req.AddCookie(&http.Cookie{Name: httpd.TokenCookie, Value: cookie.Value})
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -198,55 +198,22 @@ func TestServeHTTPAuth(t *testing.T) {
 	}
 }
 
-// TestReadyzNotReady: /readyz is 503 with the reason while the coordinator
-// is not serving (starting, or its readiness says why), 200 once it is;
-// an address given with --http that is taken is an error naming it.
-func TestReadyzNotReady(t *testing.T) {
-	h, err := listenHTTP("127.0.0.1:0", true, io.Discard)
+// TestListenHTTPTaken: an address given with --http that is taken is an
+// error naming it; the default address taken is a note, and no listener.
+func TestListenHTTPTaken(t *testing.T) {
+	h, err := listenHTTP("127.0.0.1:0", true, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.start()
-	defer h.close(t.Context())
-	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "starting") {
-		t.Fatalf("/readyz before the coordinator: %d %q", code, body)
-	}
-	h.setReady(func(context.Context) error {
-		return fmt.Errorf("%w: standby: catching up", coordinator.ErrNotReady)
-	})
-	if code, body := get(t, h.URL()+"/readyz", ""); code != 503 || !strings.Contains(body, "not ready: standby: catching up") {
-		t.Fatalf("/readyz of a standby catching up: %d %q", code, body)
-	}
-	h.setReady(func(context.Context) error { return nil })
-	if code, _ := get(t, h.URL()+"/readyz", ""); code != 200 {
-		t.Fatalf("/readyz once ready: %d", code)
-	}
+	h.Start()
+	defer h.Close(t.Context())
 	addr := strings.TrimPrefix(h.URL(), "http://")
-	if _, err := listenHTTP(addr, true, io.Discard); err == nil || !strings.Contains(err.Error(), "--http "+addr) {
+	if _, err := listenHTTP(addr, true, nil, io.Discard); err == nil || !strings.Contains(err.Error(), "--http "+addr) {
 		t.Fatalf("--http %s taken: %v", addr, err)
 	}
 	var note strings.Builder
-	if h2, err := listenHTTP(addr, false, &note); h2 != nil || err != nil || !strings.Contains(note.String(), "in use") {
+	if h2, err := listenHTTP(addr, false, nil, &note); h2 != nil || err != nil || !strings.Contains(note.String(), "in use") {
 		t.Fatalf("the default address taken: %v %v %q", h2, err, note.String())
-	}
-}
-
-// TestConsoleReader: the console reads as an observer, else as the
-// operator (admin), who may read everything as well; as nobody in
-// particular when neither is registered.
-func TestConsoleReader(t *testing.T) {
-	for _, c := range []struct {
-		roles map[string][]string
-		want  string
-	}{
-		{map[string][]string{"admin": {"admin"}, "zed": {"observer"}, "bob": {"observer"}, "al": nil}, "bob"},
-		{map[string][]string{"admin": {"admin"}, "al": {"coder"}}, "admin"},
-		{map[string][]string{"al": {"coder"}}, ""},
-	} {
-		got, ok := consoleReader(c.roles)
-		if got != c.want || ok != (c.want != "") {
-			t.Errorf("consoleReader(%v) = %q %v, want %q", c.roles, got, ok, c.want)
-		}
 	}
 }
 
@@ -446,8 +413,8 @@ func TestConsoleOwnConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer link.close()
-	hs := httptest.NewServer(link.console)
+	defer link.Close()
+	hs := httptest.NewServer(link.Console())
 	defer hs.Close()
 	resp, err := http.Get(hs.URL + "/api/events")
 	if err != nil || resp.StatusCode != 200 {

@@ -185,7 +185,7 @@ func TestEnsureOperatorOnANode(t *testing.T) {
 			t.Fatal(err)
 		}
 		note := "node n1 of a cluster: copy " + natsauth.RegistryPath(data) + " to every other node's data directory before it starts"
-		if _, ok := reg.Agents[operatorName]; !ok || strings.Contains(stderr.String(), note) != (node != "") {
+		if _, ok := reg.Agents[natsauth.OperatorName]; !ok || strings.Contains(stderr.String(), note) != (node != "") {
 			t.Errorf("node %q: agents %v, stderr %q", node, reg.Agents, stderr.String())
 		}
 		// The registry as a node started with it copied in finds it.
@@ -195,7 +195,7 @@ func TestEnsureOperatorOnANode(t *testing.T) {
 		}
 		stderr.Reset()
 		if err := ensureOperator(t.TempDir(), node, copied, &stderr); err != nil || stderr.Len() != 0 ||
-			copied.Agents[operatorName].Nkey != reg.Agents[operatorName].Nkey {
+			copied.Agents[natsauth.OperatorName].Nkey != reg.Agents[natsauth.OperatorName].Nkey {
 			t.Errorf("node %q, a copied registry: %v, stderr %q, agents %v", node, err, stderr.String(), copied.Agents)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/httpd"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -139,7 +140,7 @@ func newServeCmd(e *env) *cobra.Command {
 			if f.httpToken != "" && !f.authOn {
 				return usagef(c, "--http-token (or COAGENT_HTTP_TOKEN) needs --auth: without it the HTTP listener asks no token")
 			}
-			if f.http != "off" && !f.authOn && !f.httpInsecure && !loopbackHost(f.http) {
+			if f.http != "off" && !f.authOn && !f.httpInsecure && !httpd.LoopbackHost(f.http) {
 				return usagef(c, "--http %s is not a loopback address, and without --auth the listener asks no token: the console and the whole state "+
 					"(every value, the log, the arbiter's cases) would be open to whoever reaches it; give --auth (it then asks an observer's token), "+
 					"a loopback address (127.0.0.1:7070), or --http-insecure to serve it so on purpose", f.http)
@@ -164,132 +165,216 @@ func newServeCmd(e *env) *cobra.Command {
 	return c
 }
 
-func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err error) {
-	// A start that fails (a port in use, a locked log) leaves the data
-	// directory as it found it. The deferred cleanup runs after the
-	// server's shutdown, which closes the files it made.
-	before := noteData(f.data)
+// reloadable says whether serve reads the agent registry, and again at
+// SIGHUP: for the server's users (--auth) or the rules' roles (--rules).
+func (f *serveFlags) reloadable() bool { return f.rulesFile != "" || f.authOn }
+
+// serving is what runServe starts, each step a method: the registry, the
+// NATS server or connection, the HTTP listener, then the coordinator,
+// alone or a member of a cluster's.
+type serving struct {
+	f              *serveFlags
+	stdout, stderr io.Writer
+	// reg is the registry as read at the start (nil unless reloadable):
+	// it gives the server its users and the rules their roles, read once
+	// for both. roles are the roles in force, for the rules an admin puts
+	// in force through rules.set; replaced at each SIGHUP.
+	reg   *natsauth.Registry
+	roles atomic.Pointer[map[string][]string]
+	srv   *natsauth.Server // the embedded server; nil with --nats
+	nc    *nats.Conn       // serve's connection; nil on a node with no coordinator
+	hs    *httpSide        // nil with no HTTP listener
+	// where is the start-up line's account of where serve serves.
+	where string
 	// started: the data directory is in use, this start's or, when its
 	// log is locked, another's that may have made what is new in it.
-	started := false
+	started bool
+	// closers close what the steps started, the last started first.
+	closers []func()
+}
+
+func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err error) {
+	// A start that fails (a port in use, a locked log) leaves the data
+	// directory as it found it, once the server's shutdown has closed the
+	// files it made.
+	before := noteData(f.data)
+	s := &serving{f: f, stdout: stdout, stderr: stderr}
 	defer func() {
-		if err != nil && !started {
+		s.close()
+		if err != nil && !s.started {
 			before.restore()
 		}
 	}()
 	if err := os.MkdirAll(f.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	var nc *nats.Conn
-	var where string
-	var srv *natsauth.Server
-	// The registry gives the server its users and the rules their roles;
-	// it is read once for both, here and at each SIGHUP.
-	reloadable := f.rulesFile != "" || f.authOn
-	var reg *natsauth.Registry
-	if reloadable {
-		var err error
-		if reg, err = natsauth.Load(natsauth.RegistryPath(f.data)); err != nil {
-			return err
-		}
-		if f.authOn {
-			if err := ensureOperator(f.data, f.cluster.embeddedNode(), reg, stderr); err != nil {
-				return err
-			}
-		}
+	if err := s.loadRegistry(); err != nil {
+		return err
 	}
-	// The roles of the registry in force, for the rules an admin puts in
-	// force through rules.set; replaced at each SIGHUP.
-	var roles atomic.Pointer[map[string][]string]
-	if reg != nil {
-		r := reg.Roles()
-		roles.Store(&r)
+	if err := s.startNATS(); err != nil {
+		return err
 	}
-	if f.conn.url == "" {
-		cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
-			MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config(),
-			SyncAlways: f.syncAlways, SyncInterval: f.syncEvery}
-		if f.authOn {
-			cfg.Agents = reg
-		}
-		f.cluster.warnRoutes(stderr)
-		var err error
-		if srv, err = natsauth.StartServer(cfg); err != nil {
-			var inUse *natsauth.AddrInUseError
-			if errors.As(err, &inUse) {
-				if f.cluster.listen != "" && inUse.Addr == f.cluster.listen {
-					return fmt.Errorf("%s, the route address, is in use (another coagent serve or nats-server?)\n  pick another with --cluster HOST:PORT", inUse.Addr)
-				}
-				return fmt.Errorf("%s is in use (another coagent serve or nats-server?)\n  pick another with --listen HOST:PORT, or use the running server with --nats nats://%s", inUse.Addr, inUse.Addr)
-			}
-			return err
-		}
-		defer srv.Shutdown()
-		if !f.cluster.coordinator {
-			started = true
-			return serveNode(ctx, f, srv, stdout)
-		}
-		if nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
-			return err
-		}
-		where = srv.NATS().ClientURL() + " (embedded NATS with JetStream" + f.cluster.describe(srv) + ")"
-		if srv.Authenticated() {
-			where += ", agents authenticated"
-		}
-	} else {
-		var err error
-		if nc, err = f.conn.connect("coagent serve"); err != nil {
-			return err
-		}
-		where = nc.ConnectedUrlRedacted()
-		if f.authOn {
-			// The server is the operator's: it must give each agent the
-			// permissions docs/auth.md lists, its inbox prefix among them.
-			where += ", reads answered per agent (the server must keep each agent to its own inbox prefix)"
-		}
+	if !f.cluster.coordinator {
+		s.started = true
+		return serveNode(ctx, f, s.srv, stdout)
 	}
-	defer nc.Close()
-	hs, err := listenHTTP(f.http, f.httpSet, stderr)
+	if err := s.startHTTP(); err != nil {
+		return err
+	}
+	if err := s.checkPlace(ctx); err != nil {
+		return err
+	}
+	opts, err := s.options()
 	if err != nil {
 		return err
 	}
-	if hs != nil {
-		if f.authOn {
-			hs.auth = newHTTPAuth(reg, f.httpToken)
-			if hs.auth.none() {
-				fmt.Fprintf(stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
-			}
+	if f.cluster.member() {
+		s.started = true
+		return s.serveMember(ctx, opts)
+	}
+	return s.serveAlone(ctx, opts)
+}
+
+// onClose has fn run at the end of runServe, before what was started
+// earlier is closed.
+func (s *serving) onClose(fn func()) { s.closers = append(s.closers, fn) }
+
+func (s *serving) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// loadRegistry reads the agent registry, and with --auth registers the
+// operator in it when nobody is an admin.
+func (s *serving) loadRegistry() error {
+	if !s.f.reloadable() {
+		return nil
+	}
+	reg, err := natsauth.Load(natsauth.RegistryPath(s.f.data))
+	if err != nil {
+		return err
+	}
+	if s.f.authOn {
+		if err := ensureOperator(s.f.data, s.f.cluster.embeddedNode(), reg, s.stderr); err != nil {
+			return err
 		}
-		if !f.authOn && !hs.loopback {
-			fmt.Fprintf(stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
-		}
-		where += "; http on " + hs.URL()
-		link, err := newConsoleLink(f, srv, reg, stderr)
+	}
+	s.reg = reg
+	r := reg.Roles()
+	s.roles.Store(&r)
+	return nil
+}
+
+// startNATS starts the embedded server and connects to it, or connects to
+// the server of --nats. A node with no coordinator makes no connection.
+func (s *serving) startNATS() error {
+	f := s.f
+	if f.conn.url != "" {
+		nc, err := f.conn.connect("coagent serve")
 		if err != nil {
 			return err
 		}
-		defer link.close()
-		hs.console = link
-		hs.Mount(link.console)
-		hs.start()
-		defer func() {
-			stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			hs.close(stop)
-		}()
+		s.nc = nc
+		s.onClose(nc.Close)
+		s.where = nc.ConnectedUrlRedacted()
+		if f.authOn {
+			// The server is the operator's: it must give each agent the
+			// permissions docs/auth.md lists, its inbox prefix among them.
+			s.where += ", reads answered per agent (the server must keep each agent to its own inbox prefix)"
+		}
+		return nil
 	}
-	if srv != nil {
-		if err := f.cluster.waitCluster(ctx, srv, stderr); err != nil {
+	cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
+		MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config(),
+		SyncAlways: f.syncAlways, SyncInterval: f.syncEvery}
+	if f.authOn {
+		cfg.Agents = s.reg
+	}
+	f.cluster.warnRoutes(s.stderr)
+	srv, err := natsauth.StartServer(cfg)
+	if err != nil {
+		var inUse *natsauth.AddrInUseError
+		if errors.As(err, &inUse) {
+			if f.cluster.listen != "" && inUse.Addr == f.cluster.listen {
+				return fmt.Errorf("%s, the route address, is in use (another coagent serve or nats-server?)\n  pick another with --cluster HOST:PORT", inUse.Addr)
+			}
+			return fmt.Errorf("%s is in use (another coagent serve or nats-server?)\n  pick another with --listen HOST:PORT, or use the running server with --nats nats://%s", inUse.Addr, inUse.Addr)
+		}
+		return err
+	}
+	s.srv = srv
+	s.onClose(srv.Shutdown)
+	if !f.cluster.coordinator {
+		return nil
+	}
+	if s.nc, err = srv.Connect(nats.Name("coagent serve")); err != nil {
+		return err
+	}
+	s.onClose(s.nc.Close)
+	s.where = srv.NATS().ClientURL() + " (embedded NATS with JetStream" + f.cluster.describe(srv) + ")"
+	if srv.Authenticated() {
+		s.where += ", agents authenticated"
+	}
+	return nil
+}
+
+// startHTTP starts the HTTP listener with the console at "/", unless
+// --http is off or the default address is taken.
+func (s *serving) startHTTP() error {
+	f := s.f
+	var tokens *httpd.Tokens
+	if f.authOn {
+		tokens = httpd.NewTokens(s.reg, f.httpToken)
+	}
+	l, err := listenHTTP(f.http, f.httpSet, tokens, s.stderr)
+	if err != nil || l == nil {
+		return err
+	}
+	hs := &httpSide{Server: l, tokens: tokens}
+	if f.authOn && tokens.None() {
+		fmt.Fprintf(s.stderr, "coagent: note: no HTTP token: only /healthz answers (coagent agents add NAME --role observer prints one; or --http-token)\n")
+	}
+	if !f.authOn && !hs.Loopback() {
+		fmt.Fprintf(s.stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
+	}
+	s.where += "; http on " + hs.URL()
+	if hs.link, err = newConsoleLink(f, s.srv, s.reg, s.stderr); err != nil {
+		return err
+	}
+	s.onClose(hs.link.Close)
+	hs.Mount(hs.link.Console())
+	hs.Start()
+	s.onClose(func() {
+		stop, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Close(stop)
+	})
+	s.hs = hs
+	return nil
+}
+
+// checkPlace waits until the embedded cluster can place the streams, or
+// notes what an external cluster's will have; then, unless this
+// coordinator is a cluster's, checks that no other serves the prefix.
+func (s *serving) checkPlace(ctx context.Context) error {
+	f := s.f
+	if s.srv != nil {
+		if err := f.cluster.waitCluster(ctx, s.srv, s.stderr); err != nil {
 			return err
 		}
-	} else if name := nc.ConnectedClusterName(); name != "" && f.cluster.replicas == 1 {
-		fmt.Fprintf(stderr, "coagent: note: the server is in cluster %s; streams this coordinator makes have 1 replica unless given --replicas 3\n", name)
+	} else if name := s.nc.ConnectedClusterName(); name != "" && f.cluster.replicas == 1 {
+		fmt.Fprintf(s.stderr, "coagent: note: the server is in cluster %s; streams this coordinator makes have 1 replica unless given --replicas 3\n", name)
 	}
 	if !f.cluster.member() {
-		if err := checkNoCoordinator(nc, f); err != nil {
-			return err
-		}
+		return checkNoCoordinator(s.nc, f)
 	}
+	return nil
+}
+
+// options are the coordinator's options the flags give.
+func (s *serving) options() (coordinator.Options, error) {
+	f := s.f
 	// Errors (a contained panic, a failed log write) and warnings (a
 	// stream found with other replicas, a missing consumer made again) are
 	// always reported; -v adds the operational messages.
@@ -297,10 +382,10 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	if f.verbose {
 		level = slog.LevelInfo
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(slog.NewTextHandler(s.stderr, &slog.HandlerOptions{Level: level}))
 	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn, Replicas: f.cluster.replicas,
 		Roles: func() map[string][]string {
-			if r := roles.Load(); r != nil {
+			if r := s.roles.Load(); r != nil {
 				return *r
 			}
 			return nil
@@ -309,23 +394,26 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	if f.fallback != "reject" {
 		policy, err := arbiter.ByName(f.fallback) // checked by newServeCmd
 		if err != nil {
-			return fmt.Errorf("--arbiter-fallback: %w", err)
+			return opts, fmt.Errorf("--arbiter-fallback: %w", err)
 		}
 		opts.Core.Engine.Fallback = func(c *intents.Escalation) *intents.Resolution { return policy(engine.FallbackArbiter, c) }
 	}
-	if srv != nil {
-		opts.Interest = coordinator.InterestOf(srv.NATS())
+	if s.srv != nil {
+		opts.Interest = coordinator.InterestOf(s.srv.NATS())
 	}
-	if hs != nil {
-		opts.Metrics = hs.reg
+	if s.hs != nil {
+		opts.Metrics = s.hs.Registry()
 	}
-	if f.cluster.member() {
-		started = true
-		return serveMember(ctx, f, nc, srv, reg, &roles, opts, hs, where, stdout, stderr)
-	}
-	svc, err := coordinator.Start(ctx, nc, logDir(f.data), opts)
+	return opts, nil
+}
+
+// serveAlone runs the coordinator alone, not a cluster's, until ctx ends
+// or it stops by itself.
+func (s *serving) serveAlone(ctx context.Context, opts coordinator.Options) error {
+	f := s.f
+	svc, err := coordinator.Start(ctx, s.nc, logDir(f.data), opts)
 	if errors.Is(err, eventlog.ErrLocked) {
-		started = true
+		s.started = true
 		return fmt.Errorf("%w\n  another coagent serve runs on %s; stop it, or give this one its own --data", err, f.data)
 	}
 	if err != nil {
@@ -334,37 +422,42 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	// The rules are in force before anyone is told where to connect; their
 	// line follows the start-up line.
 	var rulesLine bytes.Buffer
-	if reloadable {
-		if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &rulesLine); err != nil {
+	if f.reloadable() {
+		if err := loadRules(ctx, svc, f.rulesFile, f.data, s.reg, &rulesLine); err != nil {
 			svc.Shutdown(context.Background())
 			return err
 		}
 	}
 	hup := make(chan os.Signal, 1)
-	if reloadable {
+	if f.reloadable() {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
-	if hs != nil {
-		hs.reg.MustRegister(activeGauge(func() bool { return true }))
-		hs.setReady(svc.Ready)
+	if s.hs != nil {
+		s.hs.Registry().MustRegister(httpd.ActiveGauge(func() bool { return true }))
+		s.hs.SetReady(svc.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
-	started = true
-	fmt.Fprintf(stdout, "coagent: serving on %s; data in %s\n", where, abs)
-	io.Copy(stdout, &rulesLine)
+	s.started = true
+	fmt.Fprintf(s.stdout, "coagent: serving on %s; data in %s\n", s.where, abs)
+	io.Copy(s.stdout, &rulesLine)
+	return s.runAlone(ctx, svc, hup)
+}
+
+// runAlone serves until ctx ends, taking the registry's change at each
+// SIGHUP, then shuts the coordinator down; a coordinator that stops by
+// itself (its event log failed) ends it with the coordinator's error.
+func (s *serving) runAlone(ctx context.Context, svc *coordinator.Service, hup <-chan os.Signal) error {
+	f := s.f
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
-			reg := reloadAgents(f, srv, &roles, stderr)
+			reg := s.reload()
 			if reg == nil {
 				continue
 			}
-			if hs != nil {
-				hs.reload(reg)
-			}
-			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, stdout); err != nil {
-				fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
+			if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, s.stdout); err != nil {
+				fmt.Fprintf(s.stderr, "coagent: rules not reloaded: %v\n", err)
 			}
 		case <-svc.Done():
 			// The event log failed (a damaged store, a full disk): stop
@@ -381,11 +474,22 @@ func runServe(ctx context.Context, f *serveFlags, stdout, stderr io.Writer) (err
 	if err := svc.Shutdown(stop); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	if err := nc.Drain(); err != nil {
+	if err := s.nc.Drain(); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
-	fmt.Fprintln(stdout, "coagent: stopped")
+	fmt.Fprintln(s.stdout, "coagent: stopped")
 	return nil
+}
+
+// reload reads the agent registry again at SIGHUP (reloadAgents) and
+// gives the HTTP listener its change; nil when it could not be read, and
+// nothing changed.
+func (s *serving) reload() *natsauth.Registry {
+	reg := reloadAgents(s.f, s.srv, &s.roles, s.stderr)
+	if reg != nil && s.hs != nil {
+		s.hs.reload(s.f, s.srv, reg, s.stderr)
+	}
+	return reg
 }
 
 // dataBefore is what a data directory held before a start: whether it
@@ -457,52 +561,49 @@ func reloadAgents(f *serveFlags, srv *natsauth.Server, roles *atomic.Pointer[map
 // §10): a standby that follows the replicated log until it holds the
 // leadership key, then the active coordinator, which puts the rules file
 // in force each time it becomes so.
-func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsauth.Server, reg *natsauth.Registry,
-	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, hs *httpServer, where string, stdout, stderr io.Writer) error {
+func (s *serving) serveMember(ctx context.Context, opts coordinator.Options) error {
+	f := s.f
 	var out lockedWriter
-	out.w = stdout
+	out.w = s.stdout
 	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
 		TrimEvery: f.cluster.snapshotEvery,
 		OnActive: func(ctx context.Context, svc *coordinator.Service) error {
 			fmt.Fprintf(&out, "coagent: %s is the active coordinator\n", f.cluster.name)
-			if f.rulesFile == "" && !f.authOn {
+			if !f.reloadable() {
 				return nil
 			}
-			r := reg
+			r := s.reg
 			if loaded, err := natsauth.Load(natsauth.RegistryPath(f.data)); err == nil {
 				r = loaded
 			}
 			return loadRules(ctx, svc, f.rulesFile, f.data, r, &out)
 		}}
-	m, err := coordinator.StartMember(ctx, nc, logDir(f.data), mopts)
+	m, err := coordinator.StartMember(ctx, s.nc, logDir(f.data), mopts)
 	if err != nil {
 		return err
 	}
-	if hs != nil {
-		hs.reg.MustRegister(activeGauge(func() bool { return m.Role() == intents.RoleActive }))
-		hs.setReady(m.Ready)
+	if s.hs != nil {
+		s.hs.Registry().MustRegister(httpd.ActiveGauge(func() bool { return m.Role() == intents.RoleActive }))
+		s.hs.SetReady(m.Ready)
 	}
 	abs, _ := filepath.Abs(f.data)
 	fmt.Fprintf(&out, "coagent: serving on %s; data in %s; coordinator %s of the cluster, a standby until it holds the leadership (coagent status shows the members); %s\n",
-		where, abs, f.cluster.name, f.durability())
+		s.where, abs, f.cluster.name, f.durability())
 	hup := make(chan os.Signal, 1)
-	if f.rulesFile != "" || f.authOn {
+	if f.reloadable() {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
 	for ctx.Err() == nil {
 		select {
 		case <-hup:
-			reg := reloadAgents(f, srv, roles, stderr)
+			reg := s.reload()
 			if reg == nil {
 				continue
 			}
-			if hs != nil {
-				hs.reload(reg)
-			}
 			if svc := m.Active(); svc != nil {
 				if err := loadRules(ctx, svc, f.rulesFile, f.data, reg, &out); err != nil {
-					fmt.Fprintf(stderr, "coagent: rules not reloaded: %v\n", err)
+					fmt.Fprintf(s.stderr, "coagent: rules not reloaded: %v\n", err)
 				}
 			}
 		case <-m.Done():
@@ -515,7 +616,7 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 	if err := m.Stop(stop); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
-	if err := nc.Drain(); err != nil {
+	if err := s.nc.Drain(); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	fmt.Fprintln(&out, "coagent: stopped")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -41,10 +42,10 @@ func TestSnapshotCmd(t *testing.T) {
 
 	_, nc := startActiveWithIncrements(t, ns, url)
 	startStatusMember(t, url, "b", 1)
-	status := func() clusterStatus {
+	status := func() coordinator.ClusterStatus {
 		t.Helper()
 		p := runBin(t, nil, "", "status", "--nats", url, "-o", "json", "--wait", "300ms")
-		var st clusterStatus
+		var st coordinator.ClusterStatus
 		if err := json.Unmarshal([]byte(p.stdout), &st); p.status != 0 || err != nil {
 			t.Fatalf("status: %+v: %v", p, err)
 		}

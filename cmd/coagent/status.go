@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
 )
 
@@ -77,48 +76,6 @@ func newStatusCmd(e *env) *cobra.Command {
 	return c
 }
 
-// clusterStatus is what `coagent status -o json` prints.
-type clusterStatus struct {
-	// Members are the coordinators' answers, by node name.
-	Members []intents.MemberStatus `json:"members"`
-	// Active names the members that said they are active.
-	Active []string `json:"active"`
-	// Log is the replicated log's stream, nil if it does not exist or
-	// could not be read (LogError says why).
-	Log      *logStatus `json:"log"`
-	LogError string     `json:"log_error,omitempty"`
-}
-
-// logStatus is JetStream's view of COAGENT_LOG: its extent and the nodes
-// that hold it.
-type logStatus struct {
-	Stream   string    `json:"stream"`
-	Messages uint64    `json:"messages"`
-	FirstSeq uint64    `json:"first_seq"`
-	LastSeq  uint64    `json:"last_seq"`
-	LastTime time.Time `json:"last_time"`
-	// WantReplicas is the stream's configured replicas.
-	WantReplicas int `json:"want_replicas"`
-	// Cluster is the NATS cluster's name, "" for a server alone.
-	Cluster string `json:"cluster,omitempty"`
-	// Leader is the node that leads the stream's Raft group (a server
-	// alone is its own leader); "" while it elects one.
-	Leader string `json:"leader"`
-	// Replicas are the other nodes of the group.
-	Replicas []logReplica `json:"replicas"`
-}
-
-// logReplica is one node holding the log beside its leader.
-type logReplica struct {
-	Node    string `json:"node"`
-	Current bool   `json:"current"`
-	Offline bool   `json:"offline,omitempty"`
-	// SeenSeconds is how long ago the leader last heard from it.
-	SeenSeconds float64 `json:"seen_seconds"`
-	// Lag is how many Raft entries it is behind the leader.
-	Lag uint64 `json:"lag,omitempty"`
-}
-
 // errNoMembers is runStatus's error when no coordinator of a cluster
 // answered.
 var errNoMembers = errors.New("no coordinator of a cluster answered")
@@ -131,56 +88,31 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
 	ctx, cancelPerms := conn.guard(ctx)
 	defer cancelPerms()
 	subj := conn.subjects()
 	stream := subj.Stream(intents.StreamLog)
-
-	type logAnswer struct {
-		log *logStatus
-		err error
-	}
-	logs := make(chan logAnswer, 1)
-	go func() {
-		l, err := readLogStatus(ctx, js, stream)
-		logs <- logAnswer{l, err}
-	}()
-	members, noResponders, err := gatherStatuses(ctx, nc, subj.Status(), wait, stderr)
-	la := <-logs
+	g, err := coordinator.GatherStatus(ctx, nc, coordinator.StatusOptions{Prefix: conn.prefix, Wait: wait,
+		Stats: conn.nkey == "" && conn.creds == ""})
 	if err != nil {
 		return conn.refused(ctx, err)
 	}
-	st := clusterStatus{Members: members, Active: []string{}, Log: la.log}
-	if la.err != nil && !errors.Is(la.err, jetstream.ErrStreamNotFound) {
+	for _, s := range g.Strays {
+		fmt.Fprintf(stderr, "coagent: an answer on %s that is not a coordinator's status, left out: %.200q: %v\n", subj.Status(), s.Data, s.Err)
+	}
+	if g.LogErr != nil && !errors.Is(g.LogErr, jetstream.ErrStreamNotFound) {
 		// The members' answers are worth printing while the log's
 		// stream cannot be read (it elects a leader, say); a refused
 		// permission is the whole story.
 		var ce *connectError
-		if err := conn.refused(ctx, la.err); errors.As(err, &ce) || len(members) == 0 {
+		if err := conn.refused(ctx, g.LogErr); errors.As(err, &ce) || len(g.Members) == 0 {
 			return fmt.Errorf("status: stream %s: %w", stream, err)
 		}
-		st.LogError = la.err.Error()
 	}
-	if len(members) == 0 && la.log == nil && la.err != nil {
-		// No cluster here: a coordinator that runs alone is shown as the
-		// one it is, as etcdctl's endpoint status shows any member.
-		if m, ok := aloneStatus(ctx, nc, conn); ok {
-			members = []intents.MemberStatus{m}
-			st.Members = members
-		}
+	if len(g.Members) == 0 {
+		return noMembersError(nc, conn, subj.Status(), stream, wait, g.NoResponders, g.Log)
 	}
-	if len(members) == 0 {
-		return noMembersError(nc, conn, subj.Status(), stream, wait, noResponders, la.log)
-	}
-	for _, m := range members {
-		if m.Role == intents.RoleActive {
-			st.Active = append(st.Active, m.Node)
-		}
-	}
+	st := g.ClusterStatus
 	if asJSON {
 		b, err := json.Marshal(st)
 		if err != nil {
@@ -194,82 +126,10 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 	return nil
 }
 
-// gatherStatuses publishes one request on subject and collects every
-// answer that comes within wait, sorted by node. Every member answers a
-// plain subscription, so there is no telling when the last has: it waits
-// the whole time, unless the server says at once that nobody listens
-// (noResponders). An answer that is not a MemberStatus is said on stderr
-// and left out.
-func gatherStatuses(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration, stderr io.Writer) (members []intents.MemberStatus, noResponders bool, err error) {
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, false, fmt.Errorf("status: subscribe %s: %w", inbox, err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, false, fmt.Errorf("status: request %s: %w", subject, err)
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		m, err := sub.NextMsgWithContext(waitCtx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, false, fmt.Errorf("status: request %s: %w", subject, ctx.Err())
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				break
-			}
-			if errors.Is(err, nats.ErrNoResponders) {
-				// The server's word that nothing subscribes to the
-				// subject, sent only when it delivered the request to
-				// nobody: no answer can come.
-				noResponders = true
-				break
-			}
-			return nil, false, fmt.Errorf("status: request %s: %w", subject, err)
-		}
-		var ms intents.MemberStatus
-		if err := json.Unmarshal(m.Data, &ms); err != nil || ms.Node == "" {
-			if err == nil {
-				err = errors.New("no node")
-			}
-			fmt.Fprintf(stderr, "coagent: an answer on %s that is not a coordinator's status, left out: %.200q: %v\n", subject, m.Data, err)
-			continue
-		}
-		members = append(members, ms)
-	}
-	slices.SortStableFunc(members, func(a, b intents.MemberStatus) int { return cmp.Compare(a.Node, b.Node) })
-	return members, noResponders, nil
-}
-
-// readLogStatus reads the stream's info: its state and its cluster.
-func readLogStatus(ctx context.Context, js jetstream.JetStream, stream string) (*logStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
-	info := s.CachedInfo()
-	l := &logStatus{Stream: stream, Messages: info.State.Msgs, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq,
-		LastTime: info.State.LastTime, WantReplicas: info.Config.Replicas, Replicas: []logReplica{}}
-	if ci := info.Cluster; ci != nil {
-		l.Cluster, l.Leader = ci.Name, ci.Leader
-		for _, p := range ci.Replicas {
-			l.Replicas = append(l.Replicas, logReplica{Node: p.Name, Current: p.Current, Offline: p.Offline,
-				SeenSeconds: p.Active.Seconds(), Lag: p.Lag})
-		}
-		slices.SortFunc(l.Replicas, func(a, b logReplica) int { return cmp.Compare(a.Node, b.Node) })
-	}
-	return l, nil
-}
-
 // noMembersError says that no member answered, and what that likely
 // means: no coordinator in cluster mode here (there is no log, or a
 // coordinator runs alone), or all of the cluster's are stopped.
-func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait time.Duration, noResponders bool, log *logStatus) error {
+func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait time.Duration, noResponders bool, log *coordinator.LogStatus) error {
 	what := fmt.Sprintf("within %s", wait)
 	if noResponders {
 		what = "(nothing subscribes to it)"
@@ -279,7 +139,7 @@ func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait
 	switch {
 	case log != nil:
 		hint = fmt.Sprintf("the log %s is there (last group %d) but none of its coordinators answers: they may all be stopped; %s", stream, log.LastSeq, start)
-	case aloneAnswers(nc, conn):
+	case coordinator.AloneAnswers(nc, conn.subjects()):
 		hint = fmt.Sprintf("a coordinator answers its API on %s, but it runs alone, not in cluster mode (there is no stream %s): status is of a cluster; %s", nc.ConnectedUrlRedacted(), stream, start)
 	default:
 		hint = fmt.Sprintf("no coordinator runs in cluster mode on %s (there is no stream %s); %s", nc.ConnectedUrlRedacted(), stream, start)
@@ -287,99 +147,8 @@ func noMembersError(nc *nats.Conn, conn *natsFlags, subject, stream string, wait
 	return fmt.Errorf("%w on %s %s\n  %s", errNoMembers, subject, what, hint)
 }
 
-// roleAlone is the role `coagent status` gives a coordinator that runs
-// alone, not in cluster mode: it decides, as an active one does, and no
-// other takes over from it.
-const roleAlone = "alone"
-
-// aloneStatus is the status of a coordinator that runs alone under the
-// prefix, as far as its API tells: its last event (log.query, to the end
-// of its log) and, when the micro service's stats may be asked (without
-// --nkey or --creds), since when it has served. ok is false when none
-// answers.
-func aloneStatus(ctx context.Context, nc *nats.Conn, conn *natsFlags) (m intents.MemberStatus, ok bool) {
-	m = intents.MemberStatus{Node: "", Role: roleAlone}
-	subject := conn.subjects().API(intents.APILogQuery)
-	from := uint64(0)
-	if resp, err := nc.Request(conn.subjects().API(intents.APIStateGet), []byte(`{"paths":[]}`), time.Second); err != nil || apiError(resp) != nil {
-		return m, false
-	} else {
-		var st stateAnswer
-		if json.Unmarshal(resp.Data, &st) == nil {
-			from = st.Rev // the last commit: only what was logged since is read
-		}
-	}
-	for {
-		body, _ := json.Marshal(map[string]any{"from": from, "limit": 1000})
-		reqCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := nc.RequestWithContext(reqCtx, subject, body)
-		cancel()
-		if err != nil || apiError(resp) != nil {
-			break
-		}
-		var page struct {
-			Events []struct {
-				Seq uint64 `json:"seq"`
-			} `json:"events"`
-			Next uint64 `json:"next"`
-		}
-		if json.Unmarshal(resp.Data, &page) != nil {
-			break
-		}
-		for _, ev := range page.Events {
-			m.Seq = max(m.Seq, ev.Seq)
-		}
-		if page.Next == 0 || page.Next <= from {
-			break
-		}
-		from = page.Next
-	}
-	if conn.nkey == "" && conn.creds == "" {
-		m.Since = aloneStarted(nc, conn.subjects().API(intents.APIStateGet))
-	}
-	return m, true
-}
-
-// aloneStarted is when the coagent micro service whose state.get is on
-// stateGet started, from its stats; zero when none says.
-func aloneStarted(nc *nats.Conn, stateGet string) time.Time {
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return time.Time{}
-	}
-	defer sub.Unsubscribe()
-	// Every coagent service on the server answers, whatever its prefix.
-	if nc.PublishRequest("$SRV.STATS.coagent", inbox, nil) != nil {
-		return time.Time{}
-	}
-	deadline := time.Now().Add(time.Second)
-	for {
-		msg, err := sub.NextMsg(time.Until(deadline))
-		if err != nil {
-			return time.Time{}
-		}
-		var stats micro.Stats
-		if json.Unmarshal(msg.Data, &stats) != nil {
-			continue
-		}
-		for _, ep := range stats.Endpoints {
-			if ep != nil && ep.Subject == stateGet {
-				return stats.Started
-			}
-		}
-	}
-}
-
-// aloneAnswers reports whether a coordinator answers its API under the
-// prefix: one that runs alone answers state.get but not the status.
-func aloneAnswers(nc *nats.Conn, conn *natsFlags) bool {
-	_, err := nc.Request(conn.subjects().API(intents.APIStateGet), []byte(`{"paths":[]}`), time.Second)
-	return err == nil
-}
-
 // printStatus prints the table of members, then a line for the log.
-func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) error {
+func printStatus(w io.Writer, st coordinator.ClusterStatus, stream string, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// The snapshots' column only once a member has one: until the first
 	// is stored it would be a column of dashes.
@@ -400,7 +169,7 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 		node, logSeq := m.Node, fmt.Sprint(m.LogSeq)
 		switch m.Role {
 		case intents.RoleActive:
-		case roleAlone:
+		case coordinator.RoleAlone:
 			// No name, no replicated log, nothing to lag behind.
 			node, logSeq, lag = "-", "-", "-"
 		}
@@ -417,7 +186,7 @@ func printStatus(w io.Writer, st clusterStatus, stream string, now time.Time) er
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(st.Members) == 1 && st.Members[0].Role == roleAlone {
+	if len(st.Members) == 1 && st.Members[0].Role == coordinator.RoleAlone {
 		return nil // no replicated log to speak of
 	}
 	_, err := fmt.Fprintln(w, logLine(st, stream))
@@ -438,7 +207,7 @@ func since(t, now time.Time) string {
 }
 
 // logLine is the line of the table about the log's stream.
-func logLine(st clusterStatus, stream string) string {
+func logLine(st coordinator.ClusterStatus, stream string) string {
 	l := st.Log
 	switch {
 	case st.LogError != "":
@@ -486,8 +255,8 @@ func logLine(st clusterStatus, stream string) string {
 
 // statusNotes says on stderr what the table leaves to the eye: no active
 // coordinator, two of them, two coordinators of one name, no log.
-func statusNotes(w io.Writer, st clusterStatus, stream string) {
-	if len(st.Members) == 1 && st.Members[0].Role == roleAlone {
+func statusNotes(w io.Writer, st coordinator.ClusterStatus, stream string) {
+	if len(st.Members) == 1 && st.Members[0].Role == coordinator.RoleAlone {
 		fmt.Fprintln(w, "a coordinator alone, not in cluster mode: no standby, no replicated log")
 		return
 	}

@@ -66,13 +66,13 @@ func TestStatus(t *testing.T) {
 	a, _ := startActiveWithIncrements(t, ns, url)
 	b := startStatusMember(t, url, "b", 1)
 
-	var st clusterStatus
+	var st coordinator.ClusterStatus
 	natstest.CheckFor(t, 10*time.Second, "b caught up", func() error {
 		p := runBin(t, nil, "", "status", "--nats", url, "-o", "json", "--wait", "300ms")
 		if p.status != 0 {
 			return fmt.Errorf("%+v", p)
 		}
-		st = clusterStatus{}
+		st = coordinator.ClusterStatus{}
 		if err := json.Unmarshal([]byte(p.stdout), &st); err != nil {
 			return fmt.Errorf("%v: %s", err, p.stdout)
 		}
@@ -124,13 +124,13 @@ func TestStatusAlone(t *testing.T) {
 	defer stop()
 	submitOK(t, url, set(ulid.Make().String(), "w1", "report.title", "Q3"))
 	p := runBin(t, nil, "", "status", "--nats", url, "-o", "json")
-	var st clusterStatus
+	var st coordinator.ClusterStatus
 	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &st) != nil || len(st.Members) != 1 {
 		t.Fatalf("status -o json of a coordinator alone: %+v", p)
 	}
 	// The submit's events: its intent, the change and the decision, after
 	// the rules the coordinator logs at start.
-	if m := st.Members[0]; m.Role != roleAlone || m.Node != "" || m.Seq < 3 || m.Since.IsZero() || time.Since(m.Since) > time.Minute ||
+	if m := st.Members[0]; m.Role != coordinator.RoleAlone || m.Node != "" || m.Seq < 3 || m.Since.IsZero() || time.Since(m.Since) > time.Minute ||
 		len(st.Active) != 0 || st.Log != nil {
 		t.Fatalf("status -o json of a coordinator alone: %s", p.stdout)
 	}
@@ -170,10 +170,10 @@ func TestStatusCluster(t *testing.T) {
 	})
 	startStatusMember(t, c.Servers[2].ClientURL(), "b", 3)
 	url := c.Servers[1].ClientURL()
-	var st clusterStatus
+	var st coordinator.ClusterStatus
 	natstest.CheckFor(t, 10*time.Second, "two members, three current nodes of the log", func() error {
 		p := runBin(t, nil, "", "status", "--nats", url, "-o", "json", "--wait", "300ms")
-		st = clusterStatus{}
+		st = coordinator.ClusterStatus{}
 		if err := json.Unmarshal([]byte(p.stdout), &st); p.status != 0 || err != nil {
 			return fmt.Errorf("%+v: %v", p, err)
 		}
@@ -224,7 +224,7 @@ func TestStatusGathers(t *testing.T) {
 	defer sub.Unsubscribe()
 	nc.Flush()
 	p := runBin(t, nil, "", "status", "--nats", ns.ClientURL(), "--subject-prefix", "p", "-o", "json", "--wait", "300ms")
-	var st clusterStatus
+	var st coordinator.ClusterStatus
 	if err := json.Unmarshal([]byte(p.stdout), &st); p.status != 0 || err != nil || len(st.Members) != 2 ||
 		st.Members[0].Node != "n1" || st.Members[1].Node != "n3" || len(st.Active) != 0 || st.Log != nil ||
 		!strings.Contains(p.stderr, "coagent: an answer on p.cluster.status that is not a coordinator's status, left out: \"not a status\"") ||
@@ -238,15 +238,15 @@ func TestStatusGathers(t *testing.T) {
 // an instant: a standby behind, none active, two active, a replica behind.
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	log := &logStatus{Stream: "COAGENT_LOG", LastSeq: 402, WantReplicas: 5, Cluster: "c", Leader: "n2",
-		Replicas: []logReplica{{Node: "n1", Current: true}, {Node: "n3", Lag: 7, SeenSeconds: 1.25}}}
+	log := &coordinator.LogStatus{Stream: "COAGENT_LOG", LastSeq: 402, WantReplicas: 5, Cluster: "c", Leader: "n2",
+		Replicas: []coordinator.LogReplica{{Node: "n1", Current: true}, {Node: "n3", Lag: 7, SeenSeconds: 1.25}}}
 	for _, c := range []struct {
 		name         string
-		st           clusterStatus
+		st           coordinator.ClusterStatus
 		stdout, note string
 	}{{
 		name: "one active, a standby behind",
-		st: clusterStatus{Active: []string{"n1"}, Log: log, Members: []intents.MemberStatus{
+		st: coordinator.ClusterStatus{Active: []string{"n1"}, Log: log, Members: []intents.MemberStatus{
 			{Node: "n1", Role: intents.RoleActive, Seq: 1204, LogSeq: 402, LogLast: 402, Since: now.Add(-123 * time.Second)},
 			{Node: "n2", Role: intents.RoleStandby, Leader: "n1", Seq: 1204, LogSeq: 402, LogLast: 402, Since: now.Add(-301 * time.Second)},
 			{Node: "n3", Role: intents.RoleStandby, Leader: "n1", Seq: 1180, LogSeq: 394, LogLast: 402, LagGroups: 8, LagSeconds: 0.43, Since: now.Add(-1500 * time.Millisecond)},
@@ -258,8 +258,8 @@ func TestStatusTable(t *testing.T) {
 			"log COAGENT_LOG: last group 402, leader n2, replicas n1 (current), n3 (behind by 7 entries, seen 1.2s ago) (3 of 5 replicas placed)\n",
 	}, {
 		name: "a snapshot stored, loaded by one that joined, the log trimmed",
-		st: clusterStatus{Active: []string{"n1"}, Log: &logStatus{Stream: "COAGENT_LOG", FirstSeq: 380, LastSeq: 402, WantReplicas: 3, Cluster: "c", Leader: "n2",
-			Replicas: []logReplica{{Node: "n1", Current: true}, {Node: "n3", Current: true}}},
+		st: coordinator.ClusterStatus{Active: []string{"n1"}, Log: &coordinator.LogStatus{Stream: "COAGENT_LOG", FirstSeq: 380, LastSeq: 402, WantReplicas: 3, Cluster: "c", Leader: "n2",
+			Replicas: []coordinator.LogReplica{{Node: "n1", Current: true}, {Node: "n3", Current: true}}},
 			Members: []intents.MemberStatus{
 				{Node: "n1", Role: intents.RoleActive, Seq: 1204, LogSeq: 402, LogLast: 402, LogFirst: 380, Since: now.Add(-123 * time.Second),
 					Snapshot: &intents.SnapshotStatus{Seq: 1150, LogSeq: 380, Stored: now.Add(-90 * time.Second)}},
@@ -274,7 +274,7 @@ func TestStatusTable(t *testing.T) {
 			"log COAGENT_LOG: last group 402, first 380 (trimmed below it), leader n2, replicas n1 (current), n3 (current)\n",
 	}, {
 		name: "none active",
-		st: clusterStatus{Active: []string{}, Log: &logStatus{Stream: "COAGENT_LOG", LastSeq: 9, WantReplicas: 3, Cluster: "c", Replicas: []logReplica{{Node: "n1", Offline: true}}},
+		st: coordinator.ClusterStatus{Active: []string{}, Log: &coordinator.LogStatus{Stream: "COAGENT_LOG", LastSeq: 9, WantReplicas: 3, Cluster: "c", Replicas: []coordinator.LogReplica{{Node: "n1", Offline: true}}},
 			Members: []intents.MemberStatus{{Node: "n2", Role: intents.RoleStandby, Leader: "n1", Seq: 30, LogSeq: 9, LogLast: 9}}},
 		stdout: "NODE  ROLE     EVENTS  LOG  LAG       SINCE\n" +
 			"n2    standby  30      9    0 groups  -\n" +
@@ -282,7 +282,7 @@ func TestStatusTable(t *testing.T) {
 		note: "no active coordinator (a failover may be under way); the leadership key names n1\n",
 	}, {
 		name: "two active, one name twice, no log",
-		st: clusterStatus{Active: []string{"n1", "n2"}, Members: []intents.MemberStatus{
+		st: coordinator.ClusterStatus{Active: []string{"n1", "n2"}, Members: []intents.MemberStatus{
 			{Node: "n1", Role: intents.RoleActive, Seq: 5, LogSeq: 2, LogLast: 2},
 			{Node: "n2", Role: intents.RoleActive, Seq: 5, LogSeq: 2, LogLast: 2},
 			{Node: "n2", Role: intents.RoleStandby, Seq: 5, LogSeq: 2, LogLast: 2}}},

@@ -14,7 +14,9 @@
 // (`coagent serve`) or behind --nats, and under --auth it sees what its
 // connection's identity may see. The state at an earlier revision is the
 // fold of the log's change events up to it (log.query, folded with package
-// state), as `coagent replay` folds the log.
+// state), as `coagent replay` folds the log. A Link keeps the console on a
+// connection of its own and moves it to another when whom it reads as
+// changes.
 //
 //	c, err := console.New(console.Config{NATS: nc})
 //	http.Handle("/", c)

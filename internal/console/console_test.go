@@ -253,3 +253,22 @@ func TestWaitersFollowTheLog(t *testing.T) {
 }
 
 func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestPickReader: the console reads as an observer, else as the operator
+// (admin), who may read everything as well; as nobody in particular when
+// neither is registered.
+func TestPickReader(t *testing.T) {
+	for _, c := range []struct {
+		roles map[string][]string
+		want  string
+	}{
+		{map[string][]string{"admin": {"admin"}, "zed": {"observer"}, "bob": {"observer"}, "al": nil}, "bob"},
+		{map[string][]string{"admin": {"admin"}, "al": {"coder"}}, "admin"},
+		{map[string][]string{"al": {"coder"}}, ""},
+	} {
+		got, ok := console.PickReader(c.roles)
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("PickReader(%v) = %q %v, want %q", c.roles, got, ok, c.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Path is how an agent's intents reach the coordinator.
@@ -112,6 +113,11 @@ type Config struct {
 	// so that the baseline crosses the transport the coordinator does. The
 	// default is a connection of its own to URL.
 	Responder *nats.Conn
+	// Metrics, if set, is the registry of the coordinator the bench runs
+	// itself (coordinator.Service.Registry): Result.Stages, Syncs and
+	// Fsyncs say what it did during Run. The default is nil: a
+	// coordinator elsewhere, whose metrics are not read.
+	Metrics prometheus.Gatherer
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -336,6 +342,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("loadgen: URL is empty: a NATS server is required")
 	}
+	before := readMetrics(cfg.Metrics)
 	conns := make([]*nats.Conn, cfg.Agents)
 	for i := range conns {
 		nc, err := nats.Connect(cfg.URL, nats.Name("coagent bench "+strconv.Itoa(i)))
@@ -371,5 +378,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.VsPublish = ratio(res.UpdateThroughput, res.UpdateLatency, res.RawThroughput, res.RawLatency)
 	res.VsRequest = ratio(res.UpdateThroughput, res.UpdateLatency, res.ReqReplyThroughput, res.ReqReplyLatency)
+	res.addCoordinator(before, readMetrics(cfg.Metrics))
 	return res, nil
 }

@@ -15,7 +15,7 @@
 // users. With an external NATS server the same permissions are the
 // operator's to set; Permissions lists them.
 //
-// The main types: Registry (Load, Add, Save; Users and Permissions turn it
-// into server users) and Server (StartServer, Connect as the coordinator,
+// The main types: Registry (Load, Add, Save, EnsureOperator; Users and
+// Permissions turn it into server users) and Server (StartServer, Connect as the coordinator,
 // Reload). MergeRoles gives the board rules the registry's roles.
 package natsauth

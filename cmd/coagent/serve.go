@@ -17,6 +17,7 @@ import (
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/rules"
@@ -461,7 +462,7 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 	roles *atomic.Pointer[map[string][]string], opts coordinator.Options, hs *httpServer, where string, stdout, stderr io.Writer) error {
 	var out lockedWriter
 	out.w = stdout
-	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
+	mopts := cluster.Options{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
 		TrimEvery: f.cluster.snapshotEvery,
 		OnActive: func(ctx context.Context, svc *coordinator.Service) error {
 			fmt.Fprintf(&out, "coagent: %s is the active coordinator\n", f.cluster.name)
@@ -474,7 +475,7 @@ func serveMember(ctx context.Context, f *serveFlags, nc *nats.Conn, srv *natsaut
 			}
 			return loadRules(ctx, svc, f.rulesFile, f.data, r, &out)
 		}}
-	m, err := coordinator.StartMember(ctx, nc, logDir(f.data), mopts)
+	m, err := cluster.Start(ctx, nc, logDir(f.data), mopts)
 	if err != nil {
 		return err
 	}

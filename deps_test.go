@@ -109,6 +109,21 @@ func TestReplayLinksNoNATS(t *testing.T) {
 	}
 }
 
+// A coordinator alone is the Service and the Core; the cluster member
+// builds on them (coordinator.StartActive, Replicator, Standby), never the
+// reverse, so that the member's jobs stay out of the Service's.
+func TestCoordinatorLinksNoCluster(t *testing.T) {
+	const pkg, member = "coordinator", "coordinator/cluster"
+	if !mustExist(t, pkg) || !mustExist(t, member) {
+		return
+	}
+	for _, dep := range goList(t, "-deps", "./"+pkg) {
+		if dep == module+"/"+member {
+			t.Errorf("%s depends on %s: the member builds on the coordinator, not the reverse", pkg, member)
+		}
+	}
+}
+
 // The SDK agents build on must stand alone: it speaks the wire contract and
 // never reaches into the coordinator or the log.
 // Nor does it reach the command's internal packages: what agents import

@@ -77,7 +77,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 
 // readSource is where the read-only endpoints (state.get, log.query,
 // txn.list) read: the active Service, whose loop owns the engine, or a
-// standby member, whose follower folds into its own (standby.go). Both
+// standby member, whose follower folds into its own (Standby). Both
 // answer through the same handlers, so a viewer is shown the same either
 // way.
 type readSource interface {
@@ -207,8 +207,8 @@ const maxSubmitWait = 10 * time.Minute
 
 // The error codes of the API besides the rejection reasons of SPEC §3.
 const (
-	codeUnavailable = "unavailable"
-	codeInternal    = "internal"
+	codeUnavailable = intents.CodeUnavailable
+	codeInternal    = intents.CodeInternal
 )
 
 func replyError[C ~string](req micro.Request, code C, format string, args ...any) {

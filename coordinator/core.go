@@ -113,7 +113,7 @@ type Core struct {
 	// replicate, when set (the active coordinator of a cluster), stores
 	// each batch in the replicated log first; the local log writes it once
 	// the stream has it.
-	replicate func([]*intents.Event) (<-chan error, error)
+	replicate Replicator
 }
 
 // OpenCore opens the event log in dir and rebuilds the engine from it: the
@@ -351,7 +351,7 @@ func (c *Core) Commit() (*Group, error) {
 	var ready <-chan error
 	if c.replicate != nil {
 		var err error
-		if ready, err = c.replicate(b.Events); err != nil {
+		if ready, err = c.replicate.Replicate(b.Events); err != nil {
 			c.failed = err
 			return nil, err
 		}

@@ -53,6 +53,16 @@
 //	g, err := core.Commit() // one synced write for all decided since
 //	err = g.Wait(ctx)       // durable: now tell the agent d.Own
 //
+// # In a cluster
+//
+// Package coordinator/cluster runs a coordinator as one member of a
+// cluster, building on this package, never the reverse. A member that
+// takes over starts its Service with StartActive, handing it the Core it
+// followed the replicated log with and a Replicator, through which the
+// Core stores each group in the log of record before its own log writes
+// it; as a standby it folds the log through Core.Follow and answers reads
+// through a Standby.
+//
 // A data directory written under wire contract v1 is read as it is; the
 // JetStream streams a v1 coordinator made are migrated at start, before
 // any intake, by package coordinator/migrate.

@@ -199,7 +199,7 @@ func (m *metrics) register(reg prometheus.Registerer) (*prometheus.Registry, err
 }
 
 // unregister takes m's collectors out of the registerer it was put in, so
-// that the next Service of a Member registers its own in the same one.
+// that the next Service of a cluster.Member registers its own in the same one.
 func (m *metrics) unregister() {
 	if m.reg != nil {
 		m.unregisterFrom(m.reg)

@@ -94,7 +94,7 @@ type Options struct {
 	SlowGroup time.Duration
 	// Metrics, if set, is where the service registers its Prometheus
 	// metrics (metrics.go) at start, and takes them out of at Shutdown, so
-	// that the Services a Member starts one after the other register in
+	// that the Services a cluster.Member starts one after the other register in
 	// the same one; the caller registers the Go and process collectors. The
 	// default (nil) is a registry of the service's own, with the Go and
 	// process collectors, which Registry returns. There is never a global
@@ -307,25 +307,15 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Servi
 	return start(ctx, nc, dir, opts, nil)
 }
 
-// activeAt is how a Member starts its Service: appending to the replicated
-// log from its message last, under the name node.
-type activeAt struct {
-	node string
-	last uint64
-	// leased reports whether the member's lease is in force: its reads
-	// are refused while it is not (see leaseKeeper).
-	leased func() bool
-	// setup bounds each JetStream call that sets the streams up.
-	setup time.Duration
-	// core, if set, is the Core the member followed the replicated log
-	// with, to decide with as it is rather than open the log again and
-	// rebuild the engine (80–600 ms on a takeover). start takes it
-	// (clearing it) once it gets that far; what it does not take the
-	// member closes.
-	core *Core
+// StartActive is Start for the active coordinator of a cluster: it
+// decides with active.Core if set, and hands every group to the
+// Replicator that active.Replicator makes before its own log writes it.
+// See Active.
+func StartActive(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *Active) (*Service, error) {
+	return start(ctx, nc, dir, opts, active)
 }
 
-func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *activeAt) (*Service, error) {
+func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active *Active) (*Service, error) {
 	began := time.Now()
 	opts.EnsureDefaults()
 	if opts.Bugs != nil {
@@ -386,10 +376,10 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	// A member taking over bounds each step of the set-up that asks
-	// JetStream (see Member.lead).
+	// JetStream (see Active.Setup).
 	setupCtx := func() (context.Context, context.CancelFunc) {
-		if active != nil && active.setup > 0 {
-			return context.WithTimeout(ctx, active.setup)
+		if active != nil && active.Setup > 0 {
+			return context.WithTimeout(ctx, active.Setup)
 		}
 		return ctx, func() {}
 	}
@@ -410,30 +400,23 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		pub.Close()
 		return nil, err
 	}
-	warm := active != nil && active.core != nil
+	warm := active != nil && active.Core != nil
 	if warm {
-		s.core, active.core = active.core, nil
+		s.core, active.Core = active.Core, nil
 		s.core.Log().SetOnSync(opts.Core.Log.OnSync)
 	} else if s.core, err = OpenCore(dir, opts.Core); err != nil {
 		pub.Close()
 		return nil, err
 	}
 	if active != nil {
-		s.node, s.stamp, s.leased = active.node, stampOf(active.node, intents.RoleActive), active.leased
-		rjs, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
-		if err != nil {
-			s.core.Close()
-			pub.Close()
-			return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+		s.node, s.stamp, s.leased = active.Node, stampOf(active.Node, intents.RoleActive), active.Leased
+		if active.Replicator != nil {
+			if s.core.replicate, err = active.Replicator(pub, s.core.Log()); err != nil {
+				s.core.Close()
+				pub.Close()
+				return nil, err
+			}
 		}
-		tip, err := logTip(s.core.Log())
-		if err != nil {
-			s.core.Close()
-			pub.Close()
-			return nil, fmt.Errorf("coordinator: the event the replicated log continues: %w", err)
-		}
-		rl := &replog{js: rjs, subject: s.subj.Log(), last: active.last, tip: tip.id, leased: active.leased}
-		s.core.replicate = rl.append
 	}
 	s.replies = newReplies(s.pub, opts.Now)
 	// What the engine was rebuilt from, for the start's log line (read

@@ -8,13 +8,14 @@ import (
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
-// standbyReads is a standby member's share of the API: the read-only
+// Standby is a standby member's share of the API: the read-only
 // endpoints (state.get, log.query, txn.list), answered on the member's own
-// subjects (intents.Subjects.NodeAPI) from the log and engine its follower
-// folds into, at the revision it has reached, each answer stamped with
+// subjects (intents.Subjects.NodeAPI) from the Core it follows the log of
+// record with, at the revision it has reached, each answer stamped with
 // the node, the role standby and that revision. They are served by a
 // micro service "coagent" of their own, whose metadata names the node and
 // the role, so that `nats micro ls` and `nats micro info coagent` show
@@ -23,9 +24,16 @@ import (
 // standby's answer there would be a stale answer to a read that follows a
 // write.
 //
-// The zero value serves nothing; Member.serveReads starts it with the
-// Core of a follow, and the stop it returns ends it before that Core
-// closes.
+// ServeStandby starts one; the member folds each group through Follow,
+// and Stop ends it before the Core closes.
+type Standby struct {
+	core  *Core
+	reads standbyReads
+	svc   micro.Service
+	end   func()
+}
+
+// standbyReads is the readSource of a Standby.
 type standbyReads struct {
 	// mu is held while the follower folds a group into the Core and while
 	// a read reads its engine: the engine is not safe for concurrent use.
@@ -46,12 +54,14 @@ type standbyReads struct {
 
 var _ readSource = (*standbyReads)(nil)
 
-// follow folds evs, a message of the replicated log, into core under the
-// readers' lock (see Core.Follow).
-func (r *standbyReads) follow(core *Core, evs []*intents.Event) error {
+// Follow folds evs, a group of the log of record, into the Core under
+// the readers' lock (see Core.Follow). It is called from one goroutine;
+// reads may run meanwhile.
+func (s *Standby) Follow(evs []*intents.Event) error {
+	r := &s.reads
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, err := core.Follow(evs)
+	_, err := s.core.Follow(evs)
 	return err
 }
 
@@ -98,47 +108,53 @@ func (r *standbyReads) viewerOf(reply string) viewer {
 	return viewerOf(set, r.auth, reply)
 }
 
-// serveReads answers the read-only API on this member's own subjects from
-// core, which its follower folds into (through m.reads.follow), until
-// stop, which must be called before core closes.
-func (m *Member) serveReads(core *Core) (stop func(), err error) {
-	r := &m.reads
-	r.mu.Lock()
-	r.mu.core, r.auth = core, m.opts.Auth
-	r.mu.Unlock()
+// ServeStandby answers the read-only API on the own subjects of node
+// from core, which the caller folds into through Follow, until Stop,
+// which must be called before core closes. Of opts it reads Prefix, Auth
+// and Bugs.
+func ServeStandby(nc *nats.Conn, core *Core, node string, opts Options) (*Standby, error) {
+	sb := &Standby{core: core}
+	r := &sb.reads
+	r.mu.core, r.auth = core, opts.Auth
 	end := func() {
 		r.mu.Lock()
 		r.mu.core = nil
 		r.mu.Unlock()
 		r.logs.Wait()
 	}
-	svc, err := micro.AddService(m.nc, micro.Config{
+	svc, err := micro.AddService(nc, micro.Config{
 		Name:        "coagent",
 		Version:     Version,
 		Description: "CoAgent coordinator, standby: reads at the revision it has followed the log to",
-		Metadata:    map[string]string{"node": m.opts.Node, "role": intents.RoleStandby},
+		Metadata:    map[string]string{"node": node, "role": intents.RoleStandby},
 	})
 	if err != nil {
 		end()
 		return nil, fmt.Errorf("coordinator: standby api: %w", err)
 	}
-	stamp := stampOf(m.opts.Node, intents.RoleStandby)
-	if err := addNodeEndpoints(svc, r, m.subj, m.opts.Node, stamp); err != nil {
+	subj := intents.Subjects{Prefix: opts.Prefix}
+	stamp := stampOf(node, intents.RoleStandby)
+	if err := addNodeEndpoints(svc, r, subj, node, stamp); err != nil {
 		svc.Stop()
 		end()
 		return nil, err
 	}
-	if m.opts.Bugs != nil && m.opts.Bugs.StandbyReads {
+	if opts.Bugs != nil && opts.Bugs.StandbyReads {
 		err := svc.AddEndpoint("state_get", micro.HandlerFunc(func(req micro.Request) { answerStateGet(r, stamp, req) }),
-			micro.WithEndpointSubject(m.subj.API(intents.APIStateGet)))
+			micro.WithEndpointSubject(subj.API(intents.APIStateGet)))
 		if err != nil {
 			svc.Stop()
 			end()
 			return nil, fmt.Errorf("coordinator: api endpoint state_get: %w", err)
 		}
 	}
-	return func() {
-		svc.Stop()
-		end()
-	}, nil
+	sb.svc = svc
+	sb.end = end
+	return sb, nil
+}
+
+// Stop stops answering, and returns once no read uses the Core.
+func (s *Standby) Stop() {
+	s.svc.Stop()
+	s.end()
 }

@@ -86,7 +86,7 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 		if err != nil {
 			return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
 		}
-		if err := checkStream(s.log, st.CachedInfo().Config, want); err != nil {
+		if err := CheckStream(s.log, st.CachedInfo().Config, want); err != nil {
 			return nil, err
 		}
 	}
@@ -109,10 +109,12 @@ func (s *Service) ensureStreams(ctx context.Context) (jetstream.Consumer, error)
 	return cons, nil
 }
 
-// checkStream compares a stream that exists with the configuration the
+// CheckStream compares a stream that exists with the configuration the
 // coordinator wants: a setting it relies on that differs is an
-// ErrStreamMismatch, other replicas are reported and kept.
-func checkStream(log *slog.Logger, have, want jetstream.StreamConfig) error {
+// ErrStreamMismatch, other replicas are reported to log and kept. A
+// cluster member checks its replicated log with it, as Start checks its
+// streams.
+func CheckStream(log *slog.Logger, have, want jetstream.StreamConfig) error {
 	if diffs := streamDiffs(have, want); len(diffs) > 0 {
 		return fmt.Errorf("%w: %s has %v", ErrStreamMismatch, want.Name, diffs)
 	}

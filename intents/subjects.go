@@ -193,6 +193,14 @@ const (
 	HeaderRev  = "Coagent-Rev"
 )
 
+// The error codes of the API's answers besides the rejection reasons
+// (Reason), in the micro service's error header: the coordinator cannot
+// answer now (ask again, of the active one), or failed to.
+const (
+	CodeUnavailable = "unavailable"
+	CodeInternal    = "internal"
+)
+
 // APIGroup is the subject prefix of the micro service's endpoints.
 func (s Subjects) APIGroup() string { return s.p() + ".api" }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/nats-io/nats.go"
@@ -34,7 +35,7 @@ type clusterFlags struct {
 }
 
 // member reports whether serve runs its coordinator as a member of a
-// cluster's (coordinator.Member) rather than alone.
+// cluster's (cluster.Member) rather than alone.
 func (f *clusterFlags) member() bool { return f.coordinator && f.name != "" }
 
 // embeddedNode is the name of this node of an embedded cluster, "" when
@@ -56,8 +57,8 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "cluster-tls-cert", "", "with --cluster: this node's certificate (PEM) for mutual TLS on the routes; needs --cluster-tls-key and --cluster-tls-ca")
 	fs.StringVar(&f.tlsKey, "cluster-tls-key", "", "with --cluster: the key of --cluster-tls-cert")
 	fs.StringVar(&f.tlsCA, "cluster-tls-ca", "", "with --cluster: the CA every node's route certificate must be signed by: only nodes with one can join")
-	fs.Int64Var(&f.snapshotEvery, "snapshot-every", 0, fmt.Sprintf("with --name: how many events the active coordinator appends between the snapshots it stores of the replicated log, trimming COAGENT_LOG below each (0: %d; negative: only when coagent snapshot asks)", coordinator.DefaultTrimEvery))
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "with --name: how long the leadership lasts unless renewed, which is how soon a standby takes over from a coordinator that died (at least 1s)")
+	fs.Int64Var(&f.snapshotEvery, "snapshot-every", 0, fmt.Sprintf("with --name: how many events the active coordinator appends between the snapshots it stores of the replicated log, trimming COAGENT_LOG below each (0: %d; negative: only when coagent snapshot asks)", cluster.DefaultTrimEvery))
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", cluster.DefaultLeaseTTL, "with --name: how long the leadership lasts unless renewed, which is how soon a standby takes over from a coordinator that died (at least 1s)")
 }
 
 // check validates the flags before anything touches the disk, and sets
@@ -66,7 +67,7 @@ func (f *clusterFlags) register(fs *pflag.FlagSet) {
 func (f *clusterFlags) check(c *cobra.Command, s *serveFlags) error {
 	changed := c.Flags().Changed
 	if f.listen == "" && s.conn.url != "" && changed("name") {
-		if err := coordinator.CheckNode(f.name); err != nil {
+		if err := cluster.CheckNode(f.name); err != nil {
 			return usagef(c, "--name %q: %v", f.name, err)
 		}
 		if s.authOn {

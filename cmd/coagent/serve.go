@@ -17,6 +17,7 @@ import (
 
 	"github.com/coagent/coagent/arbiter"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/rules"
@@ -565,7 +566,7 @@ func (s *serving) serveMember(ctx context.Context, opts coordinator.Options) err
 	f := s.f
 	var out lockedWriter
 	out.w = s.stdout
-	mopts := coordinator.MemberOptions{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
+	mopts := cluster.Options{Options: opts, Node: f.cluster.name, LeaseTTL: f.cluster.leaseTTL,
 		TrimEvery: f.cluster.snapshotEvery,
 		OnActive: func(ctx context.Context, svc *coordinator.Service) error {
 			fmt.Fprintf(&out, "coagent: %s is the active coordinator\n", f.cluster.name)
@@ -578,7 +579,7 @@ func (s *serving) serveMember(ctx context.Context, opts coordinator.Options) err
 			}
 			return loadRules(ctx, svc, f.rulesFile, f.data, r, &out)
 		}}
-	m, err := coordinator.StartMember(ctx, s.nc, logDir(f.data), mopts)
+	m, err := cluster.Start(ctx, s.nc, logDir(f.data), mopts)
 	if err != nil {
 		return err
 	}

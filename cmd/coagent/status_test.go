@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
@@ -23,15 +23,15 @@ import (
 // startStatusMember starts a coordinator of a cluster named node on its
 // own connection to url and directory, its streams with replicas; it
 // stops when the test ends.
-func startStatusMember(t *testing.T, url, node string, replicas int) *coordinator.Member {
+func startStatusMember(t *testing.T, url, node string, replicas int) *cluster.Member {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := coordinator.MemberOptions{Node: node, LeaseTTL: time.Second}
+	opts := cluster.Options{Node: node, LeaseTTL: time.Second}
 	opts.Replicas = replicas
-	m, err := coordinator.StartMember(context.Background(), nc, t.TempDir(), opts)
+	m, err := cluster.Start(context.Background(), nc, t.TempDir(), opts)
 	if err != nil {
 		nc.Close()
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestStatus(t *testing.T) {
 	}
 
 	// Every coordinator stopped: the log is there, and nobody answers.
-	for _, m := range []*coordinator.Member{a, b} {
+	for _, m := range []*cluster.Member{a, b} {
 		if err := m.Stop(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestStatusUsage(t *testing.T) {
 // startActiveWithIncrements starts member a on the server at url, waits
 // until it is active, and has it decide three increments of c.n, so that
 // its log holds something; it returns a and a connection of the test's.
-func startActiveWithIncrements(t *testing.T, ns *server.Server, url string) (*coordinator.Member, *nats.Conn) {
+func startActiveWithIncrements(t *testing.T, ns *server.Server, url string) (*cluster.Member, *nats.Conn) {
 	t.Helper()
 	a := startStatusMember(t, url, "a", 1)
 	natstest.CheckFor(t, 5*time.Second, "a active", func() error {

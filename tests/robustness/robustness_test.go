@@ -27,6 +27,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/bugs"
@@ -66,7 +67,7 @@ const (
 	// (failingFS); EIO/4 fails one in four of them with EIO.
 	envChildDiskErr = "COAGENT_ROBUSTNESS_DISKERR"
 	// envChildNode, set, makes the child a member of a cluster of that
-	// name (coordinator.StartMember), on the NATS URLs given.
+	// name (cluster.Start), on the NATS URLs given.
 	envChildNode = "COAGENT_ROBUSTNESS_NODE"
 )
 
@@ -146,8 +147,8 @@ func TestCoordinatorChild(t *testing.T) {
 		// A lease of a second: a member paused for a few seconds is
 		// deposed, and comes back to find it.
 		opts.Replicas = 3
-		m, err := coordinator.StartMember(context.Background(), nc, dir,
-			coordinator.MemberOptions{Options: opts, Node: node, LeaseTTL: time.Second})
+		m, err := cluster.Start(context.Background(), nc, dir,
+			cluster.Options{Options: opts, Node: node, LeaseTTL: time.Second})
 		if err != nil {
 			fmt.Println("error start:", err)
 			os.Exit(3)

@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +18,7 @@ import (
 // message; it returns the key's keeper, renewing it from the moment it was
 // taken, that message's sequence, and the Core it followed with, for the
 // Service to decide with (the caller closes it if it does not).
-func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, handed *Core, err error) {
+func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, handed *coordinator.Core, err error) {
 	m.setRole(intents.RoleStandby, nil)
 	core, tip, pos, err := m.openFollowing(ctx)
 	if core == nil {
@@ -40,24 +41,23 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, hande
 	m.mu.Lock()
 	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
 	m.mu.Unlock()
-	stopReads, err := m.serveReads(core)
+	// A standby's reads are the API's (coordinator.Standby), answered from
+	// the Core it folds into.
+	reads, err := coordinator.ServeStandby(m.nc, core, m.opts.Node, m.opts.Options)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	defer stopReads() // before core closes
+	defer reads.Stop() // before core closes
 	it, err := m.consume(ctx, pos)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	folding, quit := make(chan error, 1), make(chan struct{})
-	go func() { folding <- m.tail(core, tip, it, quit) }()
+	go func() { folding <- m.tail(core, reads, tip, it, quit) }()
 	stop := func() error {
 		close(quit)
 		err := <-folding
-		if lp := core.pending; lp != nil {
-			err = errors.Join(err, lp.Wait(context.Background()))
-		}
-		return err
+		return errors.Join(err, core.Wait(context.Background()))
 	}
 	m.log.Info("standby: following the replicated log", "from_message", pos, "events", core.Log().LastSeq())
 
@@ -139,11 +139,11 @@ const DefaultFollowStall = 5 * time.Second
 // and waits for it to reach the log's end.
 const catchingStall = 500 * time.Millisecond
 
-// tail folds the replicated log into core, whose log ends at tip, from
-// it, until quit closes (nil) or folding fails. It replaces a reader that
+// tail folds the replicated log into core through reads, core's log
+// ending at tip, from it, until quit closes (nil) or folding fails. It replaces a reader that
 // stalled (see DefaultFollowStall) with a new one from the message after
 // the last read.
-func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <-chan struct{}) error {
+func (m *Member) tail(core *coordinator.Core, reads *coordinator.Standby, tip link, it jetstream.MessagesContext, quit <-chan struct{}) error {
 	stall := m.opts.followStall
 	if stall == 0 {
 		stall = DefaultFollowStall
@@ -162,7 +162,7 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 	}
 	for {
 		folded, gate := make(chan error, 1), &foldGate{}
-		go func(it jetstream.MessagesContext) { folded <- m.fold(core, &tip, it, gate) }(it)
+		go func(it jetstream.MessagesContext) { folded <- m.fold(core, reads, &tip, it, gate) }(it)
 		// A reader is given up without waiting for it to stop: stopping
 		// a reader that is making its consumer again (the stream's leader
 		// died) waits for that to end, seconds after the election, and
@@ -233,11 +233,12 @@ func (m *Member) tail(core *Core, tip link, it jetstream.MessagesContext, quit <
 	}
 }
 
-// fold folds each message of the log that continues tip into core, and
+// fold folds each message of the log that continues tip into core
+// through reads, and
 // moves tip, until the iterator stops. A message that does not continue
 // it is skipped: a deposed leader's orphan (see replog), or one folded
 // already.
-func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext, gate *foldGate) error {
+func (m *Member) fold(core *coordinator.Core, reads *coordinator.Standby, tip *link, it jetstream.MessagesContext, gate *foldGate) error {
 	for {
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -246,7 +247,7 @@ func (m *Member) fold(core *Core, tip *link, it jetstream.MessagesContext, gate 
 		if err != nil {
 			return fmt.Errorf("coordinator: read the replicated log: %w", err)
 		}
-		if folded, err := m.foldOne(core, tip, msg, gate); !folded || err != nil {
+		if folded, err := m.foldOne(core, reads, tip, msg, gate); !folded || err != nil {
 			return err
 		}
 		select {
@@ -271,7 +272,7 @@ func (g *foldGate) close() {
 }
 
 // foldOne folds msg, unless gate is shut (folded false).
-func (m *Member) foldOne(core *Core, tip *link, msg jetstream.Msg, gate *foldGate) (folded bool, err error) {
+func (m *Member) foldOne(core *coordinator.Core, reads *coordinator.Standby, tip *link, msg jetstream.Msg, gate *foldGate) (folded bool, err error) {
 	gate.mu.Lock()
 	defer gate.mu.Unlock()
 	if gate.shut {
@@ -290,7 +291,7 @@ func (m *Member) foldOne(core *Core, tip *link, msg jetstream.Msg, gate *foldGat
 		if err != nil {
 			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
-		if err := m.reads.follow(core, evs); err != nil {
+		if err := reads.Follow(evs); err != nil {
 			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
 		if last := evs[len(evs)-1]; last.Seq > tip.seq {
@@ -302,7 +303,7 @@ func (m *Member) foldOne(core *Core, tip *link, msg jetstream.Msg, gate *foldGat
 			"message", meta.Sequence.Stream, "first", first, "last", last, "continues", msg.Headers().Get(headerPrev), "log_ends_at", tip.seq)
 	}
 	m.mu.Lock()
-	m.mu.seq, m.mu.logSeq, m.mu.folded = core.eng.Seq(), meta.Sequence.Stream, meta.Timestamp
+	m.mu.seq, m.mu.logSeq, m.mu.folded = core.Engine().Seq(), meta.Sequence.Stream, meta.Timestamp
 	m.mu.Unlock()
 	return true, nil
 }

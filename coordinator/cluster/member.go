@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -18,14 +19,16 @@ import (
 
 // A member's jobs are in files of their own: the leadership key in
 // lease.go, following the replicated log in follow.go, taking over and
-// leading in lead.go, a standby's reads in standby.go and the replicated
-// log's snapshots in snapshot.go. The asking side of the members' status,
-// for any client, is clusterstatus.go.
+// leading in lead.go, appending to the replicated log in replog.go, its
+// snapshots in snapshot.go and snapshotapi.go, and readiness in
+// health.go. A standby's reads are the API's, in package coordinator
+// (coordinator.Standby); the asking side
+// of the members' status, for any client, is coordinator/clusterstatus.go.
 
-// MemberOptions configures a Member: the coordinator's Options, and its
+// Options configures a Member: the coordinator's Options, and its
 // part in the cluster.
-type MemberOptions struct {
-	Options
+type Options struct {
+	coordinator.Options
 	// Node names this coordinator, unique in the cluster; required.
 	Node string
 	// LeaseTTL is how long the leadership lasts unless the active
@@ -53,7 +56,7 @@ type MemberOptions struct {
 	// OnActive, if set, is called each time this member has become the
 	// active coordinator, with its Service (to put a rules file in force,
 	// say); an error is logged.
-	OnActive func(ctx context.Context, svc *Service) error
+	OnActive func(ctx context.Context, svc *coordinator.Service) error
 
 	// followStall replaces DefaultFollowStall in tests; wrapFollow, if
 	// set, wraps each reader of the replicated log a standby opens (a
@@ -62,7 +65,7 @@ type MemberOptions struct {
 	wrapFollow  func(jetstream.MessagesContext) jetstream.MessagesContext
 }
 
-// DefaultLeaseTTL is MemberOptions.LeaseTTL's default.
+// DefaultLeaseTTL is Options.LeaseTTL's default.
 const DefaultLeaseTTL = 3 * time.Second
 
 // Member is one coordinator of a cluster (SPEC §10). It is a standby that
@@ -80,7 +83,7 @@ const DefaultLeaseTTL = 3 * time.Second
 type Member struct {
 	nc   *nats.Conn
 	dir  string
-	opts MemberOptions
+	opts Options
 	subj intents.Subjects
 	log  *slog.Logger
 	js   jetstream.JetStream
@@ -96,9 +99,9 @@ type Member struct {
 		sync.Mutex
 		role   string
 		since  time.Time
-		svc    *Service // while active
-		seq    uint64   // the last event of the local log, as a standby
-		logSeq uint64   // the log message folded last, as a standby
+		svc    *coordinator.Service // while active
+		seq    uint64               // the last event of the local log, as a standby
+		logSeq uint64               // the log message folded last, as a standby
 		folded time.Time
 	}
 	progress chan struct{} // a standby folded a message
@@ -106,21 +109,21 @@ type Member struct {
 	// the log's end (catchUp): its reader is then replaced after a short
 	// stall, not DefaultFollowStall.
 	catching atomic.Bool
-	reads    standbyReads    // a standby's read-only API (standby.go)
 	snaps    memberSnapshots // snapshots of the replicated log (snapshot.go)
 }
 
-// StartMember creates the replicated log and the leadership bucket if
-// missing and starts the member as a standby; it returns at once, and the
-// member runs until Stop, or until its event log fails (Done, Err).
-func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOptions) (*Member, error) {
+// Start creates the replicated log and the leadership bucket if missing
+// and starts the member as a standby; it returns at once, and the member
+// runs until Stop, or until its event log fails (Done, Err).
+func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Member, error) {
 	if !opts.SyncLocal {
 		// The replicated log is the record; see SyncLocal.
 		opts.Core.Log.NoSync = true
 	}
 	if opts.Bugs != nil {
 		// The Core a standby follows with is the one it decides with once
-		// it takes over (start): planted as the Service's would be.
+		// it takes over (coordinator.StartActive): planted as the
+		// Service's would be.
 		opts.Core.Engine.Bugs = *opts.Bugs
 	}
 	opts.EnsureDefaults()
@@ -161,7 +164,7 @@ func StartMember(ctx context.Context, nc *nats.Conn, dir string, opts MemberOpti
 			m.kv, err = m.ensureBucket(callCtx, bucket)
 		}
 		cancel()
-		if err == nil || errors.Is(err, ErrStreamMismatch) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, coordinator.ErrStreamMismatch) || ctx.Err() != nil {
 			break
 		}
 		m.log.Warn("the cluster does not answer yet; trying again", "err", err)
@@ -214,7 +217,7 @@ func (m *Member) ensureLog(ctx context.Context) (jetstream.Stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
 	}
-	if err := checkStream(m.log, st.CachedInfo().Config, want); err != nil {
+	if err := coordinator.CheckStream(m.log, st.CachedInfo().Config, want); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -243,7 +246,7 @@ func (m *Member) Err() error { return m.err }
 
 // Active returns the Service while this member is the active coordinator,
 // nil while it is a standby.
-func (m *Member) Active() *Service {
+func (m *Member) Active() *coordinator.Service {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.mu.svc
@@ -269,7 +272,7 @@ func (m *Member) Stop(ctx context.Context) error {
 	return nil
 }
 
-func (m *Member) setRole(role string, svc *Service) {
+func (m *Member) setRole(role string, svc *coordinator.Service) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.role != role {
@@ -314,7 +317,7 @@ func fatal(err error) bool {
 	var corrupt *eventlog.CorruptError
 	var full *eventlog.DiskFullError
 	return errors.As(err, &corrupt) || errors.As(err, &full) || errors.Is(err, eventlog.ErrLocked) ||
-		errors.Is(err, ErrAhead) && !errors.Is(err, errLogEmpty)
+		errors.Is(err, coordinator.ErrAhead) && !errors.Is(err, errLogEmpty)
 }
 
 // answerStatus answers a status request with this member's MemberStatus.
@@ -347,7 +350,7 @@ func (m *Member) answerStatus(req *nats.Msg) {
 	}
 	m.snapshotStatus(&st, info)
 	if svc != nil {
-		st.Seq, st.LogSeq = svc.core.Log().LastSeq(), st.LogLast
+		st.Seq, st.LogSeq = svc.Core().Log().LastSeq(), st.LogLast
 	}
 	if st.LogLast > st.LogSeq {
 		st.LagGroups = st.LogLast - st.LogSeq

@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // seed appends core's log to the replicated log if it is still empty.
-func (m *Member) seed(ctx context.Context, core *Core) error {
+func (m *Member) seed(ctx context.Context, core *coordinator.Core) error {
 	info, err := m.logs.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("coordinator: read the replicated log: %w", err)
@@ -87,8 +90,9 @@ func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan erro
 // renewing: it stops the Service when k loses the key, when the Service
 // stops by itself (an append refused), or when ctx ends. The Service
 // decides with core, the Core the member followed the log with, if its
-// start gets that far; lead closes it otherwise.
-func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64, core *Core) error {
+// start gets that far (coordinator.Active.Core); lead closes it
+// otherwise.
+func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64, core *coordinator.Core) error {
 	lost := k.lost
 	release := func() { m.drop(k) }
 	// A stream the Service sets up may be electing a leader (its node
@@ -98,19 +102,22 @@ func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64, core *Co
 	// holds (after eight tries, with twice the time each, up to two
 	// leases), rather than the key handed to another member that would
 	// wait the same.
-	at := &activeAt{node: m.opts.Node, last: last, leased: k.leased, setup: m.opts.LeaseTTL / 4, core: core}
+	at := &coordinator.Active{Node: m.opts.Node, Leased: k.leased, Setup: m.opts.LeaseTTL / 4, Core: core,
+		Replicator: func(pub *nats.Conn, log *eventlog.Log) (coordinator.Replicator, error) {
+			return newReplog(pub, m.subj.Log(), last, log, k.leased)
+		}}
 	defer func() {
-		if at.core != nil { // start never took it
-			at.core.Close()
+		if at.Core != nil { // StartActive never took it
+			at.Core.Close()
 		}
 	}()
-	svc, err := start(ctx, m.nc, m.dir, m.opts.Options, at)
+	svc, err := coordinator.StartActive(ctx, m.nc, m.dir, m.opts.Options, at)
 	for try := 1; err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && k.leased(); try++ {
 		m.log.Info("starting the service: a stream did not answer, trying again", "err", err)
 		if try >= 8 { // past any election: JetStream is slow, not electing
-			at.setup = min(2*at.setup, 2*m.opts.LeaseTTL)
+			at.Setup = min(2*at.Setup, 2*m.opts.LeaseTTL)
 		}
-		svc, err = start(ctx, m.nc, m.dir, m.opts.Options, at)
+		svc, err = coordinator.StartActive(ctx, m.nc, m.dir, m.opts.Options, at)
 	}
 	if err != nil {
 		release()
@@ -118,7 +125,7 @@ func (m *Member) lead(ctx context.Context, k *leaseKeeper, last uint64, core *Co
 	}
 	m.setRole(intents.RoleActive, svc)
 	stopSnapshots := m.startSnapshots(ctx, svc)
-	m.log.Info("active: this coordinator decides", "log_message", last, "events", svc.core.Log().LastSeq())
+	m.log.Info("active: this coordinator decides", "log_message", last, "events", svc.Core().Log().LastSeq())
 	if m.opts.OnActive != nil {
 		if err := m.opts.OnActive(ctx, svc); err != nil {
 			m.log.Error("on becoming active", "err", err)

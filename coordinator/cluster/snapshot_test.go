@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/intents"
@@ -23,13 +24,13 @@ import (
 // and a short window of intent ids in the engine.
 func startTrimMember(t *testing.T, nc *nats.Conn, dir, node string, logs *lockedBuffer) *Member {
 	t.Helper()
-	opts := MemberOptions{Node: node, LeaseTTL: time.Second, TrimEvery: -1}
+	opts := Options{Node: node, LeaseTTL: time.Second, TrimEvery: -1}
 	opts.Replicas = 3
 	// A window of 5 ids: a duplicate of an older intent is known only by
 	// the log's records, which a snapshot must carry.
 	opts.Core.Engine.DedupWindow = 5
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	m, err := StartMember(context.Background(), nc, dir, opts)
+	m, err := Start(context.Background(), nc, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestMemberSnapshotJoin(t *testing.T) {
 	var hashes []string
 	var lasts []uint64
 	for _, dir := range []string{dirA, dirB, dirC} {
-		core, err := OpenCore(dir, CoreOptions{})
+		core, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,13 +229,13 @@ func TestMemberTrimHeldBack(t *testing.T) {
 	}
 	defer behind.Unsubscribe()
 	var logsA, logsB lockedBuffer
-	opts := func(logs *lockedBuffer) MemberOptions {
-		o := MemberOptions{Node: "a", LeaseTTL: time.Second, TrimEvery: -1}
+	opts := func(logs *lockedBuffer) Options {
+		o := Options{Node: "a", LeaseTTL: time.Second, TrimEvery: -1}
 		o.Replicas = 1
 		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		return o
 	}
-	a, err := StartMember(ctx, nc, t.TempDir(), opts(&logsA))
+	a, err := Start(ctx, nc, t.TempDir(), opts(&logsA))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestMemberTrimHeldBack(t *testing.T) {
 	ob := opts(&logsB)
 	ob.Node = "b"
 	dirB := t.TempDir()
-	b, err := StartMember(ctx, nc, dirB, ob)
+	b, err := Start(ctx, nc, dirB, ob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestMemberTrimHeldBack(t *testing.T) {
 	if err := b.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	core, err := OpenCore(dirB, CoreOptions{})
+	core, err := coordinator.OpenCore(dirB, coordinator.CoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +296,10 @@ func TestMemberTrimEvery(t *testing.T) {
 	ns := natstest.Run(t)
 	nc := natstest.Connect(t, ns)
 	var logs lockedBuffer
-	o := MemberOptions{Node: "a", LeaseTTL: time.Second, TrimEvery: 20}
+	o := Options{Node: "a", LeaseTTL: time.Second, TrimEvery: 20}
 	o.Replicas = 1
 	o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	a, err := StartMember(context.Background(), nc, t.TempDir(), o)
+	a, err := Start(context.Background(), nc, t.TempDir(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

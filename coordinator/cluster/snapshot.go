@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go/jetstream"
@@ -37,7 +38,7 @@ import (
 //     trim back: once its place is gone from the log it loads the snapshot
 //     instead, as one with an empty data directory does.
 
-// DefaultTrimEvery is MemberOptions.TrimEvery's default.
+// DefaultTrimEvery is Options.TrimEvery's default.
 const DefaultTrimEvery = 100000
 
 // ErrNotActive is returned by what only the active coordinator does, on
@@ -180,7 +181,7 @@ func (m *Member) Snapshot(ctx context.Context) (intents.SnapshotStatus, error) {
 // answers the requests for a snapshot (answerSnapshots); stop ends both
 // and waits, which lead does before the Service stops (the loop reads its
 // log).
-func (m *Member) startSnapshots(ctx context.Context, svc *Service) (stop func()) {
+func (m *Member) startSnapshots(ctx context.Context, svc *coordinator.Service) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -202,7 +203,7 @@ func (m *Member) startSnapshots(ctx context.Context, svc *Service) (stop func())
 // snapshotLoop stores a snapshot each time TrimEvery events were
 // appended since the last, and whenever Snapshot asks, until ctx ends or
 // svc stops.
-func (m *Member) snapshotLoop(ctx context.Context, svc *Service) {
+func (m *Member) snapshotLoop(ctx context.Context, svc *coordinator.Service) {
 	var since uint64 // the last event of the stored snapshot
 	readCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	if st, ok, err := m.storedSnapshot(readCtx); err != nil {
@@ -227,7 +228,7 @@ func (m *Member) snapshotLoop(ctx context.Context, svc *Service) {
 			}
 			reply <- snapshotResult{st, err}
 		case <-tick.C:
-			if m.opts.TrimEvery < 0 || svc.core.Log().LastSeq() < since+uint64(m.opts.TrimEvery) {
+			if m.opts.TrimEvery < 0 || svc.Core().Log().LastSeq() < since+uint64(m.opts.TrimEvery) {
 				continue
 			}
 			st, err := m.storeSnapshot(ctx, svc)
@@ -244,22 +245,15 @@ func (m *Member) snapshotLoop(ctx context.Context, svc *Service) {
 
 // storeSnapshot takes the engine's snapshot on svc's loop, exports the
 // log as of then into the bucket, and trims the replicated log below it.
-func (m *Member) storeSnapshot(ctx context.Context, svc *Service) (intents.SnapshotStatus, error) {
+func (m *Member) storeSnapshot(ctx context.Context, svc *coordinator.Service) (intents.SnapshotStatus, error) {
 	began := time.Now()
-	var err error
 	// What was decided is committed and durable first, so that the
 	// engine's snapshot is of the log's last event: the export then holds
 	// no event after it but those decided while it is written.
-	if !svc.call(ctx, func() {
-		svc.flush()
-		err = svc.core.snapshotNow(ctx)
-	}) {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", errUnavailable)
-	}
-	if err != nil {
+	if err := svc.SaveSnapshot(ctx); err != nil {
 		return intents.SnapshotStatus{}, err
 	}
-	exp, err := svc.core.Log().Export()
+	exp, err := svc.Core().Log().Export()
 	if err != nil {
 		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", err)
 	}
@@ -271,7 +265,7 @@ func (m *Member) storeSnapshot(ctx context.Context, svc *Service) (intents.Snaps
 	}
 	// The local log is never ahead of the stream: its last event is the
 	// last of a message the stream holds.
-	ev, err := svc.core.Log().Event(exp.Last)
+	ev, err := svc.Core().Log().Event(exp.Last)
 	if err != nil {
 		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", err)
 	}
@@ -311,30 +305,6 @@ func (m *Member) storeSnapshot(ctx context.Context, svc *Service) (intents.Snaps
 	m.log.Info("snapshot of the replicated log stored", "event", st.Seq, "log_message", st.LogSeq, "bytes", info.Size,
 		"log_first", trimmed, "took", time.Since(began).Round(time.Millisecond))
 	return st, nil
-}
-
-// snapshotNow saves the engine's snapshot at its last event once that is
-// durable, if it is not saved yet; the loop's, with nothing decided and
-// not committed.
-func (c *Core) snapshotNow(ctx context.Context) error {
-	if c.failed != nil {
-		return c.failed
-	}
-	if len(c.out) > 0 {
-		return errors.New("coordinator: snapshot: events decided and not committed")
-	}
-	if c.pending != nil {
-		waitCtx, cancel := context.WithTimeout(ctx, appendTimeout+5*time.Second)
-		err := c.pending.Wait(waitCtx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("coordinator: snapshot: the last group: %w", err)
-		}
-	}
-	if c.eng.Seq() == 0 || c.eng.Seq() == c.lastSnap {
-		return nil
-	}
-	return c.snapshot()
 }
 
 // trim purges the replicated log's messages before keep and before the
@@ -396,8 +366,8 @@ func (m *Member) positions(ctx context.Context) ([]intents.MemberStatus, error) 
 // replicated log that continues it, as logPosition does. A log the
 // replicated log was trimmed past (the member was away), and an empty log
 // when a snapshot is stored, are replaced by the stored snapshot first.
-func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error) {
-	core, err := OpenCore(m.dir, m.opts.Core)
+func (m *Member) openFollowing(ctx context.Context) (*coordinator.Core, link, uint64, error) {
+	core, err := coordinator.OpenCore(m.dir, m.opts.Core)
 	if err != nil {
 		return nil, link{}, 0, err
 	}
@@ -431,7 +401,7 @@ func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error)
 	default:
 		m.log.Info("loaded the snapshot of the replicated log", "event", st.Seq, "log_message", st.LogSeq, "had_events", had)
 	}
-	if core, err = OpenCore(m.dir, m.opts.Core); err != nil {
+	if core, err = coordinator.OpenCore(m.dir, m.opts.Core); err != nil {
 		return nil, link{}, 0, err
 	}
 	tip, pos, err = position()
@@ -445,7 +415,7 @@ func (m *Member) openFollowing(ctx context.Context) (*Core, link, uint64, error)
 // with what it was, and the member follows the replicated log from an
 // empty log, the log of record being the stream. If it holds another
 // event there, it holds another history, which stops the member.
-func (m *Member) setAside(ctx context.Context, core *Core, ahead *aheadError) (*Core, link, uint64, error) {
+func (m *Member) setAside(ctx context.Context, core *coordinator.Core, ahead *aheadError) (*coordinator.Core, link, uint64, error) {
 	ev, err := core.Log().Event(ahead.last)
 	if err != nil || ev.ID != ahead.lastID {
 		return core, link{}, 0, fmt.Errorf("%w: it holds another history (its event %d is not the replicated log's); give it an empty data directory to join", ahead, ahead.last)

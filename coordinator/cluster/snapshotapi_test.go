@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -24,10 +24,10 @@ func TestSnapshotRequest(t *testing.T) {
 	nc := natstest.Connect(t, ns)
 	start := func(node string) *Member {
 		var logs lockedBuffer
-		o := MemberOptions{Node: node, LeaseTTL: time.Second, TrimEvery: -1}
+		o := Options{Node: node, LeaseTTL: time.Second, TrimEvery: -1}
 		o.Replicas = 1
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		m, err := StartMember(context.Background(), natstest.Connect(t, ns), t.TempDir(), o)
+		m, err := Start(context.Background(), natstest.Connect(t, ns), t.TempDir(), o)
 		if err != nil {
 			t.Fatal(err)
 		}

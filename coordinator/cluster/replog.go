@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -51,15 +52,11 @@ import (
 // active one and follows the log again.
 var ErrFenced = errors.New("coordinator: the replicated log did not take the group")
 
-// ErrAhead is returned (wrapped) when a coordinator's own log holds
-// events the replicated log does not: it cannot follow that log.
-var ErrAhead = errors.New("coordinator: the event log is ahead of the replicated log")
-
 // errLogEmpty is logPosition's error when the replicated log is empty and
 // this coordinator's own is not: a coordinator that ran alone, now the
 // first of a cluster. It may follow (from the start), and seeds the
 // replicated log with its own once it leads.
-var errLogEmpty = fmt.Errorf("%w: the replicated log is empty", ErrAhead)
+var errLogEmpty = fmt.Errorf("%w: the replicated log is empty", coordinator.ErrAhead)
 
 // seedChunk bounds the bytes of one message when a log seeds the
 // replicated log, well under the stream's maximum message size.
@@ -136,13 +133,14 @@ func logStreamConfig(subj intents.Subjects, replicas int) jetstream.StreamConfig
 	return jetstream.StreamConfig{Name: subj.Stream(intents.StreamLog), Subjects: []string{subj.Log()},
 		Description: "the replicated event log of the coordinators: one message per durable group",
 		Retention:   jetstream.LimitsPolicy, Storage: jetstream.FileStorage, Replicas: replicas,
-		MaxMsgSize: MaxWireMessage, Discard: jetstream.DiscardNew,
+		MaxMsgSize: coordinator.MaxWireMessage, Discard: jetstream.DiscardNew,
 		// A group sent again while the stream's leader moved is known by
 		// its id for this long, and stored once.
 		Duplicates: 2 * time.Minute}
 }
 
-// replog appends groups to COAGENT_LOG; the loop's, through the Core.
+// replog appends groups to COAGENT_LOG: the Replicator of the active
+// member's Core, called on its Service's loop.
 type replog struct {
 	js      jetstream.JetStream
 	subject string
@@ -158,6 +156,24 @@ type replog struct {
 	// prev is the outcome of the last group appended, which the next one
 	// waits for before it sends itself again.
 	prev *appended
+}
+
+var _ coordinator.Replicator = (*replog)(nil)
+
+// newReplog returns the replog of a member that became active when the
+// replicated log's last message was last, appending on pub (the Service's
+// publishing connection) after the last event of log; leased is the
+// member's lease (see replog.leased).
+func newReplog(pub *nats.Conn, subject string, last uint64, log *eventlog.Log, leased func() bool) (*replog, error) {
+	js, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	tip, err := logTip(log)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: the event the replicated log continues: %w", err)
+	}
+	return &replog{js: js, subject: subject, last: last, tip: tip.id, leased: leased}, nil
 }
 
 // appended is the outcome of one append, once done is closed.
@@ -176,7 +192,7 @@ const (
 	resendAfter   = time.Second
 )
 
-// append publishes the events of one group as the next message of the log
+// Replicate publishes the events of one group as the next message of the log
 // and returns a channel that yields once: nil when the stream stored it
 // where expected, an ErrFenced error otherwise.
 //
@@ -188,7 +204,7 @@ const (
 // waits for that one and is sent again once. Whatever else the stream
 // says — a sequence taken by another writer, a group before it that
 // failed — fails the group, and with it every later one.
-func (r *replog) append(evs []*intents.Event) (<-chan error, error) {
+func (r *replog) Replicate(evs []*intents.Event) (<-chan error, error) {
 	first, last := evs[0].Seq, evs[len(evs)-1].Seq
 	msg := logMsg(r.subject, evs, r.tip)
 	id := groupID(evs)
@@ -378,10 +394,10 @@ type aheadError struct {
 }
 
 func (e *aheadError) Error() string {
-	return fmt.Sprintf("%v: this coordinator's log ends at event %d, past the replicated log's last, %d", ErrAhead, e.local, e.last)
+	return fmt.Sprintf("%v: this coordinator's log ends at event %d, past the replicated log's last, %d", coordinator.ErrAhead, e.local, e.last)
 }
 
-func (e *aheadError) Unwrap() error { return ErrAhead }
+func (e *aheadError) Unwrap() error { return coordinator.ErrAhead }
 
 // positionWindow bounds how far from where the search by halves lands
 // logPosition looks for the message that ends with its event. Orphans lie
@@ -481,7 +497,7 @@ func logPosition(ctx context.Context, st jetstream.Stream, tip link) (uint64, er
 	}
 	switch {
 	case other:
-		return 0, fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", ErrAhead, after)
+		return 0, fmt.Errorf("%w: event %d differs from the replicated log's: this log holds another history; give this coordinator an empty data directory to join", coordinator.ErrAhead, after)
 	case !past:
 		last, err := read(end)
 		if err != nil {

@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -30,7 +31,7 @@ const snapshotRequestTimeout = 10 * time.Minute
 // subscribes, so a standby never answers: with none active the request
 // has no responders at once, rather than a timeout or a refusal from
 // whichever member the server chose.
-func (m *Member) answerSnapshots(ctx context.Context, svc *Service) (stop func(), err error) {
+func (m *Member) answerSnapshots(ctx context.Context, svc *coordinator.Service) (stop func(), err error) {
 	sub, err := m.nc.QueueSubscribe(m.subj.ClusterSnapshot(), snapshotQueue, func(req *nats.Msg) {
 		m.answerSnapshot(ctx, svc, req)
 	})
@@ -45,13 +46,12 @@ func (m *Member) answerSnapshots(ctx context.Context, svc *Service) (stop func()
 // headers, as every API endpoint answers one. Under Options.Auth only an
 // admin may ask, as only an admin may put rules in force: a snapshot
 // costs the active coordinator a pass over its whole log.
-func (m *Member) answerSnapshot(ctx context.Context, svc *Service, req *nats.Msg) {
+func (m *Member) answerSnapshot(ctx context.Context, svc *coordinator.Service, req *nats.Msg) {
 	if m.opts.Auth {
-		v := svc.viewerOf(req.Reply)
-		if !v.set.Holds(v.Viewer, rules.RoleAdmin) {
+		if agent, ok := svc.Holds(req.Reply, rules.RoleAdmin); !ok {
 			who := "a client that is no agent (its reply subject is no agent's inbox)"
-			if v.Agent != "" {
-				who = "agent " + v.Agent
+			if agent != "" {
+				who = "agent " + agent
 			}
 			respondSnapshotError(req, intents.ReasonUnauthorized, fmt.Sprintf("snapshot: %s may not ask for a snapshot: it needs the role %s", who, rules.RoleAdmin))
 			return
@@ -62,10 +62,10 @@ func (m *Member) answerSnapshot(ctx context.Context, svc *Service, req *nats.Msg
 	st, err := m.Snapshot(ctx)
 	switch {
 	case errors.Is(err, ErrNotActive) || (err != nil && ctx.Err() != nil):
-		respondSnapshotError(req, codeUnavailable, fmt.Sprintf("snapshot: coordinator %s stepped down before it stored one; ask the active coordinator again", m.opts.Node))
+		respondSnapshotError(req, intents.CodeUnavailable, fmt.Sprintf("snapshot: coordinator %s stepped down before it stored one; ask the active coordinator again", m.opts.Node))
 		return
 	case err != nil:
-		respondSnapshotError(req, codeUnavailable, err.Error())
+		respondSnapshotError(req, intents.CodeUnavailable, err.Error())
 		return
 	}
 	reply := intents.SnapshotReply{SnapshotStatus: st, Node: m.opts.Node}
@@ -78,7 +78,7 @@ func (m *Member) answerSnapshot(ctx context.Context, svc *Service, req *nats.Msg
 	}
 	data, err := json.Marshal(reply)
 	if err != nil {
-		respondSnapshotError(req, codeInternal, err.Error())
+		respondSnapshotError(req, intents.CodeInternal, err.Error())
 		return
 	}
 	_ = req.Respond(data)

@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -49,7 +50,7 @@ func TestReplogFencesPipelinedAppends(t *testing.T) {
 	var leased atomic.Bool
 	leased.Store(true)
 	old := &replog{js: js, subject: subj.Log(), leased: leased.Load}
-	done, err := old.append(logGroup(1, 2))
+	done, err := old.Replicate(logGroup(1, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestReplogFencesPipelinedAppends(t *testing.T) {
 	// message 1 and appended message 2.
 	leased.Store(false)
 	taken := &replog{js: js, subject: subj.Log(), last: 1}
-	done, err = taken.append(logGroup(3, 1))
+	done, err = taken.Replicate(logGroup(3, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +69,11 @@ func TestReplogFencesPipelinedAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The deposed leader's two groups, one after the other.
-	a, err := old.append(logGroup(3, 2))
+	a, err := old.Replicate(logGroup(3, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := old.append(logGroup(5, 2)); err == nil {
+	if b, err := old.Replicate(logGroup(5, 2)); err == nil {
 		if err := <-b; !errors.Is(err, ErrFenced) {
 			t.Errorf("the deposed leader's second group: %v, want ErrFenced", err)
 		}
@@ -184,7 +185,7 @@ func TestMemberSkipsOrphans(t *testing.T) {
 			return nil
 		})
 		if err == nil {
-			_, err = replay.Verify(log, CoreOptions{}.Engine, nil)
+			_, err = replay.Verify(log, coordinator.CoreOptions{}.Engine, nil)
 		}
 		log.Close()
 		if err != nil {

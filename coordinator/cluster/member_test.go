@@ -1,4 +1,4 @@
-package coordinator
+package cluster
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -25,12 +26,12 @@ import (
 // startMember starts a member on nc in dir and stops it at the end.
 func startMember(t *testing.T, nc *nats.Conn, dir, node string, replicas int, logs *lockedBuffer) *Member {
 	t.Helper()
-	opts := MemberOptions{Node: node, LeaseTTL: time.Second}
+	opts := Options{Node: node, LeaseTTL: time.Second}
 	opts.Replicas = replicas
 	if logs != nil {
 		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	m, err := StartMember(context.Background(), nc, dir, opts)
+	m, err := Start(context.Background(), nc, dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func counter(t *testing.T, nc *nats.Conn, path string) float64 {
 // localHash is the hash and last event of the event log in dir, folded.
 func localHash(t *testing.T, dir string) (string, uint64) {
 	t.Helper()
-	c, err := OpenCore(dir, CoreOptions{})
+	c, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func localHash(t *testing.T, dir string) (string, uint64) {
 // tipOf is the link at the end of the log in dir.
 func tipOf(t *testing.T, dir string) link {
 	t.Helper()
-	c, err := OpenCore(dir, CoreOptions{})
+	c, err := coordinator.OpenCore(dir, coordinator.CoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestMemberTakeover(t *testing.T) {
 	// now that it decides with it.
 	if svc := b.Active(); svc == nil {
 		t.Fatal("b is not active")
-	} else if f := scrape(t, svc.Registry())["coagent_log_sync_events"]; f == nil || f.Metric[0].Histogram.GetSampleCount() == 0 {
+	} else if f := gather(t, svc.Registry())["coagent_log_sync_events"]; f == nil || f.Metric[0].Histogram.GetSampleCount() == 0 {
 		t.Fatal("b's Service counted no group commit of its log after 20 increments")
 	}
 	a = startMember(t, c.Connect(t, 0), dirA, "a", 3, &logsA)
@@ -299,7 +300,7 @@ func TestMemberFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	if _, err := replay.Verify(log, CoreOptions{}.Engine, nil); err != nil {
+	if _, err := replay.Verify(log, coordinator.CoreOptions{}.Engine, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -313,7 +314,7 @@ func TestMemberSeeds(t *testing.T) {
 	nc := natstest.Connect(t, ns)
 	alone, other := t.TempDir(), t.TempDir()
 	for _, dir := range []string{other, alone} {
-		svc := startService(t, ns, dir, Options{})
+		svc := startService(t, ns, dir, coordinator.Options{})
 		incr(t, nc, "c.n", 3)
 		if err := svc.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -348,7 +349,7 @@ func TestMemberSeeds(t *testing.T) {
 	c := startMember(t, natstest.Connect(t, ns), other, "c", 1, &otherLogs)
 	select {
 	case <-c.Done():
-		if err := c.Err(); !errors.Is(err, ErrAhead) || !strings.Contains(err.Error(), "another history") {
+		if err := c.Err(); !errors.Is(err, coordinator.ErrAhead) || !strings.Contains(err.Error(), "another history") {
 			t.Fatalf("a member with another history stopped with %v", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -435,7 +436,7 @@ func TestMemberKeepsLeaseWhileSeeding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newReplayGen(t).appendEvents(t, l, 400_000)
+	appendIncrements(t, l, 400_000)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +476,7 @@ func TestMemberKeepsLeaseWhileSeeding(t *testing.T) {
 // instead of a group the stream refuses (which fenced the member, and its
 // successor with the same burst redelivered).
 func TestMemberLargeIntents(t *testing.T) {
-	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = MaxWireMessage })
+	ns := natstest.Run(t, func(o *server.Options) { o.MaxPayload = coordinator.MaxWireMessage })
 	nc := natstest.Connect(t, ns)
 	dir := t.TempDir()
 	first := startMember(t, nc, dir, "a", 1, nil)
@@ -504,7 +505,7 @@ func TestMemberLargeIntents(t *testing.T) {
 		send(protoIntent(`{"id":%q,"agent":"a","kind":"apply","writes":[{"path":"big.x","op":"set","value":%q}]}`,
 			strings.Repeat("v", intents.MaxIntentSize-200)))
 	}
-	send(padIntent(t, MaxWireMessage-4<<10)) // invalid: its record keeps its start (engine's TestOversizeRecordKeepsItsStart)
+	send(padIntent(t, coordinator.MaxWireMessage-4<<10)) // invalid: its record keeps its start (engine's TestOversizeRecordKeepsItsStart)
 	for _, f := range futures {
 		select {
 		case <-f.Ok():
@@ -578,7 +579,7 @@ func TestMemberFollowerStall(t *testing.T) {
 	incr(t, nc, "c.n", 3)
 
 	var logs lockedBuffer
-	opts := MemberOptions{Node: "b", LeaseTTL: time.Second, followStall: 500 * time.Millisecond}
+	opts := Options{Node: "b", LeaseTTL: time.Second, followStall: 500 * time.Millisecond}
 	opts.Replicas = 1
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var readers atomic.Int32
@@ -588,7 +589,7 @@ func TestMemberFollowerStall(t *testing.T) {
 		}
 		return &stallingReader{MessagesContext: it, after: 2, stopped: make(chan struct{})}
 	}
-	b, err := StartMember(context.Background(), nc, t.TempDir(), opts)
+	b, err := Start(context.Background(), nc, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

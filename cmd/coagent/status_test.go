@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"

@@ -45,6 +45,7 @@ type replayGen struct {
 	n        uint64 // intents submitted
 	held     []replayHeld
 	out      []*intents.Event
+	touched  []string // the paths the events not yet appended bumped
 	outcomes map[string]int // outcome[/reason] of the intents' final decisions
 }
 
@@ -60,7 +61,6 @@ func newReplayGen(tb testing.TB) *replayGen {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	eng.State().Track(true)
 	return &replayGen{eng: eng, rng: rand.New(rand.NewPCG(1, 1_000_000)),
 		now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), outcomes: map[string]int{}}
 }
@@ -103,7 +103,8 @@ func (g *replayGen) step() []*intents.Event {
 		in.Reads = []intents.Read{{Path: doc}}
 		in.Writes = []intents.Write{{Path: doc, Op: intents.OpSet}}
 	}
-	g.out = g.eng.Submit(g.now, engine.Input{Agent: in.Agent, Intent: in}, g.out[:0]).Events
+	r := g.eng.Submit(g.now, engine.Input{Agent: in.Agent, Intent: in}, g.out[:0])
+	g.out, g.touched = r.Events, append(g.touched, r.Touched...)
 	d := g.out[len(g.out)-1].Decision
 	key := string(d.Outcome)
 	if d.Reason != "" {
@@ -131,7 +132,8 @@ func (g *replayGen) appendEvents(tb testing.TB, l *eventlog.Log, n uint64) {
 	var prev *eventlog.Pending
 	batch := make([]*intents.Event, 0, 1024)
 	flush := func() {
-		p, err := l.Enqueue(&eventlog.Batch{Events: batch, State: entries(g.eng.State())})
+		p, err := l.Enqueue(&eventlog.Batch{Events: batch, State: entries(g.eng.State(), g.touched)})
+		g.touched = g.touched[:0]
 		if err != nil {
 			tb.Fatal(err)
 		}

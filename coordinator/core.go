@@ -90,17 +90,20 @@ type Core struct {
 	lastSnap uint64
 	out      []*intents.Event
 	// routes, records and fx are the routed decisions, the decisions that
-	// became records and the engine's effects of the batch in hand, and
-	// rules the board rules it put in force (if
-	// rulesChanged), which Commit hands over with it; next is when the
+	// became records and the engine's effects of the batch in hand;
+	// changes, notices and live its events as the engine filed them, and
+	// touched the paths they bumped; rules the board rules it put in force
+	// (if rulesChanged). Commit hands them over with it. next is when the
 	// engine's next timer is due, as its last call said.
-	routes       []Routed
-	records      []*intents.Decision
-	fx           engine.Effects
-	rulesChanged bool
-	rules        *rules.Set
-	next         time.Time
-	hasNext      bool
+	routes                 []Routed
+	records                []*intents.Decision
+	fx                     engine.Effects
+	changes, notices, live []*intents.Event
+	touched                []string
+	rulesChanged           bool
+	rules                  *rules.Set
+	next                   time.Time
+	hasNext                bool
 	// via is how each intent decided in this process and still waiting
 	// for its final decision came.
 	via map[string]Via
@@ -146,7 +149,6 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 		log.Close()
 		return nil, err
 	}
-	eng.State().Track(true)
 	c := &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}
 	c.next, c.hasNext = eng.NextDeadline()
 	return c, nil
@@ -217,7 +219,7 @@ func (c *Core) done(n int, r engine.Ready, via Via, known bool) {
 		own = r.Own
 	}
 	c.route(c.out[n:], own, via)
-	c.records = append(c.records, r.Records...)
+	c.keep(r)
 	c.fx.Add(r.Effects)
 	if r.RulesChanged {
 		c.rulesChanged, c.rules = true, r.Rules
@@ -225,6 +227,16 @@ func (c *Core) done(n int, r engine.Ready, via Via, known bool) {
 	if r.Events != nil {
 		c.next, c.hasNext = r.Next, r.HasNext
 	}
+}
+
+// keep keeps what of r the batch's log write and Group need: r's slices
+// are the engine's until its next call.
+func (c *Core) keep(r engine.Ready) {
+	c.records = append(c.records, r.Records...)
+	c.changes = append(c.changes, r.Changes...)
+	c.notices = append(c.notices, r.Notices...)
+	c.live = append(c.live, r.Live...)
+	c.touched = append(c.touched, r.Touched...)
 }
 
 // errInternalDetail is the detail of an intent whose decision a contained
@@ -322,9 +334,8 @@ func (c *Core) restore(n int) error {
 	if err != nil {
 		return err
 	}
-	// The materialized state of the batch in hand comes from the paths its
-	// events touch, so they are folded with tracking on.
-	eng.State().Track(true)
+	// What the calls before n handed over (their touched paths among it)
+	// is kept already; their events are folded again.
 	for _, ev := range c.out {
 		if err := eng.Apply(ev); err != nil {
 			return fmt.Errorf("fold the batch in hand: %w", err)
@@ -346,8 +357,8 @@ func (c *Core) Commit() (*Group, error) {
 	if len(c.out) == 0 {
 		return nil, nil
 	}
-	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State()), Records: c.records}
-	c.records = nil
+	b := &eventlog.Batch{Events: c.out, State: entries(c.eng.State(), c.touched), Records: c.records}
+	c.records, c.touched = nil, c.touched[:0]
 	var ready <-chan error
 	if c.replicate != nil {
 		var err error
@@ -382,19 +393,11 @@ func (c *Core) Commit() (*Group, error) {
 // group hands over the batch b, enqueued as p, with the routes and effects
 // of what made it, and starts afresh.
 func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
-	g := &Group{Batch: b, Decisions: c.routes, Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled,
+	g := &Group{Batch: b, Decisions: c.routes, Changes: c.changes, Notices: c.notices, Live: c.live,
+		Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled,
 		RulesChanged: c.rulesChanged, Rules: c.rules, Next: c.next, HasNext: c.hasNext, pending: p}
 	c.routes, c.fx, c.rulesChanged, c.rules = nil, engine.Effects{}, false, nil
-	for _, ev := range b.Events {
-		switch ev.Type {
-		case intents.EventChange:
-			g.Changes = append(g.Changes, ev)
-			continue
-		case intents.EventNotice:
-			g.Notices = append(g.Notices, ev)
-		}
-		g.Live = append(g.Live, ev)
-	}
+	c.changes, c.notices, c.live = nil, nil, nil
 	return g
 }
 
@@ -426,15 +429,15 @@ func (c *Core) Follow(evs []*intents.Event) (*eventlog.Pending, error) {
 	case first != have+1:
 		return nil, fmt.Errorf("coordinator: follow: the group holds events %d–%d, and the log ends at %d", first, last, have)
 	}
-	records, err := c.eng.ApplyAll(evs)
+	r, err := c.eng.ApplyAll(evs)
 	if err != nil {
 		// The engine is part way through the group: it must be rebuilt
 		// from the log before anything else is folded.
 		c.failed = fmt.Errorf("coordinator: follow: fold %w", err)
 		return nil, c.failed
 	}
-	c.records = append(c.records[:0:0], records...)
-	c.next, c.hasNext = c.eng.NextDeadline()
+	c.keep(r)
+	c.next, c.hasNext = r.Next, r.HasNext
 	c.out = append(c.out[:0:0], evs...)
 	g, err := c.Commit()
 	if err != nil {
@@ -467,10 +470,10 @@ func (c *Core) snapshot() error {
 	return nil
 }
 
-// entries turns the paths the tree touched since the last call into
-// materialized entries for the log.
-func entries(t *state.Tree) []eventlog.Entry {
-	touched := t.Touched()
+// entries turns touched, the paths the batch's changes bumped (possibly
+// repeated), into the materialized entries of t, the tree they leave,
+// for the log.
+func entries(t *state.Tree, touched []string) []eventlog.Entry {
 	if len(touched) == 0 {
 		return nil
 	}

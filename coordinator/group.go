@@ -31,6 +31,8 @@ type Routed struct {
 	// so that whoever sent it finds it.
 	Via   Via
 	Known bool
+	// At is when it was decided: its event's time.
+	At time.Time
 }
 
 // Store reports whether the decision goes to the decisions stream: its
@@ -99,9 +101,9 @@ func (c *Core) route(evs []*intents.Event, own *intents.Decision, via Via) {
 		}
 		var r Routed
 		if d == own {
-			r = Routed{Decision: d, Via: via, Known: true}
+			r = Routed{Decision: d, Via: via, Known: true, At: ev.Time}
 		} else {
-			r.Decision = d
+			r.Decision, r.At = d, ev.Time
 			r.Via, r.Known = c.via[d.Intent]
 		}
 		if d.Intent != "" && r.Known && !d.Duplicate {

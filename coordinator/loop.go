@@ -202,10 +202,8 @@ func (s *Service) flush() {
 		o.close()
 		return
 	}
-	for _, ev := range g.Batch.Events {
-		if ev.Decision != nil {
-			s.hot.Observe(ev.Time, ev.Decision)
-		}
+	for _, r := range g.Decisions {
+		s.hot.Observe(r.At, r.Decision)
 	}
 	s.fly(g)
 	o.g = g

@@ -126,12 +126,11 @@ func appendIncrements(tb testing.TB, l *eventlog.Log, n uint64) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	eng.State().Track(true)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var prev *eventlog.Pending
 	var batch []*intents.Event
+	var touched []string
 	flush := func() {
-		touched := eng.State().Touched()
 		var state []eventlog.Entry
 		for _, p := range touched {
 			state = append(state, replay.Entry(eng.State(), p))
@@ -145,7 +144,7 @@ func appendIncrements(tb testing.TB, l *eventlog.Log, n uint64) {
 				tb.Fatal(err)
 			}
 		}
-		prev, batch = p, nil
+		prev, batch, touched = p, nil, touched[:0]
 	}
 	for i := uint64(0); eng.Seq() < n; i++ {
 		now = now.Add(time.Millisecond)
@@ -156,7 +155,8 @@ func appendIncrements(tb testing.TB, l *eventlog.Log, n uint64) {
 		id[13] = byte(i >> 16)
 		in := &intents.Intent{ID: id.String(), Agent: "agent-" + strconv.FormatUint(i%16, 10), Kind: intents.KindApply,
 			Writes: []intents.Write{{Path: "stats.c" + strconv.FormatUint(i%2000, 10) + ".count", Op: intents.OpIncr, Value: json.RawMessage("1")}}}
-		batch = append(batch, eng.Submit(now, engine.Input{Agent: in.Agent, Intent: in}, nil).Events...)
+		r := eng.Submit(now, engine.Input{Agent: in.Agent, Intent: in}, nil)
+		batch, touched = append(batch, r.Events...), append(touched, r.Touched...)
 		if len(batch) >= 1000 {
 			flush()
 		}

@@ -56,8 +56,11 @@ type Engine struct {
 	out          []*intents.Event
 	effects      Effects
 	seekOwn      bool
-	collect      bool                // records are gathered (a call, ApplyAll)
+	collect      bool                // records and the rest are gathered (a call, ApplyAll)
 	records      []*intents.Decision // the decisions that took their ids
+	changes      []*intents.Event
+	notices      []*intents.Event
+	liveEvents   []*intents.Event
 	received     bool
 	ownID        string
 	own          *intents.Decision
@@ -271,13 +274,43 @@ func (e *Engine) begin(now time.Time, out []*intents.Event) {
 	e.effects = Effects{}
 	e.seekOwn, e.received, e.ownID, e.own = false, false, "", nil
 	e.rulesChanged = false
+	e.gather()
+}
+
+// gather starts gathering what a call's Ready hands over beside its
+// events, and the paths it touches; gathered hands it over and stops.
+func (e *Engine) gather() {
 	e.collect, e.records = true, e.records[:0]
+	e.changes, e.notices, e.liveEvents = e.changes[:0], e.notices[:0], e.liveEvents[:0]
+	e.tree.Track(true)
+}
+
+// gathered is what was gathered since gather, for a Ready.
+func (e *Engine) gathered(r *Ready) {
+	r.Records, r.Changes, r.Notices, r.Live = e.records, e.changes, e.notices, e.liveEvents
+	r.Touched = e.tree.Touched()
+	e.collect = false
+	// Off between calls, so that a replay's Apply, which nobody drains,
+	// does not grow the list.
+	e.tree.Track(false)
+}
+
+// sort files ev, an event of a call or of ApplyAll, in the Ready's lists.
+func (e *Engine) sort(ev *intents.Event) {
+	switch ev.Type {
+	case intents.EventChange:
+		e.changes = append(e.changes, ev)
+		return
+	case intents.EventNotice:
+		e.notices = append(e.notices, ev)
+	}
+	e.liveEvents = append(e.liveEvents, ev)
 }
 
 // end hands the call's Ready over.
 func (e *Engine) end() Ready {
-	r := Ready{Events: e.out, ID: e.ownID, Own: e.own, Effects: e.effects, Records: e.records}
-	e.collect = false
+	r := Ready{Events: e.out, ID: e.ownID, Own: e.own, Effects: e.effects}
+	e.gathered(&r)
 	if e.rulesChanged {
 		r.RulesChanged, r.Rules = true, e.rules
 	}

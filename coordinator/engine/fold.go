@@ -32,19 +32,24 @@ func (e *Engine) Apply(ev *intents.Event) error {
 }
 
 // ApplyAll folds a run of events another engine decided, as Apply does,
-// for a log that stores them as that engine's did: it returns the
-// decisions among them that become their intent ids' records, as a
-// call's Ready does (valid until the next call). An event that cannot be
-// folded is an error, and the engine is then part way through the run.
-func (e *Engine) ApplyAll(evs []*intents.Event) ([]*intents.Decision, error) {
-	e.collect, e.records = true, e.records[:0]
-	defer func() { e.collect = false }()
+// for a log that stores them as that engine's did, and hands over what
+// the calls that decided them would have: a Ready with evs as its Events,
+// its records, changes, notices, live events and touched paths, and the
+// next deadline, but no intent of its own nor effects (those were the
+// deciding engine's to act on). An event that cannot be folded is an
+// error, and the engine is then part way through the run.
+func (e *Engine) ApplyAll(evs []*intents.Event) (Ready, error) {
+	e.gather()
 	for _, ev := range evs {
 		if err := e.Apply(ev); err != nil {
-			return nil, err
+			e.gathered(&Ready{})
+			return Ready{}, err
 		}
 	}
-	return e.records, nil
+	r := Ready{Events: evs}
+	e.gathered(&r)
+	r.Next, r.HasNext = e.NextDeadline()
+	return r, nil
 }
 
 // apply is the one place the engine's state changes. own says the event was
@@ -56,6 +61,9 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 	}
 	if err := e.check(ev); err != nil {
 		return err
+	}
+	if e.collect {
+		e.sort(ev)
 	}
 	switch ev.Type {
 	case intents.EventIntent:

@@ -32,6 +32,13 @@ type Ready struct {
 	// no longer remembers. The engine alone says which (see claim); the
 	// slice is valid until the next call.
 	Records []*intents.Decision
+	// Changes are the call's changes, for the change feed; Notices its
+	// events addressed to one agent; Live every event but a change, to be
+	// sent as it happens. Touched are the state paths its changes bumped,
+	// possibly repeated: the entries the log's materialized state must
+	// write again. The four are valid until the next call.
+	Changes, Notices, Live []*intents.Event
+	Touched                []string
 	// RulesChanged says the call put board rules in force: Rules (nil:
 	// none).
 	RulesChanged bool

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -83,4 +84,79 @@ func TestReadyIsTheCallsOwn(t *testing.T) {
 	if r := e.Tick(late.Add(time.Hour), nil); r.Own != nil || r.ID != "" {
 		t.Fatalf("tick: id %q, own %+v", r.ID, r.Own)
 	}
+}
+
+// A call's Ready files its events for the caller — changes for the feed,
+// notices for their agents, the rest live — and names the paths its
+// changes bumped, which the log's materialized state must write again. A
+// follower folding the same events with ApplyAll is handed the same, so
+// that it logs the same state.
+func TestReadyFilesTheCallsEvents(t *testing.T) {
+	leader, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(at time.Time, in *intents.Intent) Ready {
+		t.Helper()
+		raw, _ := json.Marshal(in)
+		return leader.Submit(at, Input{Agent: in.Agent, Raw: raw}, nil)
+	}
+	check := func(what string, r Ready, changes, notices int, touched ...string) {
+		t.Helper()
+		for name, r := range map[string]Ready{"the call": r, "ApplyAll": follow(t, follower, r.Events)} {
+			if len(r.Changes) != changes || len(r.Notices) != notices || len(r.Live) != len(r.Events)-changes {
+				t.Fatalf("%s, %s: %d changes, %d notices, %d live of %d events; want %d, %d, %d",
+					what, name, len(r.Changes), len(r.Notices), len(r.Live), len(r.Events), changes, notices, len(r.Events)-changes)
+			}
+			for _, ev := range r.Changes {
+				if ev.Type != intents.EventChange {
+					t.Fatalf("%s, %s: a %s filed as a change", what, name, ev.Type)
+				}
+			}
+			for _, ev := range r.Live {
+				if ev.Type == intents.EventChange {
+					t.Fatalf("%s, %s: a change filed as live", what, name)
+				}
+			}
+			got := slices.Compact(slices.Sorted(slices.Values(r.Touched)))
+			if !slices.Equal(got, touched) {
+				t.Fatalf("%s, %s: touched %q, want %q", what, name, got, touched)
+			}
+		}
+	}
+
+	r := submit(base, &intents.Intent{ID: fuzzID(1), Agent: "w1", Kind: intents.KindApply,
+		Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet, Value: json.RawMessage(`1`)},
+			{Path: "doc.y", Op: intents.OpSet, Value: json.RawMessage(`2`)}}})
+	check("an apply", r, 1, 0, "doc", "doc.x", "doc.y")
+
+	// A transaction held past its warning: the tick that warns its holder
+	// sends a notice and changes nothing.
+	r = submit(base, &intents.Intent{ID: fuzzID(2), Agent: "w2", Kind: intents.KindPropose, LeaseMS: 1000,
+		Writes: []intents.Write{{Path: "doc.z", Op: intents.OpSet}}})
+	check("a propose", r, 0, 0)
+	r = leader.Tick(base.Add(900*time.Millisecond), nil)
+	if len(r.Events) == 0 {
+		t.Fatal("no warning before the lease ends: the test does not test what it says")
+	}
+	check("a lease warning", r, 0, 1)
+
+	// A rejected intent touches nothing, though it is recorded.
+	r = submit(base.Add(900*time.Millisecond), &intents.Intent{ID: fuzzID(3), Agent: "w3", Kind: intents.KindApply,
+		Pre: []string{"false"}, Writes: []intents.Write{{Path: "doc.x", Op: intents.OpSet, Value: json.RawMessage(`3`)}}})
+	check("a failed precondition", r, 0, 0)
+}
+
+// follow folds evs into f as a follower does, and returns its Ready.
+func follow(t *testing.T, f *Engine, evs []*intents.Event) Ready {
+	t.Helper()
+	r, err := f.ApplyAll(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

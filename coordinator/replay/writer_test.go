@@ -52,7 +52,6 @@ func newWriter(t testing.TB, dir string, every, seed uint64) *writer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.State().Track(true)
 	return &writer{t: t, log: log, eng: eng, every: every, rng: rand.New(rand.NewPCG(seed, 7)), now: t0,
 		hashes: map[uint64]string{}}
 }
@@ -116,7 +115,7 @@ func (w *writer) write(r engine.Ready) {
 	if len(evs) == 0 {
 		return
 	}
-	touched := w.eng.State().Touched()
+	touched := r.Touched
 	slices.Sort(touched)
 	var entries []eventlog.Entry
 	for _, p := range slices.Compact(touched) {

@@ -131,7 +131,7 @@ func GatherStatus(ctx context.Context, nc *nats.Conn, opts StatusOptions) (*Gath
 		l, err := ReadLogStatus(ctx, js, subj.Stream(intents.StreamLog))
 		logs <- logAnswer{l, err}
 	}()
-	g, err := askStatus(ctx, nc, subj.Status(), opts.Wait)
+	g, err := AskStatus(ctx, nc, subj.Status(), opts.Wait)
 	la := <-logs
 	if err != nil {
 		return nil, err
@@ -153,11 +153,13 @@ func GatherStatus(ctx context.Context, nc *nats.Conn, opts StatusOptions) (*Gath
 	return g, nil
 }
 
-// askStatus publishes one request on subject and collects every answer
-// that comes within wait, sorted by node. Every member answers a plain
+// AskStatus publishes one request on subject, the status subject, and
+// collects every answer that comes within wait, sorted by node: what
+// GatherStatus shows, and how the active member learns the others'
+// positions. Every member answers a plain
 // subscription, so there is no telling when the last has: it waits the
 // whole time, unless the server says at once that nobody listens.
-func askStatus(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) (*Gathered, error) {
+func AskStatus(ctx context.Context, nc *nats.Conn, subject string, wait time.Duration) (*Gathered, error) {
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {

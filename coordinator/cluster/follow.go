@@ -36,7 +36,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, hande
 		err = nil
 	}
 	if err != nil {
-		return nil, 0, nil, fmt.Errorf("coordinator: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, 0, nil, fmt.Errorf("cluster: find this log's end in %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	m.mu.Lock()
 	m.mu.seq, m.mu.logSeq = core.Log().LastSeq(), pos-1
@@ -63,7 +63,7 @@ func (m *Member) follow(ctx context.Context) (k *leaseKeeper, last uint64, hande
 
 	watch, err := m.kv.Watch(ctx, intents.LeaderKey, jetstream.UpdatesOnly())
 	if err != nil {
-		return nil, 0, nil, errors.Join(fmt.Errorf("coordinator: watch the leadership key: %w", err), stop())
+		return nil, 0, nil, errors.Join(fmt.Errorf("cluster: watch the leadership key: %w", err), stop())
 	}
 	// Stopping the watcher deletes its consumer, a request that waits out
 	// the client's timeout (5s) while the bucket's consumers elect
@@ -110,14 +110,14 @@ func (m *Member) consume(ctx context.Context, pos uint64) (jetstream.MessagesCon
 	cons, err := m.logs.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: pos})
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, fmt.Errorf("cluster: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	// Heartbeats every second: a follower whose pull was lost (a node
 	// restarted, a leader moved) finds out and pulls again within
 	// seconds, not the default's ten.
 	it, err := cons.Messages(jetstream.PullHeartbeat(time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
+		return nil, fmt.Errorf("cluster: follow %s: %w", m.subj.Stream(intents.StreamLog), err)
 	}
 	if m.opts.wrapFollow != nil {
 		it = m.opts.wrapFollow(it)
@@ -184,7 +184,7 @@ func (m *Member) tail(core *coordinator.Core, reads *coordinator.Standby, tip li
 			select {
 			case err := <-folded:
 				if err == nil {
-					err = errors.New("coordinator: the replicated log's reader closed")
+					err = errors.New("cluster: the replicated log's reader closed")
 				}
 				return err
 			case <-quit:
@@ -245,7 +245,7 @@ func (m *Member) fold(core *coordinator.Core, reads *coordinator.Standby, tip *l
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("coordinator: read the replicated log: %w", err)
+			return fmt.Errorf("cluster: read the replicated log: %w", err)
 		}
 		if folded, err := m.foldOne(core, reads, tip, msg, gate); !folded || err != nil {
 			return err
@@ -280,19 +280,19 @@ func (m *Member) foldOne(core *coordinator.Core, reads *coordinator.Standby, tip
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
-		return false, fmt.Errorf("coordinator: read the replicated log: %w", err)
+		return false, fmt.Errorf("cluster: read the replicated log: %w", err)
 	}
 	ok, err := tip.continues(msg.Headers())
 	if err != nil {
-		return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+		return false, fmt.Errorf("cluster: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 	}
 	if ok || m.opts.Bugs != nil && m.opts.Bugs.UnchainedReads {
 		evs, err := eventlog.DecodeGroup(msg.Data())
 		if err != nil {
-			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+			return false, fmt.Errorf("cluster: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
 		if err := reads.Follow(evs); err != nil {
-			return false, fmt.Errorf("coordinator: message %d of the replicated log: %w", meta.Sequence.Stream, err)
+			return false, fmt.Errorf("cluster: message %d of the replicated log: %w", meta.Sequence.Stream, err)
 		}
 		if last := evs[len(evs)-1]; last.Seq > tip.seq {
 			*tip = link{seq: last.Seq, id: last.ID}

@@ -17,7 +17,7 @@ import (
 func (m *Member) seed(ctx context.Context, core *coordinator.Core) error {
 	info, err := m.logs.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("coordinator: read the replicated log: %w", err)
+		return fmt.Errorf("cluster: read the replicated log: %w", err)
 	}
 	if info.State.Msgs > 0 {
 		return nil // another seeded it, or wrote: following tells whether that is this history
@@ -25,7 +25,7 @@ func (m *Member) seed(ctx context.Context, core *coordinator.Core) error {
 	began := time.Now()
 	last, err := seed(ctx, m.js, m.subj.Log(), core.Log())
 	if err != nil {
-		return fmt.Errorf("coordinator: seed the replicated log: %w", err)
+		return fmt.Errorf("cluster: seed the replicated log: %w", err)
 	}
 	m.log.Warn("seeded the replicated log with this coordinator's log", "events", core.Log().LastSeq(), "messages", last,
 		"took", time.Since(began).Round(time.Millisecond))
@@ -55,7 +55,7 @@ func (m *Member) catchUp(ctx context.Context, folding chan error, lost chan erro
 			lost <- err // for lead, which is not reached: drop
 			return 0, err
 		case <-ctx.Done():
-			return 0, fmt.Errorf("coordinator: read the replicated log's end: %w", err)
+			return 0, fmt.Errorf("cluster: read the replicated log's end: %w", err)
 		case <-time.After(50 * time.Millisecond): // an error may come at once
 		}
 	}

@@ -240,7 +240,7 @@ func (m *Member) keepLease(rev uint64, until time.Time) *leaseKeeper {
 					lapsed = false
 				}
 			case casFailed(err):
-				k.lost <- fmt.Errorf("coordinator: renew the leadership key: %w", err)
+				k.lost <- fmt.Errorf("cluster: renew the leadership key: %w", err)
 				k.renewed <- 0
 				return
 			case !k.leased() && !lapsed:

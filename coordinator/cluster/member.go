@@ -144,14 +144,14 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Membe
 		errs = append(errs, fmt.Errorf("coordinator options: LeaseTTL %s: want at least 1s", opts.LeaseTTL))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("coordinator: start member: %w", err)
+		return nil, fmt.Errorf("cluster: start member: %w", err)
 	}
 	m := &Member{nc: nc, dir: dir, opts: opts, subj: intents.Subjects{Prefix: opts.Prefix},
 		log: opts.Logger.With("node", opts.Node), done: make(chan struct{}), progress: make(chan struct{}, 1)}
 	m.snaps.now = make(chan chan snapshotResult)
 	var err error
 	if m.js, err = jetstream.New(nc); err != nil {
-		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+		return nil, fmt.Errorf("cluster: jetstream: %w", err)
 	}
 	bucket := jetstream.KeyValueConfig{Bucket: m.subj.LeaderBucket(), Description: "the active coordinator (SPEC §10)",
 		Replicas: opts.Replicas, Storage: jetstream.FileStorage}
@@ -178,11 +178,11 @@ func Start(ctx context.Context, nc *nats.Conn, dir string, opts Options) (*Membe
 	}
 	m.setRole(intents.RoleStandby, nil)
 	if m.status, err = nc.Subscribe(m.subj.Status(), m.answerStatus); err != nil {
-		return nil, fmt.Errorf("coordinator: subscribe %s: %w", m.subj.Status(), err)
+		return nil, fmt.Errorf("cluster: subscribe %s: %w", m.subj.Status(), err)
 	}
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {
 		m.status.Unsubscribe()
-		return nil, fmt.Errorf("coordinator: flush: %w", err)
+		return nil, fmt.Errorf("cluster: flush: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -209,13 +209,13 @@ func (m *Member) ensureLog(ctx context.Context) (jetstream.Stream, error) {
 	st, err := m.js.Stream(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if st, err = m.js.CreateStream(ctx, want); err != nil {
-			return nil, fmt.Errorf("coordinator: create stream %s: %w", want.Name, err)
+			return nil, fmt.Errorf("cluster: create stream %s: %w", want.Name, err)
 		}
 		m.log.Info("stream created", "stream", want.Name)
 		return st, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: stream %s: %w", want.Name, err)
+		return nil, fmt.Errorf("cluster: stream %s: %w", want.Name, err)
 	}
 	if err := coordinator.CheckStream(m.log, st.CachedInfo().Config, want); err != nil {
 		return nil, err
@@ -232,7 +232,7 @@ func (m *Member) ensureBucket(ctx context.Context, cfg jetstream.KeyValueConfig)
 		kv, err = m.js.KeyValue(ctx, cfg.Bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: leadership bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("cluster: leadership bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
 }

@@ -50,7 +50,7 @@ import (
 // the stream did not say it stored the group. Nothing of the group, nor of
 // what was decided after it, is answered; the coordinator stops being the
 // active one and follows the log again.
-var ErrFenced = errors.New("coordinator: the replicated log did not take the group")
+var ErrFenced = errors.New("cluster: the replicated log did not take the group")
 
 // errLogEmpty is logPosition's error when the replicated log is empty and
 // this coordinator's own is not: a coordinator that ran alone, now the
@@ -167,11 +167,11 @@ var _ coordinator.Replicator = (*replog)(nil)
 func newReplog(pub *nats.Conn, subject string, last uint64, log *eventlog.Log, leased func() bool) (*replog, error) {
 	js, err := jetstream.New(pub, jetstream.WithPublishAsyncMaxPending(256), jetstream.WithPublishAsyncTimeout(appendTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: jetstream: %w", err)
+		return nil, fmt.Errorf("cluster: jetstream: %w", err)
 	}
 	tip, err := logTip(log)
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: the event the replicated log continues: %w", err)
+		return nil, fmt.Errorf("cluster: the event the replicated log continues: %w", err)
 	}
 	return &replog{js: js, subject: subject, last: last, tip: tip.id, leased: leased}, nil
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +42,7 @@ const DefaultTrimEvery = 100000
 
 // ErrNotActive is returned by what only the active coordinator does, on
 // a standby.
-var ErrNotActive = errors.New("coordinator: not the active coordinator")
+var ErrNotActive = errors.New("cluster: not the active coordinator")
 
 // errNoSnapshot is loadSnapshot's when the bucket holds none.
 var errNoSnapshot = errors.New("no snapshot of the replicated log is stored")
@@ -100,7 +99,7 @@ func (m *Member) snapshotStore(ctx context.Context) (jetstream.ObjectStore, erro
 		obs, err = m.js.ObjectStore(ctx, cfg.Bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: snapshot bucket %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("cluster: snapshot bucket %s: %w", cfg.Bucket, err)
 	}
 	m.snaps.mu.obs = obs
 	return obs, nil
@@ -138,7 +137,7 @@ func (m *Member) storedSnapshot(ctx context.Context) (st intents.SnapshotStatus,
 		return st, false, nil
 	}
 	if err != nil {
-		return st, false, fmt.Errorf("coordinator: read the stored snapshot: %w", err)
+		return st, false, fmt.Errorf("cluster: read the stored snapshot: %w", err)
 	}
 	st, err = snapshotMeta(info)
 	return st, err == nil, err
@@ -149,7 +148,7 @@ func snapshotMeta(info *jetstream.ObjectInfo) (intents.SnapshotStatus, error) {
 	seq, err1 := strconv.ParseUint(info.Metadata[metaSnapshotSeq], 10, 64)
 	logSeq, err2 := strconv.ParseUint(info.Metadata[metaSnapshotLog], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: the stored snapshot's metadata %v: %w", info.Metadata, err)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: the stored snapshot's metadata %v: %w", info.Metadata, err)
 	}
 	return intents.SnapshotStatus{Seq: seq, LogSeq: logSeq, Stored: info.ModTime}, nil
 }
@@ -255,23 +254,23 @@ func (m *Member) storeSnapshot(ctx context.Context, svc *coordinator.Service) (i
 	}
 	exp, err := svc.Core().Log().Export()
 	if err != nil {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", err)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: snapshot: %w", err)
 	}
 	defer exp.Close()
 	if exp.From > exp.Last {
 		// Compacted to its end: a joiner would have no event to check
 		// against the replicated log's (logPosition).
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: the log holds no event (it ends at %d); try again after the next", exp.Last)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: snapshot: the log holds no event (it ends at %d); try again after the next", exp.Last)
 	}
 	// The local log is never ahead of the stream: its last event is the
 	// last of a message the stream holds.
 	ev, err := svc.Core().Log().Event(exp.Last)
 	if err != nil {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: %w", err)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: snapshot: %w", err)
 	}
 	pos, err := logPosition(ctx, m.logs, link{seq: exp.Last, id: ev.ID})
 	if err != nil {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: snapshot: find event %d in the replicated log: %w", exp.Last, err)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: snapshot: find event %d in the replicated log: %w", exp.Last, err)
 	}
 	st := intents.SnapshotStatus{Seq: exp.Last, LogSeq: pos - 1}
 	obs, err := m.snapshotStore(ctx)
@@ -294,7 +293,7 @@ func (m *Member) storeSnapshot(ctx context.Context, svc *coordinator.Service) (i
 		err = werr
 	}
 	if err != nil {
-		return intents.SnapshotStatus{}, fmt.Errorf("coordinator: store the snapshot at event %d: %w", st.Seq, err)
+		return intents.SnapshotStatus{}, fmt.Errorf("cluster: store the snapshot at event %d: %w", st.Seq, err)
 	}
 	st.Stored = info.ModTime
 	m.setSnapshot(st)
@@ -332,34 +331,17 @@ func (m *Member) trim(ctx context.Context, keep uint64) (uint64, error) {
 }
 
 // positions gathers the status of every member that answers within
-// statusWait.
+// statusWait, as `coagent status` does; none is an error, since then no
+// position says what may be trimmed.
 func (m *Member) positions(ctx context.Context) ([]intents.MemberStatus, error) {
-	inbox := m.nc.NewInbox()
-	sub, err := m.nc.SubscribeSync(inbox)
+	g, err := coordinator.AskStatus(ctx, m.nc, m.subj.Status(), statusWait)
 	if err != nil {
 		return nil, fmt.Errorf("gather the members' positions: %w", err)
 	}
-	defer sub.Unsubscribe()
-	if err := m.nc.PublishRequest(m.subj.Status(), inbox, nil); err != nil {
-		return nil, fmt.Errorf("gather the members' positions: %w", err)
+	if len(g.Members) == 0 {
+		return nil, errors.New("gather the members' positions: no member answered")
 	}
-	ctx, cancel := context.WithTimeout(ctx, statusWait)
-	defer cancel()
-	var out []intents.MemberStatus
-	for {
-		msg, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			if ctx.Err() != nil && len(out) > 0 {
-				return out, nil
-			}
-			return nil, fmt.Errorf("gather the members' positions: %d answered: %w", len(out), err)
-		}
-		var st intents.MemberStatus
-		if err := json.Unmarshal(msg.Data, &st); err != nil || st.Node == "" {
-			continue // not a member's answer: no position to keep
-		}
-		out = append(out, st)
-	}
+	return g.Members, nil
 }
 
 // openFollowing opens the local log and finds the message of the
@@ -397,7 +379,7 @@ func (m *Member) openFollowing(ctx context.Context) (*coordinator.Core, link, ui
 	case errors.Is(lerr, errNoSnapshot) && err == nil:
 		// Nothing to load: fold the log from its first message.
 	case lerr != nil:
-		return nil, link{}, 0, errors.Join(err, fmt.Errorf("coordinator: load the snapshot of the replicated log: %w", lerr))
+		return nil, link{}, 0, errors.Join(err, fmt.Errorf("cluster: load the snapshot of the replicated log: %w", lerr))
 	default:
 		m.log.Info("loaded the snapshot of the replicated log", "event", st.Seq, "log_message", st.LogSeq, "had_events", had)
 	}
@@ -425,7 +407,7 @@ func (m *Member) setAside(ctx context.Context, core *coordinator.Core, ahead *ah
 	}
 	aside := m.dir + ".ahead-" + time.Now().UTC().Format("20060102T150405.000Z")
 	if err := os.Rename(m.dir, aside); err != nil {
-		return nil, link{}, 0, fmt.Errorf("coordinator: keep aside the event log the replicated log lost the tail of: %w", err)
+		return nil, link{}, 0, fmt.Errorf("cluster: keep aside the event log the replicated log lost the tail of: %w", err)
 	}
 	m.log.Error("the replicated log lost the tail of this coordinator's log: events it answered are not in it (its nodes had not synced them, and lost them: serve --sync always keeps them); this log is kept aside, and the coordinator follows the replicated log",
 		"lost_from_event", ahead.last+1, "lost_to_event", ahead.local, "lost_events", ahead.local-ahead.last, "kept_in", aside)

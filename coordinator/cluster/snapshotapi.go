@@ -36,7 +36,7 @@ func (m *Member) answerSnapshots(ctx context.Context, svc *coordinator.Service) 
 		m.answerSnapshot(ctx, svc, req)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: subscribe %s: %w", m.subj.ClusterSnapshot(), err)
+		return nil, fmt.Errorf("cluster: subscribe %s: %w", m.subj.ClusterSnapshot(), err)
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
 }

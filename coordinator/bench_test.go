@@ -45,7 +45,7 @@ type replayGen struct {
 	n        uint64 // intents submitted
 	held     []replayHeld
 	out      []*intents.Event
-	touched  []string // the paths the events not yet appended bumped
+	touched  []string       // the paths the events not yet appended bumped
 	outcomes map[string]int // outcome[/reason] of the intents' final decisions
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,64 +11,28 @@ import (
 	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/drive"
 	"github.com/oklog/ulid/v2"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// driver submits random intents from a few agents to a Core, as agents
-// would: applies, proposes with their commits and aborts, waits, and time
-// passing so that leases and waits run out.
+// driver submits drive's random traffic to a Core, as agents would.
 type driver struct {
-	t    testing.TB
-	c    *Core
-	rng  *rand.Rand
-	now  time.Time
-	n    uint64
-	held []*intents.Decision
+	t   testing.TB
+	c   *Core
+	tr  *drive.Traffic
+	now time.Time
 }
 
 func newDriver(t testing.TB, c *Core, seed uint64) *driver {
-	return &driver{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 7)), now: t0}
+	return &driver{t: t, c: c, tr: drive.New(seed, t0), now: t0}
 }
-
-func (d *driver) id() string {
-	d.n++
-	var u ulid.ULID
-	_ = u.SetTime(ulid.Timestamp(t0))
-	u[15], u[14], u[13] = byte(d.n), byte(d.n>>8), byte(d.n>>16)
-	return u.String()
-}
-
-var (
-	drvPaths = []string{"doc.a", "doc.b", "doc.c.x", "cnt.n", "list.items"}
-	drvOps   = map[string]intents.Op{"doc.a": intents.OpSet, "doc.b": intents.OpSet, "doc.c.x": intents.OpSet, "cnt.n": intents.OpIncr, "list.items": intents.OpAppend}
-)
 
 func (d *driver) step() {
-	agent := "a" + strconv.Itoa(d.rng.IntN(4))
-	p := drvPaths[d.rng.IntN(len(drvPaths))]
-	in := &intents.Intent{ID: d.id(), Agent: agent}
-	w := intents.Write{Path: p, Op: drvOps[p], Value: json.RawMessage(strconv.Itoa(d.rng.IntN(50)))}
-	switch r := d.rng.IntN(10); {
-	case r < 4:
-		in.Kind, in.Writes = intents.KindApply, []intents.Write{w}
-		if d.rng.IntN(2) == 0 {
-			in.OnConflict, in.WaitMS = intents.OnConflictWait, 3000
-		}
-	case r < 6:
-		in.Kind, in.Writes, in.LeaseMS = intents.KindPropose, []intents.Write{{Path: p, Op: w.Op}}, 2000
-	case r < 8 && len(d.held) > 0:
-		i := d.rng.IntN(len(d.held))
-		g := d.held[i]
-		d.held = append(d.held[:i:i], d.held[i+1:]...)
-		in.Agent, in.Txn, in.Fence = g.Agent, g.Txn, g.Fence
-		in.Kind = intents.KindAbort
-		if d.rng.IntN(3) > 0 {
-			in.Kind = intents.KindCommit
-		}
-	default:
-		d.now = d.now.Add(time.Duration(d.rng.IntN(1500)) * time.Millisecond)
+	in := d.tr.Next()
+	d.now = d.tr.Now()
+	if in == nil {
 		evs := d.c.Tick(d.now)
 		p, err := d.c.Commit()
 		d.settle(evs, p, err)
@@ -92,12 +54,7 @@ func (d *driver) settle(evs []*intents.Event, p *Group, err error) {
 	if err := p.Wait(context.Background()); err != nil {
 		d.t.Fatal(err)
 	}
-	for _, ev := range evs {
-		if dec := ev.Decision; dec != nil && dec.Outcome == intents.OutcomeGranted && !dec.Duplicate {
-			cp := *dec
-			d.held = append(d.held, &cp)
-		}
-	}
+	d.tr.Decided(evs)
 }
 
 func openCore(t testing.TB, dir string, every uint64) *Core {

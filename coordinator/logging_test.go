@@ -72,7 +72,7 @@ func TestServiceLogsItsRun(t *testing.T) {
 	for i := range n {
 		id := ulid.Make().String()
 		body := fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"apply","writes":[{"path":"doc.p%d","op":"set","value":1}]}`, id, i)
-		request[intents.Decision](t, nc, intents.Subjects{}.API(intents.APISubmit), body)
+		natstest.Request[intents.Decision](t, nc, intents.Subjects{}.API(intents.APISubmit), body)
 	}
 	elapsed := time.Since(begin)
 	slow := logs.named("slow group: its commit took long to be durable")

@@ -155,7 +155,7 @@ func TestReadKilledBeforeDurable(t *testing.T) {
 	if d := submit(incr, `"kind":"apply","writes":[{"path":"lc.k","op":"incr","value":1}]`); d.Outcome != intents.OutcomeApplied || d.Rev <= cas.Rev {
 		t.Fatalf("the increment sent again: %+v (the compare-and-set at rev %d)", d, cas.Rev)
 	}
-	st = *request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["lc.k"]}`)
+	st = *natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["lc.k"]}`)
 	if v := st.Values["lc.k"]; v.Value != float64(11) || v.Version != 3 {
 		t.Fatalf("lc.k after set, compare-and-set and one increment: %+v", v)
 	}

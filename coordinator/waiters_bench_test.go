@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -55,7 +54,7 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 	subj := intents.Subjects{}
 	doc := "park.r" + strconv.Itoa(round)
 	holder := natstest.Connect(b, ns)
-	grant := request[intents.Decision](b, holder, subj.Submit("h"),
+	grant := natstest.Request[intents.Decision](b, holder, subj.Submit("h"),
 		fmt.Sprintf(`{"id":%q,"agent":"h","kind":"propose","lease_ms":600000,"writes":[{"path":%q,"op":"set"}]}`, ulid.Make(), doc))
 	if grant.Outcome != intents.OutcomeGranted {
 		b.Fatalf("holder: %+v", grant)
@@ -164,7 +163,7 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 	await(queued, "queued")
 	park = time.Since(began)
 	began = time.Now()
-	abort := request[intents.Decision](b, holder, subj.Submit("h"),
+	abort := natstest.Request[intents.Decision](b, holder, subj.Submit("h"),
 		fmt.Sprintf(`{"id":%q,"agent":"h","kind":"abort","txn":%q,"fence":%d}`, ulid.Make(), grant.Txn, grant.Fence))
 	if abort.Outcome != intents.OutcomeAborted {
 		b.Fatalf("abort: %+v", abort)
@@ -175,18 +174,3 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 	return park, free
 }
 
-// request sends body to subject and decodes the reply as a T.
-func request[T any](tb testing.TB, nc *nats.Conn, subject, body string) *T {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := nc.RequestWithContext(ctx, subject, []byte(body))
-	if err != nil {
-		tb.Fatalf("%s: %v", subject, err)
-	}
-	v := new(T)
-	if err := json.Unmarshal(m.Data, v); err != nil {
-		tb.Fatalf("%s: %s: %v", subject, m.Data, err)
-	}
-	return v
-}

@@ -18,7 +18,6 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -82,21 +81,6 @@ type stateReply struct {
 	} `json:"values"`
 }
 
-// request sends body to subject and decodes the reply as a T.
-func request[T any](tb testing.TB, nc *nats.Conn, subject, body string) *T {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := nc.RequestWithContext(ctx, subject, []byte(body))
-	if err != nil {
-		tb.Fatalf("%s: %v", subject, err)
-	}
-	v := new(T)
-	if err := json.Unmarshal(m.Data, v); err != nil {
-		tb.Fatalf("%s: %s: %v", subject, m.Data, err)
-	}
-	return v
-}
 
 // protoIntent formats an intent whose first verb is a fresh ULID, returned
 // with it.

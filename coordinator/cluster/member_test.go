@@ -103,7 +103,7 @@ func incr(t *testing.T, nc *nats.Conn, path string, n int) {
 // counter reads a number at path through state.get.
 func counter(t *testing.T, nc *nats.Conn, path string) float64 {
 	t.Helper()
-	st := request[stateReply](t, nc, intents.Subjects{}.API(intents.APIStateGet), fmt.Sprintf(`{"paths":[%q]}`, path))
+	st := natstest.Request[stateReply](t, nc, intents.Subjects{}.API(intents.APIStateGet), fmt.Sprintf(`{"paths":[%q]}`, path))
 	v, _ := st.Values[path].Value.(float64)
 	return v
 }

@@ -19,6 +19,7 @@
 package natstest
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"testing"
@@ -71,6 +72,24 @@ func Next[T any](t testing.TB, sub *nats.Subscription) *T {
 	v := new(T)
 	if err := json.Unmarshal(m.Data, v); err != nil {
 		t.Fatalf("message on %s: %s: %v", m.Subject, m.Data, err)
+	}
+	return v
+}
+
+// Request sends body to subject, waits up to 30 s for the reply and
+// decodes it as JSON into a new T; the test fails if none comes or it does
+// not decode.
+func Request[T any](t testing.TB, nc *nats.Conn, subject, body string) *T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := nc.RequestWithContext(ctx, subject, []byte(body))
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	v := new(T)
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		t.Fatalf("%s: %s: %v", subject, m.Data, err)
 	}
 	return v
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -124,7 +125,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		e.loadOf(t.Agent).txns--
 		// Whoever waited on t is decided again from scratch by the caller;
 		// during replay the events of those decisions follow in the log.
-		e.redecide = append(e.redecide, e.waits.Release(t.ID)...)
+		e.redecide = append(e.redecide, e.freed(t)...)
 	case intents.EventWait, intents.EventEscalate:
 		w := ev.Wait
 		p := e.parked[w.Intent.ID]
@@ -264,4 +265,37 @@ func holders(cs []intents.Conflict) []conflict.Holder {
 		}
 	}
 	return out
+}
+
+// freed takes the intents waiting on t, which ended, out of its queue, in
+// the order they are decided again: the highest priority first and, among
+// equals, the order they started waiting on it; arrival order alone when
+// a rule over t's writes says "fifo". Of waiters on one transaction,
+// only the first of conflicting proposes is granted: the order is who
+// gets it. Replay does not decide them (their decisions follow in the
+// log), so the order may change between versions without changing a
+// replay.
+func (e *Engine) freed(t *txn) []string {
+	ids := e.waits.Release(t.ID)
+	if len(ids) < 2 {
+		return ids
+	}
+	prio := func(id string) int64 {
+		if p := e.parked[id]; p != nil {
+			return p.in.Priority
+		}
+		return 0
+	}
+	if !slices.ContainsFunc(ids, func(id string) bool { return prio(id) != prio(ids[0]) }) {
+		return ids
+	}
+	paths := make([]string, len(t.Writes))
+	for i, w := range t.Writes {
+		paths[i] = w.Path
+	}
+	if e.rules.FIFO(paths) {
+		return ids
+	}
+	slices.SortStableFunc(ids, func(a, b string) int { return cmp.Compare(prio(b), prio(a)) })
+	return ids
 }

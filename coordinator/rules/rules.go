@@ -71,7 +71,18 @@ type Rule struct {
 	// hypothesis, task, artifact, decision; see records.go) with its shape
 	// and update rules. For a task, Transitions govern its status.
 	Kind string `json:"kind,omitempty"`
+	// Waiters orders the intents waiting on a transaction that writes a
+	// path the pattern covers, once it ends: "priority" (the default) the
+	// highest intent priority first and arrival order among equals,
+	// "fifo" arrival order alone.
+	Waiters string `json:"waiters,omitempty"`
 }
+
+// The orders of Rule.Waiters.
+const (
+	WaitersPriority = "priority"
+	WaitersFIFO     = "fifo"
+)
 
 // Invariant is a boolean expression over the state, in the language of
 // intents' conditions.
@@ -274,6 +285,11 @@ func compileRule(i int, r Rule) (compiled, error) {
 	default:
 		return c, bad(field+".on_conflict", "%q: want reject, wait or escalate", r.OnConflict)
 	}
+	switch r.Waiters {
+	case "", WaitersPriority, WaitersFIFO:
+	default:
+		return c, bad(field+".waiters", "%q: want priority or fifo", r.Waiters)
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -382,6 +398,26 @@ func (s *Set) OnConflict(writes []string) intents.OnConflict {
 		}
 	}
 	return ""
+}
+
+// FIFO reports whether the intents waiting on a transaction that writes
+// writes are freed in arrival order alone: a rule covering one of them
+// says "fifo". Otherwise the highest priority goes first.
+func (s *Set) FIFO(writes []string) bool {
+	if s == nil {
+		return false
+	}
+	for _, r := range s.rules {
+		if r.Waiters != WaitersFIFO {
+			continue
+		}
+		for _, w := range writes {
+			if r.pat.Covers(w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Invariants returns the invariants whose paths overlap one of writes:

@@ -447,8 +447,10 @@ func (in *Intent) checkTxn(report func(*ValidationError) bool) bool {
 			return false
 		}
 	}
-	if in.Fence != 0 {
-		return report(invalid("fence", strconv.FormatUint(in.Fence, 10), "only commit, abort and renew carry a fence"))
+	if in.Fence != 0 && in.Kind != KindApply {
+		// An apply carries the fence of the task claim it writes under
+		// (a task rule with a lease).
+		return report(invalid("fence", strconv.FormatUint(in.Fence, 10), "only commit, abort, renew and an apply that writes a claimed task carry a fence"))
 	}
 	return true
 }

@@ -131,6 +131,9 @@ const (
 	CauseAborted   ReleaseCause = "aborted"
 	CauseExpired   ReleaseCause = "expired"
 	CausePreempted ReleaseCause = "preempted"
+	// CauseReleased ends a task claim whose owner released the task or
+	// handed it over; a claim whose lease ran out ends expired.
+	CauseReleased ReleaseCause = "released"
 )
 
 // Release records a transaction ending.
@@ -157,6 +160,7 @@ const (
 	NoticeWaiting       NoticeKind = "waiting"        // an intent waits on your transaction
 	NoticeLeaseExpiring NoticeKind = "lease_expiring" // renew soon or lose the grant
 	NoticeLeaseExpired  NoticeKind = "lease_expired"  // the grant is gone
+	NoticeReclaimed     NoticeKind = "reclaimed"      // your claim's lease ended: the task went back
 )
 
 // Notice is an advisory for one agent; the event's Agent is the recipient.

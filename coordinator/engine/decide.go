@@ -375,12 +375,15 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	merged := e.mergedWith("", conflictWrites(in), merges)
+	e.claimed = e.claimed[:0]
 	e.emit(intents.Event{Type: intents.EventChange, Agent: in.Agent, Intent: in.ID,
 		Change: &intents.Change{Writes: plan, MergedWith: merged}})
 	// The versions after the change, so the agent can chain its next
 	// compare-and-set without a read.
-	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeApplied,
-		Rev: e.seq, MergedWith: merged, Versions: e.versions(in, nil, nil)})
+	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeApplied,
+		Rev: e.seq, MergedWith: merged, Versions: e.versions(in, nil, nil)}
+	e.leaseOf(in, d)
+	e.decide(d)
 }
 
 // plan checks writes against the state, the values they leave against the
@@ -392,8 +395,18 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.C
 	if err != nil {
 		return nil, &rules.Violation{Reason: intents.ReasonInvalid, Detail: err.Error()}
 	}
-	if len(post) > 0 || len(invs) > 0 || e.rules != nil {
+	if e.rules == nil && len(e.claims) == 0 && in.Fence != 0 {
+		if v := e.checkClaims(in, nil, nil); v != nil {
+			return nil, v
+		}
+	}
+	if len(post) > 0 || len(invs) > 0 || e.rules != nil || len(e.claims) > 0 {
 		after := e.tree.After(plan)
+		// A fence that is not the claim's says more than the task's rules
+		// can: whoever holds it lost the task.
+		if v := e.checkClaims(in, appliedPaths(plan), after); v != nil {
+			return nil, v
+		}
 		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, settled); v != nil {
 			return nil, v
 		}
@@ -799,6 +812,12 @@ func (e *Engine) abort(in *intents.Intent) {
 }
 
 func (e *Engine) renew(in *intents.Intent) {
+	if e.txns[in.Txn] == nil {
+		if p := e.claimIDs[in.Txn]; p != "" {
+			e.renewClaim(in, e.claims[p])
+			return
+		}
+	}
 	t := e.held(in)
 	if t == nil {
 		return

@@ -43,6 +43,13 @@ type Engine struct {
 	rulesEvent *intents.Rules
 	buckets    map[string]*bucket
 
+	// The task claims under leases, by task path; their ids' tasks; and,
+	// for every path above a claimed task, how many claimed tasks are
+	// under it (see claims.go).
+	claims     map[string]*claim
+	claimIDs   map[string]string
+	claimAbove map[string]int
+
 	// late keeps the transactions that expired, for the planted bug
 	// skip-fence to commit; never set otherwise.
 	late map[string]*txn
@@ -66,6 +73,7 @@ type Engine struct {
 	own          *intents.Decision
 	rulesChanged bool
 	redecide     []string        // waiters freed by a release, to decide again
+	claimed      []*claim        // the claims the change being decided started
 	arena        []intents.Event // where emitted events are carved from
 }
 
@@ -135,6 +143,10 @@ func New(cfg Config) (*Engine, error) {
 		parked:  map[string]*parked{},
 		load:    map[string]*load{},
 		buckets: map[string]*bucket{},
+
+		claims:     map[string]*claim{},
+		claimIDs:   map[string]string{},
+		claimAbove: map[string]int{},
 	}
 	// A parked intent's interim decision stays until its final one.
 	e.decided = newRecent[*intents.Decision](cfg.DedupWindow, func(yield func(string)) {

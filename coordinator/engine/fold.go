@@ -102,6 +102,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 			return err
 		}
 		e.noteMerged(ev)
+		e.foldClaims(ev)
 	case intents.EventGrant:
 		g := ev.Grant
 		t := newTxn(g)
@@ -114,6 +115,10 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		t.endN = e.timers.add(t.expires, timerLeaseEnd, t.ID)
 	case intents.EventRenew:
 		t := e.txns[ev.Grant.Txn]
+		if t == nil {
+			e.foldRenewClaim(e.claimIDs[ev.Grant.Txn], ev.Grant)
+			break
+		}
 		t.expires, t.leaseMS, t.warned = ev.Grant.Expires, ev.Grant.LeaseMS, false
 		t.warnN = e.timers.add(e.warnAt(t), timerLeaseWarn, t.ID)
 		t.endN = e.timers.add(t.expires, timerLeaseEnd, t.ID)
@@ -144,6 +149,8 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
 			if t := e.txns[ev.Notice.Txn]; t != nil {
 				t.warned = true
+			} else if p := e.claimIDs[ev.Notice.Txn]; p != "" {
+				e.claims[p].warned = true
 			}
 		}
 	}
@@ -184,8 +191,8 @@ func (e *Engine) check(ev *intents.Event) error {
 		if ev.Grant == nil {
 			return missing("grant")
 		}
-		if e.txns[ev.Grant.Txn] == nil {
-			return fmt.Errorf("renew of txn %q not in flight", ev.Grant.Txn)
+		if e.txns[ev.Grant.Txn] == nil && e.claimIDs[ev.Grant.Txn] == "" {
+			return fmt.Errorf("renew of txn %q, neither in flight nor a task's claim", ev.Grant.Txn)
 		}
 	case intents.EventExpire, intents.EventRelease:
 		if ev.Release == nil {

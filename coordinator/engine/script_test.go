@@ -39,6 +39,7 @@ import (
 //	resolve             give the engine the input, an arbiter's resolution
 //	case <name>         print the arbiter's case of an escalated intent
 //	rules               put the input, a rules file, in force
+//	claims              print the task claims under leases
 //
 // In inputs, $name stands for a ULID derived from name (an intent id) and
 // $Tn for the n-th transaction id the engine handed out; outputs use the
@@ -249,6 +250,15 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 			lines = []string{"none in flight"}
 		}
 		return lines
+	case "claims":
+		var lines []string
+		for _, c := range r.e.Snapshot().Claims {
+			lines = append(lines, fmt.Sprintf("%s owner=%s txn=%s fence=%d expires=%s", c.Path, c.Owner, r.name(c.ID), c.Fence, r.rel(c.Expires)))
+		}
+		if len(lines) == 0 {
+			lines = []string{"no claims"}
+		}
+		return lines
 	case "parked":
 		var lines []string
 		for _, id := range r.e.Parked() {
@@ -305,6 +315,15 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 			}
 		case intents.EventResolve:
 			lines = append(lines, fmt.Sprintf("resolution by %s accepted", ev.Agent))
+		case intents.EventChange:
+			if ev.Intent != "" {
+				break // shown by its decision
+			}
+			var ws []string
+			for _, w := range ev.Change.Writes {
+				ws = append(ws, fmt.Sprintf("%s %s %s", w.Op, w.Path, w.Value))
+			}
+			lines = append(lines, fmt.Sprintf("reclaim txn=%s: %s", r.name(ev.Txn), strings.Join(ws, ", ")))
 		}
 	}
 	return lines
@@ -382,5 +401,16 @@ func (r *scriptRun) checkReplay(t *testing.T) {
 	}
 	if got, want := fresh.Parked(), r.e.Parked(); !slices.Equal(got, want) {
 		t.Errorf("replay: parked %v, live %v", got, want)
+	}
+	// The task claims, and a snapshot's round trip of them.
+	if got, want := fmt.Sprint(fresh.Snapshot().Claims), fmt.Sprint(r.e.Snapshot().Claims); got != want {
+		t.Errorf("replay: claims\n%s\nlive\n%s", got, want)
+	}
+	restored, err := Restore(r.config, r.e.Snapshot())
+	if err != nil {
+		t.Fatalf("restore the live engine's snapshot: %v", err)
+	}
+	if got, want := fmt.Sprint(restored.Snapshot()), fmt.Sprint(r.e.Snapshot()); got != want {
+		t.Errorf("restore: snapshot\n%s\nlive\n%s", got, want)
 	}
 }

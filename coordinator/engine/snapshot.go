@@ -44,6 +44,8 @@ type Snapshot struct {
 	Txns []SnapshotTxn `json:"txns"`
 	// Parked are the intents waiting or escalated, sorted by id.
 	Parked []SnapshotParked `json:"parked"`
+	// Claims are the task claims under leases, sorted by task path.
+	Claims []SnapshotClaim `json:"claims,omitempty"`
 	// Waits are the waiting intents' queues behind each transaction.
 	Waits conflict.WaitsState `json:"waits"`
 	// Decided holds the latest decision per intent id, and Ended how each
@@ -92,6 +94,19 @@ type SnapshotTxn struct {
 	Trace string `json:"trace,omitempty"`
 }
 
+// SnapshotClaim is a task claim under a lease (see claims.go).
+type SnapshotClaim struct {
+	Path      string        `json:"path"`
+	Owner     string        `json:"owner"`
+	ID        string        `json:"id"`
+	Fence     uint64        `json:"fence"`
+	Lease     time.Duration `json:"lease"`
+	ReclaimTo string        `json:"reclaim_to,omitempty"`
+	Expires   time.Time     `json:"expires"`
+	Warned    bool          `json:"warned,omitempty"`
+	Trace     string        `json:"trace,omitempty"`
+}
+
 // SnapshotParked is an intent waiting on transactions or on an arbiter.
 type SnapshotParked struct {
 	Intent    *intents.Intent    `json:"intent"`
@@ -112,8 +127,9 @@ type Window[V any] struct {
 }
 
 // SnapshotTimer is a pending timer. Kind is "lease_warning", "lease_end"
-// (ID is a txn) or "deadline" (ID is a parked intent); N is its place in the
-// order timers were set.
+// (ID is a txn), "deadline" (ID is a parked intent), "claim_warning" or
+// "claim_end" (ID is a claimed task's path); N is its place in the order
+// timers were set.
 type SnapshotTimer struct {
 	At   time.Time `json:"at"`
 	Kind string    `json:"kind"`
@@ -121,7 +137,8 @@ type SnapshotTimer struct {
 	N    uint64    `json:"n"`
 }
 
-var timerKinds = [...]string{timerLeaseWarn: "lease_warning", timerLeaseEnd: "lease_end", timerDeadline: "deadline"}
+var timerKinds = [...]string{timerLeaseWarn: "lease_warning", timerLeaseEnd: "lease_end", timerDeadline: "deadline",
+	timerClaimWarn: "claim_warning", timerClaimEnd: "claim_end"}
 
 // Snapshot returns the engine's state after its last event. It must not be
 // called during another call (the engine is not safe for concurrent use). It
@@ -158,6 +175,11 @@ func (e *Engine) Snapshot() *Snapshot {
 			Conflicts: p.conflicts, Trace: p.trace})
 	}
 	slices.SortFunc(s.Parked, func(a, b SnapshotParked) int { return strings.Compare(a.Intent.ID, b.Intent.ID) })
+	for _, c := range e.claims {
+		s.Claims = append(s.Claims, SnapshotClaim{Path: c.path, Owner: c.owner, ID: c.id, Fence: c.fence, Lease: c.lease,
+			ReclaimTo: c.reclaimTo, Expires: c.expires, Warned: c.warned, Trace: c.trace})
+	}
+	slices.SortFunc(s.Claims, func(a, b SnapshotClaim) int { return strings.Compare(a.Path, b.Path) })
 	// Stale timers never fire (see timer), so only the live ones are kept.
 	for _, tm := range e.timers.h {
 		if e.live(tm) {
@@ -258,6 +280,25 @@ func (e *Engine) restore(s *Snapshot) error {
 		e.loadOf(in.Agent).parked++
 	}
 
+	for _, sc := range s.Claims {
+		switch {
+		case sc.Path == "" || sc.Owner == "" || sc.ID == "":
+			return fmt.Errorf("claim on %q of %q: empty path, owner or id", sc.Path, sc.Owner)
+		case e.claims[sc.Path] != nil || e.claimIDs[sc.ID] != "":
+			return fmt.Errorf("claim %s on %s listed twice", sc.ID, sc.Path)
+		case sc.Fence == 0 || sc.Fence > s.Fence:
+			return fmt.Errorf("claim %s has fence %d, not one issued (the last is %d)", sc.ID, sc.Fence, s.Fence)
+		case sc.Lease <= 0:
+			return fmt.Errorf("claim %s has lease %s", sc.ID, sc.Lease)
+		case ownerOf(e.tree, sc.Path) != sc.Owner:
+			return fmt.Errorf("claim %s on %s of %s, which the state says %s owns", sc.ID, sc.Path, sc.Owner, ownerOf(e.tree, sc.Path))
+		}
+		e.claims[sc.Path] = &claim{path: sc.Path, owner: sc.Owner, id: sc.ID, fence: sc.Fence, lease: sc.Lease,
+			reclaimTo: sc.ReclaimTo, expires: sc.Expires, warned: sc.Warned, trace: sc.Trace}
+		e.claimIDs[sc.ID] = sc.Path
+		e.noteAbove(sc.Path, 1)
+	}
+
 	if e.waits, err = conflict.ImportWaits(s.Waits); err != nil {
 		return err
 	}
@@ -354,6 +395,14 @@ func (e *Engine) restoreTimers(s *Snapshot) error {
 			if p := e.parked[tm.id]; p != nil && tm.at.Equal(p.deadline) {
 				p.deadlineN = max(p.deadlineN, tm.n)
 			}
+		case timerClaimWarn:
+			if c := e.claims[tm.id]; c != nil && !c.warned && tm.at.Equal(e.claimWarnAt(c)) {
+				c.warnN = max(c.warnN, tm.n)
+			}
+		case timerClaimEnd:
+			if c := e.claims[tm.id]; c != nil && tm.at.Equal(c.expires) {
+				c.endN = max(c.endN, tm.n)
+			}
 		}
 	}
 	// What is in flight must end some day: every lease has its timer, and
@@ -372,6 +421,11 @@ func (e *Engine) restoreTimers(s *Snapshot) error {
 	for _, t := range e.txns {
 		if !has[keyOf(t.expires, timerLeaseEnd, t.ID)] {
 			return fmt.Errorf("txn %s has no timer for its lease ending at %s", t.ID, t.expires.Format(time.RFC3339Nano))
+		}
+	}
+	for _, c := range e.claims {
+		if !has[keyOf(c.expires, timerClaimEnd, c.path)] {
+			return fmt.Errorf("claim %s on %s has no timer for its lease ending at %s", c.id, c.path, c.expires.Format(time.RFC3339Nano))
 		}
 	}
 	for id, p := range e.parked {

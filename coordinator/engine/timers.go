@@ -11,6 +11,8 @@ const (
 	timerLeaseWarn timerKind = iota
 	timerLeaseEnd
 	timerDeadline // a parked intent's wait or arbiter deadline
+	timerClaimWarn
+	timerClaimEnd // a task claim's lease (id: the task's path)
 )
 
 // timer is a pending deadline. Timers are never removed when what they guard
@@ -65,6 +67,12 @@ func (e *Engine) live(tm timer) bool {
 	case timerDeadline:
 		p := e.parked[tm.id]
 		return p != nil && tm.n == p.deadlineN
+	case timerClaimWarn:
+		c := e.claims[tm.id]
+		return c != nil && !c.warned && tm.n == c.warnN
+	case timerClaimEnd:
+		c := e.claims[tm.id]
+		return c != nil && tm.n == c.endN
 	}
 	return false
 }
@@ -85,9 +93,12 @@ func (e *Engine) advance() {
 		// What a timer ends belongs to the story of the intent that began
 		// it: the transaction's propose, the parked intent.
 		var prev string
-		if tm.kind == timerDeadline {
+		switch tm.kind {
+		case timerDeadline:
 			prev = e.traced(e.parked[tm.id].trace)
-		} else {
+		case timerClaimWarn, timerClaimEnd:
+			prev = e.traced(e.claims[tm.id].trace)
+		default:
 			prev = e.traced(e.txns[tm.id].trace)
 		}
 		switch tm.kind {
@@ -97,6 +108,10 @@ func (e *Engine) advance() {
 			e.expire(e.txns[tm.id])
 		case timerDeadline:
 			e.deadline(tm.id, e.parked[tm.id])
+		case timerClaimWarn:
+			e.claimWarning(e.claims[tm.id])
+		case timerClaimEnd:
+			e.reclaim(e.claims[tm.id])
 		}
 		e.trace = prev
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
@@ -76,6 +77,27 @@ type Rule struct {
 	// highest intent priority first and arrival order among equals,
 	// "fifo" arrival order alone.
 	Waiters string `json:"waiters,omitempty"`
+	// Lease, on a task rule, makes claiming a task take a lease of that
+	// long (a Go duration, "30s"): the claim carries a fencing token, its
+	// owner renews it, and when it ends unrenewed the task is reclaimed —
+	// its owner removed and its status set to ReclaimTo, when given.
+	Lease     string `json:"lease,omitempty"`
+	ReclaimTo string `json:"reclaim_to,omitempty"`
+}
+
+// MaxTaskLease bounds a task rule's lease: a task that takes longer is
+// renewed by its owner while it works.
+const MaxTaskLease = 24 * time.Hour
+
+// TaskLease is what a task rule with a lease gives one task record.
+type TaskLease struct {
+	// Path is the task record's path.
+	Path string
+	// For is how long a claim holds unless its owner renews it.
+	For time.Duration
+	// ReclaimTo is the status a reclaimed task goes back to; "" leaves
+	// its status as it is.
+	ReclaimTo string
 }
 
 // The orders of Rule.Waiters.
@@ -117,6 +139,7 @@ type compiled struct {
 	readers []string
 	states  map[string]bool
 	schema  *jsonschema.Schema
+	lease   time.Duration
 }
 
 type invariant struct {
@@ -290,6 +313,24 @@ func compileRule(i int, r Rule) (compiled, error) {
 	default:
 		return c, bad(field+".waiters", "%q: want priority or fifo", r.Waiters)
 	}
+	if r.Lease != "" {
+		if r.Kind != KindTask {
+			return c, bad(field+".lease", "%q: only a task rule (kind task) has a lease", r.Lease)
+		}
+		d, err := time.ParseDuration(r.Lease)
+		if err != nil || d <= 0 || d > MaxTaskLease {
+			return c, bad(field+".lease", "%q: want a duration above 0 and at most %s, such as \"30s\"", r.Lease, MaxTaskLease)
+		}
+		c.lease = d
+	}
+	if r.ReclaimTo != "" {
+		if r.Lease == "" {
+			return c, bad(field+".reclaim_to", "%q: only a task rule with a lease reclaims", r.ReclaimTo)
+		}
+		if c.states != nil && !c.states[r.ReclaimTo] {
+			return c, bad(field+".reclaim_to", "%q: not a state of the rule's transitions", r.ReclaimTo)
+		}
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -398,6 +439,39 @@ func (s *Set) OnConflict(writes []string) intents.OnConflict {
 		}
 	}
 	return ""
+}
+
+// HasLeases reports whether a task rule has a lease.
+func (s *Set) HasLeases() bool {
+	return s != nil && slices.ContainsFunc(s.rules, func(r compiled) bool { return r.lease > 0 })
+}
+
+// Leases returns the task records under a rule with a lease that writes
+// reach, in the state before or after them (a write above a record
+// reaches every record under it), in
+// the rules' order and then the writes'. A record two rules match takes
+// the first's lease.
+func (s *Set) Leases(writes []string, before, after cond.Reader) []TaskLease {
+	if s == nil {
+		return nil
+	}
+	var out []TaskLease
+	for _, r := range s.rules {
+		if r.lease == 0 {
+			continue
+		}
+		for _, w := range writes {
+			if !r.pat.Overlaps(w) {
+				continue
+			}
+			for _, p := range r.pat.concrete(w, before, after) {
+				if !slices.ContainsFunc(out, func(l TaskLease) bool { return l.Path == p }) {
+					out = append(out, TaskLease{Path: p, For: r.lease, ReclaimTo: r.ReclaimTo})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // FIFO reports whether the intents waiting on a transaction that writes

@@ -1,0 +1,270 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/rules"
+	"github.com/coagent/coagent/coordinator/cond"
+	"github.com/coagent/coagent/intents"
+)
+
+// A claim is the lease on a task whose rule has one (rules.Rule.Lease):
+// the task's owner holds it from the change that made it the owner until
+// it releases the task, hands it over, or lets the lease end — then the
+// task is reclaimed. Claims are folded from changes, like everything the
+// engine holds, so a replay of the log rebuilds them: the change that sets
+// a leased task's owner starts one (its fence the next one issued), the
+// change that removes or replaces the owner ends it.
+type claim struct {
+	path  string // the task record
+	owner string
+	// id names the lease, for renew: the intent whose change claimed the
+	// task.
+	id        string
+	fence     uint64
+	lease     time.Duration
+	reclaimTo string
+	expires   time.Time
+	warned    bool
+	trace     string
+	// warnN and endN number its current timers (see timer).
+	warnN, endN uint64
+}
+
+// ownerOf is the owner of the task record at path in st, "" for none.
+func ownerOf(st interface{ Get(string) (any, bool) }, path string) string {
+	v, _ := st.Get(path + ".owner")
+	s, _ := v.(string)
+	return s
+}
+
+// foldClaims ends the claims whose task ev, a change just folded into the
+// tree, took from its owner, and starts one for each leased task it gave
+// an owner who holds none.
+func (e *Engine) foldClaims(ev *intents.Event) {
+	if len(e.claims) == 0 && !e.rules.HasLeases() {
+		return
+	}
+	paths := make([]string, len(ev.Change.Writes))
+	for i, w := range ev.Change.Writes {
+		paths[i] = w.Path
+	}
+	if len(e.claims) > 0 {
+		var hit []string
+		for _, w := range paths {
+			// The claims of the tasks w is in, or is.
+			for p := w; ; {
+				if e.claims[p] != nil {
+					hit = append(hit, p)
+				}
+				i := strings.LastIndexByte(p, '.')
+				if i < 0 {
+					break
+				}
+				p = p[:i]
+			}
+			// Those of the tasks under w, which it replaced or removed.
+			if e.claimAbove[w] > 0 {
+				for p := range e.claims {
+					if strings.HasPrefix(p, w+".") {
+						hit = append(hit, p)
+					}
+				}
+			}
+		}
+		slices.Sort(hit)
+		for _, p := range slices.Compact(hit) {
+			if c := e.claims[p]; ownerOf(e.tree, p) != c.owner {
+				cause := intents.CauseReleased
+				if ev.Intent == "" && ev.Txn == c.id {
+					cause = intents.CauseExpired // reclaimed
+				}
+				e.endClaim(c, cause)
+			}
+		}
+	}
+	for _, l := range e.rules.Leases(paths, e.tree, e.tree) {
+		owner := ownerOf(e.tree, l.Path)
+		if owner == "" || e.claims[l.Path] != nil {
+			continue
+		}
+		e.startClaim(l, owner, ev)
+	}
+}
+
+// startClaim gives owner the lease of l's task, from ev's time.
+func (e *Engine) startClaim(l rules.TaskLease, owner string, ev *intents.Event) {
+	id := ev.Intent
+	if id == "" || e.claimIDs[id] != "" {
+		// A change no intent made, or an intent that claimed two tasks
+		// (a commit or a resolution may): the lease takes the task's
+		// path after the intent's id, to stay unique.
+		id = ev.Intent + ":" + l.Path
+	}
+	e.fence++
+	c := &claim{path: l.Path, owner: owner, id: id, fence: e.fence, lease: l.For, reclaimTo: l.ReclaimTo,
+		expires: ev.Time.Add(l.For), trace: ev.Trace}
+	e.claims[c.path] = c
+	e.claimIDs[c.id] = c.path
+	e.noteAbove(c.path, 1)
+	c.warnN = e.timers.add(e.claimWarnAt(c), timerClaimWarn, c.path)
+	c.endN = e.timers.add(c.expires, timerClaimEnd, c.path)
+	e.claimed = append(e.claimed, c)
+}
+
+// endClaim ends c, for cause.
+func (e *Engine) endClaim(c *claim, cause intents.ReleaseCause) {
+	delete(e.claims, c.path)
+	delete(e.claimIDs, c.id)
+	e.noteAbove(c.path, -1)
+	e.ended.put(c.id, cause)
+}
+
+// noteAbove counts path's claim, by d, on every path above it: a write
+// there reaches the task.
+func (e *Engine) noteAbove(path string, d int) {
+	for i := strings.LastIndexByte(path, '.'); i > 0; i = strings.LastIndexByte(path[:i], '.') {
+		p := path[:i]
+		if e.claimAbove[p] += d; e.claimAbove[p] <= 0 {
+			delete(e.claimAbove, p)
+		}
+	}
+}
+
+// claimWarnAt is when c's owner is told its lease is about to end, as a
+// transaction's holder is.
+func (e *Engine) claimWarnAt(c *claim) time.Time {
+	return c.expires.Add(-min(e.cfg.LeaseWarning, c.lease/2))
+}
+
+// checkClaims refuses an apply that would write a leased task against its
+// claim, with what after, the state it would leave, shows: the owner must
+// carry its claim's fence; a fence no live claim has is fenced (its lease
+// ended, or the task was released); an apply claims one task at most.
+// Commits are not checked: their transaction's grant fences them.
+func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Reader) *rules.Violation {
+	if in.Kind != intents.KindApply {
+		return nil
+	}
+	var leases []rules.TaskLease
+	if len(e.claims) > 0 || e.rules.HasLeases() {
+		leases = e.rules.Leases(paths, e.tree, after)
+	}
+	if in.Fence != 0 && len(leases) == 0 {
+		return &rules.Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+			"intent field fence = %d: the apply writes no task with a lease", in.Fence)}
+	}
+	var claimed string
+	fenced := in.Fence == 0 // the fence, if any, is a live claim's of the agent's
+	for _, l := range leases {
+		c := e.claims[l.Path]
+		if c != nil && c.owner == in.Agent {
+			if in.Fence != c.fence {
+				return &rules.Violation{Reason: intents.ReasonFenced, Detail: fmt.Sprintf(
+					"%s is claimed by %s under fence %d (lease %s); the intent carries fence %d", l.Path, c.owner, c.fence, c.id, in.Fence)}
+			}
+			fenced = true
+		}
+		if now := ownerOf(after, l.Path); now != "" && now != ownerOf(e.tree, l.Path) {
+			if claimed != "" {
+				return &rules.Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
+					"the apply claims %s and %s: an apply claims one leased task", claimed, l.Path)}
+			}
+			claimed = l.Path
+		}
+	}
+	if !fenced {
+		return &rules.Violation{Reason: intents.ReasonFenced, Detail: fmt.Sprintf(
+			"%s holds no claim of %s under fence %d: its lease ended and it was reclaimed, or it was released",
+			leases[0].Path, in.Agent, in.Fence)}
+	}
+	return nil
+}
+
+// leaseOf tells, on the decision d of in's apply, the lease its change
+// just started for in's agent, if it started one.
+func (e *Engine) leaseOf(in *intents.Intent, d *intents.Decision) {
+	for _, c := range e.claimed {
+		if c.owner == in.Agent && e.claims[c.path] == c {
+			expires := c.expires
+			d.Txn, d.Fence, d.LeaseExpires = c.id, c.fence, &expires
+			return
+		}
+	}
+}
+
+// renewClaim renews the claim in names (its txn), for its owner carrying
+// its fence.
+func (e *Engine) renewClaim(in *intents.Intent, c *claim) {
+	switch {
+	case c.owner != in.Agent:
+		e.reject(in, intents.ReasonUnauthorized, fmt.Sprintf("the claim %s on %s belongs to agent %s", c.id, c.path, c.owner), nil)
+		return
+	case in.Fence != c.fence:
+		e.reject(in, intents.ReasonFenced, fmt.Sprintf("fence %d is not the fence %d of the claim %s on %s", in.Fence, c.fence, c.id, c.path), nil)
+		return
+	case in.LeaseMS > rules.MaxTaskLease.Milliseconds():
+		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field lease_ms = %d: above the %s limit of a task's lease", in.LeaseMS, rules.MaxTaskLease), nil)
+		return
+	}
+	lease := time.Duration(in.LeaseMS) * time.Millisecond
+	if lease == 0 {
+		lease = c.lease
+	}
+	g := &intents.Grant{Txn: c.id, Agent: c.owner, Fence: c.fence, LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease)}
+	e.emit(intents.Event{Type: intents.EventRenew, Agent: in.Agent, Intent: in.ID, Txn: c.id, Grant: g})
+	expires := g.Expires
+	e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRenewed,
+		Txn: c.id, Fence: c.fence, LeaseExpires: &expires})
+}
+
+// foldRenewClaim folds the renewal of the claim at path.
+func (e *Engine) foldRenewClaim(path string, g *intents.Grant) {
+	c := e.claims[path]
+	c.expires, c.lease, c.warned = g.Expires, time.Duration(g.LeaseMS)*time.Millisecond, false
+	c.warnN = e.timers.add(e.claimWarnAt(c), timerClaimWarn, c.path)
+	c.endN = e.timers.add(c.expires, timerClaimEnd, c.path)
+}
+
+// claimWarning tells c's owner its lease is about to end.
+func (e *Engine) claimWarning(c *claim) {
+	if !c.expires.After(e.now) {
+		return // the end is due too
+	}
+	e.emit(intents.Event{Type: intents.EventNotice, Agent: c.owner, Txn: c.id,
+		Notice: &intents.Notice{Kind: intents.NoticeLeaseExpiring, Txn: c.id,
+			Detail: fmt.Sprintf("the lease of your claim on %s ends at %s; renew it (txn %s, fence %d) or the task is reclaimed",
+				c.path, c.expires.Format(time.RFC3339Nano), c.id, c.fence)}})
+}
+
+// reclaim ends c, whose lease ran out: one change, which no intent made,
+// removes the task's owner and sets its status to the rule's reclaim state;
+// then the old owner is told. Its fence is dead from the change on.
+func (e *Engine) reclaim(c *claim) {
+	writes := []intents.Write{{Path: c.path + ".owner", Op: intents.OpDelete}}
+	if c.reclaimTo != "" {
+		v, _ := json.Marshal(c.reclaimTo)
+		writes = append(writes, intents.Write{Path: c.path + ".status", Op: intents.OpSet, Value: v})
+	}
+	plan, err := e.tree.Plan(writes)
+	if err != nil {
+		// The task is no longer an object the status can be set in: the
+		// owner alone goes.
+		if plan, err = e.tree.Plan(writes[:1]); err != nil {
+			panic(fmt.Sprintf("engine: reclaim %s: %v", c.path, err))
+		}
+	}
+	owner := c.owner
+	e.emit(intents.Event{Type: intents.EventChange, Txn: c.id, Change: &intents.Change{Writes: plan}})
+	detail := fmt.Sprintf("your claim on %s (txn %s, fence %d) was reclaimed: its lease ended at %s", c.path, c.id, c.fence,
+		c.expires.Format(time.RFC3339Nano))
+	if c.reclaimTo != "" {
+		detail += "; its status is " + c.reclaimTo + " again"
+	}
+	e.emit(intents.Event{Type: intents.EventNotice, Agent: owner, Txn: c.id,
+		Notice: &intents.Notice{Kind: intents.NoticeReclaimed, Txn: c.id, Detail: detail}})
+}

@@ -1,0 +1,92 @@
+package coordinator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+)
+
+// A task claimed under a leased rule comes back when its owner stops
+// renewing, though the coordinator is SIGKILLed just after the claim and
+// started again: the lease is in the log. The old owner is told, its late
+// completion with the old fence is fenced, and the next claim takes a new
+// fence.
+func TestClaimReclaimedAcrossAKill(t *testing.T) {
+	ns := natstest.Run(t)
+	dir := t.TempDir()
+	child, _ := startKillChild(t, ns.ClientURL(), dir)
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	submit := func(agent, body string) *intents.Decision {
+		t.Helper()
+		return natstest.Request[intents.Decision](t, nc, subj.Submit(agent), body)
+	}
+
+	resp, err := nc.Request(subj.API(intents.APIRulesSet), []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1s","reclaim_to":"PENDING"}]}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := submit("lead", `{"id":"01JD0000000000000000000001","agent":"lead","kind":"apply","writes":[{"path":"tasks.t1","op":"set","value":{"status":"PENDING"}}]}`); d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("create the task (rules: %s): %+v", resp.Data, d)
+	}
+	claim := submit("w1", `{"id":"01JD0000000000000000000002","agent":"w1","kind":"apply","pre":["state.tasks.t1.owner == nil"],"writes":[{"path":"tasks.t1","op":"merge","value":{"owner":"w1","status":"RUNNING"}}]}`)
+	if claim.Outcome != intents.OutcomeApplied || claim.Fence == 0 || claim.Txn == "" || claim.LeaseExpires == nil {
+		t.Fatalf("claim: %+v; want applied with a lease's txn, fence and end", claim)
+	}
+	notices, err := nc.SubscribeSync(subj.Notices("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The owner renews nothing from here on; the coordinator dies.
+	child.kill(t)
+	child, _ = startKillChild(t, ns.ClientURL(), dir)
+	for {
+		ev := natstest.Next[intents.Event](t, notices)
+		if ev.Notice == nil || ev.Notice.Txn != claim.Txn {
+			t.Fatalf("notice %+v", ev)
+		}
+		if ev.Notice.Kind == intents.NoticeReclaimed {
+			break
+		}
+	}
+
+	st := natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1"]}`)
+	task, _ := st.Values["tasks.t1"].Value.(map[string]any)
+	if task == nil || task["owner"] != nil || task["status"] != "PENDING" {
+		t.Fatalf("the task after its lease ended: %+v", st.Values["tasks.t1"])
+	}
+	late := submit("w1", fmt.Sprintf(`{"id":"01JD0000000000000000000003","agent":"w1","kind":"apply","fence":%d,"writes":[{"path":"tasks.t1","op":"merge","value":{"owner":"w1","status":"DONE"}}]}`, claim.Fence))
+	if late.Outcome != intents.OutcomeRejected || late.Reason != intents.ReasonFenced {
+		t.Fatalf("the old owner's late completion: %+v; want fenced", late)
+	}
+	next := submit("w2", `{"id":"01JD0000000000000000000004","agent":"w2","kind":"apply","pre":["state.tasks.t1.owner == nil"],"writes":[{"path":"tasks.t1","op":"merge","value":{"owner":"w2","status":"RUNNING"}}]}`)
+	if next.Outcome != intents.OutcomeApplied || next.Fence <= claim.Fence {
+		t.Fatalf("the next claim: %+v; want applied under a fence after %d", next, claim.Fence)
+	}
+	// The log folds to the state the child stopped with, and to w2's claim.
+	hash, rev := child.stop(t)
+	log, err := eventlog.Open(dir, &eventlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	eng, _, err := replay.Rebuild(log, engine.Config{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := replay.Hash(eng.State()); h != hash || eng.State().Rev() != rev {
+		t.Errorf("replay: hash %s at rev %d, the child stopped with %s at rev %d", h, eng.State().Rev(), hash, rev)
+	}
+	if cs := eng.Snapshot().Claims; len(cs) != 1 || cs[0].Owner != "w2" || cs[0].Fence != next.Fence || cs[0].ID != next.Txn {
+		t.Errorf("replay: claims %+v, want w2's under fence %d", cs, next.Fence)
+	}
+}

@@ -90,3 +90,42 @@ func TestClaimReclaimedAcrossAKill(t *testing.T) {
 		t.Errorf("replay: claims %+v, want w2's under fence %d", cs, next.Fence)
 	}
 }
+
+// A reclaim is counted (coagent_task_reclaims_total) before its old owner
+// is told.
+func TestReclaimCounted(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	if _, err := svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"200ms"}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	notices, err := nc.SubscribeSync(subj.Notices("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reclaims := func() float64 {
+		f := scrape(t, svc.Registry())["coagent_task_reclaims_total"]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("coagent_task_reclaims_total: %v", f)
+		}
+		return f.Metric[0].GetCounter().GetValue()
+	}
+	if n := reclaims(); n != 0 {
+		t.Fatalf("%v reclaims at start", n)
+	}
+	claim := natstest.Request[intents.Decision](t, nc, subj.Submit("w1"),
+		`{"id":"01JD0000000000000000000001","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1.owner","op":"set","value":"w1"}]}`)
+	if claim.Fence == 0 {
+		t.Fatalf("claim: %+v", claim)
+	}
+	for ev := natstest.Next[intents.Event](t, notices); ev.Notice.Kind != intents.NoticeReclaimed; ev = natstest.Next[intents.Event](t, notices) {
+	}
+	if n := reclaims(); n != 1 {
+		t.Fatalf("%v reclaims after one", n)
+	}
+}

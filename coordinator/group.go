@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -69,6 +70,9 @@ type Group struct {
 	// their messages leave the arbiters' queue, so that an arbiter does not
 	// receive a case nobody can resolve any more.
 	Settled []string
+	// Reclaimed are the task claims whose lease ended unrenewed in the
+	// batch: their tasks went back.
+	Reclaimed []engine.Reclaimed
 	// Rules, when RulesChanged, is the board rules the batch put in force
 	// (nil: none): reads are answered under them once it is durable.
 	RulesChanged bool

@@ -138,6 +138,9 @@ func (s *Service) output() {
 		s.publishLive(g)
 		s.feeder.add(g.Changes)
 		s.publishCases(g)
+		for _, r := range g.Reclaimed {
+			s.log.Info("task reclaimed: its owner's lease ended", "task", r.Task, "owner", r.Owner, "lease", r.Lease, "fence", r.Fence)
+		}
 		o.close()
 		if len(o.msgs) > 0 || len(stored) > 0 {
 			s.acks <- pendingAck{stored: stored, msgs: o.msgs}

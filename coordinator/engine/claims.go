@@ -267,4 +267,5 @@ func (e *Engine) reclaim(c *claim) {
 	}
 	e.emit(intents.Event{Type: intents.EventNotice, Agent: owner, Txn: c.id,
 		Notice: &intents.Notice{Kind: intents.NoticeReclaimed, Txn: c.id, Detail: detail}})
+	e.effects.Reclaimed = append(e.effects.Reclaimed, Reclaimed{Task: c.path, Owner: owner, Lease: c.id, Fence: c.fence})
 }

@@ -391,12 +391,21 @@ func (e *Engine) traced(trace string) (prev string) {
 // resolution (the fallback settled them), to keep as dead letters; and the
 // ids of the cases that were settled in any way (a resolution, the
 // fallback, a final decision of their intent for another reason), whose
-// messages leave the arbiters' queue. They are output only: a fold of the
-// log (Apply) makes none.
+// messages leave the arbiters' queue; and the task claims whose lease
+// ended, which the call reclaimed. They are output only: a fold of the log
+// (Apply) makes none.
 type Effects struct {
-	Cases   []*intents.Escalation
-	Dead    []*intents.Escalation
-	Settled []string
+	Cases     []*intents.Escalation
+	Dead      []*intents.Escalation
+	Settled   []string
+	Reclaimed []Reclaimed
+}
+
+// Reclaimed is a task claim whose lease ended unrenewed: the task went
+// back, its owner was told.
+type Reclaimed struct {
+	Task, Owner, Lease string
+	Fence              uint64
 }
 
 // Seq returns the sequence number of the last event applied.

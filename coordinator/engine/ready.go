@@ -54,4 +54,5 @@ func (fx *Effects) Add(more Effects) {
 	fx.Cases = append(fx.Cases, more.Cases...)
 	fx.Dead = append(fx.Dead, more.Dead...)
 	fx.Settled = append(fx.Settled, more.Settled...)
+	fx.Reclaimed = append(fx.Reclaimed, more.Reclaimed...)
 }

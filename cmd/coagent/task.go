@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/spf13/cobra"
+)
+
+// taskFlags are the flags of `coagent task`'s verbs: one intent each on a
+// task record (a path under a task rule), as the agent that owns it.
+type taskFlags struct {
+	kv     kvFlags
+	fence  uint64
+	status string
+	lease  time.Duration
+}
+
+// register registers the flags; fence says the verb carries the claim's
+// fence, status is the --status default ("-": no --status at all).
+func (f *taskFlags) register(c *cobra.Command, e *env, fence bool, status string) {
+	f.kv.register(c, e)
+	fs := c.Flags()
+	if fence {
+		fs.Uint64Var(&f.fence, "fence", 0, "the fence of your claim, from its decision (required)")
+	}
+	if status != "-" {
+		fs.StringVar(&f.status, "status", status, "the status to set (\"\" for none)")
+	}
+}
+
+// newTaskCmd is `coagent task`: claiming, renewing, completing and
+// releasing a task from the command line, as an agent would.
+func newTaskCmd(e *env) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "task",
+		Short: "claim, renew, complete or release a task (a path under a task rule)",
+		Long: "Each verb is one intent on a task record, as --agent (default the agent of --nkey, else " + defaultKVAgent + ").\n" +
+			"Under a task rule with a lease, a claim's decision prints its lease (txn) and fence: renew the lease\n" +
+			"before it ends, and give the fence to done and release, or they are fenced. When the lease ends\n" +
+			"unrenewed the coordinator takes the task back (docs/semantics.md, task claims under a lease).",
+	}
+	c.AddCommand(newTaskClaimCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""))
+	return c
+}
+
+// taskAgent is the agent a verb acts as: the owner it claims for.
+func (f *taskFlags) taskAgent() string {
+	if f.kv.agent != "" {
+		return f.kv.agent
+	}
+	if a := f.kv.conn.agent(); a != "" {
+		return a
+	}
+	return defaultKVAgent
+}
+
+func (f *taskFlags) send(c *cobra.Command, e *env, in map[string]any) error {
+	if _, fenced := in["fence"]; fenced && f.fence == 0 {
+		return usagef(c, "--fence: missing; give the fence your claim's decision printed")
+	}
+	agent := f.taskAgent()
+	in["agent"] = agent
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	s := submission{name: c.CommandPath(), conn: &f.kv.conn, timeout: f.kv.timeout, agent: agent, out: &f.kv.out}
+	if in["kind"] == intents.KindRenew {
+		s.success = func(o intents.Outcome) bool { return o == intents.OutcomeRenewed }
+	}
+	return s.send(c.Context(), data, e.stdout, e.stderr)
+}
+
+func newTaskClaimCmd(e *env) *cobra.Command {
+	var f taskFlags
+	c := &cobra.Command{
+		Use:   "claim TASK",
+		Short: "claim TASK if nobody holds it: sets TASK.owner (and --status)",
+		Args:  argsBetween(1, 1, "TASK"),
+		RunE: func(c *cobra.Command, args []string) error {
+			task := args[0]
+			if err := checkPath(c, task); err != nil {
+				return err
+			}
+			agent := f.taskAgent()
+			owner, _ := json.Marshal(agent)
+			writes := []intents.Write{{Path: task + ".owner", Op: intents.OpSet, Value: owner}}
+			if f.status != "" {
+				v, _ := json.Marshal(f.status)
+				writes = append(writes, intents.Write{Path: task + ".status", Op: intents.OpSet, Value: v})
+			}
+			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": "claim", "writes": writes,
+				"pre": []string{stateRef(task+".owner") + " == nil"}})
+		},
+	}
+	f.register(c, e, false, "RUNNING")
+	return c
+}
+
+func newTaskRenewCmd(e *env) *cobra.Command {
+	var f taskFlags
+	c := &cobra.Command{
+		Use:   "renew LEASE",
+		Short: "renew the lease of your claim (LEASE is the txn its decision printed)",
+		Args:  argsBetween(1, 1, "LEASE"),
+		RunE: func(c *cobra.Command, args []string) error {
+			in := map[string]any{"kind": intents.KindRenew, "txn": args[0], "fence": f.fence}
+			if f.lease > 0 {
+				in["lease_ms"] = f.lease.Milliseconds()
+			}
+			return f.send(c, e, in)
+		},
+	}
+	f.register(c, e, true, "-")
+	c.Flags().DurationVar(&f.lease, "lease", 0, "how long from now (default the rule's lease)")
+	return c
+}
+
+// newTaskEndCmd is done or release: the owner, carrying its fence,
+// removes TASK.owner and sets --status (done: DONE by default).
+func newTaskEndCmd(e *env, verb, status string) *cobra.Command {
+	var f taskFlags
+	short := "release TASK: remove its owner (and set --status), carrying your claim's fence"
+	if verb == "done" {
+		short = "complete TASK: set --status (DONE) and remove its owner, carrying your claim's fence"
+	}
+	c := &cobra.Command{
+		Use:   verb + " TASK",
+		Short: short,
+		Args:  argsBetween(1, 1, "TASK"),
+		RunE: func(c *cobra.Command, args []string) error {
+			task := args[0]
+			if err := checkPath(c, task); err != nil {
+				return err
+			}
+			writes := []intents.Write{{Path: task + ".owner", Op: intents.OpDelete}}
+			if f.status != "" {
+				v, _ := json.Marshal(f.status)
+				writes = append(writes, intents.Write{Path: task + ".status", Op: intents.OpSet, Value: v})
+			}
+			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": verb, "fence": f.fence, "writes": writes,
+				"pre": []string{stateRef(task+".owner") + " == agent"}})
+		},
+	}
+	f.register(c, e, true, status)
+	return c
+}
+
+// stateRef is path as a condition reads it: state.a.b, with a segment that
+// is not an identifier quoted (state.a["x-y"]).
+func stateRef(path string) string {
+	var b strings.Builder
+	b.WriteString("state")
+	for _, seg := range strings.Split(path, ".") {
+		if isIdent(seg) {
+			b.WriteString("." + seg)
+		} else {
+			b.WriteString("[" + strconv.Quote(seg) + "]")
+		}
+	}
+	return b.String()
+}
+
+func isIdent(s string) bool {
+	for i, r := range s {
+		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return s != ""
+}

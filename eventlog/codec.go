@@ -25,9 +25,10 @@ import (
 //	          right after the first. Bit i of the first byte is set when
 //	          payload i is present, in the order Received, Decision, Change,
 //	          Grant, Release, Wait, Notice, Resolution; bits 0–2 of the
-//	          second are Rules, Trace (Event.Trace, a string) and TraceError
-//	          (Received.TraceError, a string, only beside a Received), and
-//	          its other bits are unused (ErrCorrupt). Then each present
+//	          second are Rules, Trace (Event.Trace, a string), TraceError
+//	          (Received.TraceError, a string, only beside a Received) and
+//	          NoticeFence (Notice.Fence, a uvarint, only beside a Notice),
+//	          and its other bits are unused (ErrCorrupt). Then each present
 //	          payload in that order, fields in struct order; Trace and
 //	          TraceError are set only when not empty (an empty one is
 //	          ErrCorrupt), so each event has one encoding
@@ -149,6 +150,7 @@ const (
 	hasRules      byte = 1 << iota // SchemaVersion2
 	hasTrace                       // Event.Trace, a string; added under SchemaVersion2
 	hasTraceError                  // Received.TraceError, a string, with Received only
+	hasNoticeFence                 // Notice.Fence, a uvarint, with Notice only
 
 	mask2All = 1<<iota - 1
 )
@@ -223,6 +225,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if ev.Received != nil && ev.Received.TraceError != "" {
 		mask2 |= hasTraceError
+	}
+	if ev.Notice != nil && ev.Notice.Fence != 0 {
+		mask2 |= hasNoticeFence
 	}
 	if mask2 == 0 {
 		dst = append(dst, SchemaVersion) // the lowest version that holds ev
@@ -330,6 +335,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if mask2&hasTraceError != 0 {
 		dst = appendString(dst, ev.Received.TraceError)
+	}
+	if mask2&hasNoticeFence != 0 {
+		dst = binary.AppendUvarint(dst, ev.Notice.Fence)
 	}
 	return dst
 }
@@ -711,6 +719,19 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			r.failAt(at, "trace_error", "set on an event without a received payload")
 		default:
 			ev.Received.TraceError = msg
+		}
+	}
+	if mask2&hasNoticeFence != 0 {
+		r.scope = "notice"
+		at := r.off
+		fence := r.uvarint("fence")
+		switch {
+		case fence == 0:
+			r.failAt(at, "fence", "0, with its mask bit set")
+		case ev.Notice == nil:
+			r.failAt(at, "fence", "set on an event without a notice payload")
+		default:
+			ev.Notice.Fence = fence
 		}
 	}
 	if err := r.end(); err != nil {

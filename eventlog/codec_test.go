@@ -655,8 +655,8 @@ func (g codecGen) event() *intents.Event {
 	}
 	if mask&hasNotice != 0 {
 		ev.Notice = &intents.Notice{Kind: codecPick(g, []intents.NoticeKind{intents.NoticeWaiting,
-			intents.NoticeLeaseExpiring, intents.NoticeLeaseExpired}),
-			Txn: g.str(), Intent: g.str(), From: g.str(), Detail: g.str()}
+			intents.NoticeLeaseExpiring, intents.NoticeLeaseExpired, intents.NoticeAssigned}),
+			Txn: g.str(), Intent: g.str(), From: g.str(), Detail: g.str(), Fence: g.u64()}
 	}
 	if mask&hasResolution != 0 {
 		ev.Resolution = &intents.Resolution{Escalation: g.str(), Arbiter: g.str(), Winners: g.strs(),
@@ -829,7 +829,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 			t.Errorf("payload mask bit %d is %#02x", i, b)
 		}
 	}
-	bits2 := []byte{hasRules, hasTrace, hasTraceError}
+	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence}
 	for i, b := range bits2 {
 		if b != 1<<i {
 			t.Errorf("second payload mask bit %d is %#02x", i, b)
@@ -953,7 +953,7 @@ func TestDecodeVersion(t *testing.T) {
 
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
-	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != ""
+	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0
 }
 
 // TestCodecVersions checks that an event takes the lowest version that
@@ -1088,8 +1088,13 @@ func TestDecodeMalformed(t *testing.T) {
 		// Version 2: a second mask byte, whose bit 0 is Rules.
 		{"v2 without its second mask", cat2([]byte{0}), fmt.Sprintf("byte %d: payload mask: truncated", n+1)},
 		{"v2 without any mask", cat2(), fmt.Sprintf("byte %d: payload mask: truncated", n)},
-		{"v2 unknown mask bit", cat2([]byte{0, 0x08}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x08", n+1)},
-		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xf8", n+1)},
+		{"v2 unknown mask bit", cat2([]byte{0, 0x10}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x10", n+1)},
+		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xf0", n+1)},
+		// Bit 3: a notice's fence, never 0 and never without a notice.
+		{"notice fence without notice", cat2([]byte{0, hasNoticeFence, 1}),
+			fmt.Sprintf("byte %d: notice.fence: set on an event without a notice payload", n+2)},
+		{"notice fence zero", cat2([]byte{hasNotice, hasNoticeFence, 1, 0, 0, 0, 0, 0}),
+			fmt.Sprintf("byte %d: notice.fence: 0, with its mask bit set", n+7)},
 		// Bits 1 and 2 of the second mask byte: the trace and a received
 		// payload's trace error.
 		{"trace cut short", cat2([]byte{0, hasTrace}), fmt.Sprintf("byte %d: trace: truncated varint", n+2)},

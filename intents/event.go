@@ -161,7 +161,12 @@ const (
 	NoticeLeaseExpiring NoticeKind = "lease_expiring" // renew soon or lose the grant
 	NoticeLeaseExpired  NoticeKind = "lease_expired"  // the grant is gone
 	NoticeReclaimed     NoticeKind = "reclaimed"      // your claim's lease ended: the task went back
+	NoticeAssigned      NoticeKind = "assigned"       // an operator gave you a task: its claim is yours (Txn, Fence)
+	NoticeRevoked       NoticeKind = "revoked"        // an operator took your task from you: your claim ended
 )
+
+// NoticeKinds are the notice kinds, in the order they were added.
+var NoticeKinds = []NoticeKind{NoticeWaiting, NoticeLeaseExpiring, NoticeLeaseExpired, NoticeReclaimed, NoticeAssigned, NoticeRevoked}
 
 // Notice is an advisory for one agent; the event's Agent is the recipient.
 type Notice struct {
@@ -170,4 +175,7 @@ type Notice struct {
 	Intent string     `json:"intent,omitempty"` // the waiting intent, for NoticeWaiting
 	From   string     `json:"from,omitempty"`   // the waiting intent's agent
 	Detail string     `json:"detail"`
+	// Fence is the fence of the claim an assigned notice gives its agent,
+	// to carry on the task's writes and renewals.
+	Fence uint64 `json:"fence,omitempty"`
 }

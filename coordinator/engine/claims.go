@@ -84,6 +84,7 @@ func (e *Engine) foldClaims(ev *intents.Event) {
 					cause = intents.CauseExpired // reclaimed
 				}
 				e.endClaim(c, cause)
+				e.unclaimed = append(e.unclaimed, c)
 			}
 		}
 	}
@@ -179,7 +180,7 @@ func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Read
 	}
 	if !fenced {
 		return &rules.Violation{Reason: intents.ReasonFenced, Detail: fmt.Sprintf(
-			"%s holds no claim of %s under fence %d: its lease ended and it was reclaimed, or it was released",
+			"%s holds no claim of %s under fence %d: the claim ended (its lease ran out, it was released, or an operator took the task)",
 			leases[0].Path, in.Agent, in.Fence)}
 	}
 	return nil
@@ -194,6 +195,34 @@ func (e *Engine) leaseOf(in *intents.Intent, d *intents.Decision) {
 			d.Txn, d.Fence, d.LeaseExpires = c.id, c.fence, &expires
 			return
 		}
+	}
+}
+
+// tellClaims tells the agents whose claims the change of in just gave or
+// took, when in's agent is not they: one of the task rule's operators
+// reassigned or cancelled their task. The new owner learns its claim's
+// lease and fence, to carry on the task's writes and renewals.
+func (e *Engine) tellClaims(in *intents.Intent) {
+	why := ""
+	if in.Action != "" {
+		why = " (" + in.Action + ")"
+	}
+	for _, c := range e.unclaimed {
+		if c.owner == in.Agent {
+			continue
+		}
+		e.emit(intents.Event{Type: intents.EventNotice, Agent: c.owner, Intent: in.ID, Txn: c.id,
+			Notice: &intents.Notice{Kind: intents.NoticeRevoked, Txn: c.id, Intent: in.ID, From: in.Agent,
+				Detail: fmt.Sprintf("%s took %s from you%s: your claim (txn %s, fence %d) ended", in.Agent, c.path, why, c.id, c.fence)}})
+	}
+	for _, c := range e.claimed {
+		if c.owner == in.Agent || e.claims[c.path] != c {
+			continue
+		}
+		e.emit(intents.Event{Type: intents.EventNotice, Agent: c.owner, Intent: in.ID, Txn: c.id,
+			Notice: &intents.Notice{Kind: intents.NoticeAssigned, Txn: c.id, Intent: in.ID, From: in.Agent, Fence: c.fence,
+				Detail: fmt.Sprintf("%s gave you %s%s: its claim is yours (txn %s, fence %d) until %s unless renewed",
+					in.Agent, c.path, why, c.id, c.fence, c.expires.Format(time.RFC3339Nano))}})
 	}
 }
 

@@ -375,9 +375,10 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	merged := e.mergedWith("", conflictWrites(in), merges)
-	e.claimed = e.claimed[:0]
+	e.claimed, e.unclaimed = e.claimed[:0], e.unclaimed[:0]
 	e.emit(intents.Event{Type: intents.EventChange, Agent: in.Agent, Intent: in.ID,
 		Change: &intents.Change{Writes: plan, MergedWith: merged}})
+	e.tellClaims(in)
 	// The versions after the change, so the agent can chain its next
 	// compare-and-set without a read.
 	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeApplied,

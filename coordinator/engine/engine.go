@@ -74,6 +74,7 @@ type Engine struct {
 	rulesChanged bool
 	redecide     []string        // waiters freed by a release, to decide again
 	claimed      []*claim        // the claims the change being decided started
+	unclaimed    []*claim        // and those it ended
 	arena        []intents.Event // where emitted events are carved from
 }
 

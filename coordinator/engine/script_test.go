@@ -306,6 +306,9 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 			if n.Intent != "" {
 				line += fmt.Sprintf(" intent=%s from=%s", r.name(n.Intent), n.From)
 			}
+			if n.Fence != 0 {
+				line += fmt.Sprintf(" fence=%d", n.Fence)
+			}
 			lines = append(lines, line)
 		case intents.EventExpire:
 			lines = append(lines, fmt.Sprintf("expire %s of %s", r.name(ev.Release.Txn), ev.Release.Agent))

@@ -40,8 +40,9 @@ const (
 var recordKinds = []string{KindFact, KindHypothesis, KindTask, KindArtifact, KindDecision}
 
 // checkRecord checks the record at p of kind r.Kind, from ov (ook: it
-// existed) to nv (nok: it exists after), written by agent.
-func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, agent string, before cond.Reader) *Violation {
+// existed) to nv (nok: it exists after), written by agent; operator says
+// agent is one of a task rule's operators, who may change a task's owner.
+func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, agent string, operator bool, before cond.Reader) *Violation {
 	refuse := func(reason intents.Reason, format string, args ...any) *Violation {
 		return &Violation{Reason: reason, Detail: fmt.Sprintf("%s: %s (%s, rules[%d] %s)",
 			p, fmt.Sprintf(format, args...), article(r.Kind), r.index, r.Pattern)}
@@ -54,7 +55,7 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 		case KindDecision:
 			return refuse(intents.ReasonIllegalTransition, "a decision is revoked by a new one, never deleted")
 		case KindTask, KindArtifact:
-			if owner := str(old, ownerField(r.Kind)); owner != "" && owner != agent {
+			if owner := str(old, ownerField(r.Kind)); owner != "" && owner != agent && !operator {
 				return refuse(intents.ReasonUnauthorized, "only %s, its %s, may remove it", owner, ownerField(r.Kind))
 			}
 		}
@@ -100,6 +101,7 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 	case KindTask:
 		was, now := str(old, "owner"), str(rec, "owner")
 		switch {
+		case operator:
 		case was != "" && was != agent:
 			return refuse(intents.ReasonUnauthorized, "owned by %s; only its owner changes it", was)
 		case was == "" && now != "" && now != agent:

@@ -83,6 +83,12 @@ type Rule struct {
 	// its owner removed and its status set to ReclaimTo, when given.
 	Lease     string `json:"lease,omitempty"`
 	ReclaimTo string `json:"reclaim_to,omitempty"`
+	// Operators, on a task rule, are agents and "role:NAME"s who may
+	// reassign a task to another agent or take it from its owner (cancel
+	// it) whatever its owner: people and supervisors, where an agent may
+	// only claim a task for itself and change its own. The writers rule
+	// still applies to them.
+	Operators []string `json:"operators,omitempty"`
 }
 
 // MaxTaskLease bounds a task rule's lease: a task that takes longer is
@@ -267,6 +273,14 @@ func compileRule(i int, r Rule) (compiled, error) {
 		if !validPrincipal(w) {
 			return c, bad(fmt.Sprintf("%s.preempt[%d]", field, j), "%q: want an agent name or role:NAME", w)
 		}
+	}
+	for j, w := range r.Operators {
+		if !validPrincipal(w) {
+			return c, bad(fmt.Sprintf("%s.operators[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
+	if len(r.Operators) > 0 && r.Kind != KindTask {
+		return c, bad(field+".operators", "only a task rule (kind task) has operators")
 	}
 	c.writers, c.readers = r.Writers, r.Readers
 	if len(r.Transitions) > 0 {
@@ -633,8 +647,9 @@ func (s *Set) CheckChange(agent string, writes []string, before, after cond.Read
 			if !r.pat.Overlaps(w) {
 				continue
 			}
+			operator := len(r.Operators) > 0 && s.allowed(agent, r.Operators)
 			for _, p := range r.pat.concrete(w, before, after) {
-				v := r.check(p, agent, before, after)
+				v := r.check(p, agent, operator, before, after)
 				switch {
 				case v == nil:
 				case !v.Contradiction:
@@ -650,7 +665,7 @@ func (s *Set) CheckChange(agent string, writes []string, before, after cond.Read
 
 // check checks the value at p. A contradiction does not end it: the
 // value's schema is checked too, and refuses it first.
-func (r *compiled) check(p, agent string, before, after cond.Reader) *Violation {
+func (r *compiled) check(p, agent string, operator bool, before, after cond.Reader) *Violation {
 	nv, nok := after.Get(p)
 	ov, ook := before.Get(p)
 	if nok == ook && (!nok || equalJSON(ov, nv)) {
@@ -658,7 +673,7 @@ func (r *compiled) check(p, agent string, before, after cond.Reader) *Violation 
 	}
 	var contra *Violation
 	if r.Kind != "" {
-		contra = r.checkRecord(p, ov, ook, nv, nok, agent, before)
+		contra = r.checkRecord(p, ov, ook, nv, nok, agent, operator, before)
 		if contra != nil && !contra.Contradiction {
 			return contra
 		}

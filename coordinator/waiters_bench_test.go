@@ -173,4 +173,3 @@ func parkWaiters(b *testing.B, ns *server.Server, path string, round int) (park,
 	done.Wait()
 	return park, free
 }
-

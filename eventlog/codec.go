@@ -147,10 +147,10 @@ const (
 // Bits of the second payload mask byte, in encoding order after those of
 // the first; present in SchemaVersion2 only.
 const (
-	hasRules      byte = 1 << iota // SchemaVersion2
-	hasTrace                       // Event.Trace, a string; added under SchemaVersion2
-	hasTraceError                  // Received.TraceError, a string, with Received only
-	hasNoticeFence                 // Notice.Fence, a uvarint, with Notice only
+	hasRules       byte = 1 << iota // SchemaVersion2
+	hasTrace                        // Event.Trace, a string; added under SchemaVersion2
+	hasTraceError                   // Received.TraceError, a string, with Received only
+	hasNoticeFence                  // Notice.Fence, a uvarint, with Notice only
 
 	mask2All = 1<<iota - 1
 )

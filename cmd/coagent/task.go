@@ -43,7 +43,59 @@ func newTaskCmd(e *env) *cobra.Command {
 			"before it ends, and give the fence to done and release, or they are fenced. When the lease ends\n" +
 			"unrenewed the coordinator takes the task back (docs/semantics.md, task claims under a lease).",
 	}
-	c.AddCommand(newTaskClaimCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""))
+	c.AddCommand(newTaskClaimCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""),
+		newTaskOperatorCmd(e, "reassign"), newTaskOperatorCmd(e, "cancel"))
+	return c
+}
+
+// newTaskOperatorCmd is reassign or cancel: one of the task rule's
+// operators gives TASK to --to, or takes it from its owner, whoever that
+// is; --why is recorded with the intent (meta.why), and the agents are
+// told.
+func newTaskOperatorCmd(e *env, verb string) *cobra.Command {
+	var f taskFlags
+	var to, why string
+	short := "as one of the task rule's operators, give TASK to --to, whoever holds it (recorded with --why)"
+	def := "-"
+	if verb == "cancel" {
+		short = "as one of the task rule's operators, take TASK from its owner and set --status (CANCELLED), recorded with --why"
+		def = "CANCELLED"
+	}
+	c := &cobra.Command{
+		Use:   verb + " TASK",
+		Short: short,
+		Args:  argsBetween(1, 1, "TASK"),
+		RunE: func(c *cobra.Command, args []string) error {
+			task := args[0]
+			if err := checkPath(c, task); err != nil {
+				return err
+			}
+			if why == "" {
+				return usagef(c, "--why: missing; say why, for the log")
+			}
+			var writes []intents.Write
+			if verb == "reassign" {
+				if !intents.ValidSegment(to) {
+					return usagef(c, "--to %q: want the agent to give the task to", to)
+				}
+				v, _ := json.Marshal(to)
+				writes = append(writes, intents.Write{Path: task + ".owner", Op: intents.OpSet, Value: v})
+			} else {
+				writes = append(writes, intents.Write{Path: task + ".owner", Op: intents.OpDelete})
+				if f.status != "" {
+					v, _ := json.Marshal(f.status)
+					writes = append(writes, intents.Write{Path: task + ".status", Op: intents.OpSet, Value: v})
+				}
+			}
+			meta, _ := json.Marshal(map[string]string{"why": why})
+			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": verb, "writes": writes, "meta": json.RawMessage(meta)})
+		},
+	}
+	f.register(c, e, false, def)
+	c.Flags().StringVar(&why, "why", "", "why, recorded with the intent (required)")
+	if verb == "reassign" {
+		c.Flags().StringVar(&to, "to", "", "the agent to give the task to (required)")
+	}
 	return c
 }
 

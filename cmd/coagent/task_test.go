@@ -17,7 +17,7 @@ func TestTask(t *testing.T) {
 	url, stop := serve(t, filepath.Join(dir, "data"))
 	defer stop()
 	rules := filepath.Join(dir, "rules.json")
-	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1m","reclaim_to":"PENDING"}]}`), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1m","reclaim_to":"PENDING","operators":["lead"]}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if p := runBin(t, nil, "", "rules", "set", rules, "--nats", url); p.status != 0 {
@@ -45,5 +45,21 @@ func TestTask(t *testing.T) {
 	run(0, `^applied `, "release", "tasks.t2", "--fence", m[1], "--agent", "w2", "--status", "PENDING")
 	if p := runBin(t, nil, "", "task", "done", "tasks.t2", "--nats", url); p.status != 2 || !strings.Contains(p.stderr, "--fence: missing") {
 		t.Fatalf("done without --fence: %+v", p)
+	}
+
+	// An operator gives w1's task to w2, then cancels it; w1 may not.
+	m = run(0, `fence (\d+) `, "claim", "tasks.t3", "--agent", "w1")
+	run(1, `^rejected \S+ unauthorized`, "reassign", "tasks.t3", "--to", "w2", "--why", "w1 is stuck", "--agent", "w1b")
+	run(0, `^applied `, "reassign", "tasks.t3", "--to", "w2", "--why", "w1 is stuck", "--agent", "lead")
+	run(1, `^rejected \S+ precondition_failed .*owner = "w2"`, "done", "tasks.t3", "--fence", m[1], "--agent", "w1")
+	run(0, `^applied `, "cancel", "tasks.t3", "--why", "not needed", "--agent", "lead")
+	if p := runBin(t, nil, "", "get", "tasks.t3", "--nats", url); p.status != 0 || !strings.HasPrefix(p.stdout, `tasks.t3 = {"status":"CANCELLED"}`) {
+		t.Fatalf("get after cancel: %+v", p)
+	}
+	if p := runBin(t, nil, "", "log", "--nats", url, "--type", "intent", "--agent", "lead", "-o", "json"); p.status != 0 || !strings.Contains(p.stdout, `"why":"w1 is stuck"`) {
+		t.Fatalf("the log keeps why: %+v", p)
+	}
+	if p := runBin(t, nil, "", "task", "cancel", "tasks.t3", "--nats", url); p.status != 2 || !strings.Contains(p.stderr, "--why: missing") {
+		t.Fatalf("cancel without --why: %+v", p)
 	}
 }

@@ -81,7 +81,6 @@ type stateReply struct {
 	} `json:"values"`
 }
 
-
 // protoIntent formats an intent whose first verb is a fresh ULID, returned
 // with it.
 func protoIntent(format string, args ...any) (id, body string) {

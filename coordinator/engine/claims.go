@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/cond"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 )
 

@@ -576,6 +576,11 @@ type Value struct {
 	Value   json.RawMessage `json:"value,omitempty"`
 	Version uint64          `json:"version"`
 	ModRev  uint64          `json:"mod_rev"`
+	// ModTime and ModAgent are when the change at ModRev was made and by
+	// which agent (none for a reclaim, which the coordinator makes); both
+	// are absent when the coordinator's log no longer holds that change.
+	ModTime  *time.Time `json:"mod_time,omitempty"`
+	ModAgent string     `json:"mod_agent,omitempty"`
 	// Redacted names what the board rules' readers keep from this agent:
 	// the path itself (then nothing of it is shown, not even whether it
 	// exists) or paths under it, removed from Value.

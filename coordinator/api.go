@@ -292,7 +292,33 @@ func answerStateGet(r readSource, st stamp, req micro.Request) {
 			replyError(req, codeUnavailable, "%v", err)
 			return
 		}
-		respond(req, out, st.at(out.at)...)
+		// The answer may come on the output stage, which must not wait on
+		// the log's reads: the changes' times and agents are read apart.
+		go func() {
+			modOf(r, out)
+			respond(req, out, st.at(out.at)...)
+		}()
+	})
+}
+
+// modOf sets, on each value of out that exists, the time and the agent of
+// the change at its mod_rev, from the event log, which holds it by then
+// (the read waited for it to be durable). A change the log no longer holds
+// (compacted) leaves them out; so does one no agent made (a reclaim).
+func modOf(r readSource, out *stateReply) {
+	r.readLog(func(l *eventlog.Log) {
+		for p, v := range out.Values {
+			if !v.Exists || v.ModRev == 0 {
+				continue
+			}
+			ev, err := l.Event(v.ModRev)
+			if err != nil {
+				continue
+			}
+			t := ev.Time
+			v.ModTime, v.ModAgent = &t, ev.Agent
+			out.Values[p] = v
+		}
 	})
 }
 
@@ -546,6 +572,10 @@ type stateValue struct {
 	Value   any    `json:"value,omitempty"`
 	Version uint64 `json:"version"`
 	ModRev  uint64 `json:"mod_rev,omitempty"`
+	// ModTime and ModAgent are when the change at ModRev was made and by
+	// whom, so that an agent or a person can tell a stale task.
+	ModTime  *time.Time `json:"mod_time,omitempty"`
+	ModAgent string     `json:"mod_agent,omitempty"`
 	// Redacted lists what the board rules' readers keep from the reader:
 	// the path itself (then nothing of it is shown, not even whether it
 	// exists) or paths under it, removed from the value.

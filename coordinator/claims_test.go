@@ -129,3 +129,31 @@ func TestReclaimCounted(t *testing.T) {
 		t.Fatalf("%v reclaims after one", n)
 	}
 }
+
+// state.get says when each path was last changed and by whom, from the
+// change at its mod_rev, so that a stale task can be told.
+func TestStateGetModTimeAndAgent(t *testing.T) {
+	ns := natstest.Run(t)
+	clk := &fakeClock{now: t0}
+	startService(t, ns, t.TempDir(), Options{Now: clk.Now})
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	natstest.Request[intents.Decision](t, nc, subj.Submit("w1"),
+		`{"id":"01JD0000000000000000000001","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1.status","op":"set","value":"RUNNING"}]}`)
+	clk.Advance(time.Minute)
+	natstest.Request[intents.Decision](t, nc, subj.Submit("w2"),
+		`{"id":"01JD0000000000000000000002","agent":"w2","kind":"apply","writes":[{"path":"tasks.t2.status","op":"set","value":"PENDING"}]}`)
+	st := natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1.status","tasks.t2.status","tasks.t3"]}`)
+	for p, want := range map[string]struct {
+		agent string
+		at    time.Time
+	}{"tasks.t1.status": {"w1", t0}, "tasks.t2.status": {"w2", t0.Add(time.Minute)}} {
+		v := st.Values[p]
+		if v.ModAgent != want.agent || v.ModTime == nil || !v.ModTime.Equal(want.at) {
+			t.Errorf("%s: mod_agent %q, mod_time %v; want %s at %s", p, v.ModAgent, v.ModTime, want.agent, want.at)
+		}
+	}
+	if v := st.Values["tasks.t3"]; v.Exists || v.ModTime != nil || v.ModAgent != "" {
+		t.Errorf("an absent path: %+v", v)
+	}
+}

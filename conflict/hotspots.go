@@ -10,7 +10,9 @@ import (
 
 // Hotspots counts where conflicts happen — the conflict dashboard: per path
 // prefix (board and document) and per pair of agents, the conflicts by kind,
-// the merges, waits and escalations, overall and over the last minute. It is
+// the lost preconditions (the race of two agents claiming one task: the
+// loser's precondition no longer holds), the merges, waits and
+// escalations, overall and over the last minute, and when the last came. It is
 // fed decisions with the time they were made, so it is pure and a replay of
 // the log rebuilds it. It is not safe for concurrent use.
 type Hotspots struct {
@@ -37,10 +39,15 @@ type spot struct {
 
 // Counts are the totals of one place.
 type Counts struct {
-	Conflicts   map[intents.ConflictKind]int `json:"conflicts"`
-	Merges      int                          `json:"merges"`
-	Waits       int                          `json:"waits"`
-	Escalations int                          `json:"escalations"`
+	Conflicts map[intents.ConflictKind]int `json:"conflicts"`
+	// Preconditions are the intents rejected precondition_failed that
+	// named a path here: most often a claim another agent won first.
+	Preconditions int `json:"preconditions"`
+	Merges        int `json:"merges"`
+	Waits         int `json:"waits"`
+	Escalations   int `json:"escalations"`
+	// Last is when the last conflict or lost precondition came.
+	Last time.Time `json:"last"`
 }
 
 // NewHotspots returns empty counts.
@@ -63,6 +70,7 @@ func (s *spot) tick(now time.Time) {
 		r.sec, r.n = sec, 0
 	}
 	r.n++
+	s.Last = now
 }
 
 func (s *spot) lastMinute(now time.Time) int {
@@ -88,6 +96,24 @@ func (h *Hotspots) Observe(now time.Time, d *intents.Decision) {
 		}
 		if c.WithAgent != "" {
 			h.count(now, SpotPair, d.Agent+"/"+c.WithAgent, d, c.Kind)
+		}
+	}
+	if d.Outcome == intents.OutcomeRejected && d.Reason == intents.ReasonPreconditionFailed {
+		// The decision names the intent's paths in its versions, not which
+		// of them the condition read: each prefix among them counts once.
+		var seen []string
+		for p := range d.Versions {
+			for _, name := range prefixesOf(p) {
+				if !slices.Contains(seen, name) {
+					seen = append(seen, name)
+				}
+			}
+		}
+		slices.Sort(seen)
+		for _, name := range seen {
+			s := h.at(SpotPrefix, name)
+			s.Preconditions++
+			s.tick(now)
 		}
 	}
 	if len(d.MergedWith) > 0 {
@@ -123,8 +149,8 @@ type Spot struct {
 	Kind string `json:"kind"` // prefix or pair
 	Name string `json:"name"` // a board or document; "agent/other agent"
 	Counts
-	Total      int `json:"total"`       // conflicts overall
-	LastMinute int `json:"last_minute"` // conflicts in the minute before now
+	Total      int `json:"total"`       // conflicts and lost preconditions overall
+	LastMinute int `json:"last_minute"` // conflicts and lost preconditions in the minute before now
 }
 
 // Top returns the n places with the most conflicts in the last minute, then
@@ -132,7 +158,7 @@ type Spot struct {
 func (h *Hotspots) Top(now time.Time, n int) []Spot {
 	out := make([]Spot, 0, len(h.spots))
 	for k, s := range h.spots {
-		total := 0
+		total := s.Preconditions
 		for _, c := range s.Conflicts {
 			total += c
 		}

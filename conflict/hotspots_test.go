@@ -60,3 +60,30 @@ func TestHotspots(t *testing.T) {
 		}
 	}
 }
+
+// A lost precondition — the loser of two agents claiming one task — is
+// counted under the prefixes of the paths its intent named, once each, in
+// the totals and the last minute, with when it came.
+func TestHotspotsPreconditions(t *testing.T) {
+	h := NewHotspots()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lost := &intents.Decision{Agent: "w2", Outcome: intents.OutcomeRejected, Reason: intents.ReasonPreconditionFailed,
+		Versions: map[string]uint64{"tasks.t1.owner": 1, "tasks.t1.status": 1}}
+	h.Observe(t0, lost)
+	h.Observe(t0.Add(2*time.Second), lost)
+	h.Observe(t0.Add(2*time.Second), &intents.Decision{Agent: "w3", Outcome: intents.OutcomeRejected,
+		Reason: intents.ReasonInvalid, Versions: map[string]uint64{"tasks.t1.owner": 1}})
+	top := h.Top(t0.Add(3*time.Second), 0)
+	if len(top) != 2 {
+		t.Fatalf("top: %+v", top)
+	}
+	for _, s := range top {
+		if s.Kind != SpotPrefix || (s.Name != "tasks" && s.Name != "tasks.t1") || s.Preconditions != 2 || s.Total != 2 ||
+			s.LastMinute != 2 || !s.Last.Equal(t0.Add(2*time.Second)) {
+			t.Errorf("spot %+v", s)
+		}
+	}
+	if top := h.Top(t0.Add(2*time.Minute), 0); top[0].LastMinute != 0 || top[0].Total != 2 {
+		t.Errorf("two minutes later: %+v", top[0])
+	}
+}

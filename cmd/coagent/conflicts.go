@@ -54,15 +54,15 @@ func runConflictsTop(ctx context.Context, conn *natsFlags, limit int, asJSON boo
 	if err := json.Unmarshal(data, &out); err != nil {
 		return fmt.Errorf("conflicts top: the coordinator answered %q: %w", data, err)
 	}
-	fmt.Fprintf(stdout, "%-7s %-30s %8s %6s %6s %6s %6s  %s\n", "kind", "name", "last 1m", "total", "merges", "waits", "escal.", "by kind")
+	fmt.Fprintf(stdout, "%-7s %-30s %8s %6s %6s %6s %6s %6s  %s\n", "kind", "name", "last 1m", "total", "pre", "merges", "waits", "escal.", "by kind")
 	for _, s := range out.Spots {
 		var kinds []string
 		for k, n := range s.Conflicts {
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 		}
 		slices.Sort(kinds)
-		fmt.Fprintf(stdout, "%-7s %-30s %8d %6d %6d %6d %6d  %s\n", s.Kind, s.Name, s.LastMinute, s.Total, s.Merges,
-			s.Waits, s.Escalations, strings.Join(kinds, ", "))
+		fmt.Fprintf(stdout, "%-7s %-30s %8d %6d %6d %6d %6d %6d  %s\n", s.Kind, s.Name, s.LastMinute, s.Total, s.Preconditions,
+			s.Merges, s.Waits, s.Escalations, strings.Join(kinds, ", "))
 	}
 	return nil
 }

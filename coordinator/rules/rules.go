@@ -135,6 +135,9 @@ type Set struct {
 	file       File
 	rules      []compiled
 	invariants []invariant
+	// leases says a task rule has a lease: the engine asks it of every
+	// change.
+	leases bool
 }
 
 type compiled struct {
@@ -197,6 +200,7 @@ func Compile(raw []byte, comp *cond.Compiler) (*Set, error) {
 			return nil, err
 		}
 		s.rules = append(s.rules, c)
+		s.leases = s.leases || c.lease > 0
 	}
 	seen := map[string]bool{}
 	for i, inv := range s.file.Invariants {
@@ -457,7 +461,7 @@ func (s *Set) OnConflict(writes []string) intents.OnConflict {
 
 // HasLeases reports whether a task rule has a lease.
 func (s *Set) HasLeases() bool {
-	return s != nil && slices.ContainsFunc(s.rules, func(r compiled) bool { return r.lease > 0 })
+	return s != nil && s.leases
 }
 
 // Leases returns the task records under a rule with a lease that writes

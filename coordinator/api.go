@@ -273,6 +273,10 @@ func (s *Service) handleLogQuery(req micro.Request) { answerLogQuery(s, s.stamp,
 func answerStateGet(r readSource, st stamp, req micro.Request) {
 	var body struct {
 		Paths []string `json:"paths"`
+		// Mod asks for each path's mod_time and mod_agent besides, which
+		// SPEC §6's reply has not: a client that decodes it strictly
+		// gets them only when it asks.
+		Mod bool `json:"mod,omitempty"`
 	}
 	if err := strictJSON(req.Data(), &body); err != nil {
 		replyError(req, intents.ReasonInvalid, "state.get: %v", err)
@@ -290,6 +294,10 @@ func answerStateGet(r readSource, st stamp, req micro.Request) {
 	stateGet(context.Background(), r, body.Paths, r.viewerOf(req.Reply()), func(out *stateReply, err error) {
 		if err != nil {
 			replyError(req, codeUnavailable, "%v", err)
+			return
+		}
+		if !body.Mod {
+			respond(req, out, st.at(out.at)...)
 			return
 		}
 		// The answer may come on the output stage, which must not wait on

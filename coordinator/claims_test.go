@@ -143,7 +143,7 @@ func TestStateGetModTimeAndAgent(t *testing.T) {
 	clk.Advance(time.Minute)
 	natstest.Request[intents.Decision](t, nc, subj.Submit("w2"),
 		`{"id":"01JD0000000000000000000002","agent":"w2","kind":"apply","writes":[{"path":"tasks.t2.status","op":"set","value":"PENDING"}]}`)
-	st := natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1.status","tasks.t2.status","tasks.t3"]}`)
+	st := natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1.status","tasks.t2.status","tasks.t3"],"mod":true}`)
 	for p, want := range map[string]struct {
 		agent string
 		at    time.Time
@@ -155,5 +155,10 @@ func TestStateGetModTimeAndAgent(t *testing.T) {
 	}
 	if v := st.Values["tasks.t3"]; v.Exists || v.ModTime != nil || v.ModAgent != "" {
 		t.Errorf("an absent path: %+v", v)
+	}
+	// Unasked, the reply is SPEC §6's.
+	st = natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1.status"]}`)
+	if v := st.Values["tasks.t1.status"]; v.ModTime != nil || v.ModAgent != "" {
+		t.Errorf("mod_time and mod_agent unasked: %+v", v)
 	}
 }

@@ -139,6 +139,11 @@ func (s *Service) output() {
 		s.feeder.add(g.Changes)
 		s.publishCases(g)
 		for _, r := range g.Reclaimed {
+			if len(r.Reconcile) > 0 {
+				s.log.Warn("task left to reconcile: its owner's lease ended with effects pending", "task", r.Task, "owner", r.Owner,
+					"lease", r.Lease, "fence", r.Fence, "pending", r.Reconcile)
+				continue
+			}
 			s.log.Info("task reclaimed: its owner's lease ended", "task", r.Task, "owner", r.Owner, "lease", r.Lease, "fence", r.Fence)
 		}
 		o.close()

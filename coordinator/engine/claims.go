@@ -171,6 +171,13 @@ func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Read
 			fenced = true
 		}
 		if now := ownerOf(after, l.Path); now != "" && now != ownerOf(e.tree, l.Path) {
+			if v, _ := after.Get(l.Path); ownerOf(e.tree, l.Path) == "" {
+				if pending := rules.PendingEffects(v); len(pending) > 0 {
+					return &rules.Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+						"%s has effects whose outcome nobody knows: %s, pending when its last claim ended; declare each confirmed, failed or compensated before claiming it",
+						l.Path, strings.Join(pending, ", "))}
+				}
+			}
 			if claimed != "" {
 				return &rules.Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
 					"the apply claims %s and %s: an apply claims one leased task", claimed, l.Path)}
@@ -275,7 +282,12 @@ func (e *Engine) claimWarning(c *claim) {
 // then the old owner is told. Its fence is dead from the change on.
 func (e *Engine) reclaim(c *claim) {
 	writes := []intents.Write{{Path: c.path + ".owner", Op: intents.OpDelete}}
-	if c.reclaimTo != "" {
+	// An effect still pending may have happened: the task is not put back
+	// in the pool but left as it was, ownerless, for someone to reconcile
+	// before anyone claims it again.
+	task, _ := e.tree.Get(c.path)
+	pending := rules.PendingEffects(task)
+	if c.reclaimTo != "" && len(pending) == 0 {
 		v, _ := json.Marshal(c.reclaimTo)
 		writes = append(writes, intents.Write{Path: c.path + ".status", Op: intents.OpSet, Value: v})
 	}
@@ -291,10 +303,13 @@ func (e *Engine) reclaim(c *claim) {
 	e.emit(intents.Event{Type: intents.EventChange, Txn: c.id, Change: &intents.Change{Writes: plan}})
 	detail := fmt.Sprintf("your claim on %s (txn %s, fence %d) was reclaimed: its lease ended at %s", c.path, c.id, c.fence,
 		c.expires.Format(time.RFC3339Nano))
-	if c.reclaimTo != "" {
+	switch {
+	case len(pending) > 0:
+		detail += fmt.Sprintf("; its effects %s were pending: it is left to be reconciled before anyone claims it", strings.Join(pending, ", "))
+	case c.reclaimTo != "":
 		detail += "; its status is " + c.reclaimTo + " again"
 	}
 	e.emit(intents.Event{Type: intents.EventNotice, Agent: owner, Txn: c.id,
 		Notice: &intents.Notice{Kind: intents.NoticeReclaimed, Txn: c.id, Detail: detail}})
-	e.effects.Reclaimed = append(e.effects.Reclaimed, Reclaimed{Task: c.path, Owner: owner, Lease: c.id, Fence: c.fence})
+	e.effects.Reclaimed = append(e.effects.Reclaimed, Reclaimed{Task: c.path, Owner: owner, Lease: c.id, Fence: c.fence, Reconcile: pending})
 }

@@ -407,6 +407,9 @@ type Effects struct {
 type Reclaimed struct {
 	Task, Owner, Lease string
 	Fence              uint64
+	// Reconcile are the task's effects that were pending: the task waits
+	// for someone to declare them before it can be claimed again.
+	Reconcile []string
 }
 
 // Seq returns the sequence number of the last event applied.

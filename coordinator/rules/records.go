@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/coagent/coagent/coordinator/cond"
@@ -99,6 +101,9 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 			return refuse(intents.ReasonInvalid, "a hypothesis carries a confidence between 0 and 1, not %s", intents.Clip(format(rec["confidence"]), 40))
 		}
 	case KindTask:
+		if v := checkEffects(p, old, rec); v != nil {
+			return v
+		}
 		was, now := str(old, "owner"), str(rec, "owner")
 		switch {
 		case operator:
@@ -144,6 +149,62 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 		}
 	}
 	return nil
+}
+
+// The states of a task's effect records ({effects: {key: {status, …}}}):
+// its owner declares an effect pending before an external action and
+// confirmed or failed after it; an effect still pending when the claim
+// ends is unknown until someone declares it (compensated, if it was
+// undone).
+const (
+	EffectPending     = "pending"
+	EffectConfirmed   = "confirmed"
+	EffectFailed      = "failed"
+	EffectCompensated = "compensated"
+)
+
+var effectStates = []string{EffectPending, EffectConfirmed, EffectFailed, EffectCompensated}
+
+// checkEffects checks a task's effect records: each an object with a
+// status among effectStates, and only a pending one may change.
+func checkEffects(p string, old, rec map[string]any) *Violation {
+	v, ok := rec["effects"]
+	if !ok {
+		return nil
+	}
+	effects, ok := v.(map[string]any)
+	if !ok {
+		return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf("%s.effects: an object of effect records by key, not %s", p, intents.Clip(format(v), 80))}
+	}
+	was, _ := old["effects"].(map[string]any)
+	for _, key := range slices.Sorted(maps.Keys(effects)) {
+		e, _ := effects[key].(map[string]any)
+		status := str(e, "status")
+		if !slices.Contains(effectStates, status) {
+			return &Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf("%s.effects.%s: an effect record has a status, one of %s; not %s",
+				p, key, strings.Join(effectStates, ", "), intents.Clip(format(effects[key]), 80))}
+		}
+		prev, _ := was[key].(map[string]any)
+		if from := str(prev, "status"); from != "" && from != EffectPending && !equalJSON(prev, e) {
+			return &Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf("%s.effects.%s is %s: only a pending effect changes", p, key, from)}
+		}
+	}
+	return nil
+}
+
+// PendingEffects returns the keys of the effect records of the task
+// record value v still pending, sorted.
+func PendingEffects(v any) []string {
+	rec, _ := v.(map[string]any)
+	effects, _ := rec["effects"].(map[string]any)
+	var out []string
+	for key, e := range effects {
+		if m, _ := e.(map[string]any); str(m, "status") == EffectPending {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func article(kind string) string {

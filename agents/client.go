@@ -51,9 +51,11 @@ type Client struct {
 	mu      sync.Mutex
 	waiting map[string]*pending // by intent id
 	txns    map[string]*Txn     // open, by transaction id, for their notices and preemption
+	claims  map[string]*Claim   // held under a lease, by lease id, for the notice of a reclaim
 	closed  bool
 
-	// done ends the transactions' renewers when the client closes; closing
+	// done ends the transactions' and claims' renewers when the client
+	// closes; closing
 	// is cancelled then too, with ErrClosed, which ends the requests in
 	// flight.
 	done     chan struct{}
@@ -89,7 +91,7 @@ func Connect(ctx context.Context, nc *nats.Conn, name string, opts ...Option) (*
 	}
 	c := &Client{nc: nc, js: js, name: name, subj: intents.Subjects{Prefix: cfg.prefix}, cfg: cfg,
 		log: cfg.logger.With("agent", name), notices: make(chan *intents.Notice, noticeBuffer),
-		waiting: map[string]*pending{}, txns: map[string]*Txn{}, done: make(chan struct{})}
+		waiting: map[string]*pending{}, txns: map[string]*Txn{}, claims: map[string]*Claim{}, done: make(chan struct{})}
 	c.closing, c.closeNow = context.WithCancelCause(context.Background())
 	if c.decisions, err = nc.Subscribe(c.subj.Decisions(name), c.onDecision); err != nil {
 		return nil, fmt.Errorf("agents: subscribe to %s: %w", c.subj.Decisions(name), err)
@@ -127,7 +129,8 @@ func AuthOptions(name, seedFile string) ([]nats.Option, error) {
 func (c *Client) Name() string { return c.name }
 
 // Close stops the client: the renewal of its open transactions (their
-// leases then run out unless committed or aborted first) and its
+// leases then run out unless committed or aborted first) and of its
+// claims (their tasks are then reclaimed unless released first), and its
 // subscriptions. Calls waiting for a decision return ErrClosed. The NATS
 // connection stays open.
 func (c *Client) Close() error {
@@ -165,12 +168,20 @@ func (c *Client) onNotice(m *nats.Msg) {
 		c.log.Warn("dropped a notice that does not parse", "err", err)
 		return
 	}
-	if n := ev.Notice; n.Kind == intents.NoticeLeaseExpired {
+	switch n := ev.Notice; n.Kind {
+	case intents.NoticeLeaseExpired:
 		c.mu.Lock()
 		t := c.txns[n.Txn]
 		c.mu.Unlock()
 		if t != nil {
 			t.end(fmt.Errorf("agents: transaction %s: %w: %s", n.Txn, ErrLeaseExpired, n.Detail), true)
+		}
+	case intents.NoticeReclaimed:
+		c.mu.Lock()
+		cl := c.claims[n.Txn]
+		c.mu.Unlock()
+		if cl != nil {
+			cl.end(fmt.Errorf("agents: claim %s of %s: %w: %w: %s", n.Txn, cl.task, ErrReclaimed, ErrLeaseExpired, n.Detail), true)
 		}
 	}
 	for {

@@ -17,6 +17,10 @@
 //   - Propose opens a transaction (a Txn) whose lease the client renews in
 //     the background until Commit or Abort; Lost says when it was preempted
 //     or its lease ran out;
+//   - Claim takes a task for the agent (a Claim): under a task rule with a
+//     lease the client renews it in the background, its Apply and Release
+//     carry the claim's fence, and Lost says when the coordinator
+//     reclaimed the task;
 //   - Read returns the current values and versions of paths, and Watch
 //     follows the changes of a subtree from a revision without gaps;
 //   - Submit sends an intent built by hand;

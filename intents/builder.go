@@ -143,6 +143,18 @@ func (b *Builder) Lease(d time.Duration) *Builder {
 	return b
 }
 
+// Fence sets the fencing token an apply carries when it writes a task
+// this agent claimed under a board rule with a lease: the fence of the
+// claim's decision. The coordinator refuses a write to the claimed task
+// without it (fenced), and one with a fence no live claim of the agent
+// has, so an owner whose lease ended cannot write over the next owner.
+// agents.Claim's Apply and Release set it; zero (the default) carries
+// none.
+func (b *Builder) Fence(f uint64) *Builder {
+	b.in.Fence = f
+	return b
+}
+
 // OnConflict sets what the coordinator does when the intent conflicts
 // with a transaction in flight; the default is OnConflictReject. Wait and
 // Escalate are shorthands.

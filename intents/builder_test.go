@@ -77,6 +77,7 @@ func TestBuilderFields(t *testing.T) {
 		{"lease", intents.Propose("p").Write("a", intents.OpSet).Lease(1500 * time.Microsecond),
 			intents.Intent{Kind: intents.KindPropose, Action: "p", LeaseMS: 2,
 				Writes: []intents.Write{{Path: "a", Op: intents.OpSet}}}},
+		{"fence", set(a().Fence(7)), with(apply(), func(in *intents.Intent) { in.Fence = 7 })},
 		{"on conflict", set(a().OnConflict(intents.OnConflictReject)),
 			with(apply(), func(in *intents.Intent) { in.OnConflict = intents.OnConflictReject })},
 		{"wait", set(a().Wait(2 * time.Second)), with(apply(), func(in *intents.Intent) {
@@ -184,6 +185,7 @@ func TestBuilderInvalid(t *testing.T) {
 		{"long action", "action", "longer", intents.Apply(strings.Repeat("x", intents.MaxActionLen+1)).Set("a", 1)},
 		{"lease on apply", "lease_ms", "only propose", a().Set("a", 1).Lease(time.Second)},
 		{"negative lease", "lease_ms", "negative", intents.Propose("p").Write("a", intents.OpSet).Lease(-time.Nanosecond)},
+		{"fence on propose", "fence", "only commit", intents.Propose("p").Write("a", intents.OpSet).Fence(1)},
 		{"negative wait", "wait_ms", "negative", a().Set("a", 1).Wait(-time.Second)},
 		{"bad policy", "on_conflict", "want one of", a().Set("a", 1).OnConflict("retry")},
 		{"zero builder", "kind", "missing", new(intents.Builder).Set("a", 1)},

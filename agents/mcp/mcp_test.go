@@ -89,8 +89,17 @@ func (b *board) connect(name string) *nats.Conn {
 func newBoard(t *testing.T) *board {
 	t.Helper()
 	ns := natstest.Run(t)
-	coordtest.Start(t, ns, coordinator.Options{})
-	return &board{t: t, ns: ns}
+	return &board{t: t, ns: ns, svc: coordtest.Start(t, ns, coordinator.Options{})}
+}
+
+// rules puts the board rules file in force.
+func (b *board) rules(file string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.svc.SetRules(ctx, []byte(file), "test"); err != nil {
+		b.t.Fatal(err)
+	}
 }
 
 // agent connects an SDK client as name.
@@ -560,6 +569,93 @@ func TestClaimRace(t *testing.T) {
 	if !res.IsError || !strings.Contains(text(res), "tasks..x") {
 		t.Errorf("claim of a bad path: %s", text(res))
 	}
+}
+
+// leasedTasks are board rules under which a claim of a task holds a lease
+// of 300ms: short, so that a test waits through several.
+const (
+	claimLease  = 300 * time.Millisecond
+	leasedTasks = `{"rules":[{"pattern":"tasks.*","kind":"task","lease":"300ms","reclaim_to":"PENDING"}]}`
+)
+
+// taskOf reads the task record at path as agent c.
+func taskOf(t *testing.T, c *agents.Client, path string) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := c.Read(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := st.Values[path].Decode(&rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestClaimLease: under a rule that gives claims a lease, a session's
+// claim is renewed while the session lives, its writes to the task carry
+// the fence, its release ends the lease, and the task comes back to the
+// board (reclaimed) once the session ends.
+func TestClaimLease(t *testing.T) {
+	b := newBoard(t)
+	b.rules(leasedTasks)
+	lead := b.agent("lead")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := lead.Apply(ctx, intents.Apply("plan").Set("tasks.t1", map[string]any{"status": "PENDING"}).
+		Set("tasks.t2", map[string]any{"status": "PENDING"})); err != nil {
+		t.Fatal(err)
+	}
+	s := b.open("w1", mcp.Options{})
+	r := s.result("claim", map[string]any{"path": "tasks.t1", "set": map[string]any{"status": "RUNNING"}})
+	ok(t, "claim", r)
+	if r.Txn == "" || r.Fence == 0 || r.LeaseExpires == nil || r.HeldBy != "w1" {
+		t.Fatalf("a claim under a leased rule: %+v; want its lease's txn, fence and end", r)
+	}
+	claimed := *r.LeaseExpires
+	// Renewed while the session lives: a renewal three lease lengths
+	// after the claim's lease would have ended.
+	natstest.CheckFor(t, 30*time.Second, "renewals of the claim's lease past three lengths", func() error {
+		var h mcp.HistoryOutput
+		s.call("history", map[string]any{"txn": r.Txn, "type": "renew", "limit": 500}, &h)
+		if n := len(h.Events); n == 0 || h.Events[n-1].Time.Before(claimed.Add(3*claimLease)) {
+			return fmt.Errorf("%d renewals", n)
+		}
+		return nil
+	})
+	if rec := taskOf(t, lead, "tasks.t1"); rec["owner"] != "w1" || rec["status"] != "RUNNING" {
+		t.Fatalf("the task while the session lives: %v", rec)
+	}
+	// The session's writes to the task carry the fence.
+	ok(t, "write to the claimed task", s.result("write", map[string]any{"writes": []any{set("tasks.t1.note", "half way")}}))
+
+	// Release carries the fence, ends the lease and says which it was.
+	r2 := s.result("claim", map[string]any{"path": "tasks.t2"})
+	ok(t, "claim t2", r2)
+	rel := s.result("release", map[string]any{"path": "tasks.t2", "set": map[string]any{"status": "DONE"}})
+	ok(t, "release t2", rel)
+	if rel.Txn != r2.Txn || rel.Fence != r2.Fence {
+		t.Fatalf("release names lease %s fence %d, want %s fence %d", rel.Txn, rel.Fence, r2.Txn, r2.Fence)
+	}
+	if rec := taskOf(t, lead, "tasks.t2"); rec["owner"] != nil || rec["status"] != "DONE" {
+		t.Fatalf("the task after release: %v", rec)
+	}
+
+	// The session ends: its claim is no longer renewed, and the task
+	// comes back.
+	if err := s.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 30*time.Second, "the reclaim of tasks.t1", func() error {
+		if rec := taskOf(t, lead, "tasks.t1"); rec["owner"] != nil || rec["status"] != "PENDING" {
+			return fmt.Errorf("the task: %v", rec)
+		}
+		return nil
+	})
+	other := b.open("w2", mcp.Options{})
+	ok(t, "claim after the reclaim", other.result("claim", map[string]any{"path": "tasks.t1"}))
 }
 
 func TestTransaction(t *testing.T) {
@@ -1095,18 +1191,21 @@ func mustRead(t *testing.T, s *session, uri string) string {
 }
 
 // TestSilentClientLetsLeaseExpire: an HTTP client that vanishes without
-// ending its session stops its transactions' renewal once it has made no
-// request for Options.Silence, and their leases run out, long before the
-// idle timeout closes the session; a client that goes on making requests
-// keeps its own renewed past the same bound.
+// ending its session stops its transactions' and claims' renewal once it
+// has made no request for Options.Silence, and their leases run out, long
+// before the idle timeout closes the session; a client that goes on
+// making requests keeps its own renewed past the same bound.
 func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	b := newBoard(t)
+	b.rules(strings.Replace(leasedTasks, "300ms", "1s", 1))
 	// Leases of a second, renewed every third of one, so that a renewal
 	// late by a loaded machine still lands; the silence is two of them.
 	const silence = 2 * time.Second
 	gone := b.openHTTP("web", mcp.Options{Silence: silence})
 	held := gone.result("begin", map[string]any{"writes": []any{map[string]any{"path": "web.page"}}, "lease_ms": 1000})
 	ok(t, "begin of the client that vanishes", held)
+	heldTask := gone.result("claim", map[string]any{"path": "tasks.web"})
+	ok(t, "claim of the client that vanishes", heldTask)
 	quiet := time.Now()
 	// From here on the HTTP client says nothing, and does not end its
 	// session.
@@ -1114,6 +1213,7 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	busy := b.open("busy", mcp.Options{Silence: silence})
 	mine := busy.result("begin", map[string]any{"writes": []any{map[string]any{"path": "busy.page"}}, "lease_ms": 1000})
 	ok(t, "begin of the busy client", mine)
+	ok(t, "claim of the busy client", busy.result("claim", map[string]any{"path": "tasks.busy"}))
 	natstest.CheckFor(t, 10*time.Second, "the expiry of the silent client's "+held.Txn, func() error {
 		var h mcp.HistoryOutput
 		busy.call("history", map[string]any{"txn": held.Txn, "type": "expire"}, &h)
@@ -1126,6 +1226,16 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 		t.Fatalf("the lease ran out %s after the client's last request, before the silence of %s", waited, silence)
 	}
 	ok(t, "write where the silent client held", busy.result("write", map[string]any{"writes": []any{set("web.page", "free")}}))
+	natstest.CheckFor(t, 10*time.Second, "the reclaim of the silent client's task", func() error {
+		var h mcp.HistoryOutput
+		busy.call("history", map[string]any{"txn": heldTask.Txn, "type": "notice"}, &h)
+		for _, ev := range h.Events {
+			if strings.HasPrefix(ev.What, string(intents.NoticeReclaimed)+":") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d notices, none reclaimed", len(h.Events))
+	})
 	// The busy client's requests kept its own transaction, past the same
 	// silence and many leases.
 	var h mcp.HistoryOutput
@@ -1135,4 +1245,5 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	}
 	r := busy.result("commit", map[string]any{"txn": mine.Txn, "writes": []any{set("busy.page", "done")}})
 	ok(t, "commit of the busy client", r)
+	ok(t, "release of the busy client's task", busy.result("release", map[string]any{"path": "tasks.busy", "set": map[string]any{"status": "DONE"}}))
 }

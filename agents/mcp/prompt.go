@@ -27,7 +27,7 @@ const boardPrompt = `You work on a shared board with other agents, through CoAge
 3. Change the state with write. Pass expect [{path, version}] with the versions you read, or a pre condition (state.tasks.t1.status == "open"), so you never overwrite a change you did not see.
 4. For work of several steps, begin a transaction naming the paths you will write, do the work, then commit the values (or abort). Nobody else writes those paths meanwhile; the lease is kept alive for you while this session lasts.
 5. A rejected request wrote nothing. Read reason, detail and next, and do what next says: stale_read, read again and redo; conflict, do something else or wait (on_conflict "wait"); precondition_failed, the state is not what you assumed.
-6. When done, write the result and release(path) the task. history shows who changed what and what happened to your own requests.`
+6. When done, write the result and release(path) the task, with set {"status": "DONE"} to mark it done in the same write. history shows who changed what and what happened to your own requests.`
 
 func (s *Server) addPrompt() {
 	s.mcp.AddPrompt(&sdk.Prompt{Name: "shared_board", Title: "How to work on a shared board with CoAgent",

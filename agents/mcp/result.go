@@ -28,10 +28,13 @@ type Result struct {
 	Conflicts []Conflict        `json:"conflicts,omitempty" jsonschema:"the paths in conflict and whose transaction holds them"`
 	Versions  map[string]uint64 `json:"versions,omitempty" jsonschema:"current versions of the paths involved (after the change when ok): pass them as expect to write again without a read"`
 	Rev       uint64            `json:"rev,omitempty" jsonschema:"the revision of the change"`
-	Txn       string            `json:"txn,omitempty" jsonschema:"the transaction id (begin, commit, abort)"`
-	// LeaseExpires is when the transaction's lease ends unless renewed; the
-	// server renews it while the session lives.
-	LeaseExpires *time.Time `json:"lease_expires,omitempty" jsonschema:"when the transaction's lease ends unless renewed (the server renews it while this session lives)"`
+	Txn       string            `json:"txn,omitempty" jsonschema:"the transaction id (begin, commit, abort), or the id of a claim's lease (claim, release)"`
+	// Fence is the fencing token of a claim's lease, which the server adds
+	// to the session's writes to the task.
+	Fence uint64 `json:"fence,omitempty" jsonschema:"the fencing token of a claim's lease: the server adds it to this session's writes to the task"`
+	// LeaseExpires is when the transaction's or claim's lease ends unless
+	// renewed; the server renews it while the session lives.
+	LeaseExpires *time.Time `json:"lease_expires,omitempty" jsonschema:"when the transaction's or claim's lease ends unless renewed (the server renews it while this session lives)"`
 	MergedWith   []string   `json:"merged_with,omitempty" jsonschema:"intents of other agents whose disjoint or commutative edits were merged with this one"`
 	// HeldBy is the agent holding a task a claim lost, or a release found
 	// not ours.

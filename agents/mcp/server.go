@@ -11,11 +11,13 @@
 // fresh id and the Client's same-id resend, and a decision — a rejection
 // too — is a tool result the model can act on: the reason, the detail, the
 // conflicting paths, the current versions and what to do next. A
-// transaction begun in a session is renewed by the Client between the
-// model's turns while the session lives and its client shows signs of
-// life; when the session ends (the host exits, or an HTTP session goes
-// idle), or its client makes no request for Options.Silence, its renewal
-// stops and the lease runs out at the coordinator, which logs the expiry.
+// transaction begun in a session, and a task claimed in it under a board
+// rule with a lease, is renewed by the Client between the model's turns
+// while the session lives and its client shows signs of life; when the
+// session ends (the host exits, or an HTTP session goes idle), or its
+// client makes no request for Options.Silence, its renewal stops and the
+// lease runs out at the coordinator, which logs the expiry (a claimed task
+// is reclaimed).
 //
 //	s, err := mcp.New(client, nc, mcp.Options{})
 //	err = s.Run(ctx, &mcp.StdioTransport{Reader: os.Stdin, Writer: os.Stdout}) // coagent mcp
@@ -145,18 +147,22 @@ type Server struct {
 	arb *arbiterBridge // nil unless Options.Arbiter
 }
 
-// session is what one MCP session holds: the transactions it began, and
-// the signs of life of its client.
+// session is what one MCP session holds: the transactions it began, the
+// tasks it claimed, and the signs of life of its client.
 type session struct {
-	mu     sync.Mutex
-	txns   map[string]*agents.Txn // open, by transaction id
+	mu   sync.Mutex
+	txns map[string]*agents.Txn // open, by transaction id
+	// claims are the tasks claimed in the session, by task path: their
+	// leases are renewed while it lives, and its writes to them carry
+	// their fences.
+	claims map[string]*agents.Claim
 	closed bool
 	// busy counts the client's requests in flight; seen is when the last
 	// one began or ended.
 	busy int
 	seen time.Time
-	// silenced are the transactions whose renewal stopped for the
-	// client's silence.
+	// silenced are the transactions (by id) and claims (by lease id)
+	// whose renewal stopped for the client's silence.
 	silenced map[string]bool
 	wake     chan struct{} // a request began or ended (capacity 1)
 	gone     chan struct{} // closed when the session ends
@@ -275,7 +281,7 @@ func (s *Server) sessionOf(ss *sdk.ServerSession) *session {
 	if st != nil {
 		return st
 	}
-	st = &session{txns: map[string]*agents.Txn{}, closed: s.mu.closed, seen: time.Now(), silenced: map[string]bool{},
+	st = &session{txns: map[string]*agents.Txn{}, claims: map[string]*agents.Claim{}, closed: s.mu.closed, seen: time.Now(), silenced: map[string]bool{},
 		wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	if !s.mu.closed {
 		s.mu.sessions[ss] = st
@@ -331,8 +337,9 @@ func (st *session) quietSince() (time.Time, bool) {
 	return st.seen, st.busy == 0
 }
 
-// watchSilence stops renewing the transactions of session ss once its
-// client has made no request for Options.Silence, until the session ends.
+// watchSilence stops renewing the transactions and claims of session ss
+// once its client has made no request for Options.Silence, until the
+// session ends.
 func (s *Server) watchSilence(ss *sdk.ServerSession, st *session) {
 	timer := time.NewTimer(s.opts.Silence)
 	defer timer.Stop()
@@ -341,8 +348,8 @@ func (s *Server) watchSilence(ss *sdk.ServerSession, st *session) {
 			wait := time.Until(since.Add(s.opts.Silence))
 			if wait <= 0 {
 				if n := st.silence(); n > 0 {
-					s.log.Info("the client made no request; its transactions are no longer renewed and their leases will run out",
-						"session", ss.ID(), "silence", s.opts.Silence, "txns", n)
+					s.log.Info("the client made no request; its transactions and claims are no longer renewed and their leases will run out",
+						"session", ss.ID(), "silence", s.opts.Silence, "leases", n)
 				}
 				// Silent still: nothing to do until the next request.
 				select {
@@ -367,8 +374,8 @@ func (s *Server) watchSilence(ss *sdk.ServerSession, st *session) {
 	}
 }
 
-// silence stops renewing the session's open transactions, and returns
-// how many were still renewed.
+// silence stops renewing the session's open transactions and leased
+// claims, and returns how many were still renewed.
 func (st *session) silence() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -380,12 +387,20 @@ func (st *session) silence() int {
 			n++
 		}
 	}
+	for _, cl := range st.claims {
+		if id := cl.ID(); id != "" && !st.silenced[id] && cl.Err() == nil {
+			cl.StopRenewing()
+			st.silenced[id] = true
+			n++
+		}
+	}
 	return n
 }
 
-// ended lets go of what session ss held: its transactions are no longer
-// renewed (their leases run out at the coordinator, which logs the
-// expiry), its subscriptions end, a case it held goes back to the queue.
+// ended lets go of what session ss held: its transactions and claims are
+// no longer renewed (their leases run out at the coordinator, which logs
+// the expiry and reclaims the tasks), its subscriptions end, a case it
+// held goes back to the queue.
 func (s *Server) ended(ss *sdk.ServerSession) {
 	s.mu.Lock()
 	st := s.mu.sessions[ss]
@@ -393,7 +408,7 @@ func (s *Server) ended(ss *sdk.ServerSession) {
 	s.mu.Unlock()
 	if st != nil {
 		if n := st.end(); n > 0 {
-			s.log.Info("session ended; its transactions' leases will run out", "session", ss.ID(), "txns", n)
+			s.log.Info("session ended; its transactions' and claims' leases will run out", "session", ss.ID(), "leases", n)
 		}
 	}
 	s.dropSubscriptions(ss)
@@ -402,8 +417,8 @@ func (s *Server) ended(ss *sdk.ServerSession) {
 	}
 }
 
-// end stops renewing the session's transactions and returns how many
-// there were.
+// end stops renewing the session's transactions and claims and returns
+// how many leases there were.
 func (st *session) end() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -415,7 +430,14 @@ func (st *session) end() int {
 		t.StopRenewing()
 	}
 	n := len(st.txns)
+	for _, cl := range st.claims {
+		cl.StopRenewing()
+		if cl.ID() != "" && cl.Err() == nil {
+			n++
+		}
+	}
 	st.txns = map[string]*agents.Txn{}
+	st.claims = map[string]*agents.Claim{}
 	return n
 }
 
@@ -453,4 +475,57 @@ func (st *session) open() []*agents.Txn {
 		out = append(out, t)
 	}
 	return out
+}
+
+// addClaim records cl as held in the session; false if the session has
+// ended (then cl is not renewed).
+func (st *session) addClaim(cl *agents.Claim) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		cl.StopRenewing()
+		return false
+	}
+	st.claims[cl.Task()] = cl
+	return true
+}
+
+// claim is the session's claim of task, nil if it holds none.
+func (st *session) claim(task string) *agents.Claim {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.claims[task]
+}
+
+// claimOf is the session's live leased claim whose task the writes reach
+// (at the task or under it), for its fence; nil when there is none, or
+// more than one (one write carries one fence).
+func (st *session) claimOf(writes []intents.Write) *agents.Claim {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var found *agents.Claim
+	for _, cl := range st.claims {
+		if cl.Fence() == 0 || cl.Err() != nil {
+			continue
+		}
+		for _, w := range writes {
+			if intents.Overlaps(w.Path, cl.Task()) {
+				if found != nil && found != cl {
+					return nil
+				}
+				found = cl
+			}
+		}
+	}
+	return found
+}
+
+// forgetClaim drops the session's claim of task, once it has ended.
+func (st *session) forgetClaim(cl *agents.Claim) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.claims[cl.Task()] == cl {
+		delete(st.claims, cl.Task())
+		delete(st.silenced, cl.ID())
+	}
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -64,6 +66,9 @@ type WriteInput struct {
 // ClaimInput is the input of claim and release.
 type ClaimInput struct {
 	Path string `json:"path" jsonschema:"the task's path, e.g. tasks.t1: claim sets <path>.owner to this agent if nobody holds it, release deletes it if this agent does"`
+	// Set are fields written under the task in the claim's or release's
+	// own write.
+	Set map[string]any `json:"set,omitempty" jsonschema:"fields to set under the task in the same write, by path relative to it (not owner): e.g. {\"status\": \"RUNNING\"} with claim, {\"status\": \"DONE\"} with release to complete the task"`
 }
 
 // BeginInput is the input of begin.
@@ -226,10 +231,14 @@ func (s *Server) addTools() {
 			"A rejection is a tool error whose result has ok false, the reason, the detail and what to do next; nothing was written then.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: jsonschema.Ptr(true)}}, s.write)
 	addTool(s, &sdk.Tool{Name: "claim", Title: "Claim a task",
-		Description: "Claim a task for agent " + name + ": sets <path>.owner to " + name + " only if nobody holds it. " +
-			"Of agents claiming at once exactly one wins; a lost claim says who holds the task (held_by): pick another then."}, s.claim)
+		Description: "Claim a task for agent " + name + ": sets <path>.owner to " + name + " only if nobody holds it (and the fields of set). " +
+			"Of agents claiming at once exactly one wins; a lost claim says who holds the task (held_by): pick another then. " +
+			"Where the board gives claims a lease (the result has txn, fence and lease_expires), it is renewed for you while this session lives, " +
+			"and your writes to the task carry its fence for you; if the session ends, the lease runs out and the task goes back to the board. " +
+			"Release the task when done."}, s.claim)
 	addTool(s, &sdk.Tool{Name: "release", Title: "Release a task",
-		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + "."}, s.release)
+		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + ", and sets the fields of set in the same write " +
+			"(set {\"status\": \"DONE\"} to complete it, or the status it should go back to). This ends the claim's lease."}, s.release)
 	addTool(s, &sdk.Tool{Name: "begin", Title: "Begin a transaction",
 		Description: "Begin a transaction for work that takes several steps: name the paths you will write (and those you depend on); " +
 			"until you commit or abort, no other agent writes them, and one that tries is rejected or waits. " +
@@ -279,7 +288,7 @@ func (s *Server) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput)
 	return toolResult(fmt.Sprintf("at rev %d: %s", st.Rev, strings.Join(lines, "; ")), out), out, nil
 }
 
-func (s *Server) write(ctx context.Context, _ *sdk.CallToolRequest, in WriteInput) (*sdk.CallToolResult, *Result, error) {
+func (s *Server) write(ctx context.Context, req *sdk.CallToolRequest, in WriteInput) (*sdk.CallToolResult, *Result, error) {
 	b := intents.Apply(in.Action)
 	for _, e := range in.Expect {
 		b.ReadAt(e.Path, e.Version)
@@ -290,6 +299,21 @@ func (s *Server) write(ctx context.Context, _ *sdk.CallToolRequest, in WriteInpu
 	b.Pre(in.Pre...).Post(in.Post...)
 	if r := policy(b, in.OnConflict, in.WaitMS); r != nil {
 		return toolResult(r.summary("write"), r), r, nil
+	}
+	// A write to a task this session claimed under a lease carries the
+	// claim's fence, which the coordinator asks of its owner.
+	st := s.sessionOf(req.Session)
+	built, err := b.Build()
+	if err != nil {
+		r := invalid(err.Error())
+		return toolResult(r.summary("write"), r), r, nil
+	}
+	if cl := st.claimOf(built.Writes); cl != nil {
+		d, err := cl.Apply(ctx, b)
+		if cl.Err() != nil {
+			st.forgetClaim(cl)
+		}
+		return s.decided("write", d, err)
 	}
 	d, err := s.c.Apply(ctx, b)
 	return s.decided("write", d, err)
@@ -410,29 +434,61 @@ func stateRef(path string) string {
 	return b.String()
 }
 
-func (s *Server) claim(ctx context.Context, _ *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
+func (s *Server) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
 	if err := intents.CheckPath(in.Path); err != nil {
 		return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
 	}
-	owner := in.Path + ".owner"
-	ref := stateRef(owner)
-	b := intents.Apply("claim").Set(owner, s.c.Name()).Pre(fmt.Sprintf("%s == nil || %s == agent", ref, ref))
-	d, err := s.c.Apply(ctx, b)
-	_, r, err := s.decided("claim "+in.Path, d, err)
-	if err != nil {
-		return nil, nil, err
+	what := "claim " + in.Path
+	st := s.sessionOf(req.Session)
+	if cl := st.claim(in.Path); cl != nil && cl.Err() == nil {
+		r := claimResult(cl)
+		return toolResult(fmt.Sprintf("%s: yours already, claimed in this session%s", what, leaseNote(cl)), r), r, nil
 	}
-	if r.OK {
-		r.HeldBy = s.c.Name()
-		return toolResult(fmt.Sprintf("claim %s: yours (%s at rev %d)", in.Path, owner, r.Rev), r), r, nil
-	}
-	if r.Reason == string(intents.ReasonPreconditionFailed) {
+	cl, err := s.c.Claim(ctx, in.Path, in.Set)
+	var taken *agents.TakenError
+	switch {
+	case errors.As(err, &taken):
+		owner := in.Path + ".owner"
 		holder, rev := s.holder(ctx, owner)
+		r := fromDecision(taken.Rejected.Decision)
 		r.HeldBy = holder
+		if holder == s.c.Name() {
+			// Claimed before, outside this session (or by it before a
+			// restart): the agent's still.
+			r = &Result{OK: true, Outcome: string(intents.OutcomeApplied), HeldBy: holder, Intent: taken.Rejected.Decision.Intent}
+			return toolResult(fmt.Sprintf("%s: yours already (claimed at rev %d, not in this session: its lease, if any, is not renewed here)", what, rev), r), r, nil
+		}
 		r.Next = fmt.Sprintf("%s is held by %s (claimed at rev %d): leave it and claim another task.", in.Path, holder, rev)
-		return toolResult(fmt.Sprintf("claim %s: lost, held by %s (claimed at rev %d). %s", in.Path, holder, rev, r.Next), r), r, nil
+		return toolResult(fmt.Sprintf("%s: lost, held by %s (claimed at rev %d). %s", what, holder, rev, r.Next), r), r, nil
+	case err != nil:
+		return s.decided(what, nil, err)
 	}
-	return toolResult(r.summary("claim "+in.Path), r), r, nil
+	if !st.addClaim(cl) {
+		return nil, nil, fmt.Errorf("%s: the session ended; the claim's lease will run out", what)
+	}
+	r := claimResult(cl)
+	return toolResult(fmt.Sprintf("%s: yours (%s.owner at rev %d)%s", what, in.Path, r.Rev, leaseNote(cl)), r), r, nil
+}
+
+// claimResult is the Result of the session's claim cl.
+func claimResult(cl *agents.Claim) *Result {
+	r := fromDecision(cl.Decision())
+	r.HeldBy = cl.Decision().Agent
+	if cl.Fence() != 0 {
+		expires := cl.LeaseExpires()
+		r.Txn, r.Fence, r.LeaseExpires = cl.ID(), cl.Fence(), &expires
+	}
+	return r
+}
+
+// leaseNote says, after a claim's summary, what its lease means for the
+// model; nothing without a lease.
+func leaseNote(cl *agents.Claim) string {
+	if cl.Fence() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; lease %s (fence %d) renewed while this session lives: write the task with write (the fence is added for you) and release it when done",
+		cl.ID(), cl.Fence())
 }
 
 // holder is who holds a task now (the value of its owner path) and the
@@ -451,18 +507,48 @@ func (s *Server) holder(ctx context.Context, owner string) (string, uint64) {
 	return who, v.ModRev
 }
 
-func (s *Server) release(ctx context.Context, _ *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
+func (s *Server) release(ctx context.Context, req *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
 	if err := intents.CheckPath(in.Path); err != nil {
 		return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
 	}
+	what := "release " + in.Path
+	st := s.sessionOf(req.Session)
+	if cl := st.claim(in.Path); cl != nil {
+		// The session's claim: its release carries the fence and ends
+		// the lease.
+		d, err := cl.Release(ctx, in.Set)
+		if cl.Err() != nil {
+			st.forgetClaim(cl)
+		}
+		res, r, err := s.decided(what, d, err)
+		if r == nil {
+			return res, r, err
+		}
+		if cl.Fence() != 0 {
+			r.Txn, r.Fence = cl.ID(), cl.Fence()
+		}
+		if !r.OK && cl.Err() != nil && !errors.Is(cl.Err(), agents.ErrClaimEnded) {
+			r.Next = in.Path + " is no longer yours: its lease ended and it was reclaimed (or it was taken over), so nothing was written. " +
+				"Read it again, and claim it anew if it is still to do."
+			return toolResult(fmt.Sprintf("%s: not yours any more. %s", what, r.Next), r), r, nil
+		}
+		return res, r, err
+	}
 	owner := in.Path + ".owner"
 	b := intents.Apply("release").Delete(owner).Pre(stateRef(owner) + " == agent")
+	for _, k := range slices.Sorted(maps.Keys(in.Set)) {
+		if k == "owner" || strings.HasPrefix(k, "owner.") {
+			return errorResult(fmt.Sprintf("set[%q]: release itself removes the owner", k)), nil, nil
+		}
+		b.Set(in.Path+"."+k, in.Set[k])
+	}
 	d, err := s.c.Apply(ctx, b)
-	_, r, err := s.decided("release "+in.Path, d, err)
+	_, r, err := s.decided(what, d, err)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !r.OK && r.Reason == string(intents.ReasonPreconditionFailed) {
+	switch {
+	case !r.OK && r.Reason == string(intents.ReasonPreconditionFailed):
 		holder, _ := s.holder(ctx, owner)
 		r.HeldBy = holder
 		if holder == "" {
@@ -470,9 +556,13 @@ func (s *Server) release(ctx context.Context, _ *sdk.CallToolRequest, in ClaimIn
 		} else {
 			r.Next = fmt.Sprintf("%s is held by %s, not by %s: only its holder releases it.", in.Path, holder, s.c.Name())
 		}
-		return toolResult(fmt.Sprintf("release %s: not yours. %s", in.Path, r.Next), r), r, nil
+		return toolResult(fmt.Sprintf("%s: not yours. %s", what, r.Next), r), r, nil
+	case !r.OK && r.Reason == string(intents.ReasonFenced):
+		r.Next = fmt.Sprintf("%s is claimed by %s under a lease this session does not hold (it was claimed in another session): "+
+			"release it there, or let its lease run out.", in.Path, s.c.Name())
+		return toolResult(fmt.Sprintf("%s: rejected (fenced). %s", what, r.Next), r), r, nil
 	}
-	return toolResult(r.summary("release "+in.Path), r), r, nil
+	return toolResult(r.summary(what), r), r, nil
 }
 
 func (s *Server) begin(ctx context.Context, req *sdk.CallToolRequest, in BeginInput) (*sdk.CallToolResult, *Result, error) {

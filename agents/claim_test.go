@@ -302,3 +302,26 @@ func TestClaimWithoutLease(t *testing.T) {
 		t.Fatalf("a claim that sets the owner: %v, want invalid", err)
 	}
 }
+
+// ReadMod says who changed a task last and when; Read leaves it out.
+func TestReadMod(t *testing.T) {
+	w := newTasks(t, leasedBoard, "t1")
+	w1 := w.client("w1")
+	before := time.Now().Add(-time.Second)
+	if _, err := w1.Claim(ctxFor(t, 30*time.Second), "tasks.t1", nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w1.ReadMod(ctxFor(t, 30*time.Second), "tasks.t1.owner", "tasks.t1.status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := st.Values["tasks.t1.owner"]; v.ModAgent != "w1" || v.ModTime == nil || v.ModTime.Before(before) {
+		t.Errorf("owner: mod_agent %q, mod_time %v", v.ModAgent, v.ModTime)
+	}
+	if v := st.Values["tasks.t1.status"]; v.ModAgent != "lead" {
+		t.Errorf("status: mod_agent %q, want lead, who made the task", v.ModAgent)
+	}
+	if st, err = w1.Read(ctxFor(t, 30*time.Second), "tasks.t1.owner"); err != nil || st.Values["tasks.t1.owner"].ModTime != nil {
+		t.Errorf("Read: %+v, %v", st, err)
+	}
+}

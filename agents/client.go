@@ -588,8 +588,9 @@ type Value struct {
 	Version uint64          `json:"version"`
 	ModRev  uint64          `json:"mod_rev"`
 	// ModTime and ModAgent are when the change at ModRev was made and by
-	// which agent (none for a reclaim, which the coordinator makes); both
-	// are absent when the coordinator's log no longer holds that change.
+	// which agent (none for a reclaim, which the coordinator makes), from
+	// ReadMod; both are absent when the coordinator's log no longer holds
+	// that change.
 	ModTime  *time.Time `json:"mod_time,omitempty"`
 	ModAgent string     `json:"mod_agent,omitempty"`
 	// Redacted names what the board rules' readers keep from this agent:
@@ -609,6 +610,16 @@ func (v Value) Decode(into any) error {
 // Read returns the values, versions and mod_revs of paths, all at one
 // revision, from the coordinator's state.get.
 func (c *Client) Read(ctx context.Context, paths ...string) (*State, error) {
+	return c.read(ctx, false, paths)
+}
+
+// ReadMod is Read, with each value's ModTime and ModAgent: when its last
+// change was made and by whom, to tell a stale task.
+func (c *Client) ReadMod(ctx context.Context, paths ...string) (*State, error) {
+	return c.read(ctx, true, paths)
+}
+
+func (c *Client) read(ctx context.Context, mod bool, paths []string) (*State, error) {
 	for i, p := range paths {
 		if err := intents.CheckPath(p); err != nil {
 			return nil, fmt.Errorf("agents: read: paths[%d] = %q: %w", i, p, err)
@@ -618,7 +629,11 @@ func (c *Client) Read(ctx context.Context, paths ...string) (*State, error) {
 		Rev    uint64           `json:"rev"`
 		Values map[string]Value `json:"values"`
 	}
-	if err := c.request(ctx, intents.APIStateGet, map[string][]string{"paths": paths}, &out); err != nil {
+	req := map[string]any{"paths": paths}
+	if mod {
+		req["mod"] = true
+	}
+	if err := c.request(ctx, intents.APIStateGet, req, &out); err != nil {
 		return nil, err
 	}
 	if out.Values == nil {

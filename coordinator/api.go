@@ -255,6 +255,14 @@ func (s *Service) handleSubmit(req micro.Request) {
 		return
 	}
 	sub := &submit{req: req, agent: agent, deadline: s.opts.Now().Add(wait), release: func() { <-s.submits }}
+	if lane := req.Headers().Get(intents.HeaderClaimNext); lane != "" {
+		if err := intents.CheckPath(lane); err != nil {
+			<-s.submits
+			replyError(req, intents.ReasonInvalid, "header %s = %q: %v", intents.HeaderClaimNext, lane, err)
+			return
+		}
+		sub.lane = lane
+	}
 	select {
 	case s.intake <- input{sub: sub, at: time.Now()}:
 	default:

@@ -1,7 +1,10 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
 )
 
 // A task claimed under a leased rule comes back when its owner stops
@@ -160,5 +164,101 @@ func TestStateGetModTimeAndAgent(t *testing.T) {
 	st = natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["tasks.t1.status"]}`)
 	if v := st.Values["tasks.t1.status"]; v.ModTime != nil || v.ModAgent != "" {
 		t.Errorf("mod_time and mod_agent unasked: %+v", v)
+	}
+}
+
+// 32 agents claiming the next task of one lane of 100 at once each get a
+// task of their own, the highest priorities first; a lane with nothing
+// claimable says so and decides nothing; a resend of a claim is answered
+// with the task it got.
+func TestClaimNext(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	if _, err := svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"lane.*","kind":"task","lease":"1m","reclaim_to":"PENDING"}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	// Tasks t000..t099; t0NN has priority NN mod 10, so that the 32 claims
+	// must take the ten tasks of priority 9, the ten of 8, the ten of 7 and
+	// two of priority 6.
+	var writes []string
+	for i := range 100 {
+		writes = append(writes, fmt.Sprintf(`{"path":"lane.t%03d","op":"set","value":{"status":"PENDING","priority":%d}}`, i, i%10))
+	}
+	if d := natstest.Request[intents.Decision](t, nc, subj.Submit("lead"), fmt.Sprintf(
+		`{"id":"01JD0000000000000000000001","agent":"lead","kind":"apply","writes":[%s]}`, strings.Join(writes, ","))); d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the lane: %+v", d)
+	}
+	next := func(agent, id string) (*nats.Msg, error) {
+		m := nats.NewMsg(subj.Submit(agent))
+		m.Header.Set(intents.HeaderClaimNext, "lane")
+		m.Data = []byte(fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","writes":[{"path":"status","op":"set","value":"RUNNING"}]}`, id, agent))
+		return nc.RequestMsg(m, 30*time.Second)
+	}
+	type got struct {
+		task string
+		d    intents.Decision
+		err  error
+	}
+	results := make([]got, 32)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			m, err := next(fmt.Sprintf("w%02d", i), fmt.Sprintf("01JD00000000000000000001%02d", i))
+			if err != nil {
+				results[i].err = err
+				return
+			}
+			results[i].task = m.Header.Get(intents.HeaderTask)
+			results[i].err = json.Unmarshal(m.Data, &results[i].d)
+		})
+	}
+	wg.Wait()
+	seen := map[string]string{}
+	prio := map[int]int{}
+	for i, r := range results {
+		agent := fmt.Sprintf("w%02d", i)
+		if r.err != nil || r.d.Outcome != intents.OutcomeApplied || r.d.Fence == 0 || r.task == "" {
+			t.Fatalf("%s: task %q, %+v, %v", agent, r.task, r.d, r.err)
+		}
+		if other, dup := seen[r.task]; dup {
+			t.Fatalf("%s and %s both got %s", other, agent, r.task)
+		}
+		seen[r.task] = agent
+		var n int
+		fmt.Sscanf(r.task, "lane.t%03d", &n)
+		prio[n%10]++
+	}
+	if prio[9] != 10 || prio[8] != 10 || prio[7] != 10 || prio[6] != 2 {
+		t.Fatalf("priorities of the tasks given: %v; want the 32 highest", prio)
+	}
+	st := natstest.Request[stateReply](t, nc, subj.API(intents.APIStateGet), `{"paths":["lane"]}`)
+	lane, _ := st.Values["lane"].Value.(map[string]any)
+	for task, agent := range seen {
+		rec, _ := lane[strings.TrimPrefix(task, "lane.")].(map[string]any)
+		if rec["owner"] != agent || rec["status"] != "RUNNING" {
+			t.Errorf("%s: %v, want owned by %s and RUNNING", task, rec, agent)
+		}
+	}
+
+	// A resend gets the task the first got, not another.
+	m, err := next("w00", "01JD0000000000000000000100")
+	if err != nil || m.Header.Get(intents.HeaderTask) != results[0].task {
+		t.Fatalf("resend: %v, task %q, want %q", err, m.Header.Get(intents.HeaderTask), results[0].task)
+	}
+
+	// The rest are claimed one by one; then the lane has nothing claimable.
+	for i := 32; i < 100; i++ {
+		if _, err := next("w99", fmt.Sprintf("01JD00000000000000000002%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err = next("w98", "01JD0000000000000000000300")
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != intents.CodeNothingClaimable {
+		t.Fatalf("an empty lane: %v, %v %s", err, m.Header, m.Data)
+	}
+	if d, err := svc.Core().Log().Decision("01JD0000000000000000000300"); err == nil {
+		t.Fatalf("nothing claimable decided something: %+v", d)
 	}
 }

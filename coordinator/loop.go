@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type input struct {
 type submit struct {
 	req   micro.Request
 	agent string // the subject's agent token; "" for the anonymous submit
+	// lane, when set (intents.HeaderClaimNext), makes the submit a claim
+	// of the lane's next claimable task.
+	lane string
 	// deadline is when the request stops waiting for a final decision and
 	// takes the latest interim one.
 	deadline time.Time
@@ -155,8 +159,13 @@ func (s *Service) decide(batch []input) {
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaStream, decided: time.Now()})
 			o.bytes += len(in.msg.Data())
 		} else {
-			d := s.core.Decide(now, engine.Input{Agent: in.sub.agent, Raw: in.sub.req.Data(),
-				Traceparent: traceparent(nats.Header(in.sub.req.Headers()))}, ViaAPI)
+			input := engine.Input{Agent: in.sub.agent, Raw: in.sub.req.Data(),
+				Traceparent: traceparent(nats.Header(in.sub.req.Headers()))}
+			if in.sub.lane != "" && !s.claimNext(&input, in.sub) {
+				o.intents--
+				continue
+			}
+			d := s.core.Decide(now, input, ViaAPI)
 			in.sub.id, in.sub.own = d.ID, d.Own
 			o.submits = append(o.submits, in.sub)
 			o.arrivals = append(o.arrivals, arrival{at: in.at, via: ViaAPI, decided: time.Now()})
@@ -169,6 +178,33 @@ func (s *Service) decide(batch []input) {
 	}
 	s.metrics.receivedBatch(api, len(batch)-api)
 	s.core.Tick(now)
+}
+
+// claimNext makes input, an apply sent to claim the next task of sub's
+// lane, the claim of the lane's next claimable task, chosen now, on the
+// loop, so that two agents asking at once get two tasks. It reports false
+// when it answered sub itself: the lane has nothing claimable, and
+// nothing is decided. An intent already decided is left as it is: the
+// engine answers it from its record. One that is not JSON is too: the
+// engine refuses it, saying why.
+func (s *Service) claimNext(input *engine.Input, sub *submit) bool {
+	var in intents.Intent
+	if json.Unmarshal(input.Raw, &in) != nil {
+		return true
+	}
+	if _, done := s.core.Engine().Decision(in.ID); done {
+		return true
+	}
+	task, ok := s.core.Engine().NextTask(sub.lane)
+	if !ok {
+		sub.nothing()
+		return false
+	}
+	if in.Agent == "" {
+		in.Agent = sub.agent
+	}
+	input.Raw, input.Intent = nil, engine.ClaimNext(&in, task)
+	return true
 }
 
 // maxGroupBytes bounds the intents' bytes in one group: past it the group

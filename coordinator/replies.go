@@ -3,11 +3,13 @@ package coordinator
 import (
 	"container/heap"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // replies holds the API submits whose decisions are durable but not final:
@@ -149,9 +151,36 @@ func (sub *submit) answer(d *intents.Decision) {
 		replyError(sub.req, codeUnavailable, "%v", errUnavailable)
 	case err != nil:
 		replyError(sub.req, codeInternal, "the decision does not encode as JSON: %v", err)
+	case sub.lane != "":
+		_ = sub.req.Respond(data, micro.WithHeaders(micro.Headers{intents.HeaderTask: {claimedTask(sub.lane, d)}}))
 	default:
 		_ = sub.req.Respond(data)
 	}
+}
+
+// nothing answers a claim of its lane's next task that found nothing
+// claimable, once, and returns its token.
+func (sub *submit) nothing() {
+	if sub.answered {
+		return
+	}
+	sub.answered = true
+	if sub.release != nil {
+		sub.release()
+	}
+	replyError(sub.req, intents.CodeNothingClaimable, "lane %s: no task is claimable (none without an owner in the pool status, with no effect pending)", sub.lane)
+}
+
+// claimedTask is the task of lane a claim's decision d is about: the one
+// whose owner its versions name (a resend's recorded decision says it as
+// the first did); "" when none does.
+func claimedTask(lane string, d *intents.Decision) string {
+	for p := range d.Versions {
+		if task, ok := strings.CutSuffix(p, ".owner"); ok && strings.HasPrefix(task, lane+".") && !strings.Contains(task[len(lane)+1:], ".") {
+			return task
+		}
+	}
+	return ""
 }
 
 func (r *replies) wakeup() {

@@ -8,6 +8,18 @@ const DefaultPrefix = "coagent"
 // HeaderIntent names the intent a decision message answers.
 const HeaderIntent = "Coagent-Intent"
 
+// HeaderClaimNext, on an API submit request, names a lane: a path whose
+// members are tasks under a task rule with a lease. The coordinator picks
+// the lane's next claimable task and decides the intent as a claim of it:
+// the owner set to the agent, and the intent's writes taken as relative to
+// the task. The reply's header HeaderTask names the task; a lane with
+// nothing claimable is answered with the error CodeNothingClaimable and
+// nothing is decided.
+const (
+	HeaderClaimNext = "Coagent-Claim-Next"
+	HeaderTask      = "Coagent-Task"
+)
+
 // HeaderWait, on an API submit request, says how many milliseconds the
 // caller will wait for a final decision; past it the interim one is sent.
 const HeaderWait = "Coagent-Wait-Ms"
@@ -199,6 +211,9 @@ const (
 const (
 	CodeUnavailable = "unavailable"
 	CodeInternal    = "internal"
+	// CodeNothingClaimable answers a claim of a lane's next task when no
+	// task of the lane is claimable (HeaderClaimNext).
+	CodeNothingClaimable = "nothing_claimable"
 )
 
 // APIGroup is the subject prefix of the micro service's endpoints.

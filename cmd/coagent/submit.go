@@ -88,7 +88,10 @@ type submission struct {
 	// ("": the agent of --nkey, or none).
 	agent       string
 	traceparent string
-	out         *output
+	// lane, when set, asks for a claim of the lane's next task
+	// (intents.HeaderClaimNext), which the reply's header names.
+	lane string
+	out  *output
 	// success says which outcomes exit 0 (nil: Outcome.Success, applied,
 	// granted or committed).
 	success func(intents.Outcome) bool
@@ -124,9 +127,19 @@ func (s *submission) send(ctx context.Context, data []byte, stdout, stderr io.Wr
 	// intent it cannot read as that agent's.
 	var d intents.Decision
 	for said := false; ; {
-		resp, err := sendIntent(reqCtx, nc, s.conn.subjects().Submit(agent), data, s.traceparent, stderr)
+		hdr := nats.Header{}
+		if s.traceparent != "" {
+			hdr.Set(intents.HeaderTraceparent, s.traceparent)
+		}
+		if s.lane != "" {
+			hdr.Set(intents.HeaderClaimNext, s.lane)
+		}
+		resp, err := sendIntent(reqCtx, nc, s.conn.subjects().Submit(agent), data, hdr, stderr)
 		if err != nil {
 			return err
+		}
+		if task := resp.Header.Get(intents.HeaderTask); s.lane != "" && task != "" {
+			fmt.Fprintf(stderr, "%s: task %s\n", s.name, task)
 		}
 		d = intents.Decision{}
 		if err := json.Unmarshal(resp.Data, &d); err != nil {
@@ -270,13 +283,13 @@ func describeDecision(d *intents.Decision) string {
 // is full), when none answers (no responders: a cluster between two
 // active coordinators), and when a reply does not come within attempt (the
 // coordinator died with the request): so a submit rides a failover.
-func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte, traceparent string, stderr io.Writer) (*nats.Msg, error) {
+func sendIntent(ctx context.Context, nc *nats.Conn, subject string, data []byte, hdr nats.Header, stderr io.Writer) (*nats.Msg, error) {
 	said := ""
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 		msg := nats.NewMsg(subject)
 		msg.Data = data
-		if traceparent != "" {
-			msg.Header.Set(intents.HeaderTraceparent, traceparent)
+		for k, v := range hdr {
+			msg.Header[k] = v
 		}
 		// The coordinator answers with the interim decision a little before
 		// this attempt gives up, rather than not at all.

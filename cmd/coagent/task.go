@@ -43,7 +43,7 @@ func newTaskCmd(e *env) *cobra.Command {
 			"before it ends, and give the fence to done and release, or they are fenced. When the lease ends\n" +
 			"unrenewed the coordinator takes the task back (docs/semantics.md, task claims under a lease).",
 	}
-	c.AddCommand(newTaskClaimCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""),
+	c.AddCommand(newTaskClaimCmd(e), newTaskNextCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""),
 		newTaskOperatorCmd(e, "reassign"), newTaskOperatorCmd(e, "cancel"))
 	return c
 }
@@ -111,6 +111,11 @@ func (f *taskFlags) taskAgent() string {
 }
 
 func (f *taskFlags) send(c *cobra.Command, e *env, in map[string]any) error {
+	return f.sendLane(c, e, "", in)
+}
+
+// sendLane sends in; with a lane, as a claim of the lane's next task.
+func (f *taskFlags) sendLane(c *cobra.Command, e *env, lane string, in map[string]any) error {
 	if _, fenced := in["fence"]; fenced && f.fence == 0 {
 		return usagef(c, "--fence: missing; give the fence your claim's decision printed")
 	}
@@ -120,7 +125,7 @@ func (f *taskFlags) send(c *cobra.Command, e *env, in map[string]any) error {
 	if err != nil {
 		return err
 	}
-	s := submission{name: c.CommandPath(), conn: &f.kv.conn, timeout: f.kv.timeout, agent: agent, out: &f.kv.out}
+	s := submission{name: c.CommandPath(), conn: &f.kv.conn, timeout: f.kv.timeout, agent: agent, out: &f.kv.out, lane: lane}
 	if in["kind"] == intents.KindRenew {
 		s.success = func(o intents.Outcome) bool { return o == intents.OutcomeRenewed }
 	}
@@ -147,6 +152,31 @@ func newTaskClaimCmd(e *env) *cobra.Command {
 			}
 			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": "claim", "writes": writes,
 				"pre": []string{stateRef(task+".owner") + " == nil"}})
+		},
+	}
+	f.register(c, e, false, "RUNNING")
+	return c
+}
+
+// newTaskNextCmd is `coagent task next LANE`: the coordinator picks the
+// lane's next claimable task (highest priority, then least recently
+// changed) and claims it for the agent, in one decision.
+func newTaskNextCmd(e *env) *cobra.Command {
+	var f taskFlags
+	c := &cobra.Command{
+		Use:   "next LANE",
+		Short: "claim LANE's next claimable task (highest priority first); says which on stderr",
+		Args:  argsBetween(1, 1, "LANE"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := checkPath(c, args[0]); err != nil {
+				return err
+			}
+			var writes []intents.Write
+			if f.status != "" {
+				v, _ := json.Marshal(f.status)
+				writes = append(writes, intents.Write{Path: "status", Op: intents.OpSet, Value: v})
+			}
+			return f.sendLane(c, e, args[0], map[string]any{"kind": intents.KindApply, "action": "claim_next", "writes": writes})
 		},
 	}
 	f.register(c, e, false, "RUNNING")

@@ -62,4 +62,18 @@ func TestTask(t *testing.T) {
 	if p := runBin(t, nil, "", "task", "cancel", "tasks.t3", "--nats", url); p.status != 2 || !strings.Contains(p.stderr, "--why: missing") {
 		t.Fatalf("cancel without --why: %+v", p)
 	}
+	// next claims the lane's claimable task of the highest priority: t4,
+	// then t2 (released PENDING above), then there is none.
+	if p := runBin(t, nil, "", "put", "tasks.t4", `{"status":"PENDING","priority":5}`, "--nats", url); p.status != 0 {
+		t.Fatalf("put tasks.t4: %+v", p)
+	}
+	for _, want := range []string{"tasks.t4", "tasks.t2"} {
+		p := runBin(t, []string{"NATS_URL=" + url}, "", "task", "next", "tasks", "--agent", "w5")
+		if p.status != 0 || !strings.Contains(p.stderr, "task "+want+"\n") || !regexp.MustCompile(`^applied \S+ .* fence \d+ `).MatchString(p.stdout) {
+			t.Fatalf("task next, want %s: %+v", want, p)
+		}
+	}
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "task", "next", "tasks", "--agent", "w5"); p.status != 1 || !strings.Contains(p.stderr, "nothing_claimable") {
+		t.Fatalf("task next on a lane with nothing claimable: %+v", p)
+	}
 }

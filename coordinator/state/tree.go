@@ -480,6 +480,23 @@ type Stat struct {
 	ModRev  uint64
 }
 
+// Members returns the names of the members of the object at path that
+// exist, sorted; none when path is not an object.
+func (t *Tree) Members(path string) []string {
+	n := t.find(path)
+	if n == nil || n.kind != object {
+		return nil
+	}
+	out := make([]string, 0, len(n.kids))
+	for k, kid := range n.kids {
+		if kid.kind != absent {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Stat returns what the tree keeps at path; ok is false for a path never
 // written.
 func (t *Tree) Stat(path string) (st Stat, ok bool) {

@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"cmp"
+	"encoding/json"
+
+	"github.com/coagent/coagent/coordinator/rules"
+	"github.com/coagent/coagent/intents"
+)
+
+// NextTask returns the task of lane (a path whose members are task records
+// under a task rule with a lease) that a claim of the lane's next task
+// gets: of the claimable ones — no owner, no effect pending, and the
+// rule's pool status (its reclaim_to; no status, for a rule without one)
+// — the one with the highest numeric priority field, and among equals the
+// one changed least recently (the lowest mod_rev), then by name. ok is
+// false when none is claimable. The caller decides the claim in the same
+// turn of the loop, so two agents asking at once get two tasks.
+func (e *Engine) NextTask(lane string) (task string, ok bool) {
+	type candidate struct {
+		path     string
+		priority float64
+		modRev   uint64
+	}
+	var best *candidate
+	for _, name := range e.tree.Members(lane) {
+		p := lane + "." + name
+		leases := e.rules.Leases([]string{p}, e.tree, e.tree)
+		if len(leases) == 0 || leases[0].Path != p || e.claims[p] != nil {
+			continue
+		}
+		v, _ := e.tree.Get(p)
+		rec, _ := v.(map[string]any)
+		if rec == nil || ownerOf(e.tree, p) != "" || len(rules.PendingEffects(v)) > 0 {
+			continue
+		}
+		if status, _ := rec["status"].(string); status != leases[0].ReclaimTo {
+			continue
+		}
+		c := candidate{path: p, modRev: e.tree.Lookup(p).ModRev}
+		c.priority, _ = rec["priority"].(float64)
+		if best == nil || cmp.Or(cmp.Compare(best.priority, c.priority), cmp.Compare(c.modRev, best.modRev), cmp.Compare(c.path, best.path)) < 0 {
+			best = &c
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	return best.path, true
+}
+
+// ClaimNext returns in, an apply sent to claim a lane's next task, as
+// the claim of task: its writes taken as relative to the task, and one
+// more that sets the task's owner to in's agent. The log records it so,
+// and a replay decides it as any claim.
+func ClaimNext(in *intents.Intent, task string) *intents.Intent {
+	cp := *in
+	cp.Writes = make([]intents.Write, 0, len(in.Writes)+1)
+	owner, _ := json.Marshal(in.Agent)
+	cp.Writes = append(cp.Writes, intents.Write{Path: task + ".owner", Op: intents.OpSet, Value: owner})
+	for _, w := range in.Writes {
+		w.Path = task + "." + w.Path
+		cp.Writes = append(cp.Writes, w)
+	}
+	return &cp
+}

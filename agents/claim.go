@@ -120,9 +120,69 @@ func (c *Client) Claim(ctx context.Context, task string, set map[string]any) (*C
 		}
 		return nil, err
 	}
+	return c.held(task, d), nil
+}
+
+// ErrNothingClaimable is what ClaimNext returns when the lane has no task
+// anyone may claim now.
+var ErrNothingClaimable = errors.New("nothing claimable")
+
+// laneKey carries, in a submit's context, the lane it claims the next
+// task of (the request's header intents.HeaderClaimNext).
+type laneKey struct{}
+
+// ClaimNext claims the next claimable task of lane (a path whose members
+// are tasks under a task rule with a lease): the coordinator picks, in
+// the turn that decides the claim, the one of the highest priority and
+// then the least recently changed, so agents asking at once get distinct
+// tasks. set's fields are set under the task, as for Claim. With nothing
+// claimable it returns an error matching ErrNothingClaimable.
+func (c *Client) ClaimNext(ctx context.Context, lane string, set map[string]any) (*Claim, error) {
+	if err := intents.CheckPath(lane); err != nil {
+		return nil, fmt.Errorf("agents: %w: claim next: lane = %q: %w", ErrInvalid, lane, err)
+	}
+	// The template's paths are relative to the task the coordinator
+	// picks; it names the owner itself, so that it is an apply with writes.
+	b := intents.Apply("claim_next").Set("owner", c.name)
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if k == "owner" || strings.HasPrefix(k, "owner.") {
+			return nil, fmt.Errorf("agents: %w: claim next: set[%q]: the claim itself sets the owner", ErrInvalid, k)
+		}
+		b.Set(k, set[k])
+	}
+	in, err := b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("agents: %w: claim next %s: %w", ErrInvalid, lane, err)
+	}
+	d, err := c.submit(context.WithValue(ctx, laneKey{}, lane), in, true)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.Code == intents.CodeNothingClaimable {
+		return nil, fmt.Errorf("agents: claim next %s: %w: %s", lane, ErrNothingClaimable, apiErr.Description)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := expect(d, intents.OutcomeApplied); err != nil {
+		return nil, err
+	}
+	task := ""
+	for p := range d.Versions {
+		if t, ok := strings.CutSuffix(p, ".owner"); ok && strings.HasPrefix(t, lane+".") && !strings.Contains(t[len(lane)+1:], ".") {
+			task = t
+		}
+	}
+	if task == "" {
+		return nil, fmt.Errorf("agents: claim next %s: the decision %s names no task of the lane", lane, d.Intent)
+	}
+	return c.held(task, d), nil
+}
+
+// held is the claim of task that d applied: renewed in the background if
+// the task's rule has a lease.
+func (c *Client) held(task string, d *intents.Decision) *Claim {
 	cl := &Claim{c: c, task: task, d: d, stop: make(chan struct{}), lost: make(chan struct{})}
 	if d.Fence == 0 || d.LeaseExpires == nil {
-		return cl, nil // no lease: nothing to renew
+		return cl // no lease: nothing to renew
 	}
 	// The decision says when the lease ends, not how long it is: the time
 	// left now is the lease less the reply's trip.
@@ -131,7 +191,7 @@ func (c *Client) Claim(ctx context.Context, task string, set map[string]any) (*C
 	if c.trackClaim(cl) {
 		go cl.renewLoop()
 	}
-	return cl, nil
+	return cl
 }
 
 // setFields adds to b a set of each field of set under task, in the

@@ -325,3 +325,30 @@ func TestReadMod(t *testing.T) {
 		t.Errorf("Read: %+v, %v", st, err)
 	}
 }
+
+// ClaimNext gives each caller a task of its own from the lane, the highest
+// priority first, and says when nothing is claimable.
+func TestClaimNextSDK(t *testing.T) {
+	w := newTasks(t, leasedBoard, "t1", "t2", "t3")
+	if _, err := w.client("lead").Apply(ctxFor(t, 30*time.Second), intents.Apply("prioritize").Set("tasks.t2.priority", 5)); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, agent := range []string{"w1", "w2", "w3"} {
+		cl, err := w.client(agent).ClaimNext(ctxFor(t, 30*time.Second), "tasks", map[string]any{"status": "RUNNING"})
+		if err != nil {
+			t.Fatalf("%s: %v", agent, err)
+		}
+		defer cl.StopRenewing()
+		if cl.Fence() == 0 || task(t, w.client(agent), cl.Task())["owner"] != agent {
+			t.Fatalf("%s: claim of %s under fence %d", agent, cl.Task(), cl.Fence())
+		}
+		got = append(got, cl.Task())
+	}
+	if got[0] != "tasks.t2" || got[1] == got[2] {
+		t.Fatalf("tasks given: %v; want tasks.t2 first, then the two others", got)
+	}
+	if _, err := w.client("w4").ClaimNext(ctxFor(t, 30*time.Second), "tasks", nil); !errors.Is(err, agents.ErrNothingClaimable) {
+		t.Fatalf("an empty lane: %v", err)
+	}
+}

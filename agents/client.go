@@ -486,6 +486,9 @@ func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*in
 		wait = strconv.FormatInt((timeout - replyMargin(timeout)).Milliseconds(), 10)
 	}
 	m.Header.Set(intents.HeaderWait, wait)
+	if lane, ok := ctx.Value(laneKey{}).(string); ok {
+		m.Header.Set(intents.HeaderClaimNext, lane)
+	}
 	c.traceHeader(ctx, m)
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)
 	if err != nil {

@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"encoding/json"
+	"slices"
 
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
@@ -56,8 +57,12 @@ func (e *Engine) NextTask(lane string) (task string, ok bool) {
 func ClaimNext(in *intents.Intent, task string) *intents.Intent {
 	cp := *in
 	cp.Writes = make([]intents.Write, 0, len(in.Writes)+1)
-	owner, _ := json.Marshal(in.Agent)
-	cp.Writes = append(cp.Writes, intents.Write{Path: task + ".owner", Op: intents.OpSet, Value: owner})
+	if !slices.ContainsFunc(in.Writes, func(w intents.Write) bool { return w.Path == "owner" }) {
+		// A template that names the owner itself (so that it is an apply
+		// with writes, valid before it is rewritten) keeps its own.
+		owner, _ := json.Marshal(in.Agent)
+		cp.Writes = append(cp.Writes, intents.Write{Path: task + ".owner", Op: intents.OpSet, Value: owner})
+	}
 	for _, w := range in.Writes {
 		w.Path = task + "." + w.Path
 		cp.Writes = append(cp.Writes, w)

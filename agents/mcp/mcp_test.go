@@ -291,7 +291,7 @@ func TestToolsAndSchemas(t *testing.T) {
 		}
 		tools[tool.Name] = tool
 	}
-	want := []string{"read", "write", "claim", "release", "begin", "commit", "abort", "history", "next_case", "resolve"}
+	want := []string{"read", "write", "claim", "claim_next", "release", "begin", "commit", "abort", "history", "next_case", "resolve"}
 	for _, name := range want {
 		tool := tools[name]
 		if tool == nil {
@@ -1246,4 +1246,33 @@ func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	r := busy.result("commit", map[string]any{"txn": mine.Txn, "writes": []any{set("busy.page", "done")}})
 	ok(t, "commit of the busy client", r)
 	ok(t, "release of the busy client's task", busy.result("release", map[string]any{"path": "tasks.busy", "set": map[string]any{"status": "DONE"}}))
+}
+
+// claim_next gives two sessions the lane's two tasks, the higher priority
+// first, and says when nothing is left.
+func TestClaimNextTool(t *testing.T) {
+	b := newBoard(t)
+	b.rules(leasedTasks)
+	lead := b.agent("lead")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := lead.Apply(ctx, intents.Apply("plan").Set("tasks.t1", map[string]any{"status": "PENDING"}).
+		Set("tasks.t2", map[string]any{"status": "PENDING", "priority": 3})); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, agent := range []string{"w1", "w2"} {
+		r := b.open(agent, mcp.Options{}).result("claim_next", map[string]any{"lane": "tasks", "set": map[string]any{"status": "RUNNING"}})
+		ok(t, "claim_next "+agent, r)
+		if r.Task == "" || r.Fence == 0 || r.HeldBy != agent {
+			t.Fatalf("claim_next %s: %+v", agent, r)
+		}
+		got = append(got, r.Task)
+	}
+	if got[0] != "tasks.t2" || got[1] != "tasks.t1" {
+		t.Fatalf("tasks given: %v; want tasks.t2 (priority 3), then tasks.t1", got)
+	}
+	if r := b.open("w3", mcp.Options{}).result("claim_next", map[string]any{"lane": "tasks"}); r.OK || r.Outcome != "none" || r.Next == "" {
+		t.Fatalf("an empty lane: %+v", r)
+	}
 }

@@ -39,6 +39,8 @@ type Result struct {
 	// HeldBy is the agent holding a task a claim lost, or a release found
 	// not ours.
 	HeldBy string `json:"held_by,omitempty" jsonschema:"the agent that holds the task (claim, release)"`
+	// Task is the task claim_next claimed.
+	Task string `json:"task,omitempty" jsonschema:"the task claim_next claimed for you"`
 	Intent string `json:"intent,omitempty" jsonschema:"the intent id, for history"`
 }
 

@@ -71,6 +71,12 @@ type ClaimInput struct {
 	Set map[string]any `json:"set,omitempty" jsonschema:"fields to set under the task in the same write, by path relative to it (not owner): e.g. {\"status\": \"RUNNING\"} with claim, {\"status\": \"DONE\"} with release to complete the task"`
 }
 
+// ClaimNextInput is the input of claim_next.
+type ClaimNextInput struct {
+	Lane string         `json:"lane" jsonschema:"the lane: the path whose members are the tasks, e.g. tasks"`
+	Set  map[string]any `json:"set,omitempty" jsonschema:"fields to set under the task in the claim's write, by path relative to it (not owner): e.g. {\"status\": \"RUNNING\"}"`
+}
+
 // BeginInput is the input of begin.
 type BeginInput struct {
 	Writes     []WriteOp `json:"writes" jsonschema:"the paths the transaction will write and how (op; no values yet): nobody else may write them until it ends"`
@@ -236,6 +242,11 @@ func (s *Server) addTools() {
 			"Where the board gives claims a lease (the result has txn, fence and lease_expires), it is renewed for you while this session lives, " +
 			"and your writes to the task carry its fence for you; if the session ends, the lease runs out and the task goes back to the board. " +
 			"Release the task when done."}, s.claim)
+	addTool(s, &sdk.Tool{Name: "claim_next", Title: "Claim the next task of a lane",
+		Description: "Claim for agent " + name + " the next task of a lane (a path whose members are tasks the board gives leases, e.g. tasks): " +
+			"the coordinator picks the claimable one of the highest priority, then the one waiting longest, so agents asking at once get different tasks " +
+			"and none races for the same. The result names the task (task); it is renewed and released as a claim is. " +
+			"When nothing is claimable the result says so: wait, or do something else."}, s.claimNext)
 	addTool(s, &sdk.Tool{Name: "release", Title: "Release a task",
 		Description: "Release a task this agent claimed: deletes <path>.owner if it is " + name + ", and sets the fields of set in the same write " +
 			"(set {\"status\": \"DONE\"} to complete it, or the status it should go back to). This ends the claim's lease."}, s.release)
@@ -468,6 +479,27 @@ func (s *Server) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimIn
 	}
 	r := claimResult(cl)
 	return toolResult(fmt.Sprintf("%s: yours (%s.owner at rev %d)%s", what, in.Path, r.Rev, leaseNote(cl)), r), r, nil
+}
+
+func (s *Server) claimNext(ctx context.Context, req *sdk.CallToolRequest, in ClaimNextInput) (*sdk.CallToolResult, *Result, error) {
+	if err := intents.CheckPath(in.Lane); err != nil {
+		return errorResult(fmt.Sprintf("lane = %q: %v", in.Lane, err)), nil, nil
+	}
+	what := "claim the next task of " + in.Lane
+	cl, err := s.c.ClaimNext(ctx, in.Lane, in.Set)
+	switch {
+	case errors.Is(err, agents.ErrNothingClaimable):
+		r := &Result{Outcome: "none", Next: "no task of " + in.Lane + " is claimable now: wait and ask again, or do something else."}
+		return toolResult(fmt.Sprintf("%s: nothing claimable. %s", what, r.Next), r), r, nil
+	case err != nil:
+		return s.decided(what, nil, err)
+	}
+	if !s.sessionOf(req.Session).addClaim(cl) {
+		return nil, nil, fmt.Errorf("%s: the session ended; the claim's lease will run out", what)
+	}
+	r := claimResult(cl)
+	r.Task = cl.Task()
+	return toolResult(fmt.Sprintf("%s: yours, %s (%s.owner at rev %d)%s", what, cl.Task(), cl.Task(), r.Rev, leaseNote(cl)), r), r, nil
 }
 
 // claimResult is the Result of the session's claim cl.

@@ -40,7 +40,7 @@ type Result struct {
 	// not ours.
 	HeldBy string `json:"held_by,omitempty" jsonschema:"the agent that holds the task (claim, release)"`
 	// Task is the task claim_next claimed.
-	Task string `json:"task,omitempty" jsonschema:"the task claim_next claimed for you"`
+	Task   string `json:"task,omitempty" jsonschema:"the task claim_next claimed for you"`
 	Intent string `json:"intent,omitempty" jsonschema:"the intent id, for history"`
 }
 

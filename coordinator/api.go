@@ -666,6 +666,10 @@ func (s *Service) decisionGet(ctx context.Context, id string, answer func(*inten
 type txnFilter struct {
 	Agent string `json:"agent,omitempty"`
 	Path  string `json:"path,omitempty"`
+	// Claims asks for the task claims under leases besides ("claims" in
+	// the answer), which SPEC §6's reply has not: a client that decodes
+	// it strictly gets them only when it asks.
+	Claims bool `json:"claims,omitempty"`
 }
 
 // txnList hands answer the transactions in flight and the sequence
@@ -675,7 +679,7 @@ type txnFilter struct {
 // and another agent's without its fence and with only the paths and ops of
 // its writes (an observer sees everything).
 func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer func(any, uint64, error)) {
-	var out []map[string]any
+	var out, claims []map[string]any
 	var rev uint64
 	r.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
 		until := u.any()
@@ -703,6 +707,19 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 			}
 			out = append(out, row)
 		}
+		if f.Claims {
+			claims = []map[string]any{}
+			for _, c := range eng.Claims() {
+				if f.Agent != "" && c.Agent != f.Agent || f.Path != "" && !intents.Overlaps(c.Task, f.Path) || !v.all && !v.set.MayRead(v.Viewer, c.Task) {
+					continue
+				}
+				row := map[string]any{"task": c.Task, "agent": c.Agent, "txn": c.Lease, "lease_expires": c.Expires}
+				if v.all || c.Agent == v.Agent {
+					row["fence"] = c.Fence // a capability: the owner's own
+				}
+				claims = append(claims, row)
+			}
+		}
 		// A transaction begins and ends with a decision; which ones a
 		// filter would show is not worth telling apart.
 		if until != 0 {
@@ -716,6 +733,10 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 		}
 		if out == nil {
 			out = []map[string]any{}
+		}
+		if claims != nil {
+			answer(map[string]any{"txns": out, "claims": claims}, rev, nil)
+			return
 		}
 		answer(map[string]any{"txns": out}, rev, nil)
 	})

@@ -35,6 +35,23 @@ type claim struct {
 	warnN, endN uint64
 }
 
+// ClaimInfo is one task claim under a lease, as Claims lists it.
+type ClaimInfo struct {
+	Task, Agent, Lease string
+	Fence              uint64
+	Expires            time.Time
+}
+
+// Claims lists the task claims under leases, by task path.
+func (e *Engine) Claims() []ClaimInfo {
+	out := make([]ClaimInfo, 0, len(e.claims))
+	for _, c := range e.claims {
+		out = append(out, ClaimInfo{Task: c.path, Agent: c.owner, Lease: c.id, Fence: c.fence, Expires: c.expires})
+	}
+	slices.SortFunc(out, func(a, b ClaimInfo) int { return strings.Compare(a.Task, b.Task) })
+	return out
+}
+
 // ownerOf is the owner of the task record at path in st, "" for none.
 func ownerOf(st interface{ Get(string) (any, bool) }, path string) string {
 	v, _ := st.Get(path + ".owner")

@@ -389,6 +389,92 @@ func (b *backend) txns(ctx context.Context, _ *http.Request) (any, error) {
 	return map[string]any{"now": b.cfg.Now(), "txns": out.Txns}, nil
 }
 
+// boardTask is one task of a lane, as the board shows it.
+type boardTask struct {
+	Task     string    `json:"task"`
+	Name     string    `json:"name"`
+	Status   any       `json:"status,omitempty"`
+	Owner    string    `json:"owner,omitempty"`
+	Priority any       `json:"priority,omitempty"`
+	Pending  []string  `json:"pending_effects,omitempty"`
+	Lease    string    `json:"txn,omitempty"`
+	Expires  time.Time `json:"lease_expires,omitzero"`
+}
+
+// board is the tasks of every lane — the parent of a task rule with a
+// lease whose pattern ends in ".*", such as tasks for tasks.* — with their
+// owners, the leases of their claims and their pending effects.
+func (b *backend) board(ctx context.Context, _ *http.Request) (any, error) {
+	var rec struct {
+		File json.RawMessage `json:"file"`
+	}
+	if err := b.request(ctx, intents.APIRulesGet, struct{}{}, &rec); err != nil {
+		return nil, err
+	}
+	var file struct {
+		Rules []struct {
+			Pattern string `json:"pattern"`
+			Kind    string `json:"kind"`
+			Lease   string `json:"lease"`
+		} `json:"rules"`
+	}
+	_ = json.Unmarshal(rec.File, &file) // no rules in force: no lane
+	var lanes []string
+	for _, r := range file.Rules {
+		lane, ok := strings.CutSuffix(r.Pattern, ".*")
+		if ok && r.Kind == "task" && r.Lease != "" && !strings.Contains(lane, "*") && !slices.Contains(lanes, lane) {
+			lanes = append(lanes, lane)
+		}
+	}
+	out := map[string]any{"now": b.cfg.Now(), "lanes": []any{}}
+	if len(lanes) == 0 {
+		return out, nil
+	}
+	st, err := b.stateGet(ctx, lanes...)
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Claims []struct {
+			Task    string    `json:"task"`
+			Txn     string    `json:"txn"`
+			Expires time.Time `json:"lease_expires"`
+		} `json:"claims"`
+	}
+	if err := b.request(ctx, intents.APITxnList, map[string]bool{"claims": true}, &list); err != nil {
+		return nil, err
+	}
+	var cols []any
+	for _, lane := range lanes {
+		tasks := []boardTask{}
+		var members map[string]any
+		_ = json.Unmarshal(st.Values[lane].Value, &members) // an absent lane has no tasks
+		for _, name := range slices.Sorted(maps.Keys(members)) {
+			rec, _ := members[name].(map[string]any)
+			if rec == nil {
+				continue
+			}
+			t := boardTask{Task: lane + "." + name, Name: name, Status: rec["status"], Priority: rec["priority"]}
+			t.Owner, _ = rec["owner"].(string)
+			effects, _ := rec["effects"].(map[string]any)
+			for _, key := range slices.Sorted(maps.Keys(effects)) {
+				if e, _ := effects[key].(map[string]any); e["status"] == "pending" {
+					t.Pending = append(t.Pending, key)
+				}
+			}
+			for _, c := range list.Claims {
+				if c.Task == t.Task {
+					t.Lease, t.Expires = c.Txn, c.Expires
+				}
+			}
+			tasks = append(tasks, t)
+		}
+		cols = append(cols, map[string]any{"lane": lane, "tasks": tasks})
+	}
+	out["lanes"] = cols
+	return out, nil
+}
+
 // conflicts is conflicts.top: the page groups the spots by board,
 // document and pair of agents.
 func (b *backend) conflicts(ctx context.Context, _ *http.Request) (any, error) {

@@ -257,3 +257,37 @@ func (p *page) shot(name string) {
 	}
 	p.t.Logf("screenshot %s", file)
 }
+
+// TestBoardInBrowser: the board shows a lane's tasks, who holds each, and
+// a held claim's lease counting down, renewed by its holder.
+func TestBoardInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a browser; the full test run has it")
+	}
+	bctx := browser(t)
+	w := newWorld(t)
+	ctx := context.Background()
+	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"20s","reclaim_to":"PENDING"}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	w.apply(w.w1, intents.Apply("plan").Set("tasks.t1", map[string]any{"status": "PENDING", "priority": 2}).
+		Set("tasks.t2", map[string]any{"status": "PENDING"}))
+	cl, err := w.w2.ClaimNext(ctx, "tasks", map[string]any{"status": "RUNNING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.StopRenewing()
+	if cl.Task() != "tasks.t1" {
+		t.Fatalf("claim next: %s, want tasks.t1, of the higher priority", cl.Task())
+	}
+
+	b := &page{t: t, ctx: bctx, dir: shots(t)}
+	b.open(w.srv.URL + "/#board")
+	b.waitText(`#board section.lane[data-lane="tasks"] h3`, "tasks")
+	b.waitText(`#board .task[data-task="tasks.t1"] .owner`, "w2")
+	b.waitText(`#board .task[data-task="tasks.t1"] .status`, "RUNNING")
+	b.waitText(`#board .task[data-task="tasks.t2"] .owner`, "unclaimed")
+	b.poll(`(() => { const ms = +document.querySelector('#board .task[data-task="tasks.t1"] .countdown')?.dataset.ms;
+		return ms > 0 && ms <= 20000; })()`, "t1's lease counting down")
+	b.shot("board")
+}

@@ -173,6 +173,7 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /api/state", b.json(b.state))
 	mux.HandleFunc("GET /api/value", b.json(b.value))
 	mux.HandleFunc("GET /api/txns", b.json(b.txns))
+	mux.HandleFunc("GET /api/board", b.json(b.board))
 	mux.HandleFunc("GET /api/waiters", b.json(b.waitersView))
 	mux.HandleFunc("GET /api/arbiter", b.json(b.arbiter))
 	mux.HandleFunc("GET /api/conflicts", b.json(b.conflicts))

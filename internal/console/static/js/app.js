@@ -5,13 +5,14 @@ import { h } from './dom.js';
 import { showError } from './live.js';
 import stateView from './state.js';
 import txnsView from './txns.js';
+import boardView from './board.js';
 import waitersView from './waiters.js';
 import arbiterView from './arbiter.js';
 import conflictsView from './conflicts.js';
 import eventsView from './events.js';
 import storyView from './story.js';
 
-const views = { state: stateView, txns: txnsView, waiters: waitersView, arbiter: arbiterView,
+const views = { state: stateView, txns: txnsView, board: boardView, waiters: waitersView, arbiter: arbiterView,
   conflicts: conflictsView, events: eventsView, story: storyView };
 
 const main = document.getElementById('view');

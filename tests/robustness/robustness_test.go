@@ -1342,8 +1342,16 @@ func check(t *testing.T, seed uint64, ops []porcupine.Operation, report bool) er
 		t.Logf("porcupine gave up on %d operations within a minute: not checked", len(ops))
 		return nil
 	}
+	// Name the paths whose histories fail, checked alone: porcupine's
+	// answer is for the whole.
+	var failed []string
+	for _, part := range Model.Partition(ops) {
+		if porcupine.CheckOperationsTimeout(Model, part, 10*time.Second) == porcupine.Illegal {
+			failed = append(failed, part[0].Input.(Input).Path)
+		}
+	}
 	if !report {
-		return fmt.Errorf("seed %d: the history of %d operations is not linearizable", seed, len(ops))
+		return fmt.Errorf("seed %d: the history of %d operations is not linearizable (paths %v)", seed, len(ops), failed)
 	}
 	dir := *outFlag
 	if dir == "" {
@@ -1360,8 +1368,8 @@ func check(t *testing.T, seed uint64, ops []porcupine.Operation, report bool) er
 	if data, err := json.MarshalIndent(ops, "", " "); err == nil {
 		_ = os.WriteFile(base+".json", data, 0o644)
 	}
-	return fmt.Errorf("seed %d: the history of %d operations is not linearizable; history and visualization in %s.{json,html}",
-		seed, len(ops), base)
+	return fmt.Errorf("seed %d: the history of %d operations is not linearizable (paths %v); history and visualization in %s.{json,html}",
+		seed, len(ops), failed, base)
 }
 
 // TestChecksCatchBugs plants each deliberate bug of internal/bugs in turn

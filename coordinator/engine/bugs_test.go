@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coagent/coagent/internal/bugs"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/bugs"
 )
 
 // The planted bug claim-fence lets a claim's owner write its task under a

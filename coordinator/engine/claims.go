@@ -177,11 +177,13 @@ func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Read
 			"intent field fence = %d: the apply writes no task with a lease", in.Fence)}
 	}
 	var claimed string
-	fenced := in.Fence == 0 // the fence, if any, is a live claim's of the agent's
+	// The fence, if any, is a live claim's of the agent's (unless the
+	// planted bug claim-fence takes any).
+	fenced := in.Fence == 0 || e.cfg.Bugs.ClaimFence
 	for _, l := range leases {
 		c := e.claims[l.Path]
 		if c != nil && c.owner == in.Agent {
-			if in.Fence != c.fence {
+			if in.Fence != c.fence && !e.cfg.Bugs.ClaimFence {
 				return &rules.Violation{Reason: intents.ReasonFenced, Detail: fmt.Sprintf(
 					"%s is claimed by %s under fence %d (lease %s); the intent carries fence %d", l.Path, c.owner, c.fence, c.id, in.Fence)}
 			}

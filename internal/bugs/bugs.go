@@ -39,6 +39,11 @@ type Set struct {
 	// expired commit it still: the expiry is recorded, and the commit
 	// that comes after it is applied instead of fenced.
 	SkipFence bool
+	// ClaimFence: the engine takes any fence on an apply that writes a
+	// task under a leased claim: the owner's write under a stale fence,
+	// or under the fence of a claim that ended (reclaimed, released), is
+	// applied instead of fenced.
+	ClaimFence bool
 	// WatchResumeSkip: feed.follow, asked for a consumer from a stream
 	// sequence (a watcher resuming after its consumer failed), starts it
 	// at the one after, so that the watcher misses a message.
@@ -58,6 +63,7 @@ var names = []struct {
 	{"unchained-reads", func(s *Set) *bool { return &s.UnchainedReads }, true},
 	{"standby-reads", func(s *Set) *bool { return &s.StandbyReads }, true},
 	{"skip-fence", func(s *Set) *bool { return &s.SkipFence }, false},
+	{"claim-fence", func(s *Set) *bool { return &s.ClaimFence }, false},
 	{"watch-resume-skip", func(s *Set) *bool { return &s.WatchResumeSkip }, false},
 }
 

@@ -155,7 +155,7 @@ func clusterRun(t *testing.T, r run) error {
 		return err
 	}
 	st := tr.settle(t, nc)
-	t.Logf("%d operations (%s), faults %v, %s", len(tr.h.ops), tr.h.mix(), faults, st)
+	t.Logf("%d operations (%s), faults %v, %s", len(tr.h.ops), tr.h.mix(tr.reclaimed()), faults, st)
 	if err := awaitLevel(nc, subj, members, 60*time.Second); err != nil {
 		return err
 	}
@@ -166,7 +166,7 @@ func clusterRun(t *testing.T, r run) error {
 	for _, m := range members {
 		m.proc.stop()
 	}
-	errs := []error{werr, checkRevs(tr.h.ops), check(t, r.seed, tr.h.ops, r.report)}
+	errs := []error{werr, checkRevs(tr.h.ops), checkFences(tr.h.ops), check(t, r.seed, tr.h.ops, r.report)}
 	errs = append(errs, checkMembers(t, members, tr.h)...)
 	changes, err := logChanges(members[0].dir)
 	if err == nil {

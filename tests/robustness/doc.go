@@ -8,5 +8,10 @@
 // fault has healed, and the history is checked for linearizability with
 // porcupine, path by path. The model of a path is its value and version
 // (SPEC §1): a read sees both, a compare-and-set applies only at the
-// version it names and adds one to it, an increment always applies.
+// version it names and adds one to it, an increment always applies. The
+// model of a task under a leased claim is its owner and fences: a claim
+// takes a task with no owner under a fence above every one it showed
+// before, a renewal or release applies only for the owner under its
+// claim's fence, and a reclaim, which no client makes, is inferred where
+// the history shows one.
 package robustness

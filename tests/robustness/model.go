@@ -16,11 +16,14 @@ const (
 	CAS
 	// Incr adds one to the path's value.
 	Incr
-	// Claim sets the path's value to the claimer's number if the path is
-	// free (absent or 0), first wins: an apply whose precondition is that
-	// the path is free.
+	// Claim sets a task's owner (its path, <task>.owner) to the claimer's
+	// number if the task has none, first wins: an apply whose precondition
+	// is that the owner is absent. Under the task's leased rule it takes a
+	// lease: applied, it is told the claim's fence.
 	Claim
-	// Release frees the path (value 0) if the releaser holds it.
+	// Release removes the task's owner, carrying the fence of the
+	// releaser's claim: it applies only if the releaser holds the task
+	// under that fence.
 	Release
 	// ReadBoth is one state.get of Path and Path2.
 	ReadBoth
@@ -30,10 +33,14 @@ const (
 	// are still at the versions read: a write to either while it is in
 	// flight must wait (or be refused), or the commit would overwrite it.
 	TxnSet
+	// Renew extends the lease of the renewer's claim of the task, named by
+	// its fence: it is renewed only if the renewer holds the task under
+	// that fence, and changes nothing else.
+	Renew
 )
 
 func (k Kind) String() string {
-	return [...]string{"read", "cas", "incr", "claim", "release", "read2", "txn"}[k]
+	return [...]string{"read", "cas", "incr", "claim", "release", "read2", "txn", "renew"}[k]
 }
 
 // read reports whether k changes nothing.
@@ -55,6 +62,10 @@ type Input struct {
 	Slot     int
 	// Wait says the write was sent with on_conflict: wait.
 	Wait bool
+	// Fence is the fence a Release or Renew carries. Task says a Read is
+	// of a task's owner: the model reads it as the tasks' ops do.
+	Fence uint64
+	Task  bool
 }
 
 // Output is what an operation was told. Unknown says nothing was (no
@@ -69,6 +80,16 @@ type Output struct {
 	Applied bool
 	Stale   bool
 	Failed  bool
+	// Fenced says a Release or Renew was refused because the claim it
+	// names is not the caller's live one (fenced, lease_expired,
+	// unauthorized), and a Claim that another holds the task
+	// (unauthorized).
+	Fenced bool
+	// Fence is the fence an applied Claim was given (and a renewal's).
+	// Lease names the claim's lease, for renew; the model does not look
+	// at it.
+	Fence uint64
+	Lease string
 	// Version is what the path's version became (an applied write) or was
 	// (a read); Value the value a read saw.
 	Version uint64
@@ -82,10 +103,15 @@ type Output struct {
 	Rev uint64
 }
 
-// pathState is a path's value and version; version 0 is absent.
+// pathState is a path's value and version; version 0 is absent. A
+// task's owner is its Value (0: none), with Fence the fence of its owner's
+// claim (0 while not known: an unknown claim took it) and Top the highest
+// fence the task's history has shown; its version is not modelled.
 type pathState struct {
 	Value   int64
 	Version uint64
+	Fence   uint64
+	Top     uint64
 }
 
 // groupState is the state of a partition: one path, or the two paths a
@@ -165,8 +191,18 @@ var Model = porcupine.Model{
 		switch in.Kind {
 		case CAS:
 			return fmt.Sprintf("cas(%s, v%d → %d) %s", in.Path, in.Version, in.Value, told)
-		case Claim, Release:
-			return fmt.Sprintf("%s(%s by %d) %s", in.Kind, in.Path, in.Value, told)
+		case Claim:
+			if out.Applied {
+				told = fmt.Sprintf("applied fence %d", out.Fence)
+			}
+			return fmt.Sprintf("claim(%s by %d) %s", in.Path, in.Value, told)
+		case Release, Renew:
+			return fmt.Sprintf("%s(%s by %d, fence %d) %s", in.Kind, in.Path, in.Value, in.Fence, told)
+		case Read:
+			if in.Task && !out.Unknown {
+				told = fmt.Sprintf("owner %d", out.Value)
+			}
+			return fmt.Sprintf("read(%s) %s", in.Path, told)
 		case ReadBoth:
 			return fmt.Sprintf("read(%s, %s) %s", in.Path, in.Path2, told)
 		case TxnSet:
@@ -177,6 +213,9 @@ var Model = porcupine.Model{
 	},
 	DescribeState: func(state any) string {
 		g := state.(groupState)
+		if g[0].Top > 0 {
+			return fmt.Sprintf("owner %d, fence %d, top fence %d", g[0].Value, g[0].Fence, g[0].Top)
+		}
 		if g[1] == (pathState{}) {
 			return fmt.Sprintf("%d at v%d", g[0].Value, g[0].Version)
 		}
@@ -192,7 +231,12 @@ var Model = porcupine.Model{
 func step(s pathState, in Input, out Output) (bool, pathState) {
 	switch in.Kind {
 	case Read:
+		if in.Task {
+			return task(s, in, out)
+		}
 		return sees(s, out.Value, out.Version), s
+	case Claim, Release, Renew:
+		return task(s, in, out)
 	case CAS:
 		switch {
 		case out.Unknown:
@@ -217,10 +261,72 @@ func step(s pathState, in Input, out Output) (bool, pathState) {
 		default:
 			return true, s // refused (the intake full, an invalid intent): nothing changed
 		}
+	}
+	return false, s
+}
+
+// task steps an operation on a leased task. No client's operation
+// reclaims a task: the coordinator does, when the owner's lease ends, at
+// a moment the history does not show. The model lets an owner lose its
+// task at any moment, but only where the history shows it did (a claim
+// of the task by another, a read that finds no owner, the owner's renewal
+// or release refused as fenced), and it requires every claim's fence to
+// be above every fence the task's history had shown before it: a claim
+// given while another was live, or a stale fence accepted, then shows as
+// two holders, a fence reused, or a write under a fence that is not the
+// owner's. Being lazy about reclaims loses nothing: an owner's task taken
+// earlier than where it shows explains nothing more, since every
+// operation in between finds it owned or does not look.
+func task(s pathState, in Input, out Output) (bool, pathState) {
+	reclaimed := pathState{Top: s.Top}
+	holds := s.Value == in.Value && (s.Fence == in.Fence || s.Fence == 0 && in.Fence > s.Top)
+	if out.Unknown {
+		// Taken as applied where it could apply (see step); a claim of
+		// an owned task is taken as not applied, and its fence, which
+		// nobody was told, as not known.
+		switch {
+		case in.Kind == Claim && s.Value == 0:
+			return true, pathState{Value: in.Value, Top: s.Top}
+		case in.Kind == Release && holds:
+			return true, pathState{Top: max(s.Top, in.Fence)}
+		}
+		return true, s
+	}
+	switch in.Kind {
+	case Read:
+		switch out.Value {
+		case s.Value:
+			return true, s
+		case 0:
+			return true, reclaimed // its owner's lease ended
+		}
+		return false, s
 	case Claim:
-		return conditional(s, out, s.Value == 0, pathState{Value: in.Value, Version: s.Version + 1})
-	case Release:
-		return conditional(s, out, s.Version > 0 && s.Value == in.Value, pathState{Value: 0, Version: s.Version + 1})
+		switch {
+		case out.Applied:
+			// Over an owner, the owner's lease must have ended: a fence
+			// above the task's top says a new claim.
+			return out.Fence > s.Top, pathState{Value: in.Value, Fence: out.Fence, Top: out.Fence}
+		case out.Failed || out.Fenced:
+			return s.Value != 0, s
+		}
+		return true, s // refused for another reason: nothing changed
+	case Release, Renew:
+		switch {
+		case out.Applied && in.Kind == Release:
+			return holds, pathState{Top: max(s.Top, in.Fence)}
+		case out.Applied:
+			next := s
+			next.Fence, next.Top = in.Fence, max(s.Top, in.Fence)
+			return holds && (out.Fence == 0 || out.Fence == in.Fence), next
+		case out.Fenced:
+			// The caller's claim under that fence ended, if it was live.
+			if holds {
+				return true, reclaimed
+			}
+			return true, s
+		}
+		return true, s
 	}
 	return false, s
 }
@@ -228,22 +334,4 @@ func step(s pathState, in Input, out Output) (bool, pathState) {
 // sees reports whether a read of value at version is what s holds.
 func sees(s pathState, value int64, version uint64) bool {
 	return version == s.Version && (s.Version == 0 || value == s.Value)
-}
-
-// conditional steps a write whose precondition holds in s if holds, and
-// that leaves next if it applies.
-func conditional(s pathState, out Output, holds bool, next pathState) (bool, pathState) {
-	switch {
-	case out.Unknown:
-		if holds {
-			return true, next
-		}
-		return true, s
-	case out.Applied:
-		return holds && out.Version == next.Version, next
-	case out.Failed:
-		return !holds, s
-	default:
-		return true, s // refused for another reason: nothing changed
-	}
 }

@@ -20,8 +20,6 @@ func TestModel(t *testing.T) {
 	incr := Input{Kind: Incr, Path: "a.x", Intent: "i1"}
 	read := Input{Kind: Read, Path: "a.x"}
 	cas := func(v uint64, value int64) Input { return Input{Kind: CAS, Path: "a.x", Version: v, Value: value} }
-	claim := func(who int64) Input { return Input{Kind: Claim, Path: "a.x", Value: who} }
-	release := func(who int64) Input { return Input{Kind: Release, Path: "a.x", Value: who} }
 	txn := func(va, vb uint64, value int64) Input {
 		return Input{Kind: TxnSet, Path: "t.a", Path2: "t.b", Version: va, Version2: vb, Value: value, Value2: value}
 	}
@@ -67,29 +65,6 @@ func TestModel(t *testing.T) {
 			op(0, incr, 0, Output{Applied: true, Version: 1}, 10),
 			op(1, read, 20, Output{Version: 0}, 30),
 		}, false},
-		{"claims: first wins, the holder releases", []porcupine.Operation{
-			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 10),
-			op(1, claim(2), 11, Output{Failed: true}, 20),
-			op(1, release(2), 21, Output{Failed: true}, 30),
-			op(0, release(1), 31, Output{Applied: true, Version: 2}, 40),
-			op(1, claim(2), 41, Output{Applied: true, Version: 3}, 50),
-			op(0, read, 51, Output{Value: 2, Version: 3}, 60),
-		}, true},
-		{"concurrent claims, one wins", []porcupine.Operation{
-			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 30),
-			op(1, claim(2), 5, Output{Failed: true}, 35),
-		}, true},
-		{"two claims of a free path both won", []porcupine.Operation{
-			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 30),
-			op(1, claim(2), 5, Output{Applied: true, Version: 2}, 35),
-		}, false},
-		{"a claim refused on a free path", []porcupine.Operation{
-			op(0, claim(1), 0, Output{Failed: true}, 10),
-		}, false},
-		{"a release by who does not hold it", []porcupine.Operation{
-			op(0, claim(1), 0, Output{Applied: true, Version: 1}, 10),
-			op(1, release(2), 11, Output{Applied: true, Version: 2}, 20),
-		}, false},
 		{"a transaction over two paths, and an incr of one", []porcupine.Operation{
 			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 1, Version2: 1}, 10),
 			op(1, incrA, 11, Output{Applied: true, Version: 2}, 20),
@@ -114,6 +89,123 @@ func TestModel(t *testing.T) {
 		{"a write while a transaction was in flight, overwritten by its commit", []porcupine.Operation{
 			op(0, txn(0, 0, 7), 0, Output{Applied: true, Version: 2, Version2: 1}, 30),
 			op(1, incrA, 5, Output{Applied: true, Version: 1}, 10),
+		}, false},
+	} {
+		if got := porcupine.CheckOperations(Model, c.ops); got != c.ok {
+			t.Errorf("%s: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+}
+
+// The model of a leased task accepts every history a coordinator that
+// keeps its claims may give, reclaims included, which no client's
+// operation shows, and refuses what a broken lease or fence gives: two
+// holders at once, a fence reused or going back, a renewal or release
+// under a stale fence.
+func TestModelClaims(t *testing.T) {
+	const path = "rb0.task.owner"
+	claim := func(who int64) Input { return Input{Kind: Claim, Path: path, Value: who} }
+	release := func(who int64, fence uint64) Input {
+		return Input{Kind: Release, Path: path, Value: who, Fence: fence}
+	}
+	renew := func(who int64, fence uint64) Input { return Input{Kind: Renew, Path: path, Value: who, Fence: fence} }
+	read := Input{Kind: Read, Path: path, Task: true}
+	won := func(fence uint64) Output { return Output{Applied: true, Fence: fence} }
+	applied := Output{Applied: true}
+	taken := Output{Failed: true}
+	fenced := Output{Fenced: true}
+	unknown := Output{Unknown: true}
+	owner := func(who int64) Output { return Output{Value: who} }
+	for _, c := range []struct {
+		name string
+		ops  []porcupine.Operation
+		ok   bool
+	}{
+		{"first wins, the holder renews and releases", []porcupine.Operation{
+			op(0, claim(1), 0, won(3), 10),
+			op(1, claim(2), 11, taken, 20),
+			op(1, read, 21, owner(1), 30),
+			op(0, renew(1, 3), 31, applied, 40),
+			op(0, release(1, 3), 41, applied, 50),
+			op(1, read, 51, owner(0), 60),
+			op(1, claim(2), 61, won(7), 70),
+		}, true},
+		{"concurrent claims, one wins", []porcupine.Operation{
+			op(0, claim(1), 0, won(1), 30),
+			op(1, claim(2), 5, taken, 35),
+		}, true},
+		{"a reclaim: the lease ended, another claims under a higher fence", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(1, claim(2), 20, won(5), 30),
+			op(0, renew(1, 4), 40, fenced, 50),
+			op(0, release(1, 4), 51, fenced, 60),
+			op(1, release(2, 5), 61, applied, 70),
+		}, true},
+		{"a reclaim seen by a read, the holder's renewal then refused", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(1, read, 20, owner(0), 30),
+			op(0, renew(1, 4), 40, fenced, 50),
+			op(0, claim(1), 51, won(9), 60),
+			op(0, renew(1, 9), 61, applied, 70),
+		}, true},
+		{"a claim whose outcome is unknown, read by its claimer, reclaimed", []porcupine.Operation{
+			op(0, claim(1), 0, unknown, math.MaxInt64),
+			op(0, read, 10, owner(1), 20),
+			op(1, claim(2), 21, taken, 30),
+			op(1, claim(2), 40, won(6), 50),
+		}, true},
+		{"an unknown release that did not apply: the lease ended instead", []porcupine.Operation{
+			op(0, claim(1), 0, won(2), 10),
+			op(0, release(1, 2), 11, unknown, math.MaxInt64),
+			op(1, read, 20, owner(1), 30),
+			op(1, claim(2), 40, won(3), 50),
+		}, true},
+		{"two holders: a release under the old fence after another's claim", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(1, claim(2), 20, won(5), 30),
+			op(0, release(1, 4), 40, applied, 50),
+		}, false},
+		{"two holders: the old owner renews after another's claim", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(1, claim(2), 20, won(5), 30),
+			op(0, renew(1, 4), 40, applied, 50),
+		}, false},
+		{"two claims of a free task both won under one fence", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 30),
+			op(1, claim(2), 5, won(4), 35),
+		}, false},
+		{"a fence going back", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(0, release(1, 4), 11, applied, 20),
+			op(1, claim(2), 21, won(3), 30),
+		}, false},
+		{"a renewal under a stale fence of the same owner", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(0, release(1, 4), 11, applied, 20),
+			op(0, claim(1), 21, won(6), 30),
+			op(0, renew(1, 4), 31, applied, 40),
+		}, false},
+		{"a release under a stale fence of the same owner", []porcupine.Operation{
+			op(0, claim(1), 0, won(4), 10),
+			op(0, release(1, 4), 11, applied, 20),
+			op(0, claim(1), 21, won(6), 30),
+			op(0, release(1, 4), 31, applied, 40),
+		}, false},
+		{"a release of a task its releaser never held", []porcupine.Operation{
+			op(1, release(2, 1), 0, applied, 10),
+		}, false},
+		{"a claim refused on a free task", []porcupine.Operation{
+			op(0, claim(1), 0, taken, 10),
+		}, false},
+		{"an owner seen after its release", []porcupine.Operation{
+			op(0, claim(1), 0, won(1), 10),
+			op(0, release(1, 1), 11, applied, 20),
+			op(1, read, 21, owner(1), 30),
+		}, false},
+		{"a renewal refused, then the claim still seen", []porcupine.Operation{
+			op(0, claim(1), 0, won(1), 10),
+			op(0, renew(1, 1), 11, fenced, 20),
+			op(1, read, 21, owner(1), 30),
 		}, false},
 	} {
 		if got := porcupine.CheckOperations(Model, c.ops); got != c.ok {

@@ -309,9 +309,10 @@ type history struct {
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
 
-// mix says how the claims, transactions and waits of the history went.
-func (h *history) mix() string {
-	var claims, won, lost, releases, txns, committed, waits, waited int
+// mix says how the claims, transactions and waits of the history went;
+// reclaimed is how many reclaimed notices the agents got.
+func (h *history) mix(reclaimed int) string {
+	var claims, won, lost, releases, released, renews, renewed, refused, txns, committed, waits, waited int
 	for _, op := range h.ops {
 		in, out := op.Input.(Input), op.Output.(Output)
 		switch {
@@ -319,11 +320,20 @@ func (h *history) mix() string {
 			claims++
 			if out.Applied {
 				won++
-			} else if out.Failed {
+			} else if out.Failed || out.Fenced {
 				lost++
 			}
-		case in.Kind == Release:
-			releases++
+		case in.Kind == Release || in.Kind == Renew:
+			n, ok := &releases, &released
+			if in.Kind == Renew {
+				n, ok = &renews, &renewed
+			}
+			*n++
+			if out.Applied {
+				*ok++
+			} else if out.Fenced {
+				refused++
+			}
 		case in.Kind == TxnSet:
 			txns++
 			if out.Applied {
@@ -336,8 +346,9 @@ func (h *history) mix() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%d claims (%d won, %d found the task taken), %d releases, %d transactions (%d committed), %d incrs that may wait (%d applied)",
-		claims, won, lost, releases, txns, committed, waits, waited)
+	return fmt.Sprintf("%d claims (%d won, %d found the task taken), %d releases (%d applied), %d renewals (%d renewed), %d of those two fenced, %d reclaims told, "+
+		"%d transactions (%d committed), %d incrs that may wait (%d applied)",
+		claims, won, lost, releases, released, renews, renewed, refused, reclaimed, txns, committed, waits, waited)
 }
 
 func (h *history) add(client int, in Input, call int64, out Output, ret int64) {
@@ -354,7 +365,7 @@ type agent struct {
 	subj  intents.Subjects
 	rng   *rand.Rand
 	paths []string
-	tasks []string // the paths claimed and released
+	tasks []string // the owner paths of the tasks claimed and released
 	h     *history
 	// unknown are the intents whose outcome no reply told, by index in
 	// h.ops, to be asked of decision.get once the fault healed.
@@ -371,12 +382,30 @@ type agent struct {
 	// final decisions of its submits answered queued.
 	decisions chan *nats.Msg
 	viaStream bool
+	// held are the agent's claims, by task owner path; stale the fences of
+	// its claims that ended, which it sends now and then as a worker that
+	// lost its claim unawares would; notices its notices, where a
+	// reclaimed one ends a claim. lease is the task rule's.
+	held      map[string]*hold
+	stale     map[string][]uint64
+	notices   chan *nats.Msg
+	lease     time.Duration
+	reclaimed int // reclaimed notices of its claims
+}
+
+// hold is a claim an agent holds: its lease, its fence, and when it was
+// last claimed or renewed (asked for: the lease runs from a moment after).
+type hold struct {
+	lease string
+	fence uint64
+	at    time.Time
 }
 
 const requestTimeout = 2 * time.Second
 
 func (a *agent) run(ctx context.Context) {
 	for ctx.Err() == nil {
+		a.renewDue()
 		path := a.paths[a.rng.IntN(len(a.paths))]
 		switch r := a.rng.IntN(20); {
 		case r < 7:
@@ -401,24 +430,98 @@ func (a *agent) run(ctx context.Context) {
 			slot := a.rng.IntN(2)
 			a.write(Input{Kind: Incr, Path: a.pair[slot], Slot: slot, Wait: true, Intent: ulid.Make().String()})
 		default:
-			// A task: released by its holder, claimed by anyone else,
-			// first wins. The holder reads before it acts, so that a
-			// claim whose outcome it never learnt does not hold the
-			// task for good.
-			task := a.tasks[a.rng.IntN(len(a.tasks))]
-			me := int64(a.id + 1)
-			kind := Claim
-			if out, ok := a.read(task); ok && out.Version > 0 && out.Value == me {
-				kind = Release
+			a.task()
+		}
+	}
+}
+
+// task claims, releases or lets go of a task: released by its holder,
+// under its fence, after a while; claimed by anyone else, first wins. An agent whose
+// claim's outcome it never learnt reads before it acts, and leaves a task
+// it finds itself the owner of to its lease, not knowing the fence. One
+// time in three an agent that held the task before sends a release under
+// an old fence, as a worker that lost its claim unawares would: it must be
+// refused.
+func (a *agent) task() {
+	task := a.tasks[a.rng.IntN(len(a.tasks))]
+	me := int64(a.id + 1)
+	if h := a.held[task]; h != nil {
+		// The holder works on the task a while, renewing its claim,
+		// and releases it one time in six.
+		if a.rng.IntN(6) == 0 {
+			a.release(task, h.fence)
+		}
+		return
+	}
+	if old := a.stale[task]; len(old) > 0 && a.rng.IntN(3) == 0 {
+		a.release(task, old[a.rng.IntN(len(old))])
+		return
+	}
+	if out, ok := a.read(task); ok && out.Value == me {
+		return
+	}
+	out, known := a.write(Input{Kind: Claim, Path: task, Value: me, Intent: ulid.Make().String()})
+	if known && out.Applied {
+		a.held[task] = &hold{lease: out.Lease, fence: out.Fence, at: time.Now()}
+	}
+}
+
+// release releases task under fence; the agent forgets its claim whatever
+// the answer: refused, the claim ended; unknown, it ends with the lease.
+func (a *agent) release(task string, fence uint64) {
+	a.write(Input{Kind: Release, Path: task, Value: int64(a.id + 1), Fence: fence, Intent: ulid.Make().String()})
+	a.forget(task)
+}
+
+// forget ends the agent's claim of task, keeping its fence as stale.
+func (a *agent) forget(task string) {
+	if h := a.held[task]; h != nil {
+		delete(a.held, task)
+		a.stale[task] = append(a.stale[task], h.fence)
+	}
+}
+
+// renewDue forgets the claims a reclaimed notice ended and renews those
+// not renewed for a quarter of the lease: a live agent renews well inside
+// it, so a claim is reclaimed only when a fault held up the agent or the
+// coordinator.
+func (a *agent) renewDue() {
+	for drained := false; !drained; {
+		select {
+		case m := <-a.notices:
+			var ev intents.Event
+			if json.Unmarshal(m.Data, &ev) != nil || ev.Notice == nil || ev.Notice.Kind != intents.NoticeReclaimed {
+				continue
 			}
-			a.write(Input{Kind: kind, Path: task, Value: me, Intent: ulid.Make().String()})
+			for task, h := range a.held {
+				if h.lease == ev.Notice.Txn {
+					a.reclaimed++
+					a.forget(task)
+				}
+			}
+		default:
+			drained = true
+		}
+	}
+	for _, task := range a.tasks {
+		h := a.held[task]
+		if h == nil || time.Since(h.at) < a.lease/4 {
+			continue
+		}
+		at := time.Now()
+		out, known := a.write(Input{Kind: Renew, Path: task, Value: int64(a.id + 1), Fence: h.fence, Intent: ulid.Make().String()})
+		switch {
+		case known && out.Applied:
+			h.at = at
+		case known && out.Fenced:
+			a.forget(task)
 		}
 	}
 }
 
 // read records a state.get of path; ok is false when no answer came.
 func (a *agent) read(path string) (Output, bool) {
-	in := Input{Kind: Read, Path: path}
+	in := Input{Kind: Read, Path: path, Task: slices.Contains(a.tasks, path)}
 	if path == a.pair[1] {
 		in.Slot = 1
 	}
@@ -467,6 +570,15 @@ func (a *agent) get(in Input) (Output, bool) {
 	value := func(path string) (int64, uint64) {
 		v := r.Values[path]
 		var n int64
+		var owner string
+		if v.Exists && json.Unmarshal(v.Value, &owner) == nil {
+			// A task's owner, the agent rbN: its number is N+1.
+			id, err := strconv.Atoi(strings.TrimPrefix(owner, "rb"))
+			if err != nil {
+				panic(fmt.Sprintf("state.get %s: owner %q is no agent of the traffic", path, owner))
+			}
+			return int64(id + 1), v.Version
+		}
 		if v.Exists {
 			if err := json.Unmarshal(v.Value, &n); err != nil {
 				panic(fmt.Sprintf("state.get %s: value %s is not an integer", path, v.Value))
@@ -576,9 +688,10 @@ func (a *agent) await(intent string, wait time.Duration) (*nats.Msg, bool) {
 	}
 }
 
-// write records an intent of in; one whose reply told no final decision
-// is unknown, to be resolved later.
-func (a *agent) write(in Input) {
+// write records an intent of in and returns what it was told; one whose
+// reply told no final decision is unknown (known false), to be resolved
+// later.
+func (a *agent) write(in Input) (out Output, known bool) {
 	w := intents.Write{Path: in.Path, Op: intents.OpIncr}
 	it := &intents.Intent{ID: in.Intent, Agent: a.name, Kind: intents.KindApply}
 	switch in.Kind {
@@ -587,13 +700,18 @@ func (a *agent) write(in Input) {
 		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))}
 		it.Reads = []intents.Read{{Path: in.Path, Version: &v}}
 	case Claim:
-		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))}
-		it.Pre = []string{fmt.Sprintf("state.%s == nil || state.%s == 0", in.Path, in.Path)}
+		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage(strconv.Quote(a.name))}
+		it.Pre = []string{fmt.Sprintf("state.%s == nil", in.Path)}
 	case Release:
-		w = intents.Write{Path: in.Path, Op: intents.OpSet, Value: json.RawMessage("0")}
-		it.Pre = []string{fmt.Sprintf("state.%s == %d", in.Path, in.Value)}
+		w = intents.Write{Path: in.Path, Op: intents.OpDelete}
+		it.Fence = in.Fence
+	case Renew:
+		it.Kind, it.Fence = intents.KindRenew, in.Fence
+		it.Txn = a.held[in.Path].lease
 	}
-	it.Writes = []intents.Write{w}
+	if in.Kind != Renew {
+		it.Writes = []intents.Write{w}
+	}
 	if in.Wait {
 		it.OnConflict, it.WaitMS = intents.OnConflictWait, 1000
 	}
@@ -602,8 +720,7 @@ func (a *agent) write(in Input) {
 		panic(err)
 	}
 	if a.viaStream {
-		a.publish(in, data)
-		return
+		return a.publish(in, data)
 	}
 	call := a.h.now()
 	m, err := a.nc.Request(a.subj.Submit(a.name), data, requestTimeout)
@@ -611,9 +728,9 @@ func (a *agent) write(in Input) {
 		// No coordinator took the request: nothing happened. The
 		// coordinator is down; wait a moment rather than spin.
 		time.Sleep(10 * time.Millisecond)
-		return
+		return Output{}, false
 	}
-	out, known := Output{Unknown: true}, false
+	out, known = Output{Unknown: true}, false
 	if err == nil {
 		out, known = decisionOutput(m, in)
 		if queued(m) {
@@ -646,6 +763,7 @@ func (a *agent) write(in Input) {
 		}
 	}
 	a.record(in, call, out, known)
+	return out, known
 }
 
 // publish records an intent published on the intents stream with its id
@@ -653,7 +771,7 @@ func (a *agent) write(in Input) {
 // its outcome the decision that comes on the agent's decisions subject.
 // One not published for certain, or whose decision did not come within
 // the wait, is unknown: the stream may still hold it, decided later.
-func (a *agent) publish(in Input, data []byte) {
+func (a *agent) publish(in Input, data []byte) (Output, bool) {
 	m := nats.NewMsg(a.subj.Intents(a.name))
 	m.Data = data
 	m.Header.Set(nats.MsgIdHdr, in.Intent)
@@ -666,6 +784,7 @@ func (a *agent) publish(in Input, data []byte) {
 		}
 	}
 	a.record(in, call, out, known)
+	return out, known
 }
 
 // record adds a write invoked at call to the history, returning now; one
@@ -694,13 +813,18 @@ func decisionOutput(m *nats.Msg, in Input) (out Output, known bool) {
 	}
 	switch r.Outcome {
 	case intents.OutcomeApplied, intents.OutcomeCommitted:
-		out := Output{Applied: true, Version: r.Versions[in.Path], Rev: r.Rev}
+		out := Output{Applied: true, Version: r.Versions[in.Path], Rev: r.Rev, Fence: r.Fence, Lease: r.Txn}
 		if in.Path2 != "" {
 			out.Version2 = r.Versions[in.Path2]
 		}
 		return out, true
+	case intents.OutcomeRenewed:
+		// A renewal changes no state: its decision stands at no
+		// revision of its own, so checkRevs leaves it out.
+		return Output{Applied: true, Fence: r.Fence, Lease: r.Txn}, true
 	case intents.OutcomeRejected:
-		return Output{Stale: r.Reason == intents.ReasonStaleRead, Failed: r.Reason == intents.ReasonPreconditionFailed}, true
+		return Output{Stale: r.Reason == intents.ReasonStaleRead, Failed: r.Reason == intents.ReasonPreconditionFailed,
+			Fenced: r.Reason == intents.ReasonFenced || r.Reason == intents.ReasonLeaseExpired || r.Reason == intents.ReasonUnauthorized}, true
 	}
 	return Output{Unknown: true}, false
 }
@@ -904,14 +1028,14 @@ func killRun(t *testing.T, r run) error {
 		}
 	}
 	t.Logf("%d operations (%d writes by the intents stream; %s), %d faults (%s), %s",
-		len(tr.h.ops), streamed, tr.h.mix(), kills, fault, st)
+		len(tr.h.ops), streamed, tr.h.mix(tr.reclaimed()), kills, fault, st)
 	err := awaitWatchers(ws, nc, tr.subj, 30*time.Second)
 	coord.stop()
 	changes, lerr := logChanges(dir)
 	if err = errors.Join(err, lerr); lerr == nil {
 		err = errors.Join(err, checkWatchers(ws, changes, false))
 	}
-	return errors.Join(checkLog(t, "the coordinator", dir, tr.h.ops), checkRevs(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
+	return errors.Join(checkLog(t, "the coordinator", dir, tr.h.ops), checkRevs(tr.h.ops), checkFences(tr.h.ops), check(t, seed, tr.h.ops, r.report), err)
 }
 
 // traffic is a run's eight agents at work on its ten paths, over three
@@ -932,8 +1056,9 @@ type traffic struct {
 // the intents stream.
 func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats.Conn) *traffic {
 	t.Helper()
-	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task", "rb1.task", "rb2.task"}, pair: [2]string{"rb0.t.a", "rb0.t.b"},
+	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task.owner", "rb1.task.owner", "rb2.task.owner"}, pair: [2]string{"rb0.t.a", "rb0.t.b"},
 		h: &history{start: time.Now()}}
+	lease := setRules(t, connect())
 	for i := range tr.paths {
 		tr.paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
 	}
@@ -946,6 +1071,11 @@ func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats
 		if _, err := a.nc.ChanSubscribe(tr.subj.Decisions(a.name), a.decisions); err != nil {
 			t.Fatal(err)
 		}
+		a.held, a.stale, a.lease = map[string]*hold{}, map[string][]uint64{}, lease
+		a.notices = make(chan *nats.Msg, 256)
+		if _, err := a.nc.ChanSubscribe(tr.subj.Notices(a.name), a.notices); err != nil {
+			t.Fatal(err)
+		}
 		if err := a.nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -953,6 +1083,56 @@ func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats
 		tr.wg.Go(func() { a.run(ctx) })
 	}
 	return tr
+}
+
+// reclaimed is how many reclaimed notices the agents got for the claims
+// they held; call it once they stopped.
+func (tr *traffic) reclaimed() int {
+	n := 0
+	for _, a := range tr.agents {
+		n += a.reclaimed
+	}
+	return n
+}
+
+// rulesFile is put in force at the start of each run: it makes the
+// traffic's tasks (rbN.task) records of a task rule whose lease (2 s) is
+// shorter than most faults' outages, so that claims are reclaimed in the
+// runs where a fault holds up the agents or the coordinator, and four
+// times the agents' renewal period, so that they are not otherwise.
+const rulesFile = "testdata/rules.json"
+
+// setRules puts rulesFile in force through rules.set on nc, once a
+// coordinator answers, and returns the lease of its task rule.
+func setRules(t *testing.T, nc *nats.Conn) time.Duration {
+	t.Helper()
+	file, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Rules []struct {
+			Lease string `json:"lease"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal(file, &f); err != nil || len(f.Rules) == 0 {
+		t.Fatalf("%s: %v, %d rules", rulesFile, err, len(f.Rules))
+	}
+	lease, err := time.ParseDuration(f.Rules[0].Lease)
+	if err != nil {
+		t.Fatalf("%s: rules[0] lease = %q: %v", rulesFile, f.Rules[0].Lease, err)
+	}
+	natstest.CheckFor(t, 30*time.Second, "rules.set", func() error {
+		m, err := nc.Request(intents.Subjects{}.API(intents.APIRulesSet), file, requestTimeout)
+		if err != nil {
+			return err
+		}
+		if code := apiError(m); code != "" {
+			return fmt.Errorf("rules.set: %s %s", code, m.Data)
+		}
+		return nil
+	})
+	return lease
 }
 
 // settled is what settle found.
@@ -979,7 +1159,7 @@ func (tr *traffic) settle(t *testing.T, nc *nats.Conn) settled {
 	st.unknown = len(unknown)
 	awaitIntake(t, nc, tr.subj)
 	st.resolved, st.dropped = resolve(t, nc, tr.subj, tr.h, unknown)
-	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, pair: tr.pair, h: tr.h}
+	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, pair: tr.pair, tasks: tr.tasks, h: tr.h}
 	for _, p := range slices.Concat(tr.paths, tr.tasks, tr.pair[:]) {
 		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
 			if _, ok := final.read(p); !ok {
@@ -1027,9 +1207,48 @@ func checkRevs(ops []porcupine.Operation) error {
 	return nil
 }
 
+// checkFences checks the fences the claims of the history were given,
+// which come from one counter of the coordinator that only grows: no two
+// claims share one, and a claim invoked after another returned has a
+// higher one, whatever their tasks (the model sees one task at a time).
+func checkFences(ops []porcupine.Operation) error {
+	var claims []porcupine.Operation
+	by := map[uint64]porcupine.Operation{}
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		if in.Kind != Claim || !out.Applied {
+			continue
+		}
+		if other, ok := by[out.Fence]; ok {
+			return fmt.Errorf("%s and %s were given one fence", Model.DescribeOperation(other.Input, other.Output), Model.DescribeOperation(in, out))
+		}
+		by[out.Fence] = op
+		claims = append(claims, op)
+	}
+	byReturn := slices.Clone(claims)
+	slices.SortFunc(byReturn, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
+	slices.SortFunc(claims, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+	var before porcupine.Operation
+	highest, next := uint64(0), 0
+	for _, b := range claims {
+		for next < len(byReturn) && byReturn[next].Return < b.Call {
+			if f := byReturn[next].Output.(Output).Fence; f > highest {
+				highest, before = f, byReturn[next]
+			}
+			next++
+		}
+		if f := b.Output.(Output).Fence; f <= highest {
+			return fmt.Errorf("%s, invoked after %s had returned, has a fence no higher",
+				Model.DescribeOperation(b.Input, b.Output), Model.DescribeOperation(before.Input, before.Output))
+		}
+	}
+	return nil
+}
+
 // checkLog reads the log of the coordinator that served from dir, once it
 // has stopped: nothing lost, nothing doubled. Every intent has at most one
-// final decision that is not a duplicate's answer, and every write the
+// final decision that is not a duplicate's answer (or unauthorized, which
+// is decided again each time it is sent), and every write the
 // history knows the outcome of has exactly that decision in the log. It
 // logs how many transactions and waits the log holds, under name.
 func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
@@ -1039,7 +1258,7 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 	}
 	defer l.Close()
 	decided := map[string][]*intents.Decision{}
-	grants, expired, waits := 0, 0, 0
+	grants, expired, waits, reclaims := 0, 0, 0, 0
 	// A transaction changes the state only while it is in flight: a
 	// change of one after its end (its lease expired, say) is a commit the
 	// fence should have refused.
@@ -1056,6 +1275,10 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 			expired++
 		case intents.EventWait:
 			waits++
+		case intents.EventChange:
+			if ev.Intent == "" {
+				reclaims++ // the one change no intent makes
+			}
 		}
 		switch {
 		case ev.Release != nil && (ev.Type == intents.EventExpire || ev.Type == intents.EventRelease):
@@ -1067,13 +1290,18 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 		}
 		return nil
 	})
-	t.Logf("the log of %s: %d transactions granted (%d expired), %d intents parked behind one", name, grants, expired, waits)
+	t.Logf("the log of %s: %d transactions granted (%d expired), %d intents parked behind one, %d tasks reclaimed", name, grants, expired, waits, reclaims)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
 	errs := late
 	doubled := 0
 	for id, ds := range decided {
+		// An unauthorized decision never takes its id, which may be
+		// another agent's (engine.takes): the same intent sent again
+		// is decided again. A release under a stale fence of a task
+		// another agent holds is one.
+		ds = slices.DeleteFunc(slices.Clone(ds), func(d *intents.Decision) bool { return d.Reason == intents.ReasonUnauthorized })
 		if len(ds) > 1 {
 			if doubled++; doubled <= 5 {
 				errs = append(errs, fmt.Errorf("intent %s has %d final decisions in the log: %s and %s", id, len(ds), ds[0].Outcome, ds[1].Outcome))
@@ -1092,7 +1320,8 @@ func checkLog(t *testing.T, name, dir string, ops []porcupine.Operation) error {
 		switch {
 		case len(ds) == 0:
 			errs = append(errs, fmt.Errorf("%s(%s) %s was told a decision the log does not hold", in.Kind, in.Path, in.Intent))
-		case out.Applied && (ds[0].Outcome != intents.OutcomeApplied && ds[0].Outcome != intents.OutcomeCommitted || ds[0].Versions[in.Path] != out.Version):
+		case out.Applied && (ds[0].Outcome != intents.OutcomeApplied && ds[0].Outcome != intents.OutcomeCommitted && ds[0].Outcome != intents.OutcomeRenewed ||
+			ds[0].Versions[in.Path] != out.Version || ds[0].Fence != out.Fence):
 			errs = append(errs, fmt.Errorf("%s(%s) %s was told applied at version %d; the log holds %s at %d",
 				in.Kind, in.Path, in.Intent, out.Version, ds[0].Outcome, ds[0].Versions[in.Path]))
 		case !out.Applied && ds[0].Outcome != intents.OutcomeRejected:
@@ -1119,8 +1348,16 @@ func check(t *testing.T, seed uint64, ops []porcupine.Operation, report bool) er
 		t.Logf("porcupine gave up on %d operations within a minute: not checked", len(ops))
 		return nil
 	}
+	// Name the paths whose histories fail, checked alone: porcupine's
+	// answer is for the whole.
+	var failed []string
+	for _, part := range Model.Partition(ops) {
+		if porcupine.CheckOperationsTimeout(Model, part, 10*time.Second) == porcupine.Illegal {
+			failed = append(failed, part[0].Input.(Input).Path)
+		}
+	}
 	if !report {
-		return fmt.Errorf("seed %d: the history of %d operations is not linearizable", seed, len(ops))
+		return fmt.Errorf("seed %d: the history of %d operations is not linearizable (paths %v)", seed, len(ops), failed)
 	}
 	dir := *outFlag
 	if dir == "" {
@@ -1137,8 +1374,8 @@ func check(t *testing.T, seed uint64, ops []porcupine.Operation, report bool) er
 	if data, err := json.MarshalIndent(ops, "", " "); err == nil {
 		_ = os.WriteFile(base+".json", data, 0o644)
 	}
-	return fmt.Errorf("seed %d: the history of %d operations is not linearizable; history and visualization in %s.{json,html}",
-		seed, len(ops), base)
+	return fmt.Errorf("seed %d: the history of %d operations is not linearizable (paths %v); history and visualization in %s.{json,html}",
+		seed, len(ops), failed, base)
 }
 
 // TestChecksCatchBugs plants each deliberate bug of internal/bugs in turn

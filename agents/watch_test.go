@@ -11,6 +11,7 @@ import (
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -172,10 +173,14 @@ func TestWatchHealsAGapInTheFeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := stream.GetLastMsgForSubject(ctx, subj.EventsChange(">"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The watcher may have been given the change from the log before the
+	// feeder's message of it is stored (the feeder holds its groups 2 ms):
+	// the message is awaited, not assumed.
+	var last *jetstream.RawStreamMsg
+	natstest.CheckFor(t, 10*time.Second, "the change's message on the feed", func() (err error) {
+		last, err = stream.GetLastMsgForSubject(ctx, subj.EventsChange(">"))
+		return err
+	})
 	if _, err := js.Publish(ctx, last.Subject, last.Data); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,7 +100,7 @@ func (c *Client) Claim(ctx context.Context, task string, set map[string]any) (*C
 	if err := intents.CheckPath(task); err != nil {
 		return nil, fmt.Errorf("agents: %w: claim: task = %q: %w", ErrInvalid, task, err)
 	}
-	b := intents.Apply("claim").Set(task+".owner", c.name).Pre(stateRef(task+".owner") + " == nil")
+	b := intents.Apply("claim").Set(task+".owner", c.name).Pre(intents.StateRef(task+".owner") + " == nil")
 	if err := setFields(b, task, set); err != nil {
 		return nil, fmt.Errorf("agents: claim %s: %w", task, err)
 	}
@@ -219,24 +218,6 @@ func (c *Client) owner(ctx context.Context, task string) string {
 		return ""
 	}
 	return who
-}
-
-// ident is an expr identifier: a segment that can follow a dot.
-var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// stateRef is the expression that reads path from state: state.a.b, with
-// state["a-1"] for a segment that is not an identifier (a-1, 7).
-func stateRef(path string) string {
-	var b strings.Builder
-	b.WriteString("state")
-	for _, seg := range strings.Split(path, ".") {
-		if ident.MatchString(seg) {
-			b.WriteString("." + seg)
-		} else {
-			fmt.Fprintf(&b, "[%q]", seg)
-		}
-	}
-	return b.String()
 }
 
 // trackClaim records a leased claim, for the notice that it was
@@ -441,7 +422,7 @@ func (cl *Claim) Release(ctx context.Context, set map[string]any) (*intents.Deci
 		return nil, fmt.Errorf("agents: release %s: %w", cl.task, err)
 	}
 	if cl.Fence() == 0 {
-		b.Pre(stateRef(cl.task+".owner") + " == agent")
+		b.Pre(intents.StateRef(cl.task+".owner") + " == agent")
 	}
 	b.Fence(cl.Fence())
 	in, err := b.Build()

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -270,4 +272,30 @@ func millis(field string, d time.Duration) (int64, *ValidationError) {
 		ms++
 	}
 	return ms, nil
+}
+
+// StateRef is the condition expression that reads path from the state:
+// state.a.b, with state["a-1"] for a segment that is not an identifier
+// (a-1, 7), as a precondition on a path names it.
+func StateRef(path string) string {
+	var b strings.Builder
+	b.WriteString("state")
+	for _, seg := range strings.Split(path, ".") {
+		if isIdent(seg) {
+			b.WriteString("." + seg)
+		} else {
+			b.WriteString("[" + strconv.Quote(seg) + "]")
+		}
+	}
+	return b.String()
+}
+
+// isIdent reports whether seg can follow a dot in an expression.
+func isIdent(seg string) bool {
+	for i, r := range seg {
+		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return seg != ""
 }

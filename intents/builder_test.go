@@ -310,3 +310,14 @@ func TestBuilderLeavesIdentityEmpty(t *testing.T) {
 		t.Fatal("an intent without id validated; the builder's placeholder leaked")
 	}
 }
+
+func TestStateRef(t *testing.T) {
+	for path, want := range map[string]string{
+		"tasks.t1.owner": "state.tasks.t1.owner",
+		"a-1.b_2.7":      `state["a-1"].b_2["7"]`,
+	} {
+		if got := intents.StateRef(path); got != want {
+			t.Errorf("StateRef(%q) = %s, want %s", path, got, want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -427,24 +426,6 @@ func policy(b *intents.Builder, onConflict string, waitMS int64) *Result {
 	return nil
 }
 
-// ident is an expr identifier: a segment that can follow a dot.
-var ident = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// stateRef is the expression that reads path from state: state.a.b, with
-// state["a-1"] for a segment that is not an identifier (a-1, 7).
-func stateRef(path string) string {
-	var b strings.Builder
-	b.WriteString("state")
-	for _, seg := range strings.Split(path, ".") {
-		if ident.MatchString(seg) {
-			b.WriteString("." + seg)
-		} else {
-			fmt.Fprintf(&b, "[%q]", seg)
-		}
-	}
-	return b.String()
-}
-
 func (s *Server) claim(ctx context.Context, req *sdk.CallToolRequest, in ClaimInput) (*sdk.CallToolResult, *Result, error) {
 	if err := intents.CheckPath(in.Path); err != nil {
 		return errorResult(fmt.Sprintf("path = %q: %v", in.Path, err)), nil, nil
@@ -567,7 +548,7 @@ func (s *Server) release(ctx context.Context, req *sdk.CallToolRequest, in Claim
 		return res, r, err
 	}
 	owner := in.Path + ".owner"
-	b := intents.Apply("release").Delete(owner).Pre(stateRef(owner) + " == agent")
+	b := intents.Apply("release").Delete(owner).Pre(intents.StateRef(owner) + " == agent")
 	for _, k := range slices.Sorted(maps.Keys(in.Set)) {
 		if k == "owner" || strings.HasPrefix(k, "owner.") {
 			return errorResult(fmt.Sprintf("set[%q]: release itself removes the owner", k)), nil, nil

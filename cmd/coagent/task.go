@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -151,7 +149,7 @@ func newTaskClaimCmd(e *env) *cobra.Command {
 				writes = append(writes, intents.Write{Path: task + ".status", Op: intents.OpSet, Value: v})
 			}
 			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": "claim", "writes": writes,
-				"pre": []string{stateRef(task+".owner") + " == nil"}})
+				"pre": []string{intents.StateRef(task+".owner") + " == nil"}})
 		},
 	}
 	f.register(c, e, false, "RUNNING")
@@ -225,33 +223,9 @@ func newTaskEndCmd(e *env, verb, status string) *cobra.Command {
 				writes = append(writes, intents.Write{Path: task + ".status", Op: intents.OpSet, Value: v})
 			}
 			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": verb, "fence": f.fence, "writes": writes,
-				"pre": []string{stateRef(task+".owner") + " == agent"}})
+				"pre": []string{intents.StateRef(task+".owner") + " == agent"}})
 		},
 	}
 	f.register(c, e, true, status)
 	return c
-}
-
-// stateRef is path as a condition reads it: state.a.b, with a segment that
-// is not an identifier quoted (state.a["x-y"]).
-func stateRef(path string) string {
-	var b strings.Builder
-	b.WriteString("state")
-	for _, seg := range strings.Split(path, ".") {
-		if isIdent(seg) {
-			b.WriteString("." + seg)
-		} else {
-			b.WriteString("[" + strconv.Quote(seg) + "]")
-		}
-	}
-	return b.String()
-}
-
-func isIdent(s string) bool {
-	for i, r := range s {
-		if r != '_' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (i == 0 || r < '0' || r > '9') {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -262,3 +262,62 @@ func TestClaimNext(t *testing.T) {
 		t.Fatalf("nothing claimable decided something: %+v", d)
 	}
 }
+
+// A claim of a lane's next task that waits (on_conflict wait) is decided
+// when a task becomes claimable — added, or released — and, when none
+// does, answered nothing_claimable once its wait ends.
+func TestClaimNextWaits(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	if _, err := svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"lane.*","kind":"task","lease":"1m","reclaim_to":"PENDING"}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	next := func(agent, id string, waitMS int) (*nats.Msg, error) {
+		m := nats.NewMsg(subj.Submit(agent))
+		m.Header.Set(intents.HeaderClaimNext, "lane")
+		m.Data = []byte(fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","on_conflict":"wait","wait_ms":%d,"writes":[{"path":"status","op":"set","value":"RUNNING"}]}`, id, agent, waitMS))
+		return nc.RequestMsg(m, 30*time.Second)
+	}
+	type reply struct {
+		m   *nats.Msg
+		err error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		m, err := next("w1", "01JD0000000000000000000010", 20000)
+		got <- reply{m, err}
+	}()
+	// The claim is parked once the service has decided nothing for it:
+	// the lane is empty, and the request has no answer.
+	natstest.CheckFor(t, 10*time.Second, "the claim waiting on the lane", func() error {
+		var n int
+		if !svc.call(t.Context(), func() { n = len(svc.lanes["lane"]) }) {
+			return fmt.Errorf("the loop did not run the call")
+		}
+		if n != 1 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
+	})
+	select {
+	case r := <-got:
+		t.Fatalf("answered before any task was claimable: %v %v", r.err, r.m)
+	default:
+	}
+	natstest.Request[intents.Decision](t, nc, subj.Submit("lead"),
+		`{"id":"01JD0000000000000000000001","agent":"lead","kind":"apply","writes":[{"path":"lane.t1","op":"set","value":{"status":"PENDING"}}]}`)
+	r := <-got
+	var d intents.Decision
+	if r.err != nil || json.Unmarshal(r.m.Data, &d) != nil || d.Outcome != intents.OutcomeApplied || r.m.Header.Get(intents.HeaderTask) != "lane.t1" {
+		t.Fatalf("the waiting claim once lane.t1 was added: %v, %v %s", r.err, r.m.Header, r.m.Data)
+	}
+
+	// None comes: answered at the end of its wait.
+	began := time.Now()
+	m, err := next("w2", "01JD0000000000000000000011", 300)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != intents.CodeNothingClaimable || time.Since(began) < 300*time.Millisecond {
+		t.Fatalf("a wait that ends: %v, %v %s after %s", err, m.Header, m.Data, time.Since(began))
+	}
+}

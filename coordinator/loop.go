@@ -70,9 +70,18 @@ func (s *Service) loop(ctx context.Context) {
 	batch := make([]input, 0, s.opts.MaxBatch)
 	s.acc = &output{}
 	for {
+		if len(s.woken) > 0 {
+			// Claims of a lane's next task that a change to the lane woke.
+			woken := s.woken
+			s.woken = nil
+			s.decide(woken)
+			s.flushIfReady()
+			continue
+		}
 		s.arm(timer)
 		select {
 		case <-ctx.Done():
+			s.dropLaneWaiters()
 			if s.broken.Load() {
 				s.unavailable(s.acc)
 				s.refuseIntake()
@@ -100,6 +109,7 @@ func (s *Service) loop(ctx context.Context) {
 			call()
 		case <-timer.C:
 			s.core.Tick(s.opts.Now())
+			s.expireLaneWaiters(s.opts.Now())
 			s.flushIfReady()
 		}
 	}
@@ -132,6 +142,11 @@ func (s *Service) arm(t *time.Timer) {
 	if at, ok := s.core.NextDeadline(); ok {
 		d = max(at.Sub(s.opts.Now()), 0)
 	}
+	for _, ws := range s.lanes {
+		for _, w := range ws {
+			d = min(d, max(w.deadline.Sub(s.opts.Now()), 0))
+		}
+	}
 	t.Reset(d)
 }
 
@@ -161,7 +176,7 @@ func (s *Service) decide(batch []input) {
 		} else {
 			input := engine.Input{Agent: in.sub.agent, Raw: in.sub.req.Data(),
 				Traceparent: traceparent(nats.Header(in.sub.req.Headers()))}
-			if in.sub.lane != "" && !s.claimNext(&input, in.sub) {
+			if in.sub.lane != "" && !s.claimNext(&input, in, now) {
 				o.intents--
 				continue
 			}
@@ -187,7 +202,8 @@ func (s *Service) decide(batch []input) {
 // nothing is decided. An intent already decided is left as it is: the
 // engine answers it from its record. One that is not JSON is too: the
 // engine refuses it, saying why.
-func (s *Service) claimNext(input *engine.Input, sub *submit) bool {
+func (s *Service) claimNext(input *engine.Input, arrival input, now time.Time) bool {
+	sub := arrival.sub
 	var in intents.Intent
 	if json.Unmarshal(input.Raw, &in) != nil {
 		return true
@@ -196,6 +212,24 @@ func (s *Service) claimNext(input *engine.Input, sub *submit) bool {
 		return true
 	}
 	task, ok := s.core.Engine().NextTask(sub.lane)
+	if !ok && in.OnConflict == intents.OnConflictWait {
+		// It waits, as an intent waits on a transaction: until a change
+		// to its lane may have made a task claimable, or its wait_ms (the
+		// engine's default wait) or its request's wait ends.
+		wait := time.Duration(max(in.Wait(), 0)) * time.Millisecond
+		if mw := s.opts.Core.Engine.MaxWait; mw > 0 {
+			wait = min(wait, mw)
+		}
+		deadline := now.Add(wait)
+		if !sub.deadline.IsZero() && sub.deadline.Before(deadline) {
+			deadline = sub.deadline
+		}
+		if s.lanes == nil {
+			s.lanes = map[string][]laneWaiter{}
+		}
+		s.lanes[sub.lane] = append(s.lanes[sub.lane], laneWaiter{in: arrival, deadline: deadline})
+		return false
+	}
 	if !ok {
 		sub.nothing()
 		return false
@@ -205,6 +239,64 @@ func (s *Service) claimNext(input *engine.Input, sub *submit) bool {
 	}
 	input.Raw, input.Intent = nil, engine.ClaimNext(&in, task)
 	return true
+}
+
+// laneWaiter is a claim of a lane's next task waiting for one.
+type laneWaiter struct {
+	in       input
+	deadline time.Time
+}
+
+// wakeLanes wakes the claims waiting on the lanes g's changes wrote in
+// (a task added, released or reclaimed), in the order they came, to be
+// decided again at the top of the loop.
+func (s *Service) wakeLanes(g *Group) {
+	if len(s.lanes) == 0 {
+		return
+	}
+	for _, ev := range g.Changes {
+		for _, w := range ev.Change.Writes {
+			for lane, ws := range s.lanes {
+				if intents.Overlaps(w.Path, lane) {
+					for _, lw := range ws {
+						s.woken = append(s.woken, lw.in)
+					}
+					delete(s.lanes, lane)
+				}
+			}
+		}
+	}
+}
+
+// expireLaneWaiters answers the claims whose wait for a task ended by now
+// that nothing is claimable.
+func (s *Service) expireLaneWaiters(now time.Time) {
+	for lane, ws := range s.lanes {
+		kept := ws[:0]
+		for _, w := range ws {
+			if now.Before(w.deadline) {
+				kept = append(kept, w)
+				continue
+			}
+			w.in.sub.nothing()
+		}
+		if len(kept) == 0 {
+			delete(s.lanes, lane)
+		} else {
+			s.lanes[lane] = kept
+		}
+	}
+}
+
+// dropLaneWaiters answers every waiting claim unavailable: the service is
+// stopping, and the agent sends it again to whichever coordinator runs.
+func (s *Service) dropLaneWaiters() {
+	for _, ws := range s.lanes {
+		for _, w := range ws {
+			w.in.sub.answer(nil)
+		}
+	}
+	s.lanes = nil
 }
 
 // maxGroupBytes bounds the intents' bytes in one group: past it the group
@@ -242,6 +334,7 @@ func (s *Service) flush() {
 		s.hot.Observe(r.At, r.Decision)
 	}
 	s.fly(g)
+	s.wakeLanes(g)
 	o.g = g
 	o.committed = time.Now() // the wall clock, not Options.Now: this measures the disk
 	s.committed++

@@ -240,6 +240,11 @@ type Service struct {
 
 	intake chan input // API submits and stream messages, in arrival order
 	acc    *output    // loop-owned: the group being gathered
+	// lanes are the claims of a lane's next task that wait for one to be
+	// claimable, by lane, and woken those a group's changes to their lane
+	// woke, to decide again; both loop-owned.
+	lanes map[string][]laneWaiter
+	woken []input
 	// committed counts the groups the loop handed to the output stage
 	// (loop-owned), durable those the log made durable; durableKick wakes
 	// the loop when one is, so that it commits the next.

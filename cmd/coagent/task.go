@@ -174,10 +174,17 @@ func newTaskNextCmd(e *env) *cobra.Command {
 				v, _ := json.Marshal(f.status)
 				writes = append(writes, intents.Write{Path: "status", Op: intents.OpSet, Value: v})
 			}
-			return f.sendLane(c, e, args[0], map[string]any{"kind": intents.KindApply, "action": "claim_next", "writes": writes})
+			in := map[string]any{"kind": intents.KindApply, "action": "claim_next", "writes": writes}
+			if f.lease > 0 {
+				// Waits for a task as an intent waits on a transaction;
+				// the request waits as long (--timeout permitting).
+				in["on_conflict"], in["wait_ms"] = intents.OnConflictWait, f.lease.Milliseconds()
+			}
+			return f.sendLane(c, e, args[0], in)
 		},
 	}
 	f.register(c, e, false, "RUNNING")
+	c.Flags().DurationVar(&f.lease, "wait", 0, "wait up to this long for a task to become claimable (within --timeout); 0: answer at once")
 	return c
 }
 

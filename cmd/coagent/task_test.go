@@ -76,4 +76,7 @@ func TestTask(t *testing.T) {
 	if p := runBin(t, []string{"NATS_URL=" + url}, "", "task", "next", "tasks", "--agent", "w5"); p.status != 1 || !strings.Contains(p.stderr, "nothing_claimable") {
 		t.Fatalf("task next on a lane with nothing claimable: %+v", p)
 	}
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "task", "next", "tasks", "--agent", "w5", "--wait", "200ms"); p.status != 1 || !strings.Contains(p.stderr, "nothing_claimable") {
+		t.Fatalf("task next --wait on a lane with nothing claimable: %+v", p)
+	}
 }

@@ -127,8 +127,15 @@ func (c *Client) Claim(ctx context.Context, task string, set map[string]any) (*C
 var ErrNothingClaimable = errors.New("nothing claimable")
 
 // laneKey carries, in a submit's context, the lane it claims the next
-// task of (the request's header intents.HeaderClaimNext).
+// task of (the request's header intents.HeaderClaimNext), as a laneClaim.
 type laneKey struct{}
+
+// laneClaim is a claim of a lane's next task: the lane, and whether it
+// waits for a task (then its requests wait as long as they may).
+type laneClaim struct {
+	lane string
+	wait bool
+}
 
 // ClaimNext claims the next claimable task of lane (a path whose members
 // are tasks under a task rule with a lease): the coordinator picks, in
@@ -137,6 +144,20 @@ type laneKey struct{}
 // tasks. set's fields are set under the task, as for Claim. With nothing
 // claimable it returns an error matching ErrNothingClaimable.
 func (c *Client) ClaimNext(ctx context.Context, lane string, set map[string]any) (*Claim, error) {
+	return c.claimNext(ctx, lane, set, 0)
+}
+
+// ClaimNextWait is ClaimNext, waiting up to wait for a task of lane to
+// become claimable (added, released or reclaimed) when none is, as an
+// intent waits on a transaction; within the client's request timeout.
+func (c *Client) ClaimNextWait(ctx context.Context, lane string, set map[string]any, wait time.Duration) (*Claim, error) {
+	if wait <= 0 {
+		return nil, fmt.Errorf("agents: %w: claim next: wait = %s: want a positive duration", ErrInvalid, wait)
+	}
+	return c.claimNext(ctx, lane, set, wait)
+}
+
+func (c *Client) claimNext(ctx context.Context, lane string, set map[string]any, wait time.Duration) (*Claim, error) {
 	if err := intents.CheckPath(lane); err != nil {
 		return nil, fmt.Errorf("agents: %w: claim next: lane = %q: %w", ErrInvalid, lane, err)
 	}
@@ -149,11 +170,14 @@ func (c *Client) ClaimNext(ctx context.Context, lane string, set map[string]any)
 		}
 		b.Set(k, set[k])
 	}
+	if wait > 0 {
+		b.OnConflict(intents.OnConflictWait).Wait(wait)
+	}
 	in, err := b.Build()
 	if err != nil {
 		return nil, fmt.Errorf("agents: %w: claim next %s: %w", ErrInvalid, lane, err)
 	}
-	d, err := c.submit(context.WithValue(ctx, laneKey{}, lane), in, true)
+	d, err := c.submit(context.WithValue(ctx, laneKey{}, laneClaim{lane: lane, wait: wait > 0}), in, true)
 	var apiErr *APIError
 	if errors.As(err, &apiErr) && apiErr.Code == intents.CodeNothingClaimable {
 		return nil, fmt.Errorf("agents: claim next %s: %w: %s", lane, ErrNothingClaimable, apiErr.Description)

@@ -352,3 +352,37 @@ func TestClaimNextSDK(t *testing.T) {
 		t.Fatalf("an empty lane: %v", err)
 	}
 }
+
+// ClaimNextWait, on a lane with nothing claimable, waits until a task is
+// added and claims it.
+func TestClaimNextWait(t *testing.T) {
+	w := newTasks(t, leasedBoard, "t1")
+	held, err := w.client("w1").Claim(ctxFor(t, 30*time.Second), "tasks.t1", map[string]any{"status": "RUNNING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.StopRenewing()
+	type result struct {
+		cl  *agents.Claim
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		cl, err := w.client("w2").ClaimNextWait(ctxFor(t, 30*time.Second), "tasks", map[string]any{"status": "RUNNING"}, 5*time.Second)
+		got <- result{cl, err}
+	}()
+	// w2 waits: the lane's one task is held, and renewed.
+	select {
+	case r := <-got:
+		t.Fatalf("answered while nothing was claimable: %v, %v", r.cl, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := w.client("lead").Apply(ctxFor(t, 30*time.Second), intents.Apply("more").Set("tasks.t2", map[string]any{"status": "PENDING"})); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.cl.Task() != "tasks.t2" || r.cl.Fence() == 0 {
+		t.Fatalf("the waiting claim once tasks.t2 was added: %+v, %v", r.cl, r.err)
+	}
+	r.cl.StopRenewing()
+}

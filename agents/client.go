@@ -350,7 +350,10 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 	// interim decision, or a first request that was not answered in time,
 	// the requests ask for the final one, which the coordinator answers as
 	// soon as it exists or, at the end of the wait, with the interim one.
-	long := false
+	// A claim that waits for a task asks the coordinator to hold its
+	// request as long as it may from the first.
+	lc, _ := ctx.Value(laneKey{}).(laneClaim)
+	long := lc.wait
 	for attempt := 0; ; {
 		d, err := c.ask(ctx, in.ID, raw, long)
 		if err == nil {
@@ -486,8 +489,8 @@ func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*in
 		wait = strconv.FormatInt((timeout - replyMargin(timeout)).Milliseconds(), 10)
 	}
 	m.Header.Set(intents.HeaderWait, wait)
-	if lane, ok := ctx.Value(laneKey{}).(string); ok {
-		m.Header.Set(intents.HeaderClaimNext, lane)
+	if lc, ok := ctx.Value(laneKey{}).(laneClaim); ok {
+		m.Header.Set(intents.HeaderClaimNext, lc.lane)
 	}
 	c.traceHeader(ctx, m)
 	reply, err := c.nc.RequestMsgWithContext(rctx, m)

@@ -262,6 +262,10 @@ func printBench(w io.Writer, r *loadgen.Result, d time.Duration) {
 		fmt.Fprintf(w, "in the coordinator an intent waited, on average: %s to be decided, %s for its group's commit, %s for the group to be durable\n",
 			round(r.Stages["decide"]), round(r.Stages["commit"]), round(r.Stages["durable"]))
 	}
+	if in, ok := r.Stages["coordinator"]; ok && r.Latency.Mean > in {
+		fmt.Fprintf(w, "an agent waited %s on average for a decision: %s in the coordinator from the intent's arrival to its decision being durable, %s on the way there and back (the agent's client, the server, the coordinator's intake and answer)\n",
+			round(r.Latency.Mean), round(in), round(r.Latency.Mean-in))
+	}
 	if r.Syncs > 0 {
 		fmt.Fprintf(w, "the event log committed %d groups, %.1f events each, each %s on average from its write to its fsync's end",
 			r.Syncs, r.EventsPerSync, round(r.Stages["sync"]))

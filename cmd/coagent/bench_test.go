@@ -95,7 +95,7 @@ func TestBenchText(t *testing.T) {
 	for _, want := range []string{"incr over api: 2 agents, on 16 shared keys", "coagent updates", "raw JetStream publish (R1)",
 		"raw request/reply", "tput/pub", "p99/rr", "1.00 tries an update", "check: each of 16 keys holds exactly the updates applied to it",
 		"in the coordinator an intent waited, on average:", "to be decided", "for its group's commit", "for the group to be durable",
-		"the event log committed", "fsyncs,", "CPU of the bench process:", "a raw publish's", "a raw round trip's"} {
+		"the event log committed", "fsyncs,", "an agent waited", "on the way there and back", "CPU of the bench process:", "a raw publish's", "a raw round trip's"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

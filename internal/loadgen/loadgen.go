@@ -194,6 +194,9 @@ func (c *Config) Validate() error {
 // Latency summarizes a set of durations.
 type Latency struct {
 	P50, P90, P99, Max time.Duration
+	// Mean is what Little's law wants: with the coordinator's own means
+	// (Result.Stages) it says where a round trip went.
+	Mean time.Duration
 }
 
 func summarize(ds []time.Duration) Latency {
@@ -202,7 +205,11 @@ func summarize(ds []time.Duration) Latency {
 	}
 	slices.Sort(ds)
 	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
-	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1]}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return Latency{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: ds[len(ds)-1], Mean: sum / time.Duration(len(ds))}
 }
 
 // Ratio compares the coordinator's updates with a baseline: throughput over
@@ -309,7 +316,9 @@ type Result struct {
 	Redis []*RedisResult `json:",omitempty"`
 	// Stages are the mean time an intent spent in each stage of the
 	// coordinator (coagent_intent_stage_seconds: decide, commit,
-	// durable), when `coagent bench` ran the coordinator itself.
+	// durable, answer) and, as "coordinator", from its arrival to its
+	// decision being durable (coagent_decision_latency_seconds), when
+	// `coagent bench` ran the coordinator itself.
 	Stages map[string]time.Duration `json:",omitempty"`
 	// Syncs are the group commits of that coordinator's event log during
 	// the measurement, and EventsPerSync the events each wrote on average

@@ -9,7 +9,9 @@ import (
 
 // coordinatorMetrics is what Config.Metrics says at one moment: the sum
 // and count of each stage of coagent_intent_stage_seconds, of the event
-// log's group commits, coagent_log_sync_seconds, as the stage "sync", and
+// log's group commits, coagent_log_sync_seconds, as the stage "sync", of
+// coagent_decision_latency_seconds (arrival to a durable decision) as
+// "coordinator", and
 // of coagent_log_sync_events as "sync_events" (its sum a count of events);
 // and coagent_log_fsync_seconds.
 type coordinatorMetrics struct {
@@ -58,6 +60,15 @@ func stageTotals(g prometheus.Gatherer) map[string][2]float64 {
 				}
 				out[name] = [2]float64{h.GetSampleSum(), float64(h.GetSampleCount())}
 			}
+			continue
+		case "coagent_decision_latency_seconds":
+			// Both paths together: a run sends by one.
+			var sum, n float64
+			for _, m := range f.Metric {
+				sum += m.Histogram.GetSampleSum()
+				n += float64(m.Histogram.GetSampleCount())
+			}
+			out["coordinator"] = [2]float64{sum, n}
 			continue
 		case "coagent_intent_stage_seconds":
 		default:

@@ -16,12 +16,17 @@ func TestAddCoordinator(t *testing.T) {
 	syncs := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_log_sync_seconds"})
 	events := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_log_sync_events"})
 	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_log_fsync_seconds", Buckets: []float64{0.001, 0.01, 0.1}})
-	reg.MustRegister(stage, syncs, events, fsync)
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coagent_decision_latency_seconds"}, []string{"path"})
+	reg.MustRegister(stage, syncs, events, fsync, latency)
 	stage.WithLabelValues("decide").Observe(4) // before: not counted
+	latency.WithLabelValues("stream").Observe(9) // before: not counted
 	fsync.Observe(0.05)
 	before := readMetrics(reg)
 	stage.WithLabelValues("decide").Observe(0.25)
 	stage.WithLabelValues("decide").Observe(0.5)
+	latency.WithLabelValues("api").Observe(0.001)
+	latency.WithLabelValues("api").Observe(0.002)
+	latency.WithLabelValues("stream").Observe(0.003)
 	syncs.Observe(0.001)
 	syncs.Observe(0.003)
 	events.Observe(3)
@@ -33,7 +38,7 @@ func TestAddCoordinator(t *testing.T) {
 	fsync.Observe(0.05)
 	var r Result
 	r.addCoordinator(before, readMetrics(reg))
-	if r.Stages["decide"] != 375*time.Millisecond || r.Stages["sync"] != 2*time.Millisecond || len(r.Stages) != 2 {
+	if r.Stages["decide"] != 375*time.Millisecond || r.Stages["sync"] != 2*time.Millisecond || r.Stages["coordinator"] != 2*time.Millisecond || len(r.Stages) != 3 {
 		t.Errorf("stages %v", r.Stages)
 	}
 	if r.Syncs != 2 || r.EventsPerSync != 4 {

@@ -18,7 +18,7 @@ func TestAddCoordinator(t *testing.T) {
 	fsync := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_log_fsync_seconds", Buckets: []float64{0.001, 0.01, 0.1}})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coagent_decision_latency_seconds"}, []string{"path"})
 	reg.MustRegister(stage, syncs, events, fsync, latency)
-	stage.WithLabelValues("decide").Observe(4) // before: not counted
+	stage.WithLabelValues("decide").Observe(4)   // before: not counted
 	latency.WithLabelValues("stream").Observe(9) // before: not counted
 	fsync.Observe(0.05)
 	before := readMetrics(reg)

@@ -191,6 +191,11 @@ func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Read
 		}
 		if now := ownerOf(after, l.Path); now != "" && now != ownerOf(e.tree, l.Path) {
 			if v, _ := after.Get(l.Path); ownerOf(e.tree, l.Path) == "" {
+				if was, _ := e.tree.Get(l.Path + ".status"); l.DeadTo != "" && was == l.DeadTo {
+					return &rules.Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
+						"%s is a dead letter (status %s): it was tried past its rule's max_retries of %d; an operator retries it (coagent dlq retry) before anyone claims it",
+						l.Path, l.DeadTo, l.MaxRetries)}
+				}
 				if pending := rules.PendingEffects(v); len(pending) > 0 {
 					return &rules.Violation{Reason: intents.ReasonIllegalTransition, Detail: fmt.Sprintf(
 						"%s has effects whose outcome nobody knows: %s, pending when its last claim ended; declare each confirmed, failed or compensated before claiming it",
@@ -297,17 +302,28 @@ func (e *Engine) claimWarning(c *claim) {
 }
 
 // reclaim ends c, whose lease ran out: one change, which no intent made,
-// removes the task's owner and sets its status to the rule's reclaim state;
-// then the old owner is told. Its fence is dead from the change on.
+// removes the task's owner and sets its status to the rule's reclaim state
+// (or, past the rule's max_retries, to its dead status); then the old
+// owner is told. Its fence is dead from the change on.
 func (e *Engine) reclaim(c *claim) {
 	writes := []intents.Write{{Path: c.path + ".owner", Op: intents.OpDelete}}
 	// An effect still pending may have happened: the task is not put back
 	// in the pool but left as it was, ownerless, for someone to reconcile
-	// before anyone claims it again.
+	// before anyone claims it again. Nor is the try counted: it has not
+	// ended yet.
 	task, _ := e.tree.Get(c.path)
 	pending := rules.PendingEffects(task)
-	if c.reclaimTo != "" && len(pending) == 0 {
-		v, _ := json.Marshal(c.reclaimTo)
+	status := c.reclaimTo
+	var dead *intents.DeadTask
+	if len(pending) == 0 {
+		var tries []intents.Write
+		if tries, dead = e.tryEnded(c, task, intents.TryLeaseEnded); dead != nil {
+			status = dead.Status
+		}
+		writes = append(writes, tries...)
+	}
+	if status != "" && len(pending) == 0 {
+		v, _ := json.Marshal(status)
 		writes = append(writes, intents.Write{Path: c.path + ".status", Op: intents.OpSet, Value: v})
 	}
 	plan, err := e.tree.Plan(writes)
@@ -325,10 +341,91 @@ func (e *Engine) reclaim(c *claim) {
 	switch {
 	case len(pending) > 0:
 		detail += fmt.Sprintf("; its effects %s were pending: it is left to be reconciled before anyone claims it", strings.Join(pending, ", "))
+	case dead != nil:
+		detail += "; " + e.buried(dead)
 	case c.reclaimTo != "":
 		detail += "; its status is " + c.reclaimTo + " again"
 	}
 	e.emit(intents.Event{Type: intents.EventNotice, Agent: owner, Txn: c.id,
 		Notice: &intents.Notice{Kind: intents.NoticeReclaimed, Txn: c.id, Detail: detail}})
 	e.effects.Reclaimed = append(e.effects.Reclaimed, Reclaimed{Task: c.path, Owner: owner, Lease: c.id, Fence: c.fence, Reconcile: pending})
+}
+
+// tryEnded counts the try of c's task (whose record is task) that just
+// ended with the task back in the pool, why saying how, when the rule in
+// force has max_retries: the write of its tries and, past max_retries, the
+// task's dead letter, whose status the caller sets. A rule without
+// max_retries counts nothing. The letter's Rev and Time are the change's,
+// which buried fills in once it is folded.
+func (e *Engine) tryEnded(c *claim, task any, why string) ([]intents.Write, *intents.DeadTask) {
+	ls := e.rules.Leases([]string{c.path}, e.tree, e.tree)
+	if len(ls) == 0 || ls[0].Path != c.path || ls[0].MaxRetries == 0 {
+		return nil, nil
+	}
+	l := ls[0]
+	rec, _ := task.(map[string]any)
+	tries := 1
+	if n, ok := rec["tries"].(float64); ok && n >= 0 && n < 1e9 {
+		tries += int(n)
+	}
+	v, _ := json.Marshal(tries)
+	writes := []intents.Write{{Path: c.path + ".tries", Op: intents.OpSet, Value: v}}
+	if tries <= l.MaxRetries {
+		return writes, nil
+	}
+	d := &intents.DeadTask{Task: c.path, Status: l.DeadTo, Pool: l.ReclaimTo, Tries: tries, MaxRetries: l.MaxRetries,
+		Owner: c.owner, Lease: c.id, Fence: c.fence, Why: why}
+	if errv, ok := rec["error"]; ok {
+		d.Error, _ = json.Marshal(errv)
+	}
+	return writes, d
+}
+
+// buried files d, a dead task whose change was just folded, among the
+// call's dead letters, and says so for a notice to its last owner.
+func (e *Engine) buried(d *intents.DeadTask) string {
+	d.Rev, d.Time = e.seq, e.now
+	e.effects.DeadTasks = append(e.effects.DeadTasks, d)
+	return fmt.Sprintf("it was tried %d times, past its rule's max_retries of %d: its status is %s and it is in the dead letters",
+		d.Tries, d.MaxRetries, d.Status)
+}
+
+// countReleases counts a try of each task in's change gave back to the
+// pool, its owner's own doing (an operator's cancel is not a try): the
+// task's owner gone and its status the rule's reclaim_to. Each is one
+// change of its own, which no intent made, after in's decision; past the
+// rule's max_retries it also sets the task's dead status.
+func (e *Engine) countReleases(in *intents.Intent) {
+	if len(e.unclaimed) == 0 {
+		return
+	}
+	for _, c := range slices.Clone(e.unclaimed) {
+		if c.owner != in.Agent || c.reclaimTo == "" {
+			continue
+		}
+		task, ok := e.tree.Get(c.path)
+		rec, _ := task.(map[string]any)
+		if !ok || rec == nil || ownerOf(e.tree, c.path) != "" || len(rules.PendingEffects(task)) > 0 {
+			continue
+		}
+		if status, _ := rec["status"].(string); status != c.reclaimTo {
+			continue
+		}
+		writes, dead := e.tryEnded(c, task, intents.TryReleased)
+		if writes == nil {
+			continue
+		}
+		if dead != nil {
+			v, _ := json.Marshal(dead.Status)
+			writes = append(writes, intents.Write{Path: c.path + ".status", Op: intents.OpSet, Value: v})
+		}
+		plan, err := e.tree.Plan(writes)
+		if err != nil {
+			continue // the record cannot take the fields: nothing is counted
+		}
+		e.emit(intents.Event{Type: intents.EventChange, Txn: c.id, Change: &intents.Change{Writes: plan}})
+		if dead != nil {
+			e.buried(dead)
+		}
+	}
 }

@@ -385,6 +385,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		Rev: e.seq, MergedWith: merged, Versions: e.versions(in, nil, nil)}
 	e.leaseOf(in, d)
 	e.decide(d)
+	e.countReleases(in)
 }
 
 // plan checks writes against the state, the values they leave against the

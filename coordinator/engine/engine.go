@@ -393,13 +393,16 @@ func (e *Engine) traced(trace string) (prev string) {
 // ids of the cases that were settled in any way (a resolution, the
 // fallback, a final decision of their intent for another reason), whose
 // messages leave the arbiters' queue; and the task claims whose lease
-// ended, which the call reclaimed. They are output only: a fold of the log
+// ended, which the call reclaimed, and the tasks past their tries. They are output only: a fold of the log
 // (Apply) makes none.
 type Effects struct {
 	Cases     []*intents.Escalation
 	Dead      []*intents.Escalation
 	Settled   []string
 	Reclaimed []Reclaimed
+	// DeadTasks are the tasks whose tries went past their rule's
+	// max_retries in the call: each is a dead letter to keep.
+	DeadTasks []*intents.DeadTask
 }
 
 // Reclaimed is a task claim whose lease ended unrenewed: the task went

@@ -55,4 +55,5 @@ func (fx *Effects) Add(more Effects) {
 	fx.Dead = append(fx.Dead, more.Dead...)
 	fx.Settled = append(fx.Settled, more.Settled...)
 	fx.Reclaimed = append(fx.Reclaimed, more.Reclaimed...)
+	fx.DeadTasks = append(fx.DeadTasks, more.DeadTasks...)
 }

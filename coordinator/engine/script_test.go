@@ -173,9 +173,9 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 		if len(args) > 0 {
 			agent = args[0]
 		}
-		evs := r.e.Submit(r.now, Input{Agent: agent, Raw: []byte(r.expand(t, d.Input))}, nil).Events
-		r.log = append(r.log, evs...)
-		return r.describe(evs)
+		ready := r.e.Submit(r.now, Input{Agent: agent, Raw: []byte(r.expand(t, d.Input))}, nil)
+		r.log = append(r.log, ready.Events...)
+		return append(r.describe(ready.Events), r.deadTasks(ready.Effects)...)
 	case "resolve":
 		var res intents.Resolution
 		if err := json.Unmarshal([]byte(r.expand(t, d.Input)), &res); err != nil {
@@ -222,9 +222,9 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 		return lines
 	case "advance":
 		r.clock(t, args[0])
-		evs := r.e.Tick(r.now, nil).Events
-		r.log = append(r.log, evs...)
-		lines := r.describe(evs)
+		ready := r.e.Tick(r.now, nil)
+		r.log = append(r.log, ready.Events...)
+		lines := append(r.describe(ready.Events), r.deadTasks(ready.Effects)...)
 		if len(lines) == 0 {
 			lines = []string{"nothing due at " + r.rel(r.now)}
 		}
@@ -323,11 +323,25 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 				break // shown by its decision
 			}
 			var ws []string
+			what := "try counted" // an owner gave its task back to the pool
 			for _, w := range ev.Change.Writes {
 				ws = append(ws, fmt.Sprintf("%s %s %s", w.Op, w.Path, w.Value))
+				if w.Op == intents.OpDelete && strings.HasSuffix(w.Path, ".owner") {
+					what = "reclaim"
+				}
 			}
-			lines = append(lines, fmt.Sprintf("reclaim txn=%s: %s", r.name(ev.Txn), strings.Join(ws, ", ")))
+			lines = append(lines, fmt.Sprintf("%s txn=%s: %s", what, r.name(ev.Txn), strings.Join(ws, ", ")))
 		}
+	}
+	return lines
+}
+
+// deadTasks describes the dead letters of a call's tasks past their tries.
+func (r *scriptRun) deadTasks(fx Effects) []string {
+	var lines []string
+	for _, d := range fx.DeadTasks {
+		lines = append(lines, fmt.Sprintf("dead letter %s: status=%s pool=%s tries=%d max_retries=%d owner=%s lease=%s fence=%d why=%s error=%s rev=%d",
+			d.Task, d.Status, d.Pool, d.Tries, d.MaxRetries, d.Owner, r.name(d.Lease), d.Fence, d.Why, d.Error, d.Rev))
 	}
 	return lines
 }

@@ -104,6 +104,11 @@ func (r *compiled) checkRecord(p string, ov any, ook bool, nv any, nok bool, age
 		if v := checkEffects(p, old, rec); v != nil {
 			return v
 		}
+		// A task's tries are the coordinator's count (Rule.MaxRetries):
+		// an agent that could set them would never be a dead letter.
+		if r.MaxRetries > 0 && !operator && !equalJSON(old["tries"], rec["tries"]) {
+			return refuse(intents.ReasonUnauthorized, "tries is the coordinator's count of the task's tries; only the rule's operators change it (an operator's retry puts it back to 0)")
+		}
 		was, now := str(old, "owner"), str(rec, "owner")
 		switch {
 		case operator:

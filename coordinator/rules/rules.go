@@ -2,6 +2,7 @@ package rules
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,6 +84,16 @@ type Rule struct {
 	// its owner removed and its status set to ReclaimTo, when given.
 	Lease     string `json:"lease,omitempty"`
 	ReclaimTo string `json:"reclaim_to,omitempty"`
+	// MaxRetries, on a task rule with a lease and a reclaim_to, bounds the
+	// tries of a task: each claim that ends with the task back in the pool
+	// (its lease ran out, or its owner gave it back with the status
+	// ReclaimTo) counts one, in the task's field "tries"; the claim that
+	// ends past MaxRetries leaves the task in DeadTo instead, and in the
+	// dead letters. 0 counts nothing.
+	MaxRetries int `json:"max_retries,omitempty"`
+	// DeadTo is the status of a task past MaxRetries; DefaultDeadTo if
+	// not given.
+	DeadTo string `json:"dead_to,omitempty"`
 	// Operators, on a task rule, are agents and "role:NAME"s who may
 	// reassign a task to another agent or take it from its owner (cancel
 	// it) whatever its owner: people and supervisors, where an agent may
@@ -104,7 +115,18 @@ type TaskLease struct {
 	// ReclaimTo is the status a reclaimed task goes back to; "" leaves
 	// its status as it is.
 	ReclaimTo string
+	// MaxRetries and DeadTo are the rule's (Rule.MaxRetries): 0 counts no
+	// tries.
+	MaxRetries int
+	DeadTo     string
 }
+
+// DefaultDeadTo is the status of a task past its rule's max_retries when
+// the rule names none.
+const DefaultDeadTo = "DEAD"
+
+// MaxTaskRetries bounds a rule's max_retries.
+const MaxTaskRetries = 1000
 
 // The orders of Rule.Waiters.
 const (
@@ -349,6 +371,25 @@ func compileRule(i int, r Rule) (compiled, error) {
 			return c, bad(field+".reclaim_to", "%q: not a state of the rule's transitions", r.ReclaimTo)
 		}
 	}
+	if r.MaxRetries != 0 {
+		if r.MaxRetries < 0 || r.MaxRetries > MaxTaskRetries {
+			return c, bad(field+".max_retries", "%d: want 1 to %d (0 or none counts no tries)", r.MaxRetries, MaxTaskRetries)
+		}
+		if r.ReclaimTo == "" {
+			return c, bad(field+".max_retries", "%d: only a task rule with a lease and a reclaim_to counts tries: the tries end when the task is back in the pool", r.MaxRetries)
+		}
+	}
+	if r.DeadTo != "" {
+		if r.MaxRetries == 0 {
+			return c, bad(field+".dead_to", "%q: only a rule with max_retries has dead tasks", r.DeadTo)
+		}
+		if r.DeadTo == r.ReclaimTo {
+			return c, bad(field+".dead_to", "%q: the same status as reclaim_to would put a dead task back in the pool", r.DeadTo)
+		}
+	}
+	if r.MaxRetries != 0 && c.states != nil && !c.states[cmp.Or(r.DeadTo, DefaultDeadTo)] {
+		return c, bad(field+".dead_to", "%q: not a state of the rule's transitions (a rule with max_retries and transitions names its dead status)", cmp.Or(r.DeadTo, DefaultDeadTo))
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -484,7 +525,11 @@ func (s *Set) Leases(writes []string, before, after cond.Reader) []TaskLease {
 			}
 			for _, p := range r.pat.concrete(w, before, after) {
 				if !slices.ContainsFunc(out, func(l TaskLease) bool { return l.Path == p }) {
-					out = append(out, TaskLease{Path: p, For: r.lease, ReclaimTo: r.ReclaimTo})
+					l := TaskLease{Path: p, For: r.lease, ReclaimTo: r.ReclaimTo, MaxRetries: r.MaxRetries}
+					if l.MaxRetries > 0 {
+						l.DeadTo = cmp.Or(r.DeadTo, DefaultDeadTo)
+					}
+					out = append(out, l)
 				}
 			}
 		}

@@ -18,13 +18,23 @@ import (
 // recorded no decision of the intent by the end of the wait.
 var ErrNoDecision = errors.New("agents: no decision recorded")
 
-// DeadLetter is a case no arbiter resolved by its deadline, as the
-// dead-letter stream (COAGENT_DLQ) keeps it: the fallback decided it, and
-// the case stays for someone to read and perhaps retry.
+// DeadLetter is what the dead-letter stream (COAGENT_DLQ) keeps, for
+// someone to read and perhaps retry: a case no arbiter resolved by its
+// deadline (Case; the fallback decided it), or a task tried past its
+// rule's max_retries (Task). One of the two is set.
 type DeadLetter struct {
-	// Seq is its message in the stream, which Retry removes.
+	// Seq is its message in the stream, which Retry and Remove remove.
 	Seq  uint64
 	Case *intents.Escalation
+	Task *intents.DeadTask
+}
+
+// ID names l: its case's id, or its task's path.
+func (l DeadLetter) ID() string {
+	if l.Task != nil {
+		return l.Task.Task
+	}
+	return l.Case.ID
 }
 
 // DeadLetters reads and retries the dead letters of a coordinator: what
@@ -81,6 +91,14 @@ func (d *DeadLetters) List(ctx context.Context) ([]DeadLetter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dead letter %d: %w", seq, err)
 		}
+		if m.Header.Get(intents.HeaderDeadTask) != "" {
+			var t intents.DeadTask
+			if err := json.Unmarshal(m.Data, &t); err != nil {
+				return nil, fmt.Errorf("dead letter %d (a dead task): %w", seq, err)
+			}
+			out = append(out, DeadLetter{Seq: seq, Task: &t})
+			continue
+		}
 		var c intents.Escalation
 		if err := json.Unmarshal(m.Data, &c); err != nil {
 			return nil, fmt.Errorf("dead letter %d: %w", seq, err)
@@ -97,6 +115,9 @@ func (d *DeadLetters) List(ctx context.Context) ([]DeadLetter, error) {
 // intent went but l could not be removed, it returns both the intent and
 // the error, which says so.
 func (d *DeadLetters) Retry(ctx context.Context, l DeadLetter) (*intents.Intent, error) {
+	if l.Task != nil {
+		return nil, fmt.Errorf("retry %s: a dead task is retried by an operator's apply (RetryTask), not sent again", l.Task.Task)
+	}
 	id := l.Case.ID
 	again, err := arbiter.Retry(l.Case, ulid.Make().String())
 	if err != nil {
@@ -113,6 +134,42 @@ func (d *DeadLetters) Retry(ctx context.Context, l DeadLetter) (*intents.Intent,
 		return again, fmt.Errorf("retry %s: sent as %s, but the dead letter stays: %w", id, again.ID, err)
 	}
 	return again, nil
+}
+
+// RetryTask sends, as agent (one of the task rule's operators), the apply
+// that puts l's dead task back in its pool: its status the pool's, its
+// tries 0, with action "retry" and meta.retry_of naming the letter. It
+// returns the intent sent, on agent's intents stream; once it is applied
+// (Decision), Remove takes the letter away. The apply is decided as any:
+// an agent that is not an operator is refused, and the task stays dead.
+func (d *DeadLetters) RetryTask(ctx context.Context, l DeadLetter, agent string) (*intents.Intent, error) {
+	if l.Task == nil {
+		return nil, fmt.Errorf("retry %s: not a dead task", l.ID())
+	}
+	t := l.Task
+	status, _ := json.Marshal(t.Pool)
+	meta, _ := json.Marshal(map[string]any{"retry_of": fmt.Sprintf("%s@%d", t.Task, t.Rev)})
+	in := &intents.Intent{ID: ulid.Make().String(), Agent: agent, Kind: intents.KindApply, Action: "retry", Meta: meta,
+		Writes: []intents.Write{
+			{Path: t.Task + ".status", Op: intents.OpSet, Value: status},
+			{Path: t.Task + ".tries", Op: intents.OpSet, Value: json.RawMessage("0")},
+		}}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("retry %s: %w", t.Task, err)
+	}
+	if _, err := d.js.Publish(ctx, d.subj.Intents(agent), data, jetstream.WithMsgID(in.ID)); err != nil {
+		return nil, fmt.Errorf("retry %s: %w", t.Task, err)
+	}
+	return in, nil
+}
+
+// Remove takes l out of the dead-letter stream.
+func (d *DeadLetters) Remove(ctx context.Context, l DeadLetter) error {
+	if err := d.stream.DeleteMsg(ctx, l.Seq); err != nil {
+		return fmt.Errorf("remove dead letter %s: %w", l.ID(), err)
+	}
+	return nil
 }
 
 // Decision asks decision.get for the decision of intent id until it is

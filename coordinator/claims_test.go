@@ -14,6 +14,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A task claimed under a leased rule comes back when its owner stops
@@ -319,5 +320,65 @@ func TestClaimNextWaits(t *testing.T) {
 	m, err := next("w2", "01JD0000000000000000000011", 300)
 	if err != nil || m.Header.Get("Nats-Service-Error-Code") != intents.CodeNothingClaimable || time.Since(began) < 300*time.Millisecond {
 		t.Fatalf("a wait that ends: %v, %v %s after %s", err, m.Header, m.Data, time.Since(began))
+	}
+}
+
+// A task whose lease ends past its rule's max_retries is a dead letter:
+// counted (coagent_task_dead_letters_total) and kept on the dead-letter
+// stream, named by the header Coagent-Dead-Task, with its last owner.
+func TestDeadTaskLetter(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	if _, err := svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"200ms","reclaim_to":"PENDING","max_retries":1}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	letters, err := js.OrderedConsumer(t.Context(), subj.Stream(intents.StreamDLQ), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := func() float64 {
+		f := scrape(t, svc.Registry())["coagent_task_dead_letters_total"]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("coagent_task_dead_letters_total: %v", f)
+		}
+		return f.Metric[0].GetCounter().GetValue()
+	}
+	notices, err := nc.SubscribeSync(subj.Notices("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Two tries whose leases run out: the second is past max_retries 1.
+	for i, id := range []string{"01JD0000000000000000000001", "01JD0000000000000000000002"} {
+		claim := natstest.Request[intents.Decision](t, nc, subj.Submit("w1"),
+			`{"id":"`+id+`","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1","op":"merge","value":{"owner":"w1","status":"RUNNING"}}]}`)
+		if claim.Outcome != intents.OutcomeApplied || claim.Fence == 0 {
+			t.Fatalf("claim %d: %+v", i, claim)
+		}
+		for ev := natstest.Next[intents.Event](t, notices); ev.Notice.Kind != intents.NoticeReclaimed; ev = natstest.Next[intents.Event](t, notices) {
+		}
+		if n := dead(); n != float64(i) {
+			t.Fatalf("%v dead letters after %d tries", n, i+1)
+		}
+	}
+	m, err := letters.Next(jetstream.FetchMaxWait(10 * time.Second))
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	var d intents.DeadTask
+	if err := json.Unmarshal(m.Data(), &d); err != nil || m.Headers().Get(intents.HeaderDeadTask) != "tasks.t1" {
+		t.Fatalf("dead letter %s %v: %v", m.Data(), m.Headers(), err)
+	}
+	if d.Task != "tasks.t1" || d.Status != "DEAD" || d.Pool != "PENDING" || d.Tries != 2 || d.Owner != "w1" ||
+		d.Lease != "01JD0000000000000000000002" || d.Why != intents.TryLeaseEnded || d.Rev == 0 {
+		t.Fatalf("dead letter %+v", d)
 	}
 }

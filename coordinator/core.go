@@ -394,7 +394,7 @@ func (c *Core) Commit() (*Group, error) {
 // of what made it, and starts afresh.
 func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
 	g := &Group{Batch: b, Decisions: c.routes, Changes: c.changes, Notices: c.notices, Live: c.live,
-		Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled, Reclaimed: c.fx.Reclaimed,
+		Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled, Reclaimed: c.fx.Reclaimed, DeadTasks: c.fx.DeadTasks,
 		RulesChanged: c.rulesChanged, Rules: c.rules, Next: c.next, HasNext: c.hasNext, pending: p}
 	c.routes, c.fx, c.rulesChanged, c.rules = nil, engine.Effects{}, false, nil
 	c.changes, c.notices, c.live = nil, nil, nil

@@ -73,6 +73,9 @@ type Group struct {
 	// Reclaimed are the task claims whose lease ended unrenewed in the
 	// batch: their tasks went back.
 	Reclaimed []engine.Reclaimed
+	// DeadTasks are the tasks tried past their rule's max_retries in the
+	// batch: each goes to the dead-letter stream.
+	DeadTasks []*intents.DeadTask
 	// Rules, when RulesChanged, is the board rules the batch put in force
 	// (nil: none): reads are answered under them once it is durable.
 	RulesChanged bool

@@ -69,6 +69,7 @@ type metrics struct {
 	escalations  prometheus.Counter
 	deadLetters  prometheus.Counter
 	reclaims     prometheus.Counter
+	deadTasks    prometheus.Counter
 	reconciles   prometheus.Counter
 	groupIntents prometheus.Observer
 	groupDurable prometheus.Observer
@@ -117,6 +118,8 @@ func newMetrics(s *Service) *metrics {
 		Help: "Arbiter cases no arbiter resolved by their deadline, sent to the dead-letter stream."})
 	m.reclaims = prometheus.NewCounter(prometheus.CounterOpts{Name: "coagent_task_reclaims_total",
 		Help: "Task claims whose lease ended unrenewed: the task went back (its owner removed, its status the rule's reclaim_to) and the old owner was told."})
+	m.deadTasks = prometheus.NewCounter(prometheus.CounterOpts{Name: "coagent_task_dead_letters_total",
+		Help: "Tasks tried past their rule's max_retries: their status is the rule's dead_to and they are kept in the dead-letter stream."})
 	m.reconciles = prometheus.NewCounter(prometheus.CounterOpts{Name: "coagent_task_reconciles_total",
 		Help: "Task claims whose lease ended with effects pending: the task was left ownerless, out of the pool, until someone declares each effect (counted in coagent_task_reclaims_total too)."})
 	groupIntents := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_group_intents",
@@ -162,7 +165,7 @@ func newMetrics(s *Service) *metrics {
 		m.conflicts[k] = m.conflictVec.WithLabelValues(string(k))
 	}
 	m.collectors = []prometheus.Collector{received, latency, duplicates, m.decisions, m.conflictVec,
-		m.escalations, m.deadLetters, m.reclaims, m.reconciles, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
+		m.escalations, m.deadLetters, m.reclaims, m.deadTasks, m.reconciles, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_log_last_seq",
 			Help: "The sequence number of the event log's last durable event (= the last revision, or past it)."},
 			func() float64 { return float64(s.core.Log().LastSeq()) }),
@@ -268,6 +271,9 @@ func (m *metrics) group(o *output, now time.Time) {
 	}
 	if n := len(g.Dead); n > 0 {
 		m.deadLetters.Add(float64(n))
+	}
+	if n := len(g.DeadTasks); n > 0 {
+		m.deadTasks.Add(float64(n))
 	}
 	if n := len(g.Reclaimed); n > 0 {
 		m.reclaims.Add(float64(n))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -183,6 +184,27 @@ func (s *Service) publishCases(g *Group) {
 	for _, id := range g.Settled {
 		s.cases.settled(id)
 	}
+	for _, d := range g.DeadTasks {
+		s.publishDeadTask(d)
+	}
+}
+
+// publishDeadTask sends d to the dead-letter stream, named by the header
+// HeaderDeadTask; its message id is the task and the change that buried
+// it, so a letter sent again within the duplicate window is kept once.
+func (s *Service) publishDeadTask(d *intents.DeadTask) {
+	s.log.Warn("task is a dead letter: tried past its rule's max_retries", "task", d.Task, "tries", d.Tries,
+		"max_retries", d.MaxRetries, "owner", d.Owner, "why", d.Why, "status", d.Status)
+	data, err := json.Marshal(d)
+	if err != nil {
+		s.log.Error("encode dead task", "task", d.Task, "err", err)
+		return
+	}
+	m := nats.NewMsg(s.subj.DeadLetters())
+	m.Header.Set(intents.HeaderDeadTask, d.Task)
+	m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("task:%s@%d", d.Task, d.Rev))
+	m.Data = data
+	s.publishAsync(m)
 }
 
 // planted is the bugs Options.Bugs plants: none unless set.

@@ -33,7 +33,7 @@ func newDLQCmd(e *env) *cobra.Command {
 	}
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "print one dead letter, the case as JSON",
+		Short: "print one dead letter (a case by its id, a dead task by its path) as JSON",
 		Args:  argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
 			return runDLQ(c.Context(), &conn, func(_ context.Context, _ *agents.DeadLetters, letters []agents.DeadLetter) error {
@@ -41,9 +41,9 @@ func newDLQCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				b, _ := json.MarshalIndent(l.Case, "", "  ")
+				b, _ := json.MarshalIndent(letterBody(*l), "", "  ")
 				if out.json() {
-					b, _ = json.Marshal(l.Case)
+					b, _ = json.Marshal(letterBody(*l))
 				}
 				fmt.Fprintln(e.stdout, string(b))
 				return nil
@@ -51,12 +51,15 @@ func newDLQCmd(e *env) *cobra.Command {
 		},
 	}
 	var retryWait time.Duration
+	var retryAs string
 	retry := &cobra.Command{
 		Use:   "retry ID",
-		Short: "send the escalated intent of a dead letter again under a new id, and remove the dead letter",
-		Long: "Send the escalated intent again under a new id (meta.retry_of names the old one), so it is decided anew\n" +
-			"and escalates again if it still conflicts; the dead letter is removed. Then print the new intent's decision\n" +
-			"as submit does (-o json: its JSON): the final one, or the latest interim one (escalated, queued) after --wait.\n" +
+		Short: "send the escalated intent of a dead letter again under a new id, or put a dead task back in its pool, and remove the dead letter",
+		Long: "A case: send the escalated intent again under a new id (meta.retry_of names the old one), so it is decided\n" +
+			"anew and escalates again if it still conflicts; the dead letter is removed. A dead task (ID its path): apply,\n" +
+			"as --agent (one of the task rule's operators), its status back to its pool's and its tries to 0; once that\n" +
+			"is applied the dead letter is removed. Then print the new intent's decision as submit does (-o json: its\n" +
+			"JSON): the final one, or the latest interim one (escalated, queued) after --wait.\n" +
 			"Exits 0 only for applied, granted or committed.",
 		Args: argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -65,7 +68,7 @@ func newDLQCmd(e *env) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				d, err := retryLetter(ctx, dl, l, retryWait, e.stderr)
+				d, err := retryLetter(ctx, dl, l, retryAgent(&conn, retryAs), retryWait, e.stderr)
 				if err != nil {
 					return err
 				}
@@ -83,9 +86,10 @@ func newDLQCmd(e *env) *cobra.Command {
 		},
 	}
 	retry.Flags().DurationVar(&retryWait, "wait", 5*time.Second, "how long to wait for a final decision before printing the interim one")
+	retry.Flags().StringVar(&retryAs, "agent", "", "for a dead task: the operator the retry is applied as (default the agent of --nkey, else "+defaultKVAgent+")")
 	c := group(&cobra.Command{
 		Use:   "dlq",
-		Short: "list, show or retry the cases no arbiter resolved by their deadline",
+		Short: "list, show or retry the dead letters: cases no arbiter resolved by their deadline, tasks tried past their max_retries",
 	}, list, show, retry)
 	conn.register(c.PersistentFlags(), e.defaultNATS())
 	out.register(c.PersistentFlags(), true)
@@ -127,11 +131,11 @@ func printDeadLetters(letters []agents.DeadLetter, asJSON bool, stdout, stderr i
 		fmt.Fprintln(stderr, "no dead letters")
 	}
 	if asJSON {
-		cases := make([]*intents.Escalation, 0, len(letters))
+		bodies := make([]any, 0, len(letters))
 		for _, l := range letters {
-			cases = append(cases, l.Case)
+			bodies = append(bodies, letterBody(l))
 		}
-		b, err := json.Marshal(cases)
+		b, err := json.Marshal(bodies)
 		if err != nil {
 			return err
 		}
@@ -144,6 +148,11 @@ func printDeadLetters(letters []agents.DeadLetter, asJSON bool, stdout, stderr i
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tDEADLINE\tAGENT\tINTENT\tCONFLICTS")
 	for _, l := range letters {
+		if t := l.Task; t != nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Task, t.Time.Format(time.RFC3339), t.Owner,
+				fmt.Sprintf("task %s, %d tries", t.Status, t.Tries), "last try: "+t.Why+errorOf(t))
+			continue
+		}
 		agent, what := "-", "-"
 		if in := l.Case.Escalated(); in != nil {
 			agent, what = in.Agent, string(in.Kind)
@@ -160,24 +169,57 @@ func printDeadLetters(letters []agents.DeadLetter, asJSON bool, stdout, stderr i
 	return tw.Flush()
 }
 
+// errorOf is what a dead task's last owner said of its error, for the
+// table.
+func errorOf(t *intents.DeadTask) string {
+	if len(t.Error) == 0 {
+		return ""
+	}
+	return " (" + intents.Clip(string(t.Error), 60) + ")"
+}
+
 func findLetter(letters []agents.DeadLetter, id string) (*agents.DeadLetter, error) {
 	for i := range letters {
-		if letters[i].Case.ID == id {
+		if letters[i].ID() == id {
 			return &letters[i], nil
 		}
 	}
 	return nil, fmt.Errorf("no dead letter %s", id)
 }
 
-// retryLetter retries l, says so on stderr, and returns the new intent's
-// decision: the final one, or after wait the latest recorded.
-func retryLetter(ctx context.Context, dl *agents.DeadLetters, l *agents.DeadLetter, wait time.Duration, stderr io.Writer) (*intents.Decision, error) {
-	again, err := dl.Retry(ctx, *l)
+// retryAgent is who a dead task's retry is applied as.
+func retryAgent(conn *natsFlags, as string) string {
+	if as != "" {
+		return as
+	}
+	if a := conn.agent(); a != "" {
+		return a
+	}
+	return defaultKVAgent
+}
+
+// retryLetter retries l (a dead task as agent), says so on stderr, and
+// returns the new intent's decision: the final one, or after wait the
+// latest recorded. A dead task's letter is removed once the retry is
+// applied.
+func retryLetter(ctx context.Context, dl *agents.DeadLetters, l *agents.DeadLetter, agent string, wait time.Duration, stderr io.Writer) (*intents.Decision, error) {
+	retry := dl.Retry
+	if l.Task != nil {
+		retry = func(ctx context.Context, l agents.DeadLetter) (*intents.Intent, error) {
+			return dl.RetryTask(ctx, l, agent)
+		}
+	}
+	again, err := retry(ctx, *l)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stderr, "retried %s as intent %s of agent %s\n", l.Case.ID, again.ID, again.Agent)
+	fmt.Fprintf(stderr, "retried %s as intent %s of agent %s\n", l.ID(), again.ID, again.Agent)
 	d, err := dl.Decision(ctx, again.ID, wait)
+	if err == nil && l.Task != nil && d.Outcome.Success() {
+		if err := dl.Remove(ctx, *l); err != nil {
+			return nil, fmt.Errorf("retry %s: applied as %s, but %w", l.ID(), again.ID, err)
+		}
+	}
 	var api *agents.APIError
 	switch {
 	case errors.Is(err, agents.ErrNoDecision):
@@ -186,7 +228,16 @@ func retryLetter(ctx context.Context, dl *agents.DeadLetters, l *agents.DeadLett
 		err = fmt.Errorf("decision.get: %s: %s", api.Code, api.Description)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("retry %s: sent as %s: %w", l.Case.ID, again.ID, err)
+		return nil, fmt.Errorf("retry %s: sent as %s: %w", l.ID(), again.ID, err)
 	}
 	return d, nil
+}
+
+// letterBody is what show and list -o json print of l: its case, or its
+// dead task.
+func letterBody(l agents.DeadLetter) any {
+	if l.Task != nil {
+		return l.Task
+	}
+	return l.Case
 }

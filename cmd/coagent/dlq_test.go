@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -98,4 +99,66 @@ func TestDeadLetters(t *testing.T) {
 		!strings.HasPrefix(p.stderr, "retried "+m[1]+" as intent "+d.Intent+" of agent w2\n") {
 		t.Fatalf("dlq retry -o json: %+v", p)
 	}
+}
+
+// A task tried past its rule's max_retries is a dead letter: dlq lists
+// and shows it, nobody claims it, and dlq retry, as one of the rule's
+// operators, puts it back in its pool with its tries at 0 and removes the
+// letter; as anyone else it is refused and the letter stays.
+func TestDeadTask(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	rules := filepath.Join(dir, "rules.json")
+	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1m","reclaim_to":"PENDING","max_retries":1,"operators":["lead"]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := runBin(t, nil, "", "rules", "set", rules, "--nats", url); p.status != 0 {
+		t.Fatalf("rules set: %+v", p)
+	}
+	run := func(status int, out string, args ...string) []string {
+		t.Helper()
+		p := runBin(t, []string{"NATS_URL=" + url}, "", args...)
+		m := regexp.MustCompile(out).FindStringSubmatch(p.stdout)
+		if p.status != status || m == nil {
+			t.Fatalf("coagent %s: %+v", strings.Join(args, " "), p)
+		}
+		return m
+	}
+	// Two tries, each given back to the pool by its owner: the second is
+	// past max_retries 1.
+	for _, agent := range []string{"w1", "w2"} {
+		m := run(0, `fence (\d+) `, "task", "claim", "tasks.t1", "--agent", agent)
+		run(0, `^applied `, "task", "release", "tasks.t1", "--fence", m[1], "--agent", agent, "--status", "PENDING")
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := js.OrderedConsumer(context.Background(), intents.Subjects{}.Stream(intents.StreamDLQ), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	run(0, `(?m)^tasks\.t1 +\S+ +w2 +task DEAD, 2 tries +last try: released$`, "dlq", "list")
+	run(0, `"max_retries": 1`, "dlq", "show", "tasks.t1")
+	run(1, `^rejected \S+ illegal_transition .*dead letter`, "task", "claim", "tasks.t1", "--agent", "w3")
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "dlq", "retry", "tasks.t1", "--agent", "w3"); p.status != 1 {
+		l := runBin(t, []string{"NATS_URL=" + url}, "", "log", "--agent", "w3", "-o", "json")
+		t.Fatalf("%+v\n%+v", p, l)
+	}
+	run(0, `(?m)^tasks\.t1 `, "dlq", "list")
+	run(0, `^applied `, "dlq", "retry", "tasks.t1", "--agent", "lead")
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "dlq", "list"); p.status != 0 || p.stdout != "" || !strings.Contains(p.stderr, "no dead letters") {
+		t.Fatalf("dlq list after the retry: %+v", p)
+	}
+	run(0, `^tasks\.t1 = {"status":"PENDING","tries":0}`, "get", "tasks.t1")
+	run(0, `^applied `, "task", "claim", "tasks.t1", "--agent", "w3")
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
@@ -391,14 +393,18 @@ func (b *backend) txns(ctx context.Context, _ *http.Request) (any, error) {
 
 // boardTask is one task of a lane, as the board shows it.
 type boardTask struct {
-	Task     string    `json:"task"`
-	Name     string    `json:"name"`
-	Status   any       `json:"status,omitempty"`
-	Owner    string    `json:"owner,omitempty"`
-	Priority any       `json:"priority,omitempty"`
-	Pending  []string  `json:"pending_effects,omitempty"`
-	Lease    string    `json:"txn,omitempty"`
-	Expires  time.Time `json:"lease_expires,omitzero"`
+	Task     string   `json:"task"`
+	Name     string   `json:"name"`
+	Status   any      `json:"status,omitempty"`
+	Owner    string   `json:"owner,omitempty"`
+	Priority any      `json:"priority,omitempty"`
+	Pending  []string `json:"pending_effects,omitempty"`
+	Tries    any      `json:"tries,omitempty"`
+	// Dead says the task is a dead letter: its status is its rule's
+	// dead_to, past its max_retries.
+	Dead    bool      `json:"dead,omitempty"`
+	Lease   string    `json:"txn,omitempty"`
+	Expires time.Time `json:"lease_expires,omitzero"`
 }
 
 // board is the tasks of every lane — the parent of a task rule with a
@@ -413,17 +419,23 @@ func (b *backend) board(ctx context.Context, _ *http.Request) (any, error) {
 	}
 	var file struct {
 		Rules []struct {
-			Pattern string `json:"pattern"`
-			Kind    string `json:"kind"`
-			Lease   string `json:"lease"`
+			Pattern    string `json:"pattern"`
+			Kind       string `json:"kind"`
+			Lease      string `json:"lease"`
+			MaxRetries int    `json:"max_retries"`
+			DeadTo     string `json:"dead_to"`
 		} `json:"rules"`
 	}
 	_ = json.Unmarshal(rec.File, &file) // no rules in force: no lane
 	var lanes []string
+	deadTo := map[string]string{} // by lane, for a rule with max_retries
 	for _, r := range file.Rules {
 		lane, ok := strings.CutSuffix(r.Pattern, ".*")
 		if ok && r.Kind == "task" && r.Lease != "" && !strings.Contains(lane, "*") && !slices.Contains(lanes, lane) {
 			lanes = append(lanes, lane)
+			if r.MaxRetries > 0 {
+				deadTo[lane] = cmp.Or(r.DeadTo, rules.DefaultDeadTo)
+			}
 		}
 	}
 	out := map[string]any{"now": b.cfg.Now(), "lanes": []any{}}
@@ -454,7 +466,8 @@ func (b *backend) board(ctx context.Context, _ *http.Request) (any, error) {
 			if rec == nil {
 				continue
 			}
-			t := boardTask{Task: lane + "." + name, Name: name, Status: rec["status"], Priority: rec["priority"]}
+			t := boardTask{Task: lane + "." + name, Name: name, Status: rec["status"], Priority: rec["priority"], Tries: rec["tries"]}
+			t.Dead = deadTo[lane] != "" && rec["status"] == deadTo[lane]
 			t.Owner, _ = rec["owner"].(string)
 			effects, _ := rec["effects"].(map[string]any)
 			for _, key := range slices.Sorted(maps.Keys(effects)) {

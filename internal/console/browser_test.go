@@ -267,11 +267,12 @@ func TestBoardInBrowser(t *testing.T) {
 	bctx := browser(t)
 	w := newWorld(t)
 	ctx := context.Background()
-	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"20s","reclaim_to":"PENDING"}]}`), "test"); err != nil {
+	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"20s","reclaim_to":"PENDING","max_retries":1,"operators":["w1"]}]}`), "test"); err != nil {
 		t.Fatal(err)
 	}
+	// t3 as a task past its tries leaves it (only an operator writes tries).
 	w.apply(w.w1, intents.Apply("plan").Set("tasks.t1", map[string]any{"status": "PENDING", "priority": 2}).
-		Set("tasks.t2", map[string]any{"status": "PENDING"}))
+		Set("tasks.t2", map[string]any{"status": "PENDING"}).Set("tasks.t3", map[string]any{"status": "DEAD", "tries": 2}))
 	cl, err := w.w2.ClaimNext(ctx, "tasks", map[string]any{"status": "RUNNING"})
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +288,8 @@ func TestBoardInBrowser(t *testing.T) {
 	b.waitText(`#board .task[data-task="tasks.t1"] .owner`, "w2")
 	b.waitText(`#board .task[data-task="tasks.t1"] .status`, "RUNNING")
 	b.waitText(`#board .task[data-task="tasks.t2"] .owner`, "unclaimed")
+	b.waitText(`#board .task[data-task="tasks.t3"] .tries`, "tries 2")
+	b.waitText(`#board .task[data-task="tasks.t3"] .dead`, "dead letter")
 	b.poll(`(() => { const ms = +document.querySelector('#board .task[data-task="tasks.t1"] .countdown')?.dataset.ms;
 		return ms > 0 && ms <= 20000; })()`, "t1's lease counting down")
 	b.shot("board")

@@ -1,5 +1,6 @@
 // The task board: a column per lane (a task rule with a lease), a card per
-// task with its status, owner, priority, pending effects, and its claim's
+// task with its status, owner, priority, tries (and whether it is a dead
+// letter), pending effects, and its claim's
 // lease counting down (from the server's clock, not the browser's).
 import { get, skew } from './api.js';
 import { h, empty } from './dom.js';
@@ -25,6 +26,8 @@ export default function boardView(root) {
       t.owner ? h('div.owner', 'owner ', h('b', t.owner)) : h('div.owner.free', 'unclaimed'),
       t.priority != null ? h('div.priority', `priority ${t.priority}`) : null,
       t.txn ? h('div', h('span.countdown', { dataset: { expires: t.lease_expires } })) : null,
+      t.tries != null ? h('div.tries', `tries ${t.tries}`) : null,
+      t.dead ? h('div.dead', 'dead letter: coagent dlq retry') : null,
       (t.pending_effects || []).length ? h('div.pending', `to reconcile: ${t.pending_effects.join(', ')}`) : null);
   }
 

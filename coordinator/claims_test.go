@@ -382,3 +382,66 @@ func TestDeadTaskLetter(t *testing.T) {
 		t.Fatalf("dead letter %+v", d)
 	}
 }
+
+// A claim of a lane's next task that finds the lane at its wip limit
+// waits for a slot and gets the task once a claim of the lane ends; one
+// that may not wait is told the lane is full.
+func TestClaimNextWaitsForAWIPSlot(t *testing.T) {
+	ns := natstest.Run(t)
+	svc := startService(t, ns, t.TempDir(), Options{})
+	if _, err := svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"lane.*","kind":"task","lease":"1m","reclaim_to":"PENDING","wip":1}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, ns)
+	subj := intents.Subjects{}
+	natstest.Request[intents.Decision](t, nc, subj.Submit("lead"),
+		`{"id":"01JD0000000000000000000001","agent":"lead","kind":"apply","writes":[{"path":"lane.t1","op":"set","value":{"status":"PENDING","priority":2}},{"path":"lane.t2","op":"set","value":{"status":"PENDING"}}]}`)
+	next := func(agent, id string, onConflict string) (*nats.Msg, error) {
+		m := nats.NewMsg(subj.Submit(agent))
+		m.Header.Set(intents.HeaderClaimNext, "lane")
+		m.Data = []byte(fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","on_conflict":%q,"wait_ms":20000,"writes":[{"path":"status","op":"set","value":"RUNNING"}]}`, id, agent, onConflict))
+		return nc.RequestMsg(m, 30*time.Second)
+	}
+	m, err := next("w1", "01JD0000000000000000000010", "reject")
+	var first intents.Decision
+	if err != nil || json.Unmarshal(m.Data, &first) != nil || first.Outcome != intents.OutcomeApplied || m.Header.Get(intents.HeaderTask) != "lane.t1" {
+		t.Fatalf("the first claim: %v, %v %s", err, m.Header, m.Data)
+	}
+	m, err = next("w2", "01JD0000000000000000000011", "reject")
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != intents.CodeNothingClaimable || !strings.Contains(m.Header.Get("Nats-Service-Error"), "wip limit of 1") {
+		t.Fatalf("a claim of a full lane that may not wait: %v, %v %s", err, m.Header, m.Data)
+	}
+	type reply struct {
+		m   *nats.Msg
+		err error
+	}
+	got := make(chan reply, 1)
+	go func() {
+		m, err := next("w2", "01JD0000000000000000000012", "wait")
+		got <- reply{m, err}
+	}()
+	natstest.CheckFor(t, 10*time.Second, "the claim waiting for a slot", func() error {
+		var n int
+		if !svc.call(t.Context(), func() { n = len(svc.lanes["lane"]) }) {
+			return fmt.Errorf("the loop did not run the call")
+		}
+		if n != 1 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
+	})
+	select {
+	case r := <-got:
+		t.Fatalf("answered while the lane was full: %v %v", r.err, r.m)
+	default:
+	}
+	// w1 is done with lane.t1: the slot goes to the waiting claim, which
+	// gets lane.t2.
+	natstest.Request[intents.Decision](t, nc, subj.Submit("w1"), fmt.Sprintf(
+		`{"id":"01JD0000000000000000000020","agent":"w1","kind":"apply","fence":%d,"writes":[{"path":"lane.t1.owner","op":"delete"},{"path":"lane.t1.status","op":"set","value":"DONE"}]}`, first.Fence))
+	r := <-got
+	var d intents.Decision
+	if r.err != nil || json.Unmarshal(r.m.Data, &d) != nil || d.Outcome != intents.OutcomeApplied || r.m.Header.Get(intents.HeaderTask) != "lane.t2" {
+		t.Fatalf("the waiting claim once a slot freed: %v, %v %s", r.err, r.m.Header, r.m.Data)
+	}
+}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -231,7 +232,7 @@ func (s *Service) claimNext(input *engine.Input, arrival input, now time.Time) b
 		return false
 	}
 	if !ok {
-		sub.nothing()
+		sub.nothing(s.whyNothing(sub.lane))
 		return false
 	}
 	if in.Agent == "" {
@@ -239,6 +240,14 @@ func (s *Service) claimNext(input *engine.Input, arrival input, now time.Time) b
 	}
 	input.Raw, input.Intent = nil, engine.ClaimNext(&in, task)
 	return true
+}
+
+// whyNothing says why lane has no task to claim.
+func (s *Service) whyNothing(lane string) string {
+	if held, wip, full := s.core.Engine().LaneFull(lane); full {
+		return fmt.Sprintf("lane %s: %d of its tasks claimed, its rule's wip limit of %d; a claim may wait for a slot (on_conflict wait)", lane, held, wip)
+	}
+	return fmt.Sprintf("lane %s: no task is claimable (none without an owner in the pool status, with no effect pending)", lane)
 }
 
 // laneWaiter is a claim of a lane's next task waiting for one.
@@ -278,7 +287,7 @@ func (s *Service) expireLaneWaiters(now time.Time) {
 				kept = append(kept, w)
 				continue
 			}
-			w.in.sub.nothing()
+			w.in.sub.nothing(s.whyNothing(lane))
 		}
 		if len(kept) == 0 {
 			delete(s.lanes, lane)

@@ -159,8 +159,8 @@ func (sub *submit) answer(d *intents.Decision) {
 }
 
 // nothing answers a claim of its lane's next task that found nothing
-// claimable, once, and returns its token.
-func (sub *submit) nothing() {
+// claimable, once, saying why, and returns its token.
+func (sub *submit) nothing(why string) {
 	if sub.answered {
 		return
 	}
@@ -168,7 +168,7 @@ func (sub *submit) nothing() {
 	if sub.release != nil {
 		sub.release()
 	}
-	replyError(sub.req, intents.CodeNothingClaimable, "lane %s: no task is claimable (none without an owner in the pool status, with no effect pending)", sub.lane)
+	replyError(sub.req, intents.CodeNothingClaimable, "%s", why)
 }
 
 // claimedTask is the task of lane a claim's decision d is about: the one

@@ -206,6 +206,11 @@ func (e *Engine) checkClaims(in *intents.Intent, paths []string, after cond.Read
 				return &rules.Violation{Reason: intents.ReasonInvalid, Detail: fmt.Sprintf(
 					"the apply claims %s and %s: an apply claims one leased task", claimed, l.Path)}
 			}
+			if lane := laneOf(l.Path); l.WIP > 0 && e.claimAbove[lane] >= l.WIP {
+				return &rules.Violation{Reason: intents.ReasonRateLimited, Detail: fmt.Sprintf(
+					"lane %s: %d of its tasks claimed, its rule's wip limit of %d; claim its next task with on_conflict wait (coagent task next --wait) to wait for a slot",
+					lane, e.claimAbove[lane], l.WIP)}
+			}
 			claimed = l.Path
 		}
 	}
@@ -428,4 +433,13 @@ func (e *Engine) countReleases(in *intents.Intent) {
 			e.buried(dead)
 		}
 	}
+}
+
+// laneOf is the lane of the task at path: its parent, "" for a task at
+// the top.
+func laneOf(path string) string {
+	if i := strings.LastIndexByte(path, '.'); i > 0 {
+		return path[:i]
+	}
+	return ""
 }

@@ -15,7 +15,8 @@ import (
 // rule's pool status (its reclaim_to; no status, for a rule without one)
 // — the one with the highest numeric priority field, and among equals the
 // one changed least recently (the lowest mod_rev), then by name. ok is
-// false when none is claimable. The caller decides the claim in the same
+// false when none is claimable, or the lane's claims are at its rule's
+// wip limit (LaneFull). The caller decides the claim in the same
 // turn of the loop, so two agents asking at once get two tasks.
 func (e *Engine) NextTask(lane string) (task string, ok bool) {
 	type candidate struct {
@@ -29,6 +30,9 @@ func (e *Engine) NextTask(lane string) (task string, ok bool) {
 		leases := e.rules.Leases([]string{p}, e.tree, e.tree)
 		if len(leases) == 0 || leases[0].Path != p || e.claims[p] != nil {
 			continue
+		}
+		if w := leases[0].WIP; w > 0 && e.claimAbove[lane] >= w {
+			continue // no slot for it: see LaneFull
 		}
 		v, _ := e.tree.Get(p)
 		rec, _ := v.(map[string]any)
@@ -48,6 +52,20 @@ func (e *Engine) NextTask(lane string) (task string, ok bool) {
 		return "", false
 	}
 	return best.path, true
+}
+
+// LaneFull reports whether lane's claimed tasks are at a wip limit of the
+// rules over its tasks: held of wip. A claim of its next task waits for a
+// slot, or is told there is none.
+func (e *Engine) LaneFull(lane string) (held, wip int, full bool) {
+	held = e.claimAbove[lane]
+	for _, name := range e.tree.Members(lane) {
+		p := lane + "." + name
+		if ls := e.rules.Leases([]string{p}, e.tree, e.tree); len(ls) > 0 && ls[0].Path == p && ls[0].WIP > 0 && held >= ls[0].WIP {
+			return held, ls[0].WIP, true
+		}
+	}
+	return held, 0, false
 }
 
 // ClaimNext returns in, an apply sent to claim a lane's next task, as

@@ -94,6 +94,11 @@ type Rule struct {
 	// DeadTo is the status of a task past MaxRetries; DefaultDeadTo if
 	// not given.
 	DeadTo string `json:"dead_to,omitempty"`
+	// WIP, on a task rule with a lease, bounds the tasks of one lane (the
+	// tasks under one parent path) claimed at once: a claim past it is
+	// refused, and a claim of the lane's next task that may wait waits for
+	// a slot.
+	WIP int `json:"wip,omitempty"`
 	// Operators, on a task rule, are agents and "role:NAME"s who may
 	// reassign a task to another agent or take it from its owner (cancel
 	// it) whatever its owner: people and supervisors, where an agent may
@@ -119,7 +124,12 @@ type TaskLease struct {
 	// tries.
 	MaxRetries int
 	DeadTo     string
+	// WIP is the rule's (Rule.WIP): 0 bounds nothing.
+	WIP int
 }
+
+// MaxTaskWIP bounds a rule's wip.
+const MaxTaskWIP = 1_000_000
 
 // DefaultDeadTo is the status of a task past its rule's max_retries when
 // the rule names none.
@@ -379,6 +389,9 @@ func compileRule(i int, r Rule) (compiled, error) {
 			return c, bad(field+".max_retries", "%d: only a task rule with a lease and a reclaim_to counts tries: the tries end when the task is back in the pool", r.MaxRetries)
 		}
 	}
+	if r.WIP != 0 && (r.WIP < 0 || r.WIP > MaxTaskWIP || r.Lease == "") {
+		return c, bad(field+".wip", "%d: want 1 to %d, on a task rule with a lease", r.WIP, MaxTaskWIP)
+	}
 	if r.DeadTo != "" {
 		if r.MaxRetries == 0 {
 			return c, bad(field+".dead_to", "%q: only a rule with max_retries has dead tasks", r.DeadTo)
@@ -525,7 +538,7 @@ func (s *Set) Leases(writes []string, before, after cond.Reader) []TaskLease {
 			}
 			for _, p := range r.pat.concrete(w, before, after) {
 				if !slices.ContainsFunc(out, func(l TaskLease) bool { return l.Path == p }) {
-					l := TaskLease{Path: p, For: r.lease, ReclaimTo: r.ReclaimTo, MaxRetries: r.MaxRetries}
+					l := TaskLease{Path: p, For: r.lease, ReclaimTo: r.ReclaimTo, MaxRetries: r.MaxRetries, WIP: r.WIP}
 					if l.MaxRetries > 0 {
 						l.DeadTo = cmp.Or(r.DeadTo, DefaultDeadTo)
 					}

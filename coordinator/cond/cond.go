@@ -28,6 +28,9 @@ import (
 type Reader interface {
 	Get(path string) (any, bool)
 	Version(path string) uint64
+	// ModTime is when path last changed (mod_time), the zero time when
+	// it does not exist or the time is not known.
+	ModTime(path string) time.Time
 }
 
 // Condition is a compiled pre- or postcondition. It is immutable and safe to
@@ -281,6 +284,11 @@ func stateFunctions() []expr.Option {
 			e.spend(1, false, func() string { return "version()" })
 			return int(e.cur.Version(a[1].(string))), nil
 		}, new(func(*env, string) int)),
+		expr.Function(fnModTime, func(a ...any) (any, error) {
+			e := a[0].(*env)
+			e.spend(1, false, func() string { return "mod_time()" })
+			return e.cur.ModTime(a[1].(string)), nil
+		}, new(func(*env, string) time.Time)),
 	}
 }
 
@@ -301,6 +309,7 @@ const (
 	fnOld     = "CoagentOld"
 	fnHas     = "CoagentHas"
 	fnVersion = "CoagentVersion"
+	fnModTime = "CoagentModTime"
 	fnPrefix  = "Coagent"
 )
 
@@ -381,6 +390,8 @@ func (p *patcher) Visit(node *ast.Node) {
 			fn = fnHas
 		case "version":
 			fn = fnVersion
+		case "mod_time":
+			fn = fnModTime
 		default:
 			if _, isBuiltin := builtin.Index[id.Value]; isBuiltin && p.builtins[id.Value] == nil {
 				p.disabled(id.Value)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
@@ -23,6 +24,52 @@ func (m mapReader) Version(p string) uint64 {
 		return 7
 	}
 	return 0
+}
+
+// changed is when every path of a mapReader last changed.
+var changed = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+
+func (m mapReader) ModTime(p string) time.Time {
+	if _, ok := m[p]; ok {
+		return changed
+	}
+	return time.Time{}
+}
+
+// mod_time(path) is when path last changed, for telling a stale task:
+// compared with now(), the decision's time, and durations.
+func TestConditionModTime(t *testing.T) {
+	c := cond.NewCompiler(cond.Options{})
+	ev := c.NewEvaluator()
+	cur := mapReader{"tasks.t1": map[string]any{"owner": "w1"}}
+	in := &intents.Intent{ID: id, Agent: "w2", Kind: intents.KindApply}
+	for _, tc := range []struct {
+		now  time.Time
+		src  string
+		want bool
+	}{
+		{changed.Add(2 * time.Hour), `now() - mod_time("tasks.t1") > duration("1h")`, true},
+		{changed.Add(30 * time.Minute), `now() - mod_time("tasks.t1") > duration("1h")`, false},
+		{changed, `mod_time("tasks.t1") == date("2026-12-01T08:00:00Z")`, true},
+		{changed, `mod_time("tasks.t9").IsZero()`, true},
+	} {
+		compiled, err := c.Compile("pre[0]", tc.src, false)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		ev.Begin(tc.now)
+		if got, err := ev.Eval(compiled, cur, nil, in); err != nil || got != tc.want {
+			t.Errorf("%s at %s = %v, %v; want %v", tc.src, tc.now, got, err, tc.want)
+		}
+	}
+	if cp, err := c.Compile("pre[0]", `now() - mod_time("tasks.t1") > duration("1h")`, false); err != nil || !slices.Contains(cp.Paths, "tasks.t1") {
+		t.Fatalf("mod_time's path is one the condition reads: %v, %v", cp, err)
+	}
+	for _, src := range []string{`mod_time(state.tasks.t1.owner) != nil`, `mod_time("tasks..t1") != nil`, `mod_time("a", "b") != nil`} {
+		if _, err := c.Compile("pre[0]", src, false); err == nil {
+			t.Errorf("%s compiled", src)
+		}
+	}
 }
 
 func TestConditionPaths(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 type plainReader map[string]any
 
 func (m plainReader) Get(p string) (any, bool) { v, ok := m[p]; return v, ok }
+func (m plainReader) ModTime(string) time.Time { return time.Time{} }
 func (m plainReader) Version(p string) uint64 {
 	if _, ok := m[p]; ok {
 		return 3

@@ -33,7 +33,8 @@ func (r *freshReader) Get(p string) (any, bool) {
 	return v, ok
 }
 
-func (r *freshReader) Version(string) uint64 { return 1 }
+func (r *freshReader) Version(string) uint64    { return 1 }
+func (r *freshReader) ModTime(string) time.Time { return time.Time{} }
 
 func (r *freshReader) GetWithin(p string, limit int64) (any, bool, int64) {
 	m, _ := r.vals[p].(map[string]any)

@@ -403,7 +403,7 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.C
 		}
 	}
 	if len(post) > 0 || len(invs) > 0 || e.rules != nil || len(e.claims) > 0 {
-		after := e.tree.After(plan)
+		after := e.tree.After(plan).At(e.now)
 		// A fence that is not the claim's says more than the task's rules
 		// can: whoever holds it lost the task.
 		if v := e.checkClaims(in, appliedPaths(plan), after); v != nil {

@@ -94,11 +94,11 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 			}
 		}
 	case intents.EventChange:
-		apply := e.tree.Apply
+		apply := e.tree.ApplyAt
 		if own {
-			apply = e.tree.ApplyPlan
+			apply = e.tree.ApplyPlanAt
 		}
-		if err := apply(ev.Seq, ev.Change.Writes); err != nil {
+		if err := apply(ev.Seq, ev.Time, ev.Change.Writes); err != nil {
 			return err
 		}
 		e.noteMerged(ev)

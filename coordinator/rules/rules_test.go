@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
@@ -108,6 +109,7 @@ type reader map[string]any
 
 func (r reader) Get(p string) (any, bool) { v, ok := r[p]; return v, ok }
 func (r reader) Version(string) uint64    { return 0 }
+func (r reader) ModTime(string) time.Time { return time.Time{} }
 
 const board = `{
   "agents": {"alice": {"roles": ["coder"]}, "bob": {"roles": ["reviewer"]}},

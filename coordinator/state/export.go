@@ -30,6 +30,9 @@ type Node struct {
 	Number  string `json:"number,omitempty"`
 	Version uint64 `json:"version"`
 	ModRev  uint64 `json:"mod_rev"`
+	// ModTime is the time of the change at ModRev in Unix nanoseconds, 0
+	// when unknown (Tree.ModTime).
+	ModTime int64 `json:"mod_time,omitempty"`
 }
 
 // The kinds of Node.
@@ -48,7 +51,7 @@ var kindNames = [...]string{absent: NodeAbsent, leaf: NodeLeaf, object: NodeObje
 func (t *Tree) Export() []Node {
 	var out []Node
 	t.each(func(path string, n *node) {
-		e := Node{Path: path, Kind: kindNames[n.kind], Version: n.version, ModRev: n.modRev}
+		e := Node{Path: path, Kind: kindNames[n.kind], Version: n.version, ModRev: n.modRev, ModTime: n.modTime}
 		if n.kind == leaf {
 			e.Value, e.Number = encodeLeaf(n.val)
 		}
@@ -146,7 +149,7 @@ func importNode(rev uint64, e *Node) (*node, error) {
 	if e.ModRev > rev {
 		return nil, fmt.Errorf("mod_rev %d is after the tree's rev %d", e.ModRev, rev)
 	}
-	n := &node{version: e.Version, modRev: e.ModRev}
+	n := &node{version: e.Version, modRev: e.ModRev, modTime: e.ModTime}
 	switch e.Kind {
 	case NodeObject:
 		n.kind = object

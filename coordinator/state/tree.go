@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coagent/coagent/intents"
 )
@@ -33,6 +34,9 @@ type node struct {
 	kind    kind
 	version uint64
 	modRev  uint64
+	// modTime is the time of the change at modRev, in Unix nanoseconds; 0
+	// when the change came without one (Apply) or before trees kept it.
+	modTime int64
 }
 
 // Tree is the state. It is not safe for concurrent use.
@@ -42,6 +46,7 @@ type Tree struct {
 	tracking bool
 	touched  []string // paths bumped since Touched was last called
 	walked   []*node  // the nodes check went through, for apply to reuse
+	stamp    int64    // the time of the change being applied (modTime)
 }
 
 // New returns an empty tree at rev 0.
@@ -105,6 +110,17 @@ func (t *Tree) Version(path string) uint64 {
 		return n.version
 	}
 	return 0
+}
+
+// ModTime returns when path or anything under it last changed: the time
+// of the change at its mod_rev. It is the zero time for a path that does
+// not exist, or whose last change came without a time (Apply) or before
+// trees kept it. It implements cond.Reader.
+func (t *Tree) ModTime(path string) time.Time {
+	if n := t.find(path); n != nil && n.kind != absent && n.modTime != 0 {
+		return time.Unix(0, n.modTime).UTC()
+	}
+	return time.Time{}
 }
 
 // GetWithin is Get, and how many object members (at and under path) the
@@ -351,16 +367,27 @@ func (t *Tree) check(path string, op intents.Op) (*node, error) {
 // rev. Apply checks the whole change before touching anything, so an error
 // (which only a corrupt log can cause) leaves the tree as it was.
 func (t *Tree) Apply(rev uint64, writes []intents.Applied) error {
-	return t.apply(rev, writes, true)
+	return t.apply(rev, time.Time{}, writes, true)
 }
 
 // ApplyPlan is Apply for a change that Plan made on this tree with nothing
 // applied since: it skips re-checking the paths and types Plan checked.
 func (t *Tree) ApplyPlan(rev uint64, plan []intents.Applied) error {
-	return t.apply(rev, plan, false)
+	return t.apply(rev, time.Time{}, plan, false)
 }
 
-func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
+// ApplyAt is Apply for a change made at at: the paths it bumps take at as
+// their mod_time (ModTime).
+func (t *Tree) ApplyAt(rev uint64, at time.Time, writes []intents.Applied) error {
+	return t.apply(rev, at, writes, true)
+}
+
+// ApplyPlanAt is ApplyPlan for a change made at at, as ApplyAt.
+func (t *Tree) ApplyPlanAt(rev uint64, at time.Time, plan []intents.Applied) error {
+	return t.apply(rev, at, plan, false)
+}
+
+func (t *Tree) apply(rev uint64, at time.Time, writes []intents.Applied, verify bool) error {
 	if rev <= t.rev {
 		return fmt.Errorf("state: change at rev %d is not after rev %d", rev, t.rev)
 	}
@@ -395,6 +422,10 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 		}
 	}
 	t.rev = rev
+	t.stamp = 0
+	if !at.IsZero() {
+		t.stamp = at.UnixNano()
+	}
 	// With one write, the nodes check went through are still the path's:
 	// nothing has changed since.
 	var walked []*node
@@ -403,7 +434,7 @@ func (t *Tree) apply(rev uint64, writes []intents.Applied, verify bool) error {
 	}
 	for i, w := range writes {
 		n := &t.root
-		n.bump(rev)
+		n.bump(rev, t.stamp)
 		for k, end := 0, 0; end < len(w.Path); k++ {
 			next := strings.IndexByte(w.Path[end:], '.')
 			if next < 0 {
@@ -511,18 +542,18 @@ func (t *Tree) Stat(path string) (st Stat, ok bool) {
 type deleted struct{}
 
 // bump counts rev once on n (the root's version counts every change).
-func (n *node) bump(rev uint64) bool {
+func (n *node) bump(rev uint64, at int64) bool {
 	if n.modRev == rev {
 		return false
 	}
 	n.version++
-	n.modRev = rev
+	n.modRev, n.modTime = rev, at
 	return true
 }
 
 // bump bumps n, the node of path, and notes the path as touched.
 func (t *Tree) bump(n *node, rev uint64, path string) {
-	if n.bump(rev) && t.tracking {
+	if n.bump(rev, t.stamp) && t.tracking {
 		t.touched = append(t.touched, path)
 	}
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/coagent/coagent/intents"
 )
@@ -15,6 +16,7 @@ type View struct {
 	t       *Tree
 	changes []intents.Applied
 	decoded []afterValue // by change, once decoded
+	at      time.Time    // when the change would be made (At)
 }
 
 type afterValue struct {
@@ -27,6 +29,26 @@ type afterValue struct {
 // t.Plan and t must not change while the view is in use.
 func (t *Tree) After(changes []intents.Applied) *View {
 	return &View{t: t, changes: changes}
+}
+
+// At sets when the change would be made: the mod_time of the paths it
+// touches (ModTime). It returns v.
+func (v *View) At(at time.Time) *View {
+	v.at = at
+	return v
+}
+
+// ModTime returns when path would have last changed after the change: the
+// view's time (At) where the change touches it, as Version counts, and the
+// tree's otherwise. It implements cond.Reader.
+func (v *View) ModTime(path string) time.Time {
+	if v.Version(path) != v.t.Version(path) {
+		if _, ok := v.Get(path); ok {
+			return v.at
+		}
+		return time.Time{}
+	}
+	return v.t.ModTime(path)
 }
 
 // Version returns the version path would have after the change: one more

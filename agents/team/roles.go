@@ -151,7 +151,13 @@ func (t *teamRun) tryClaim(ctx context.Context, w *member, s section, instead st
 	d, err := w.apply(ctx, intents.Apply("claim_section").Pre(fmt.Sprintf("state.%s == nil", path)).Set(path, w.name))
 	switch {
 	case err == nil:
-		t.emit(w.name, ClaimWon, "claimed %s %q%s (applied, rev %d)", s.ID, s.Title, instead, d.Rev)
+		lease := ""
+		if d.Fence != 0 && d.LeaseExpires != nil {
+			// Under a task rule with a lease (the demo sets one): the
+			// section comes back if the writer stops renewing it.
+			lease = fmt.Sprintf("; leased, fence %d", d.Fence)
+		}
+		t.emit(w.name, ClaimWon, "claimed %s %q%s (applied, rev %d%s)", s.ID, s.Title, instead, d.Rev, lease)
 		return true, nil
 	case errors.Is(err, agents.ErrPreconditionFailed):
 		t.emit(w.name, ClaimLost, "lost the claim on %s %q: precondition_failed (%s) — claiming another", s.ID, s.Title, d.Detail)

@@ -21,6 +21,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// demoRules make the report's sections tasks with leased claims.
+const demoRules = `{"rules":[{"pattern":"report.sections.*","kind":"task","lease":"30s"}]}`
+
 // demoTimeout bounds the team's run: the scenario takes well under a
 // second, so this only turns a hang into an error.
 const demoTimeout = 2 * time.Minute
@@ -76,6 +79,11 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	svc, err := coordinator.Start(ctx, nc, logDir(dir), coordinator.Options{Interest: coordinator.InterestOf(ns)})
 	if err != nil {
 		return err
+	}
+	// The sections are tasks under a lease: a writer that died holding
+	// one would lose it when the lease ran out, and another would claim it.
+	if _, err := svc.SetRules(ctx, []byte(demoRules), "coagent demo"); err != nil {
+		return errors.Join(err, svc.Shutdown(context.Background()))
 	}
 	where := "removed at the end"
 	if keep != "" {

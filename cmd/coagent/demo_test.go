@@ -50,7 +50,7 @@ func TestDemo(t *testing.T) {
 	p := splitDemo(t, out)
 	for what, re := range map[string]string{
 		"a claim lost":                   `writer-\d +lost the claim on s1 .*precondition_failed`,
-		"the loser claiming another":     `writer-\d +claimed s2 "Approach" instead`,
+		"the loser claiming another":     `writer-\d +claimed s2 "Approach" instead \(applied, rev \d+; leased, fence \d+\)`,
 		"a merge":                        `disjoint edits? .*merged with writer-\d's txn on s\d`,
 		"the editor queued":              `editor +queued: read-write conflict on materials\.m\d\.status with writer-\d's txn`,
 		"the writer told of the wait":    `writer-\d +told: editor waits on my txn`,

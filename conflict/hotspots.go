@@ -41,7 +41,9 @@ type spot struct {
 type Counts struct {
 	Conflicts map[intents.ConflictKind]int `json:"conflicts"`
 	// Preconditions are the intents rejected precondition_failed that
-	// named a path here: most often a claim another agent won first.
+	// named a path here, or, for a pair, that lost to the other agent's
+	// change (a conflict of kind precondition): most often a claim another
+	// agent won first.
 	Preconditions int `json:"preconditions"`
 	Merges        int `json:"merges"`
 	Waits         int `json:"waits"`
@@ -91,6 +93,16 @@ func (h *Hotspots) Observe(now time.Time, d *intents.Decision) {
 		return
 	}
 	for _, c := range d.Conflicts {
+		if c.Kind == intents.ConflictPrecondition {
+			// A lost precondition: its prefixes are counted below, as every
+			// precondition_failed's; this names the agent it lost to.
+			if c.WithAgent != "" {
+				s := h.at(SpotPair, d.Agent+"/"+c.WithAgent)
+				s.Preconditions++
+				s.tick(now)
+			}
+			continue
+		}
 		for _, name := range prefixesOf(c.Path) {
 			h.count(now, SpotPrefix, name, d, c.Kind)
 		}

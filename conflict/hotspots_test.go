@@ -87,3 +87,26 @@ func TestHotspotsPreconditions(t *testing.T) {
 		t.Errorf("two minutes later: %+v", top[0])
 	}
 }
+
+// A lost precondition that names whom it lost to (a conflict of kind
+// precondition) counts for the pair too, as a lost precondition and not a
+// conflict; its prefixes count it once, as any precondition_failed.
+func TestHotspotsPreconditionPair(t *testing.T) {
+	h := NewHotspots()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h.Observe(t0, &intents.Decision{Agent: "w2", Outcome: intents.OutcomeRejected, Reason: intents.ReasonPreconditionFailed,
+		Conflicts: []intents.Conflict{{Path: "tasks.t1.owner", Kind: intents.ConflictPrecondition, WithAgent: "w1"}},
+		Versions:  map[string]uint64{"tasks.t1.owner": 1}})
+	got := map[string]Spot{}
+	for _, s := range h.Top(t0, 0) {
+		got[s.Kind+" "+s.Name] = s
+	}
+	if len(got) != 3 {
+		t.Fatalf("spots: %+v", got)
+	}
+	for _, k := range []string{"prefix tasks", "prefix tasks.t1", "pair w2/w1"} {
+		if s := got[k]; s.Preconditions != 1 || s.Total != 1 || len(s.Conflicts) != 0 || !s.Last.Equal(t0) {
+			t.Errorf("%s: %+v", k, s)
+		}
+	}
+}

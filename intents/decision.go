@@ -84,6 +84,11 @@ const (
 	// fact in force on the same subject (board rules' record kinds); it
 	// goes to the arbiter. WithTxn and WithAgent are empty.
 	ConflictContradiction ConflictKind = "contradiction"
+	// ConflictPrecondition: a precondition no longer holds because another
+	// agent changed what it reads first — the race of two agents claiming
+	// one task. It names the path the condition read that changed last and
+	// WithAgent, who changed it; on a precondition_failed rejection only.
+	ConflictPrecondition ConflictKind = "precondition"
 )
 
 // Conflict names one path an intent collided on and with whom. WithTxn and

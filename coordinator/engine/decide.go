@@ -355,7 +355,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	}
 	for i, c := range pre {
 		if v := e.holds(c, "pre", i, in, nil); v != nil {
-			e.reject(in, v.Reason, v.Detail, nil)
+			e.reject(in, v.Reason, v.Detail, e.lostTo(c, in, v))
 			return
 		}
 	}
@@ -426,6 +426,27 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.C
 	return plan, nil
 }
 
+// lostTo names, for a precondition of in that failed (v), whom in lost
+// to: the agent of the last change to a path the condition reads, when
+// that is another agent. A condition that reads nothing anyone else
+// changed names no one.
+func (e *Engine) lostTo(c *cond.Condition, in *intents.Intent, v *rules.Violation) []intents.Conflict {
+	if v.Reason != intents.ReasonPreconditionFailed || !v.False {
+		return nil
+	}
+	var last string
+	var rev uint64
+	for _, p := range c.State {
+		if st, ok := e.tree.Stat(p); ok && st.ModRev > rev {
+			last, rev = p, st.ModRev
+		}
+	}
+	if agent := e.tree.ModAgent(last); last != "" && agent != "" && agent != in.Agent {
+		return []intents.Conflict{{Path: last, Kind: intents.ConflictPrecondition, WithAgent: agent}}
+	}
+	return nil
+}
+
 // holds evaluates one condition; when it does not hold it returns why: a
 // precondition or postcondition failure with a sentence naming the
 // expression, what went wrong and the values it saw, or, when the intent's
@@ -485,7 +506,7 @@ func (e *Engine) holds(c *cond.Condition, kind string, i int, in *intents.Intent
 	if old != nil {
 		show(old, "old.", c.Old)
 	}
-	return &rules.Violation{Reason: reason, Detail: b.String()}
+	return &rules.Violation{Reason: reason, Detail: b.String(), False: err == nil}
 }
 
 // staleReads returns a stale conflict for every read whose version is not
@@ -744,7 +765,7 @@ func (e *Engine) commit(in *intents.Intent) {
 	}
 	for i, c := range pre {
 		if v := e.holds(c, "pre", i, in, nil); v != nil {
-			e.reject(in, v.Reason, v.Detail, nil)
+			e.reject(in, v.Reason, v.Detail, e.lostTo(c, in, v))
 			return
 		}
 	}

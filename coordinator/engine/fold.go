@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/coagent/coagent/coordinator/state"
 	"slices"
 
 	"github.com/coagent/coagent/conflict"
@@ -98,7 +99,7 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		if own {
 			apply = e.tree.ApplyPlanAt
 		}
-		if err := apply(ev.Seq, ev.Time, ev.Change.Writes); err != nil {
+		if err := apply(ev.Seq, state.Stamp{Time: ev.Time, Agent: ev.Agent}, ev.Change.Writes); err != nil {
 			return err
 		}
 		e.noteMerged(ev)

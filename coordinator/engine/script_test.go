@@ -382,6 +382,8 @@ func (r *scriptRun) decision(d *intents.Decision) []string {
 		line := fmt.Sprintf("  conflict %s %s", c.Kind, c.Path)
 		if c.WithTxn != "" {
 			line += fmt.Sprintf(" with %s of %s", r.name(c.WithTxn), c.WithAgent)
+		} else if c.WithAgent != "" {
+			line += " with " + c.WithAgent
 		}
 		lines = append(lines, line)
 	}

@@ -685,6 +685,9 @@ type Violation struct {
 	Detail        string
 	Contradiction bool
 	Path          string // the record contradicted
+	// False says a condition evaluated false, rather than failing to
+	// evaluate: what another agent's change may have made it.
+	False bool
 }
 
 // CheckChange checks the values a change by agent leaves at the paths its

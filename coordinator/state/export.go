@@ -33,6 +33,9 @@ type Node struct {
 	// ModTime is the time of the change at ModRev in Unix nanoseconds, 0
 	// when unknown (Tree.ModTime).
 	ModTime int64 `json:"mod_time,omitempty"`
+	// ModAgent is the agent of the change at ModRev, "" when unknown
+	// (Tree.ModAgent).
+	ModAgent string `json:"mod_agent,omitempty"`
 }
 
 // The kinds of Node.
@@ -51,7 +54,7 @@ var kindNames = [...]string{absent: NodeAbsent, leaf: NodeLeaf, object: NodeObje
 func (t *Tree) Export() []Node {
 	var out []Node
 	t.each(func(path string, n *node) {
-		e := Node{Path: path, Kind: kindNames[n.kind], Version: n.version, ModRev: n.modRev, ModTime: n.modTime}
+		e := Node{Path: path, Kind: kindNames[n.kind], Version: n.version, ModRev: n.modRev, ModTime: n.modTime, ModAgent: n.modAgent}
 		if n.kind == leaf {
 			e.Value, e.Number = encodeLeaf(n.val)
 		}
@@ -149,7 +152,7 @@ func importNode(rev uint64, e *Node) (*node, error) {
 	if e.ModRev > rev {
 		return nil, fmt.Errorf("mod_rev %d is after the tree's rev %d", e.ModRev, rev)
 	}
-	n := &node{version: e.Version, modRev: e.ModRev, modTime: e.ModTime}
+	n := &node{version: e.Version, modRev: e.ModRev, modTime: e.ModTime, modAgent: e.ModAgent}
 	switch e.Kind {
 	case NodeObject:
 		n.kind = object

@@ -34,9 +34,11 @@ type node struct {
 	kind    kind
 	version uint64
 	modRev  uint64
-	// modTime is the time of the change at modRev, in Unix nanoseconds; 0
-	// when the change came without one (Apply) or before trees kept it.
-	modTime int64
+	// modTime is the time of the change at modRev, in Unix nanoseconds, and
+	// modAgent the agent who made it; 0 and "" when the change came without
+	// them (Apply), before trees kept them, or (the agent) from no agent.
+	modTime  int64
+	modAgent string
 }
 
 // Tree is the state. It is not safe for concurrent use.
@@ -46,7 +48,14 @@ type Tree struct {
 	tracking bool
 	touched  []string // paths bumped since Touched was last called
 	walked   []*node  // the nodes check went through, for apply to reuse
-	stamp    int64    // the time of the change being applied (modTime)
+	stamp    Stamp    // who made the change being applied, and when
+}
+
+// Stamp is who made a change and when: what the paths it bumps keep as
+// their mod_agent and mod_time.
+type Stamp struct {
+	Time  time.Time
+	Agent string
 }
 
 // New returns an empty tree at rev 0.
@@ -121,6 +130,16 @@ func (t *Tree) ModTime(path string) time.Time {
 		return time.Unix(0, n.modTime).UTC()
 	}
 	return time.Time{}
+}
+
+// ModAgent returns the agent whose change is path's mod_rev: "" for a
+// path never written, or whose last change no agent made (a reclaim) or
+// came before trees kept it.
+func (t *Tree) ModAgent(path string) string {
+	if n := t.find(path); n != nil {
+		return n.modAgent
+	}
+	return ""
 }
 
 // GetWithin is Get, and how many object members (at and under path) the
@@ -367,27 +386,27 @@ func (t *Tree) check(path string, op intents.Op) (*node, error) {
 // rev. Apply checks the whole change before touching anything, so an error
 // (which only a corrupt log can cause) leaves the tree as it was.
 func (t *Tree) Apply(rev uint64, writes []intents.Applied) error {
-	return t.apply(rev, time.Time{}, writes, true)
+	return t.apply(rev, Stamp{}, writes, true)
 }
 
 // ApplyPlan is Apply for a change that Plan made on this tree with nothing
 // applied since: it skips re-checking the paths and types Plan checked.
 func (t *Tree) ApplyPlan(rev uint64, plan []intents.Applied) error {
-	return t.apply(rev, time.Time{}, plan, false)
+	return t.apply(rev, Stamp{}, plan, false)
 }
 
-// ApplyAt is Apply for a change made at at: the paths it bumps take at as
-// their mod_time (ModTime).
-func (t *Tree) ApplyAt(rev uint64, at time.Time, writes []intents.Applied) error {
-	return t.apply(rev, at, writes, true)
+// ApplyAt is Apply for a change stamped by: the paths it bumps keep its
+// time and agent (ModTime, ModAgent).
+func (t *Tree) ApplyAt(rev uint64, by Stamp, writes []intents.Applied) error {
+	return t.apply(rev, by, writes, true)
 }
 
-// ApplyPlanAt is ApplyPlan for a change made at at, as ApplyAt.
-func (t *Tree) ApplyPlanAt(rev uint64, at time.Time, plan []intents.Applied) error {
-	return t.apply(rev, at, plan, false)
+// ApplyPlanAt is ApplyPlan for a change stamped by, as ApplyAt.
+func (t *Tree) ApplyPlanAt(rev uint64, by Stamp, plan []intents.Applied) error {
+	return t.apply(rev, by, plan, false)
 }
 
-func (t *Tree) apply(rev uint64, at time.Time, writes []intents.Applied, verify bool) error {
+func (t *Tree) apply(rev uint64, by Stamp, writes []intents.Applied, verify bool) error {
 	if rev <= t.rev {
 		return fmt.Errorf("state: change at rev %d is not after rev %d", rev, t.rev)
 	}
@@ -422,10 +441,7 @@ func (t *Tree) apply(rev uint64, at time.Time, writes []intents.Applied, verify 
 		}
 	}
 	t.rev = rev
-	t.stamp = 0
-	if !at.IsZero() {
-		t.stamp = at.UnixNano()
-	}
+	t.stamp = by
 	// With one write, the nodes check went through are still the path's:
 	// nothing has changed since.
 	var walked []*node
@@ -542,12 +558,15 @@ func (t *Tree) Stat(path string) (st Stat, ok bool) {
 type deleted struct{}
 
 // bump counts rev once on n (the root's version counts every change).
-func (n *node) bump(rev uint64, at int64) bool {
+func (n *node) bump(rev uint64, by Stamp) bool {
 	if n.modRev == rev {
 		return false
 	}
 	n.version++
-	n.modRev, n.modTime = rev, at
+	n.modRev, n.modTime, n.modAgent = rev, 0, by.Agent
+	if !by.Time.IsZero() {
+		n.modTime = by.Time.UnixNano()
+	}
 	return true
 }
 

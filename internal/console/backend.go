@@ -361,7 +361,7 @@ func (f *folder) apply(ev *intents.Event) error {
 			}
 		}
 	}
-	if err := f.tree.Apply(ev.Seq, writes); err != nil {
+	if err := f.tree.ApplyAt(ev.Seq, state.Stamp{Time: ev.Time, Agent: ev.Agent}, writes); err != nil {
 		return fmt.Errorf("fold change event %d: %w", ev.Seq, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"github.com/coagent/coagent/coordinator/notify"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -180,6 +181,20 @@ func newMetrics(s *Service) *metrics {
 			func() float64 { return float64(s.js.PublishAsyncPending() + s.feed.PublishAsyncPending()) }),
 		&engineGauges{s: s},
 		fsyncCollector{s: s},
+	}
+	if n := s.opts.Notify; n != nil {
+		for _, r := range []struct {
+			result string
+			count  func(notify.Stats) uint64
+		}{
+			{"sent", func(st notify.Stats) uint64 { return st.Sent }},
+			{"failed", func(st notify.Stats) uint64 { return st.Failed }},
+			{"dropped", func(st notify.Stats) uint64 { return st.Dropped }},
+		} {
+			m.collectors = append(m.collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coagent_webhook_notices_total",
+				Help:        "Notices for people (serve --notify) by what became of them: sent (the receiver took it), failed (refused, or the tries ran out), dropped (the queue was full, or the service stopped).",
+				ConstLabels: prometheus.Labels{"result": r.result}}, func() float64 { return float64(r.count(n.Stats())) }))
+		}
 	}
 	return m
 }

@@ -139,6 +139,7 @@ func (s *Service) output() {
 		s.publishLive(g)
 		s.feeder.add(g.Changes)
 		s.publishCases(g)
+		s.notifyGroup(g)
 		for _, r := range g.Reclaimed {
 			if len(r.Reconcile) > 0 {
 				s.log.Warn("task left to reconcile: its owner's lease ended with effects pending", "task", r.Task, "owner", r.Owner,
@@ -169,6 +170,7 @@ func (s *Service) untold(o *output) {
 	}
 	s.feeder.add(o.g.Changes)
 	s.publishCases(o.g)
+	s.notifyGroup(o.g)
 	o.close()
 }
 

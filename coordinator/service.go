@@ -100,6 +100,12 @@ type Options struct {
 	// process collectors, which Registry returns. There is never a global
 	// one.
 	Metrics prometheus.Registerer
+	// Notify, if set, is told of what needs a person, once it is durable
+	// and only by the coordinator that decided it: cases waiting for the
+	// arbiters, dead letters (cases and tasks), reclaims, reconciles and
+	// operators' overrides (notify.Webhook posts them). Post must not
+	// block. The default is nil: none.
+	Notify Notifier
 	// Now is the clock. The default is time.Now.
 	Now func() time.Time
 	// Logger receives operational messages. The default discards them.

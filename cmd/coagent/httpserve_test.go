@@ -435,3 +435,37 @@ func TestConsoleOwnConnection(t *testing.T) {
 		t.Fatalf("the event feed's subscription is on the connections %q, want only the console's own", on)
 	}
 }
+
+// TestServeNotifyFlags: --notify needs its secret, one long enough, and an
+// http(s) URL; each is refused before the data directory is made.
+func TestServeNotifyFlags(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	short, long := filepath.Join(dir, "short"), filepath.Join(dir, "long")
+	if err := os.WriteFile(short, []byte("tiny\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(long, []byte("a secret of enough bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--notify", "http://127.0.0.1:9/hook"}, "--notify and --notify-secret-file go together"},
+		{[]string{"--notify-secret-file", long}, "--notify and --notify-secret-file go together"},
+		{[]string{"--notify", "http://127.0.0.1:9/hook", "--notify-secret-file", short}, "want a secret of at least 16"},
+		{[]string{"--notify", "ftp://example.com/hook", "--notify-secret-file", long}, "want an http or https URL"},
+		{[]string{"--notify", "http://127.0.0.1:9/hook", "--notify-secret-file", filepath.Join(dir, "none")}, "--notify-secret-file"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		err := run(ctx, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:-1", "--http", "off"}, tc.args...), strings.NewReader(""), io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("serve %v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("a refused serve made its data directory: %v", err)
+	}
+}

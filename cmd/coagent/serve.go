@@ -20,6 +20,7 @@ import (
 	"github.com/coagent/coagent/coordinator/cluster"
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/notify"
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -50,6 +51,10 @@ type serveFlags struct {
 	sync       string
 	syncAlways bool
 	syncEvery  time.Duration
+	// notify is --notify, the webhook's URL; notifySecret the key read
+	// from --notify-secret-file.
+	notify, notifySecretFile string
+	notifySecret             []byte
 }
 
 // checkSync reads --sync: always, a duration, or "" for the default:
@@ -134,6 +139,21 @@ func newServeCmd(e *env) *cobra.Command {
 					return fmt.Errorf("--rules %s: %w", f.rulesFile, err)
 				}
 			}
+			if f.notify != "" || f.notifySecretFile != "" {
+				if f.notify == "" || f.notifySecretFile == "" {
+					return usagef(c, "--notify and --notify-secret-file go together: the receiver checks each notice's signature with the secret")
+				}
+				secret, err := os.ReadFile(f.notifySecretFile)
+				if err != nil {
+					return fmt.Errorf("--notify-secret-file: %w", err)
+				}
+				if f.notifySecret = bytes.TrimSpace(secret); len(f.notifySecret) < 16 {
+					return usagef(c, "--notify-secret-file %s: %d bytes; want a secret of at least 16", f.notifySecretFile, len(f.notifySecret))
+				}
+				if err := (notify.Config{URL: f.notify, Secret: f.notifySecret}).Check(); err != nil {
+					return usagef(c, "--notify %q: %v", f.notify, err)
+				}
+			}
 			f.httpSet = c.Flags().Changed("http")
 			if f.httpToken == "" {
 				f.httpToken = os.Getenv("COAGENT_HTTP_TOKEN")
@@ -162,6 +182,8 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.http, "http", defaultHTTP, "address of the HTTP listener: /metrics, /healthz, /readyz and the console; off for none")
 	fs.BoolVar(&f.httpInsecure, "http-insecure", false, "allow --http on an address other than loopback without --auth: anyone who reaches it reads the whole state and log")
 	fs.StringVar(&f.httpToken, "http-token", "", "with --auth, a token the HTTP listener admits besides the observers' (coagent agents add NAME --role observer); the default is $COAGENT_HTTP_TOKEN")
+	fs.StringVar(&f.notify, "notify", "", "a webhook URL to POST what needs a person to: cases waiting for arbiters, dead letters, reclaims, reconciles, operators' overrides (JSON, signed, retried; docs/observability.md)")
+	fs.StringVar(&f.notifySecretFile, "notify-secret-file", "", "with --notify, a file holding the secret each notice is signed with (HMAC-SHA256, header Coagent-Signature)")
 	fs.BoolVar(&f.authOn, "auth", false, "admit only the agents of DATA/agents.json (coagent agents add), each limited to its own subjects, and answer reads as the readers rules let each agent see; SIGHUP reloads it (with --nats: the server enforces the identities, see docs/auth.md)")
 	return c
 }
@@ -404,6 +426,18 @@ func (s *serving) options() (coordinator.Options, error) {
 	}
 	if s.hs != nil {
 		opts.Metrics = s.hs.Registry()
+	}
+	if f.notify != "" {
+		wh, err := notify.New(notify.Config{URL: f.notify, Secret: f.notifySecret, Logger: logger})
+		if err != nil {
+			return opts, fmt.Errorf("--notify: %w", err)
+		}
+		s.onClose(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = wh.Close(ctx)
+		})
+		opts.Notify = wh
 	}
 	return opts, nil
 }

@@ -292,16 +292,7 @@ func TestClaimNextWaits(t *testing.T) {
 	}()
 	// The claim is parked once the service has decided nothing for it:
 	// the lane is empty, and the request has no answer.
-	natstest.CheckFor(t, 10*time.Second, "the claim waiting on the lane", func() error {
-		var n int
-		if !svc.call(t.Context(), func() { n = len(svc.lanes["lane"]) }) {
-			return fmt.Errorf("the loop did not run the call")
-		}
-		if n != 1 {
-			return fmt.Errorf("%d waiting", n)
-		}
-		return nil
-	})
+	awaitLaneWaiter(t, svc, "lane")
 	select {
 	case r := <-got:
 		t.Fatalf("answered before any task was claimable: %v %v", r.err, r.m)
@@ -420,16 +411,7 @@ func TestClaimNextWaitsForAWIPSlot(t *testing.T) {
 		m, err := next("w2", "01JD0000000000000000000012", "wait")
 		got <- reply{m, err}
 	}()
-	natstest.CheckFor(t, 10*time.Second, "the claim waiting for a slot", func() error {
-		var n int
-		if !svc.call(t.Context(), func() { n = len(svc.lanes["lane"]) }) {
-			return fmt.Errorf("the loop did not run the call")
-		}
-		if n != 1 {
-			return fmt.Errorf("%d waiting", n)
-		}
-		return nil
-	})
+	awaitLaneWaiter(t, svc, "lane")
 	select {
 	case r := <-got:
 		t.Fatalf("answered while the lane was full: %v %v", r.err, r.m)
@@ -444,4 +426,21 @@ func TestClaimNextWaitsForAWIPSlot(t *testing.T) {
 	if r.err != nil || json.Unmarshal(r.m.Data, &d) != nil || d.Outcome != intents.OutcomeApplied || r.m.Header.Get(intents.HeaderTask) != "lane.t2" {
 		t.Fatalf("the waiting claim once a slot freed: %v, %v %s", r.err, r.m.Header, r.m.Data)
 	}
+}
+
+// awaitLaneWaiter waits until one claim of lane's next task waits on the
+// loop: the service has decided nothing for it, and its request has no
+// answer.
+func awaitLaneWaiter(t *testing.T, svc *Service, lane string) {
+	t.Helper()
+	natstest.CheckFor(t, 10*time.Second, "a claim waiting on "+lane, func() error {
+		var n int
+		if !svc.call(t.Context(), func() { n = len(svc.lanes[lane]) }) {
+			return fmt.Errorf("the loop did not run the call")
+		}
+		if n != 1 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
+	})
 }

@@ -670,6 +670,10 @@ type txnFilter struct {
 	// the answer), which SPEC §6's reply has not: a client that decodes
 	// it strictly gets them only when it asks.
 	Claims bool `json:"claims,omitempty"`
+	// Cases asks for the open arbiter cases besides ("cases" in the
+	// answer): each with its escalated intent's agent, its deadline and
+	// conflicts, and the case as v may see it.
+	Cases bool `json:"cases,omitempty"`
 }
 
 // txnList hands answer the transactions in flight and the sequence
@@ -679,7 +683,7 @@ type txnFilter struct {
 // and another agent's without its fence and with only the paths and ops of
 // its writes (an observer sees everything).
 func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer func(any, uint64, error)) {
-	var out, claims []map[string]any
+	var out, claims, cases []map[string]any
 	var rev uint64
 	r.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
 		until := u.any()
@@ -720,6 +724,23 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 				claims = append(claims, row)
 			}
 		}
+		if f.Cases {
+			cases = []map[string]any{}
+			for _, id := range eng.Parked() {
+				cs, ok := eng.Case(id)
+				if !ok {
+					continue
+				}
+				in := cs.Escalated()
+				if in == nil || f.Agent != "" && in.Agent != f.Agent ||
+					f.Path != "" && !slices.ContainsFunc(cs.Conflicts, func(c intents.Conflict) bool { return intents.Overlaps(c.Path, f.Path) }) {
+					continue
+				}
+				seen := v.escalation(cs)
+				cases = append(cases, map[string]any{"id": cs.ID, "kind": "conflict", "agent": in.Agent, "intent_kind": in.Kind,
+					"deadline": cs.Deadline, "conflicts": seen.Conflicts, "case": seen})
+			}
+		}
 		// A transaction begins and ends with a decision; which ones a
 		// filter would show is not worth telling apart.
 		if until != 0 {
@@ -734,11 +755,14 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 		if out == nil {
 			out = []map[string]any{}
 		}
+		reply := map[string]any{"txns": out}
 		if claims != nil {
-			answer(map[string]any{"txns": out, "claims": claims}, rev, nil)
-			return
+			reply["claims"] = claims
 		}
-		answer(map[string]any{"txns": out}, rev, nil)
+		if cases != nil {
+			reply["cases"] = cases
+		}
+		answer(reply, rev, nil)
 	})
 }
 

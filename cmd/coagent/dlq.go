@@ -87,10 +87,28 @@ func newDLQCmd(e *env) *cobra.Command {
 	}
 	retry.Flags().DurationVar(&retryWait, "wait", 5*time.Second, "how long to wait for a final decision before printing the interim one")
 	retry.Flags().StringVar(&retryAs, "agent", "", "for a dead task: the operator the retry is applied as (default the agent of --nkey, else "+defaultKVAgent+")")
+	drop := &cobra.Command{
+		Use:   "drop ID",
+		Short: "remove a dead letter without retrying it (a dead task keeps its dead status)",
+		Args:  argsBetween(1, 1, "ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			return runDLQ(c.Context(), &conn, func(ctx context.Context, dl *agents.DeadLetters, letters []agents.DeadLetter) error {
+				l, err := findLetter(letters, args[0])
+				if err != nil {
+					return err
+				}
+				if err := dl.Remove(ctx, *l); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "dropped %s\n", l.ID())
+				return nil
+			})
+		},
+	}
 	c := group(&cobra.Command{
 		Use:   "dlq",
 		Short: "list, show or retry the dead letters: cases no arbiter resolved by their deadline, tasks tried past their max_retries",
-	}, list, show, retry)
+	}, list, show, retry, drop)
 	conn.register(c.PersistentFlags(), e.defaultNATS())
 	out.register(c.PersistentFlags(), true)
 	return c

@@ -99,6 +99,19 @@ func TestDeadLetters(t *testing.T) {
 		!strings.HasPrefix(p.stderr, "retried "+m[1]+" as intent "+d.Intent+" of agent w2\n") {
 		t.Fatalf("dlq retry -o json: %+v", p)
 	}
+	// That retry's dead letter is dropped: gone, and not found again.
+	if _, err := dead.Next(jetstream.FetchMaxWait(10 * time.Second)); err != nil {
+		t.Fatalf("no third dead letter: %v", err)
+	}
+	if p = runBin(t, nil, "", "dlq", "drop", d.Intent, "--nats", url); p.status != 0 || p.stdout != "dropped "+d.Intent+"\n" {
+		t.Fatalf("dlq drop: %+v", p)
+	}
+	if p = runBin(t, nil, "", "dlq", "list", "--nats", url); p.status != 0 || p.stdout != "" || !strings.Contains(p.stderr, "no dead letters") {
+		t.Fatalf("dlq list after the drop: %+v", p)
+	}
+	if p = runBin(t, nil, "", "dlq", "drop", d.Intent, "--nats", url); p.status != 1 || !strings.Contains(p.stderr, "no dead letter "+d.Intent) {
+		t.Fatalf("dlq drop of a dropped letter: %+v", p)
+	}
 }
 
 // A task tried past its rule's max_retries is a dead letter: dlq lists
@@ -161,4 +174,53 @@ func TestDeadTask(t *testing.T) {
 	}
 	run(0, `^tasks\.t1 = {"status":"PENDING","tries":0}`, "get", "tasks.t1")
 	run(0, `^applied `, "task", "claim", "tasks.t1", "--agent", "w3")
+}
+
+// An escalation is an open case a person lists, reads and settles from
+// the command line: the resolution decides the escalated intent, and the
+// case is gone.
+func TestCaseResolve(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"), "--arbiter-timeout", "5m")
+	defer stop()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subj := intents.Subjects{}
+	sub, err := nc.SubscribeSync(subj.Decisions("w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := `{"id":"` + ulid.Make().String() + `","agent":"w1","kind":"propose","lease_ms":600000,"writes":[{"path":"doc.x","op":"set"}]}`
+	if out, _, err := runCmd(t, holder, "submit", "--nats", url, "-"); err != nil {
+		t.Fatalf("propose: %s %v", out, err)
+	}
+	esc := ulid.Make().String()
+	nc.Publish(subj.Intents("w2"), []byte(`{"id":"`+esc+`","agent":"w2","kind":"apply","on_conflict":"escalate","writes":[{"path":"doc.x","op":"set","value":1}]}`))
+	if d := natstest.Next[intents.Decision](t, sub); d.Outcome != intents.OutcomeEscalated {
+		t.Fatalf("escalate: %+v", d)
+	}
+	p := runBin(t, nil, "", "case", "list", "--nats", url)
+	if p.status != 0 || !regexp.MustCompile(`(?m)^ID +KIND +DEADLINE +AGENT +INTENT +CONFLICTS\n`+esc+` +conflict +\S+ +w2 +apply +write-write doc\.x with w1$`).MatchString(p.stdout) {
+		t.Fatalf("case list: %+v", p)
+	}
+	if p = runBin(t, nil, "", "case", "show", esc, "--nats", url); p.status != 0 || !strings.Contains(p.stdout, `"deadline"`) || !strings.Contains(p.stdout, esc) {
+		t.Fatalf("case show: %+v", p)
+	}
+	if p = runBin(t, nil, "", "case", "resolve", esc, "--winner", esc, "--nats", url); p.status != 2 || !strings.Contains(p.stderr, "--rationale") {
+		t.Fatalf("case resolve without --rationale: %+v", p)
+	}
+	if p = runBin(t, nil, "", "case", "resolve", esc, "--winner", esc, "--rationale", "w2's value is the one we need", "--agent", "ann", "--nats", url); p.status != 0 || p.stdout != "resolved "+esc+" as ann\n" {
+		t.Fatalf("case resolve: %+v", p)
+	}
+	if d := natstest.Next[intents.Decision](t, sub); d.Intent != esc || !d.Outcome.Final() {
+		t.Fatalf("the escalated intent after the resolution: %+v", d)
+	}
+	if p = runBin(t, nil, "", "case", "list", "--nats", url); p.status != 0 || p.stdout != "" || !strings.Contains(p.stderr, "no open cases") {
+		t.Fatalf("case list after the resolution: %+v", p)
+	}
+	if p = runBin(t, nil, "", "case", "resolve", esc, "--winner", esc, "--rationale", "again", "--nats", url); p.status != 1 {
+		t.Fatalf("a second resolution: %+v", p)
+	}
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/spf13/cobra"
+)
+
+// caseRow is one open case as txn.list lists it with "cases": true.
+type caseRow struct {
+	ID         string              `json:"id"`
+	Kind       string              `json:"kind"`
+	Agent      string              `json:"agent"`
+	IntentKind string              `json:"intent_kind"`
+	Deadline   time.Time           `json:"deadline"`
+	Conflicts  []intents.Conflict  `json:"conflicts"`
+	Case       *intents.Escalation `json:"case"`
+}
+
+// newCaseCmd is `coagent case`: the open cases, for a person to read and
+// settle. Its flags belong to the group, so that they may come before the
+// subcommand too.
+func newCaseCmd(e *env) *cobra.Command {
+	var conn natsFlags
+	var out output
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the open cases, the nearest deadline first",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			rows, err := listCases(c.Context(), &conn)
+			if err != nil {
+				return err
+			}
+			return printCases(rows, out.json(), e.stdout, e.stderr)
+		},
+	}
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "print one open case as JSON, as the caller may see it: its intents, the state of their paths, its conflicts and deadline",
+		Args:  argsBetween(1, 1, "ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			rows, err := listCases(c.Context(), &conn)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if r.ID == args[0] {
+					b, _ := json.MarshalIndent(r.Case, "", "  ")
+					if out.json() {
+						b, _ = json.Marshal(r.Case)
+					}
+					fmt.Fprintln(e.stdout, string(b))
+					return nil
+				}
+			}
+			return fmt.Errorf("no open case %s", args[0])
+		},
+	}
+	var res intents.Resolution
+	var as string
+	resolve := &cobra.Command{
+		Use:   "resolve ID",
+		Short: "settle an open case as an arbiter: the intents that win (--winner) or lose (--loser), and why (--rationale)",
+		Long: "Send the resolution of case ID to the coordinator (arbiter.resolve) as --agent (default the agent of --nkey,\n" +
+			"else " + defaultKVAgent + "): --winner and --loser name intents of the case (the escalated one, the propose of the\n" +
+			"transaction it conflicts with), each as often as needed; --rationale is recorded with it. Under --auth the\n" +
+			"agent needs the role arbiter.",
+		Args: argsBetween(1, 1, "ID"),
+		RunE: func(c *cobra.Command, args []string) error {
+			if strings.TrimSpace(res.Rationale) == "" {
+				return usagef(c, "--rationale: missing; say why, for the log")
+			}
+			if len(res.Winners) == 0 && len(res.Losers) == 0 {
+				return usagef(c, "--winner or --loser: name at least one intent of the case")
+			}
+			res.Escalation, res.Arbiter = args[0], retryAgent(&conn, as)
+			body, err := json.Marshal(res)
+			if err != nil {
+				return err
+			}
+			if _, err := conn.request(c.Context(), "coagent case", conn.subjects().API(intents.APIArbiterResolve), body); err != nil {
+				return fmt.Errorf("case resolve %s: %w", args[0], err)
+			}
+			fmt.Fprintf(e.stdout, "resolved %s as %s\n", args[0], res.Arbiter)
+			return nil
+		},
+	}
+	fs := resolve.Flags()
+	fs.StringArrayVar(&res.Winners, "winner", nil, "an intent of the case that wins")
+	fs.StringArrayVar(&res.Losers, "loser", nil, "an intent of the case that loses")
+	fs.StringVar(&res.Rationale, "rationale", "", "why, recorded with the resolution (required)")
+	fs.StringVar(&as, "agent", "", "the arbiter the resolution is sent as")
+	c := group(&cobra.Command{
+		Use:   "case",
+		Short: "list, show or resolve the open cases (escalations waiting for an arbiter)",
+	}, list, show, resolve)
+	conn.register(c.PersistentFlags(), e.defaultNATS())
+	out.register(c.PersistentFlags(), true)
+	return c
+}
+
+// listCases asks txn.list for the open cases.
+func listCases(ctx context.Context, conn *natsFlags) ([]caseRow, error) {
+	data, err := conn.request(ctx, "coagent case", conn.subjects().API(intents.APITxnList), []byte(`{"cases":true}`))
+	if err != nil {
+		return nil, fmt.Errorf("txn.list: %w", err)
+	}
+	var out struct {
+		Cases []caseRow `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("txn.list: the coordinator answered %q: %w", intents.Clip(string(data), 200), err)
+	}
+	slices.SortFunc(out.Cases, func(a, b caseRow) int { return cmp.Or(a.Deadline.Compare(b.Deadline), strings.Compare(a.ID, b.ID)) })
+	return out.Cases, nil
+}
+
+// printCases prints a table with a header, or a JSON array; with none,
+// stderr says so.
+func printCases(rows []caseRow, asJSON bool, stdout, stderr io.Writer) error {
+	if len(rows) == 0 {
+		fmt.Fprintln(stderr, "no open cases")
+	}
+	if asJSON {
+		if rows == nil {
+			rows = []caseRow{}
+		}
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, string(b))
+		return err
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tDEADLINE\tAGENT\tINTENT\tCONFLICTS")
+	for _, r := range rows {
+		var cs []string
+		for _, cf := range r.Conflicts {
+			cs = append(cs, fmt.Sprintf("%s %s with %s", cf.Kind, cf.Path, cf.WithAgent))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.Deadline.Format(time.RFC3339), r.Agent, r.IntentKind, strings.Join(cs, "; "))
+	}
+	return tw.Flush()
+}

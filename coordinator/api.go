@@ -740,6 +740,16 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 				cases = append(cases, map[string]any{"id": cs.ID, "kind": "conflict", "agent": in.Agent, "intent_kind": in.Kind,
 					"deadline": cs.Deadline, "conflicts": seen.Conflicts, "case": seen})
 			}
+			// The tasks whose claim ended with effects pending wait for a
+			// person to declare them: cases too, of kind reconcile.
+			for _, r := range eng.Reconciles() {
+				if f.Agent != "" || f.Path != "" && !intents.Overlaps(r.Task, f.Path) || !v.all && !v.set.MayRead(v.Viewer, r.Task) {
+					continue
+				}
+				value, _ := eng.State().Get(r.Task)
+				seen, _ := v.value(r.Task, value)
+				cases = append(cases, map[string]any{"id": r.Task, "kind": "reconcile", "pending": r.Pending, "mod_rev": r.ModRev, "case": seen})
+			}
 		}
 		// A transaction begins and ends with a decision; which ones a
 		// filter would show is not worth telling apart.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,15 +16,19 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// caseRow is one open case as txn.list lists it with "cases": true.
+// caseRow is one open case as txn.list lists it with "cases": true: an
+// escalation (kind conflict), or a task to reconcile (kind reconcile, its
+// id the task, Case the task record).
 type caseRow struct {
-	ID         string              `json:"id"`
-	Kind       string              `json:"kind"`
-	Agent      string              `json:"agent"`
-	IntentKind string              `json:"intent_kind"`
-	Deadline   time.Time           `json:"deadline"`
-	Conflicts  []intents.Conflict  `json:"conflicts"`
-	Case       *intents.Escalation `json:"case"`
+	ID         string             `json:"id"`
+	Kind       string             `json:"kind"`
+	Agent      string             `json:"agent,omitempty"`
+	IntentKind string             `json:"intent_kind,omitempty"`
+	Deadline   time.Time          `json:"deadline,omitzero"`
+	Conflicts  []intents.Conflict `json:"conflicts,omitempty"`
+	Pending    []string           `json:"pending,omitempty"`
+	ModRev     uint64             `json:"mod_rev,omitempty"`
+	Case       json.RawMessage    `json:"case"`
 }
 
 // newCaseCmd is `coagent case`: the open cases, for a person to read and
@@ -34,7 +39,7 @@ func newCaseCmd(e *env) *cobra.Command {
 	var out output
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "list the open cases, the nearest deadline first",
+		Short: "list the open cases: escalations waiting for an arbiter, the nearest deadline first, then tasks to reconcile",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			rows, err := listCases(c.Context(), &conn)
@@ -46,7 +51,7 @@ func newCaseCmd(e *env) *cobra.Command {
 	}
 	show := &cobra.Command{
 		Use:   "show ID",
-		Short: "print one open case as JSON, as the caller may see it: its intents, the state of their paths, its conflicts and deadline",
+		Short: "print one open case as JSON, as the caller may see it: an escalation's intents, the state of their paths, its conflicts and deadline; a task to reconcile, its record",
 		Args:  argsBetween(1, 1, "ID"),
 		RunE: func(c *cobra.Command, args []string) error {
 			rows, err := listCases(c.Context(), &conn)
@@ -55,11 +60,13 @@ func newCaseCmd(e *env) *cobra.Command {
 			}
 			for _, r := range rows {
 				if r.ID == args[0] {
-					b, _ := json.MarshalIndent(r.Case, "", "  ")
+					var b bytes.Buffer
 					if out.json() {
-						b, _ = json.Marshal(r.Case)
+						b.Write(r.Case)
+					} else if err := json.Indent(&b, r.Case, "", "  "); err != nil {
+						return fmt.Errorf("case %s: the coordinator answered %q: %w", r.ID, intents.Clip(string(r.Case), 200), err)
 					}
-					fmt.Fprintln(e.stdout, string(b))
+					fmt.Fprintln(e.stdout, b.String())
 					return nil
 				}
 			}
@@ -102,7 +109,7 @@ func newCaseCmd(e *env) *cobra.Command {
 	fs.StringVar(&as, "agent", "", "the arbiter the resolution is sent as")
 	c := group(&cobra.Command{
 		Use:   "case",
-		Short: "list, show or resolve the open cases (escalations waiting for an arbiter)",
+		Short: "list, show or resolve the open cases (escalations waiting for an arbiter, tasks to reconcile)",
 	}, list, show, resolve)
 	conn.register(c.PersistentFlags(), e.defaultNATS())
 	out.register(c.PersistentFlags(), true)
@@ -121,7 +128,11 @@ func listCases(ctx context.Context, conn *natsFlags) ([]caseRow, error) {
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("txn.list: the coordinator answered %q: %w", intents.Clip(string(data), 200), err)
 	}
-	slices.SortFunc(out.Cases, func(a, b caseRow) int { return cmp.Or(a.Deadline.Compare(b.Deadline), strings.Compare(a.ID, b.ID)) })
+	// The nearest deadline first; a case with none (a reconcile) waits
+	// for a person whatever the time, after them.
+	slices.SortFunc(out.Cases, func(a, b caseRow) int {
+		return cmp.Or(cmp.Compare(btoi(a.Deadline.IsZero()), btoi(b.Deadline.IsZero())), a.Deadline.Compare(b.Deadline), strings.Compare(a.ID, b.ID))
+	})
 	return out.Cases, nil
 }
 
@@ -148,6 +159,10 @@ func printCases(rows []caseRow, asJSON bool, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tDEADLINE\tAGENT\tINTENT\tCONFLICTS")
 	for _, r := range rows {
+		if r.Kind == "reconcile" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\teffects pending: %s\n", r.ID, r.Kind, strings.Join(r.Pending, ", "))
+			continue
+		}
 		var cs []string
 		for _, cf := range r.Conflicts {
 			cs = append(cs, fmt.Sprintf("%s %s with %s", cf.Kind, cf.Path, cf.WithAgent))

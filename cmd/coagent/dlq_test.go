@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -223,4 +224,52 @@ func TestCaseResolve(t *testing.T) {
 	if p = runBin(t, nil, "", "case", "resolve", esc, "--winner", esc, "--rationale", "again", "--nats", url); p.status != 1 {
 		t.Fatalf("a second resolution: %+v", p)
 	}
+}
+
+// A task whose lease ends with an effect pending is a case of kind
+// reconcile: a person finds it in case list and declares the effect with
+// task reconcile; then the task is claimed again.
+func TestReconcileCase(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	rules := filepath.Join(dir, "rules.json")
+	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1500ms","reclaim_to":"PENDING"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := runBin(t, nil, "", "rules", "set", rules, "--nats", url); p.status != 0 {
+		t.Fatalf("rules set: %+v", p)
+	}
+	run := func(status int, out string, args ...string) []string {
+		t.Helper()
+		p := runBin(t, []string{"NATS_URL=" + url}, "", args...)
+		m := regexp.MustCompile(out).FindStringSubmatch(p.stdout)
+		if p.status != status || m == nil {
+			t.Fatalf("coagent %s: %+v", strings.Join(args, " "), p)
+		}
+		return m
+	}
+	fence := run(0, `fence (\d+) `, "task", "claim", "tasks.t1", "--agent", "w1")[1]
+	effect := `{"agent":"w1","kind":"apply","fence":` + fence + `,"writes":[{"path":"tasks.t1.effects.mail","op":"set","value":{"status":"pending","description":"send the invoice"}}]}`
+	if out, _, err := runCmd(t, effect, "submit", "--nats", url, "-"); err != nil {
+		t.Fatalf("the pending effect: %s %v", out, err)
+	}
+	// The lease runs out unrenewed: the task waits to be reconciled.
+	natstest.CheckFor(t, 10*time.Second, "the reconcile case", func() error {
+		p := runBin(t, []string{"NATS_URL=" + url}, "", "case", "list")
+		if !regexp.MustCompile(`(?m)^tasks\.t1 +reconcile +- +- +- +effects pending: mail$`).MatchString(p.stdout) {
+			return fmt.Errorf("case list: %+v", p)
+		}
+		return nil
+	})
+	run(0, `"description": "send the invoice"`, "case", "show", "tasks.t1")
+	run(1, `^rejected \S+ illegal_transition`, "task", "claim", "tasks.t1", "--agent", "w2")
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "task", "reconcile", "tasks.t1", "--effect", "mail=maybe", "--why", "x"); p.status != 2 {
+		t.Fatalf("task reconcile with a bad status: %+v", p)
+	}
+	run(0, `^applied `, "task", "reconcile", "tasks.t1", "--effect", "mail=confirmed", "--why", "the invoice is in the outbox", "--agent", "ann")
+	if p := runBin(t, []string{"NATS_URL=" + url}, "", "case", "list"); p.status != 0 || p.stdout != "" || !strings.Contains(p.stderr, "no open cases") {
+		t.Fatalf("case list once reconciled: %+v", p)
+	}
+	run(0, `^applied `, "task", "claim", "tasks.t1", "--agent", "w2")
 }

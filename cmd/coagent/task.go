@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/intents"
@@ -42,7 +43,49 @@ func newTaskCmd(e *env) *cobra.Command {
 			"unrenewed the coordinator takes the task back (docs/semantics.md, task claims under a lease).",
 	}
 	c.AddCommand(newTaskClaimCmd(e), newTaskNextCmd(e), newTaskRenewCmd(e), newTaskEndCmd(e, "done", "DONE"), newTaskEndCmd(e, "release", ""),
-		newTaskOperatorCmd(e, "reassign"), newTaskOperatorCmd(e, "cancel"))
+		newTaskOperatorCmd(e, "reassign"), newTaskOperatorCmd(e, "cancel"), newTaskReconcileCmd(e))
+	return c
+}
+
+// newTaskReconcileCmd is `coagent task reconcile`: a person declares the
+// effects a task's last owner left pending, each --effect KEY=STATUS
+// (confirmed, failed or compensated), with --why recorded in the intent's
+// meta; once none is pending, the task can be claimed again.
+func newTaskReconcileCmd(e *env) *cobra.Command {
+	var f taskFlags
+	var effects []string
+	var why string
+	c := &cobra.Command{
+		Use:   "reconcile TASK --effect KEY=STATUS… --why TEXT",
+		Short: "declare the effects a task's last owner left pending: confirmed, failed or compensated (coagent case list shows the tasks to reconcile)",
+		Args:  argsBetween(1, 1, "TASK"),
+		RunE: func(c *cobra.Command, args []string) error {
+			task := args[0]
+			if err := checkPath(c, task); err != nil {
+				return err
+			}
+			if why == "" {
+				return usagef(c, "--why: missing; say how you know, for the log")
+			}
+			if len(effects) == 0 {
+				return usagef(c, "--effect: missing; declare each effect pending as KEY=confirmed, KEY=failed or KEY=compensated")
+			}
+			var writes []intents.Write
+			for _, kv := range effects {
+				key, status, ok := strings.Cut(kv, "=")
+				if !ok || !intents.ValidSegment(key) || (status != "confirmed" && status != "failed" && status != "compensated") {
+					return usagef(c, "--effect %q: want KEY=confirmed, KEY=failed or KEY=compensated", kv)
+				}
+				v, _ := json.Marshal(status)
+				writes = append(writes, intents.Write{Path: task + ".effects." + key + ".status", Op: intents.OpSet, Value: v})
+			}
+			meta, _ := json.Marshal(map[string]string{"why": why})
+			return f.send(c, e, map[string]any{"kind": intents.KindApply, "action": "reconcile", "writes": writes, "meta": json.RawMessage(meta)})
+		},
+	}
+	f.register(c, e, false, "-")
+	c.Flags().StringArrayVar(&effects, "effect", nil, "an effect pending and what became of it, KEY=confirmed|failed|compensated (repeat for each)")
+	c.Flags().StringVar(&why, "why", "", "how you know, recorded with the intent (required)")
 	return c
 }
 

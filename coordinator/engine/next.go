@@ -87,3 +87,35 @@ func ClaimNext(in *intents.Intent, task string) *intents.Intent {
 	}
 	return &cp
 }
+
+// Reconcile is a task left to be reconciled: its claim ended with effects
+// pending, so it has no owner and nobody may claim it until each is
+// declared.
+type Reconcile struct {
+	Task    string
+	Pending []string
+	// ModRev is the task's last change: when it was left so, or last
+	// touched since.
+	ModRev uint64
+}
+
+// Reconciles lists the tasks of the rules' lanes (rules.Set.Lanes) left
+// to be reconciled, by path.
+func (e *Engine) Reconciles() []Reconcile {
+	var out []Reconcile
+	for _, lane := range e.rules.Lanes() {
+		for _, name := range e.tree.Members(lane) {
+			p := lane + "." + name
+			v, _ := e.tree.Get(p)
+			if ownerOf(e.tree, p) != "" {
+				continue
+			}
+			if pending := rules.PendingEffects(v); len(pending) > 0 {
+				st, _ := e.tree.Stat(p)
+				out = append(out, Reconcile{Task: p, Pending: pending, ModRev: st.ModRev})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Reconcile) int { return cmp.Compare(a.Task, b.Task) })
+	return out
+}

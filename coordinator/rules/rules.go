@@ -518,6 +518,23 @@ func (s *Set) HasLeases() bool {
 	return s != nil && s.leases
 }
 
+// Lanes returns the lanes of the task rules with a lease whose pattern is
+// a lane's members ("tasks.*" makes the lane tasks), in the rules' order,
+// each once.
+func (s *Set) Lanes() []string {
+	if s == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range s.rules {
+		lane, ok := strings.CutSuffix(r.Pattern, ".*")
+		if ok && r.lease > 0 && !strings.Contains(lane, "*") && !slices.Contains(out, lane) {
+			out = append(out, lane)
+		}
+	}
+	return out
+}
+
 // Leases returns the task records under a rule with a lease that writes
 // reach, in the state before or after them (a write above a record
 // reaches every record under it), in

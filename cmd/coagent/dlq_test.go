@@ -234,7 +234,7 @@ func TestReconcileCase(t *testing.T) {
 	url, stop := serve(t, filepath.Join(dir, "data"))
 	defer stop()
 	rules := filepath.Join(dir, "rules.json")
-	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1500ms","reclaim_to":"PENDING"}]}`), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"3s","reclaim_to":"PENDING"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if p := runBin(t, nil, "", "rules", "set", rules, "--nats", url); p.status != 0 {

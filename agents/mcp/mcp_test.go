@@ -572,10 +572,12 @@ func TestClaimRace(t *testing.T) {
 }
 
 // leasedTasks are board rules under which a claim of a task holds a lease
-// of 300ms: short, so that a test waits through several.
+// of a second: short, so that a test waits through several, and renewed
+// every third of one, so that a renewal a loaded machine (-race) delays
+// still lands before the lease ends.
 const (
-	claimLease  = 300 * time.Millisecond
-	leasedTasks = `{"rules":[{"pattern":"tasks.*","kind":"task","lease":"300ms","reclaim_to":"PENDING"}]}`
+	claimLease  = time.Second
+	leasedTasks = `{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1s","reclaim_to":"PENDING"}]}`
 )
 
 // taskOf reads the task record at path as agent c.
@@ -1197,7 +1199,7 @@ func mustRead(t *testing.T, s *session, uri string) string {
 // making requests keeps its own renewed past the same bound.
 func TestSilentClientLetsLeaseExpire(t *testing.T) {
 	b := newBoard(t)
-	b.rules(strings.Replace(leasedTasks, "300ms", "1s", 1))
+	b.rules(leasedTasks)
 	// Leases of a second, renewed every third of one, so that a renewal
 	// late by a loaded machine still lands; the silence is two of them.
 	const silence = 2 * time.Second

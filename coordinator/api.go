@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,7 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"txn_list", intents.APITxnList, s.handleTxnList},
 		{"log_query", intents.APILogQuery, s.handleLogQuery},
 		{"arbiter_resolve", intents.APIArbiterResolve, s.handleResolve},
+		{"case_vote", intents.APICaseVote, s.handleVote},
 		{"conflicts_top", intents.APIConflictsTop, s.handleConflictsTop},
 		{"feed_follow", intents.APIFeedFollow, s.handleFollow},
 		{"decision_get", intents.APIDecisionGet, s.handleDecisionGet},
@@ -487,6 +489,51 @@ func (s *Service) handleResolve(req micro.Request) {
 	}
 }
 
+// handleVote records an approver's vote on an approval case (case.vote):
+// {"case", "agent", "verdict": "approve"|"deny", "rationale"}. Under
+// Options.Auth the voter is the agent whose inbox the reply goes to (see
+// viewerOf), and a vote in another's name is refused; without it, agent
+// is required. The answer says what the vote did: the case's intent's
+// decision, when the vote decided it.
+func (s *Service) handleVote(req micro.Request) {
+	v, err := intents.DecodeVote(req.Data())
+	if err != nil {
+		replyError(req, intents.ReasonInvalid, "case.vote: %v", err)
+		return
+	}
+	if s.opts.Auth {
+		who := s.viewerOf(req.Reply()).Agent
+		switch {
+		case who == "":
+			replyError(req, intents.ReasonUnauthorized, "case.vote: a client that is no agent (its reply subject is no agent's inbox) may not vote")
+			return
+		case v.Agent == "":
+			v.Agent = who
+		case v.Agent != who:
+			replyError(req, intents.ReasonUnauthorized, "case.vote: agent %s may not vote as agent %s", who, v.Agent)
+			return
+		}
+	}
+	if v.Agent == "" {
+		replyError(req, intents.ReasonInvalid, "case.vote: vote field agent: missing")
+		return
+	}
+	d, err := s.apiVote(context.Background(), v)
+	var refused *engine.VoteError
+	switch {
+	case errors.As(err, &refused):
+		replyError(req, refused.Reason, "case.vote: %s", refused.Detail)
+	case err != nil:
+		replyError(req, codeUnavailable, "%v", err)
+	default:
+		reply := map[string]any{"ok": true, "case": v.Case, "agent": v.Agent, "verdict": v.Verdict}
+		if d != nil {
+			reply["decision"] = d
+		}
+		respond(req, reply)
+	}
+}
+
 // handleRulesSet puts the request body, a rules file, in force. The reply
 // is the rules event's record (hash, source) without the file.
 //
@@ -737,8 +784,12 @@ func txnList(ctx context.Context, r readSource, f txnFilter, v viewer, answer fu
 					continue
 				}
 				seen := v.escalation(cs)
-				cases = append(cases, map[string]any{"id": cs.ID, "kind": "conflict", "agent": in.Agent, "intent_kind": in.Kind,
-					"deadline": cs.Deadline, "conflicts": seen.Conflicts, "case": seen})
+				row := map[string]any{"id": cs.ID, "kind": cmp.Or(cs.Kind, intents.CaseConflict), "agent": in.Agent, "intent_kind": in.Kind,
+					"deadline": cs.Deadline, "conflicts": seen.Conflicts, "case": seen}
+				if a := cs.Approval; a != nil {
+					row["by"], row["quorum"], row["approvals"] = a.By, a.Quorum, len(engine.Approvals(a.Votes))
+				}
+				cases = append(cases, row)
 			}
 			// The tasks whose claim ended with effects pending wait for a
 			// person to declare them: cases too, of kind reconcile.
@@ -853,6 +904,36 @@ func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error
 		return errUnavailable
 	}
 	return rerr
+}
+
+// apiVote hands v to the engine and waits until what it did is durable;
+// it returns the decision of the case's intent, when the vote made one.
+func (s *Service) apiVote(ctx context.Context, v *intents.Vote) (*intents.Decision, error) {
+	var verr error
+	var d *intents.Decision
+	done := make(chan struct{})
+	ok := s.call(ctx, func() {
+		var evs []*intents.Event
+		evs, verr = s.core.Vote(s.opts.Now(), v)
+		for _, ev := range evs {
+			if ev.Decision != nil && ev.Decision.Intent == v.Case {
+				d = ev.Decision
+			}
+		}
+		s.flushWith(done)
+	})
+	if !ok {
+		return nil, errUnavailable
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if s.broken.Load() {
+		return nil, errUnavailable
+	}
+	return d, verr
 }
 
 // SetRules puts a rules file in force (see package rules) and returns once

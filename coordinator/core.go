@@ -272,6 +272,19 @@ func (c *Core) Resolve(now time.Time, res *intents.Resolution) ([]*intents.Event
 	return c.out[n:], err
 }
 
+// Vote records an approver's vote (engine.Vote); it is durable once
+// Commit's Pending is.
+func (c *Core) Vote(now time.Time, v *intents.Vote) ([]*intents.Event, error) {
+	n := len(c.out)
+	var r engine.Ready
+	var err error
+	if !c.guard(n, "a vote", func() { r, err = c.eng.Vote(now, v, c.out) }) {
+		return nil, fmt.Errorf("%w: the vote on %s", ErrInternal, v.Case)
+	}
+	c.done(n, r, 0, false)
+	return c.out[n:], err
+}
+
 // SetRules puts a rules file in force (engine.SetRules); it is durable
 // once Commit's Pending is.
 func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.Event, error) {

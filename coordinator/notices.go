@@ -27,8 +27,12 @@ func (s *Service) notifyGroup(g *Group) {
 		return
 	}
 	for _, cs := range g.Cases {
+		what := "waits for an arbiter"
+		if a := cs.Approval; a != nil {
+			what = fmt.Sprintf("waits for %d approval(s) of %s (coagent case approve %s)", a.Quorum, strings.Join(a.By, ", "), cs.ID)
+		}
 		n.Post(notify.Notice{ID: "case:" + cs.ID, Kind: notify.KindCase, Time: s.opts.Now(), Subject: cs.ID,
-			Summary: caseSummary("waits for an arbiter until "+cs.Deadline.Format("15:04:05Z07:00"), cs), Detail: s.arbiters().escalation(cs)})
+			Summary: caseSummary(what+" until "+cs.Deadline.Format("15:04:05Z07:00"), cs), Detail: s.arbiters().escalation(cs)})
 	}
 	for _, cs := range g.Dead {
 		n.Post(notify.Notice{ID: "dead:" + cs.ID, Kind: notify.KindDeadLetter, Time: s.opts.Now(), Subject: cs.ID,
@@ -74,6 +78,10 @@ func caseSummary(what string, cs *intents.Escalation) string {
 	}
 	var on []string
 	for _, c := range cs.Conflicts {
+		if c.WithAgent == "" {
+			on = append(on, fmt.Sprintf("%s %s", c.Kind, c.Path))
+			continue
+		}
 		on = append(on, fmt.Sprintf("%s %s with %s", c.Kind, c.Path, c.WithAgent))
 	}
 	return fmt.Sprintf("case %s: %s's %s (%s) %s", cs.ID, agent, kind, strings.Join(on, "; "), what)

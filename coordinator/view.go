@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/coagent/coagent/coordinator/rules"
@@ -189,6 +190,25 @@ func (v viewer) escalation(cs *intents.Escalation) *intents.Escalation {
 			h.Writes = ws
 			cp.Holder = &h
 		}
+	}
+	if a := cs.Approval; a != nil && len(a.After) > 0 {
+		// The values an approval would leave are the intent's writes'.
+		ac := *a
+		ac.After = make(map[string]intents.PathState, len(a.After))
+		for path, st := range a.After {
+			if raw, ok := st.Value.(json.RawMessage); ok {
+				value, h := v.set.RedactJSON(v.Viewer, path, raw)
+				switch {
+				case len(h) == 1 && h[0] == path:
+					st = intents.PathState{}
+				case len(h) > 0:
+					st.Value = value
+				}
+				hidden = append(hidden, h...)
+			}
+			ac.After[path] = st
+		}
+		cp.Approval = &ac
 	}
 	if len(hidden) == 0 {
 		return cs

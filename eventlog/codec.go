@@ -26,9 +26,11 @@ import (
 //	          payload i is present, in the order Received, Decision, Change,
 //	          Grant, Release, Wait, Notice, Resolution; bits 0–2 of the
 //	          second are Rules, Trace (Event.Trace, a string), TraceError
-//	          (Received.TraceError, a string, only beside a Received) and
+//	          (Received.TraceError, a string, only beside a Received),
 //	          NoticeFence (Notice.Fence, a uvarint, only beside a Notice),
-//	          and its other bits are unused (ErrCorrupt). Then each present
+//	          Vote, and Gate (Wait.Gate: rule and quorum uvarints, path,
+//	          by, fallback; only beside a Wait), and its other bits are
+//	          unused (ErrCorrupt). Then each present
 //	          payload in that order, fields in struct order; Trace and
 //	          TraceError are set only when not empty (an empty one is
 //	          ErrCorrupt), so each event has one encoding
@@ -103,7 +105,9 @@ import (
 // (no version 1 record has a second mask byte, and no version 2 one had
 // those bits), and a binary from before them rejects a traced record as
 // ErrCorrupt ("payload mask: unknown bits"), never misreading it. The next
-// payloads take bits 3–7.
+// payloads take bits 3–7: NoticeFence took bit 3, and Vote (the vote
+// type's payload, code 13) and Gate (Wait.Gate, only beside a Wait) bits 4
+// and 5, by the same rule.
 //
 // The fuzz seeds in testdata/fuzz/FuzzDecodeEvent are golden files:
 // TestCodecSeedCorpus fails if the encoding of their fixtures changes.
@@ -151,6 +155,8 @@ const (
 	hasTrace                        // Event.Trace, a string; added under SchemaVersion2
 	hasTraceError                   // Received.TraceError, a string, with Received only
 	hasNoticeFence                  // Notice.Fence, a uvarint, with Notice only
+	hasVote                         // Vote, the vote type's payload
+	hasGate                         // Wait.Gate, with Wait only
 
 	mask2All = 1<<iota - 1
 )
@@ -181,6 +187,7 @@ var (
 		intents.EventRelease, intents.EventWait, intents.EventEscalate, intents.EventNotice,
 		intents.EventResolve, // 11, added under SchemaVersion 1
 		intents.EventRules,   // 12, added under SchemaVersion 1; its payload needs SchemaVersion2
+		intents.EventVote,    // 13; its payload needs SchemaVersion2
 	}
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
@@ -228,6 +235,12 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if ev.Notice != nil && ev.Notice.Fence != 0 {
 		mask2 |= hasNoticeFence
+	}
+	if ev.Vote != nil {
+		mask2 |= hasVote
+	}
+	if ev.Wait != nil && ev.Wait.Gate != nil {
+		mask2 |= hasGate
 	}
 	if mask2 == 0 {
 		dst = append(dst, SchemaVersion) // the lowest version that holds ev
@@ -338,6 +351,20 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if mask2&hasNoticeFence != 0 {
 		dst = binary.AppendUvarint(dst, ev.Notice.Fence)
+	}
+	if p := ev.Vote; p != nil {
+		dst = appendString(dst, p.Case)
+		dst = appendString(dst, p.Agent)
+		dst = appendString(dst, p.Verdict)
+		dst = appendString(dst, p.Rationale)
+	}
+	if mask2&hasGate != 0 {
+		g := ev.Wait.Gate
+		dst = binary.AppendUvarint(dst, uint64(g.Rule))
+		dst = appendString(dst, g.Path)
+		dst = appendStrings(dst, g.By)
+		dst = binary.AppendUvarint(dst, uint64(g.Quorum))
+		dst = appendString(dst, g.Fallback)
 	}
 	return dst
 }
@@ -732,6 +759,30 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			r.failAt(at, "fence", "set on an event without a notice payload")
 		default:
 			ev.Notice.Fence = fence
+		}
+	}
+	if mask2&hasVote != 0 {
+		r.scope = "vote"
+		p := &intents.Vote{}
+		p.Case = r.string("case")
+		p.Agent = r.string("agent")
+		p.Verdict = r.string("verdict")
+		p.Rationale = r.string("rationale")
+		ev.Vote = p
+	}
+	if mask2&hasGate != 0 {
+		r.scope = "wait"
+		at := r.off
+		g := &intents.Gate{}
+		g.Rule = int(min(r.uvarint("gate.rule"), 1<<31))
+		g.Path = r.string("gate.path")
+		g.By = r.strings("gate.by")
+		g.Quorum = int(min(r.uvarint("gate.quorum"), 1<<31))
+		g.Fallback = r.string("gate.fallback")
+		if ev.Wait == nil {
+			r.failAt(at, "gate", "set on an event without a wait payload")
+		} else {
+			ev.Wait.Gate = g
 		}
 	}
 	if err := r.end(); err != nil {

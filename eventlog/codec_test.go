@@ -297,6 +297,18 @@ func codecFixtures() []codecCase {
 	ev.Rules = codecRules(json.RawMessage(codecRulesFile), "api")
 	add("nine-payloads", ev)
 
+	// An approval case's escalate event carries its gate, and a vote its
+	// payload: bits 4 and 5 of the second mask byte.
+	ev = env(17, intents.EventEscalate)
+	ev.Wait = codecFullWait()
+	ev.Wait.Conflicts = []intents.Conflict{{Path: "deploy.web", Kind: intents.ConflictApproval}}
+	ev.Wait.Gate = &intents.Gate{Rule: 3, Path: "deploy.web", By: []string{"role:lead", "ana"}, Quorum: 2, Fallback: intents.FallbackReject}
+	add("approval-case", ev)
+
+	ev = env(18, intents.EventVote)
+	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictDeny, Rationale: "not before the freeze ends"}
+	add("vote", ev)
+
 	// Minimal: only the type, then each payload present but empty.
 	for _, typ := range intents.EventTypes {
 		add("minimal-"+string(typ), &intents.Event{Type: typ})
@@ -617,8 +629,15 @@ func (g codecGen) event() *intents.Event {
 		mask = byte(g.r.UintN(256))
 		mask2 = byte(g.r.UintN(mask2All + 1))
 	default:
-		if ev.Type == intents.EventRules {
+		switch ev.Type {
+		case intents.EventRules:
 			mask2 = hasRules
+		case intents.EventVote:
+			mask2 = hasVote
+		case intents.EventEscalate:
+			if g.r.IntN(2) == 0 {
+				mask2 = hasGate
+			}
 		}
 		mask = map[intents.EventType]byte{
 			intents.EventIntent: hasReceived, intents.EventDecision: hasDecision, intents.EventChange: hasChange,
@@ -664,6 +683,12 @@ func (g codecGen) event() *intents.Event {
 	}
 	if mask2&hasRules != 0 {
 		ev.Rules = &intents.Rules{File: g.raw(), Hash: g.str(), Source: g.str()}
+	}
+	if mask2&hasVote != 0 {
+		ev.Vote = &intents.Vote{Case: g.str(), Agent: g.str(), Verdict: g.str(), Rationale: g.str()}
+	}
+	if ev.Wait != nil && mask2&hasGate != 0 {
+		ev.Wait.Gate = &intents.Gate{Rule: int(g.r.IntN(1 << 20)), Path: g.str(), By: g.strs(), Quorum: g.r.IntN(200), Fallback: g.str()}
 	}
 	if mask2&hasTrace != 0 || g.r.IntN(8) == 0 {
 		ev.Trace = "t" + g.str() // never empty: the codec writes no empty trace
@@ -813,7 +838,7 @@ func TestCodecTables(t *testing.T) {
 // would not.
 func TestCodecFrozenCodes(t *testing.T) {
 	want := []intents.EventType{"intent", "decision", "change", "grant", "renew", "expire", "release",
-		"wait", "escalate", "notice", "resolve", "rules"}
+		"wait", "escalate", "notice", "resolve", "rules", "vote"}
 	for i, typ := range want {
 		if got := eventTypeCode(typ); int(got) != i+1 {
 			t.Errorf("event type %q has code %d, want %d", typ, got, i+1)
@@ -829,7 +854,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 			t.Errorf("payload mask bit %d is %#02x", i, b)
 		}
 	}
-	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence}
+	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence, hasVote, hasGate}
 	for i, b := range bits2 {
 		if b != 1<<i {
 			t.Errorf("second payload mask bit %d is %#02x", i, b)
@@ -953,7 +978,8 @@ func TestDecodeVersion(t *testing.T) {
 
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
-	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0
+	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0 ||
+		ev.Vote != nil || ev.Wait != nil && ev.Wait.Gate != nil
 }
 
 // TestCodecVersions checks that an event takes the lowest version that
@@ -1088,8 +1114,11 @@ func TestDecodeMalformed(t *testing.T) {
 		// Version 2: a second mask byte, whose bit 0 is Rules.
 		{"v2 without its second mask", cat2([]byte{0}), fmt.Sprintf("byte %d: payload mask: truncated", n+1)},
 		{"v2 without any mask", cat2(), fmt.Sprintf("byte %d: payload mask: truncated", n)},
-		{"v2 unknown mask bit", cat2([]byte{0, 0x10}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x10", n+1)},
-		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xf0", n+1)},
+		{"v2 unknown mask bit", cat2([]byte{0, 0x40}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x40", n+1)},
+		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xc0", n+1)},
+		// Bit 5: an approval case's gate, never without a wait.
+		{"gate without wait", cat2([]byte{0, hasGate, 0, 0, 1, 0, 0}),
+			fmt.Sprintf("byte %d: wait.gate: set on an event without a wait payload", n+2)},
 		// Bit 3: a notice's fence, never 0 and never without a notice.
 		{"notice fence without notice", cat2([]byte{0, hasNoticeFence, 1}),
 			fmt.Sprintf("byte %d: notice.fence: set on an event without a notice payload", n+2)},

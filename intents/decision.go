@@ -89,6 +89,10 @@ const (
 	// one task. It names the path the condition read that changed last and
 	// WithAgent, who changed it; on a precondition_failed rejection only.
 	ConflictPrecondition ConflictKind = "precondition"
+	// ConflictApproval: the intent writes a path a board rule gates behind
+	// approval (Rule.approve); it is the one conflict of an approval case.
+	// WithTxn and WithAgent are empty.
+	ConflictApproval ConflictKind = "approval"
 )
 
 // Conflict names one path an intent collided on and with whom. WithTxn and

@@ -126,6 +126,19 @@ func DecodeResolution(data []byte) (*Resolution, error) {
 	return res, nil
 }
 
+// DecodeVote decodes a vote (case.vote) strictly, as DecodeResolution
+// does a resolution; what it holds is checked by the coordinator.
+func DecodeVote(data []byte) (*Vote, error) {
+	v := new(Vote)
+	if err := strictUnmarshal(data, v); err != nil {
+		return nil, errors.New(decodeError(data, err).describe("vote"))
+	}
+	if firstByte(data) != '{' {
+		return nil, errors.New("vote: a JSON null, not an object")
+	}
+	return v, nil
+}
+
 // strictUnmarshal decodes one JSON document into v with the defaults of
 // encoding/json/v2 — names match exactly, a name given twice and invalid
 // UTF-8 are errors, nothing may follow the value — and unknown fields

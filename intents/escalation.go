@@ -22,7 +22,68 @@ type Escalation struct {
 	// admit role:arbiter): their values are gone from State and from the
 	// intents' and the holder's writes.
 	Redacted []string `json:"redacted,omitempty"`
+	// Kind is CaseApproval for an intent a board rule holds for approval;
+	// empty for a conflict, which goes to the arbiters.
+	Kind string `json:"kind,omitempty"`
+	// Approval is what an approval case's approvers need beside the state
+	// of its paths now: who may approve, how many must, the votes so far
+	// and the values the intent would leave.
+	Approval *Approval `json:"approval,omitempty"`
 }
+
+// The kinds of case beside a conflict's.
+const (
+	CaseConflict = "conflict"
+	CaseApproval = "approval"
+)
+
+// Gate is what a board rule's approve asks of an intent that writes under
+// it, as recorded on its escalate event: a replay settles the case by the
+// gate it was opened under, whatever the rules say later.
+type Gate struct {
+	// Rule is the index of the rule in the rules file, Path the write it
+	// matched.
+	Rule int    `json:"rule"`
+	Path string `json:"path"`
+	// By are the agents and "role:NAME"s who may approve or deny.
+	By []string `json:"by"`
+	// Quorum is how many approvals apply the intent; one denial rejects it.
+	Quorum int `json:"quorum"`
+	// Fallback is what its deadline does without a quorum: FallbackReject
+	// or FallbackApply.
+	Fallback string `json:"fallback"`
+}
+
+// The fallbacks of a Gate.
+const (
+	FallbackReject = "reject"
+	FallbackApply  = "apply"
+)
+
+// Approval is an approval case's gate, votes and diff.
+type Approval struct {
+	Gate
+	Votes []Vote `json:"votes"`
+	// After holds the value and version each path the intent writes would
+	// have if it were applied now (an apply's; a propose's values come
+	// with its commit), beside the case's State, the values now.
+	After map[string]PathState `json:"after,omitempty"`
+}
+
+// Vote is one approver's verdict on an approval case (case.vote, and the
+// vote event that records it), or one of a quorum of arbiters'.
+type Vote struct {
+	Case      string `json:"case"`
+	Agent     string `json:"agent"`
+	Verdict   string `json:"verdict"` // VerdictApprove or VerdictDeny
+	Rationale string `json:"rationale,omitempty"`
+}
+
+// The verdicts of a Vote.
+const (
+	VerdictApprove = "approve"
+	VerdictDeny    = "deny"
+)
 
 // Holder is the transaction in flight an escalated intent conflicts with.
 type Holder struct {

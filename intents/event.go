@@ -25,11 +25,12 @@ const (
 	EventNotice   EventType = "notice"   // an advisory to an agent (Notice)
 	EventResolve  EventType = "resolve"  // an arbiter's resolution was accepted (Resolution)
 	EventRules    EventType = "rules"    // the board rules in force changed (Rules)
+	EventVote     EventType = "vote"     // an approver's verdict on an approval case was accepted (Vote)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -60,6 +61,8 @@ type Event struct {
 	Resolution *Resolution `json:"resolution,omitempty"`
 	// Rules are the board rules in force from this event on (EventRules).
 	Rules *Rules `json:"rules,omitempty"`
+	// Vote is an approver's verdict as accepted (EventVote).
+	Vote *Vote `json:"vote,omitempty"`
 }
 
 // Rules records a change of the board rules: the whole rules file in force
@@ -150,6 +153,9 @@ type Wait struct {
 	Intent    *Intent    `json:"intent"`
 	Deadline  time.Time  `json:"deadline"`
 	Conflicts []Conflict `json:"conflicts"`
+	// Gate is set on the escalate event of an approval case: the intent
+	// waits for approvers, not arbiters.
+	Gate *Gate `json:"gate,omitempty"`
 }
 
 // NoticeKind says what an advisory is about.
@@ -163,10 +169,11 @@ const (
 	NoticeReclaimed     NoticeKind = "reclaimed"      // your claim's lease ended: the task went back
 	NoticeAssigned      NoticeKind = "assigned"       // an operator gave you a task: its claim is yours (Txn, Fence)
 	NoticeRevoked       NoticeKind = "revoked"        // an operator took your task from you: your claim ended
+	NoticeApproval      NoticeKind = "approval"       // an intent waits for your approval (Intent, From): case.vote
 )
 
 // NoticeKinds are the notice kinds, in the order they were added.
-var NoticeKinds = []NoticeKind{NoticeWaiting, NoticeLeaseExpiring, NoticeLeaseExpired, NoticeReclaimed, NoticeAssigned, NoticeRevoked}
+var NoticeKinds = []NoticeKind{NoticeWaiting, NoticeLeaseExpiring, NoticeLeaseExpired, NoticeReclaimed, NoticeAssigned, NoticeRevoked, NoticeApproval}
 
 // Notice is an advisory for one agent; the event's Agent is the recipient.
 type Notice struct {

@@ -120,6 +120,7 @@ const (
 	APILogQuery       = "log.query"       // a page of the event log
 	APIDecisionGet    = "decision.get"    // the recorded decision of an intent
 	APIArbiterResolve = "arbiter.resolve" // an arbiter's resolution of a case
+	APICaseVote       = "case.vote"       // an approver's verdict on an approval case
 	APIConflictsTop   = "conflicts.top"   // where conflicts happen most
 	APIFeedFollow     = "feed.follow"     // a pull consumer on the changes of a subtree
 	APIRulesGet       = "rules.get"       // the board rules in force

@@ -611,7 +611,7 @@ func TestEnums(t *testing.T) {
 		{"decision.json", "/properties/outcome", names(intents.Outcomes...)},
 		{"decision.json", "/properties/reason", names(intents.Reasons...)},
 		{"decision.json", "/$defs/conflict/properties/kind", names(intents.ConflictWriteWrite, intents.ConflictReadWrite,
-			intents.ConflictWriteRead, intents.ConflictStale, intents.ConflictContradiction)},
+			intents.ConflictWriteRead, intents.ConflictStale, intents.ConflictContradiction, intents.ConflictPrecondition, intents.ConflictApproval)},
 		{"event.json", "/properties/type", names(intents.EventTypes...)},
 		{"event.json", "/$defs/applied/properties/op", names(appliedOps...)},
 		{"event.json", "/$defs/release/properties/cause", names(intents.CauseCommitted, intents.CauseAborted,

@@ -339,6 +339,12 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field wait_ms = %d: above the %s limit", in.WaitMS, e.cfg.MaxWait), nil)
 		return
 	}
+	if p == nil || !p.approved {
+		if g, ok := e.rules.Gate(in.Agent, writes); ok && (in.Kind == intents.KindApply || in.Kind == intents.KindPropose) {
+			e.gate(in, p, g)
+			return
+		}
+	}
 	if stale := e.staleReads(in); len(stale) > 0 {
 		c := stale[0]
 		e.reject(in, intents.ReasonStaleRead, fmt.Sprintf("read %s at version %d, but it is at version %d now",
@@ -611,8 +617,10 @@ func (e *Engine) wait(in *intents.Intent, p *parked, conflicts []intents.Conflic
 		return
 	}
 	deadline := e.now.Add(time.Duration(in.Wait()) * time.Millisecond)
-	if p != nil {
-		deadline = p.deadline // a re-parked intent keeps its original bound
+	if p != nil && p.gate == nil {
+		// A re-parked intent keeps its original bound; one approved just
+		// now waits from now, its bound the approval's no more.
+		deadline = p.deadline
 	} else if e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
 		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
 		return
@@ -886,6 +894,10 @@ func (e *Engine) expire(t *txn) {
 
 // deadline ends a parked intent whose bound ran out.
 func (e *Engine) deadline(id string, p *parked) {
+	if p.escalated && p.gate != nil {
+		e.approvalDeadline(id, p)
+		return
+	}
 	if p.escalated {
 		// No arbiter settled the case in time: whatever the fallback does,
 		// the case is a dead letter.

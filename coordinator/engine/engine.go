@@ -117,6 +117,12 @@ type parked struct {
 	conflicts []intents.Conflict
 	trace     string // its trace id, from its wait or escalate event
 	deadlineN uint64 // the number of its current deadline timer
+	// gate is set while it is an approval case (its escalate event's),
+	// votes are the verdicts on it, and approved says a quorum (or the
+	// fallback) approved it: it is not gated again.
+	gate     *intents.Gate
+	votes    []intents.Vote
+	approved bool
 }
 
 // load counts what one agent holds, for rate limiting.

@@ -142,10 +142,15 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		}
 		p.deadline, p.conflicts, p.trace = w.Deadline, w.Conflicts, ev.Trace
 		p.escalated = ev.Type == intents.EventEscalate
+		if p.gate = w.Gate; p.gate != nil {
+			p.votes, p.approved = nil, false
+		}
 		if !p.escalated {
 			e.waits.Park(w.Intent.ID, w.Intent.Agent, holders(w.Conflicts))
 		}
 		p.deadlineN = e.timers.add(p.deadline, timerDeadline, w.Intent.ID)
+	case intents.EventVote:
+		e.foldVote(ev.Vote)
 	case intents.EventNotice:
 		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
 			if t := e.txns[ev.Notice.Txn]; t != nil {
@@ -217,6 +222,13 @@ func (e *Engine) check(ev *intents.Event) error {
 	case intents.EventRules:
 		if ev.Rules == nil {
 			return missing("rules")
+		}
+	case intents.EventVote:
+		if ev.Vote == nil {
+			return missing("vote")
+		}
+		if p := e.parked[ev.Vote.Case]; p == nil || p.gate == nil {
+			return fmt.Errorf("vote on case %q, which is no open approval case", ev.Vote.Case)
 		}
 	default:
 		return fmt.Errorf("unknown event type %q", ev.Type)

@@ -44,6 +44,9 @@ func (e *Engine) Case(id string) (*intents.Escalation, bool) {
 		st := e.tree.Lookup(path)
 		c.State[path] = intents.PathState{Exists: st.Exists, Value: st.Value, Version: st.Version}
 	}
+	if p.gate != nil {
+		c.Kind, c.Approval = intents.CaseApproval, e.approvalOf(p)
+	}
 	return c, true
 }
 
@@ -84,6 +87,8 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 		return refuse("escalation is missing")
 	case p == nil || !p.escalated:
 		return refuse("escalation %s is not open: unknown, already resolved, or past its deadline", res.Escalation)
+	case p.gate != nil:
+		return refuse("case %s waits for approval (%s), not for an arbiter: approve or deny it (case.vote)", res.Escalation, describeGate(*p.gate))
 	}
 	c, _ := e.Case(res.Escalation)
 	// The rule of what fits a case is the arbiters' as much as ours: one

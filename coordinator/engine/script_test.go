@@ -40,6 +40,8 @@ import (
 //	case <name>         print the arbiter's case of an escalated intent
 //	rules               put the input, a rules file, in force
 //	claims              print the task claims under leases
+//	vote <agent> <case> <verdict> [why...]
+//	                    give the engine an approver's vote on an approval case
 //
 // In inputs, $name stands for a ULID derived from name (an intent id) and
 // $Tn for the n-th transaction id the engine handed out; outputs use the
@@ -189,6 +191,21 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 			lines = append(lines, "error: "+r.redact(err.Error()))
 		}
 		return lines
+	case "vote":
+		if len(args) < 3 {
+			d.Fatalf(t, "vote: want <agent> <case> <verdict> [why...]")
+		}
+		v := &intents.Vote{Agent: args[0], Case: r.id(args[1]), Verdict: args[2], Rationale: strings.Join(args[3:], " ")}
+		ready, err := r.e.Vote(r.now, v, nil)
+		r.log = append(r.log, ready.Events...)
+		lines := r.describe(ready.Events)
+		for _, c := range ready.Effects.Dead {
+			lines = append(lines, "dead letter "+r.name(c.ID))
+		}
+		if err != nil {
+			lines = append(lines, "error: "+r.redact(err.Error()))
+		}
+		return lines
 	case "rules":
 		ready, err := r.e.SetRules(r.now, []byte(d.Input), "script", nil)
 		evs := ready.Events
@@ -219,12 +236,29 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 		for _, p := range paths {
 			lines = append(lines, "  state "+p)
 		}
+		if a := c.Approval; a != nil {
+			lines = append(lines, fmt.Sprintf("  %s: rules[%d] on %s by %s quorum=%d fallback=%s", c.Kind, a.Rule, a.Path, strings.Join(a.By, ","), a.Quorum, a.Fallback))
+			for _, v := range a.Votes {
+				lines = append(lines, fmt.Sprintf("  vote %s %s: %s", v.Agent, v.Verdict, v.Rationale))
+			}
+			var after []string
+			for p, st := range a.After {
+				after = append(after, fmt.Sprintf("%s exists=%v value=%s version=%d", p, st.Exists, st.Value, st.Version))
+			}
+			slices.Sort(after)
+			for _, p := range after {
+				lines = append(lines, "  after "+p)
+			}
+		}
 		return lines
 	case "advance":
 		r.clock(t, args[0])
 		ready := r.e.Tick(r.now, nil)
 		r.log = append(r.log, ready.Events...)
 		lines := append(r.describe(ready.Events), r.deadTasks(ready.Effects)...)
+		for _, c := range ready.Effects.Dead {
+			lines = append(lines, "dead letter "+r.name(c.ID))
+		}
 		if len(lines) == 0 {
 			lines = []string{"nothing due at " + r.rel(r.now)}
 		}
@@ -318,6 +352,8 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 			}
 		case intents.EventResolve:
 			lines = append(lines, fmt.Sprintf("resolution by %s accepted", ev.Agent))
+		case intents.EventVote:
+			lines = append(lines, fmt.Sprintf("vote by %s accepted: %s", ev.Agent, ev.Vote.Verdict))
 		case intents.EventChange:
 			if ev.Intent != "" {
 				break // shown by its decision

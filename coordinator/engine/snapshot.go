@@ -115,6 +115,10 @@ type SnapshotParked struct {
 	Conflicts []intents.Conflict `json:"conflicts"`
 	// Trace is the intent's trace id, if it had one.
 	Trace string `json:"trace,omitempty"`
+	// Gate, Votes and Approved are an approval case's.
+	Gate     *intents.Gate  `json:"gate,omitempty"`
+	Votes    []intents.Vote `json:"votes,omitempty"`
+	Approved bool           `json:"approved,omitempty"`
 }
 
 // Window is the two generations of a map that forgets its oldest keys.
@@ -172,7 +176,7 @@ func (e *Engine) Snapshot() *Snapshot {
 	slices.SortFunc(s.Txns, func(a, b SnapshotTxn) int { return strings.Compare(a.ID, b.ID) })
 	for _, p := range e.parked {
 		s.Parked = append(s.Parked, SnapshotParked{Intent: p.in, Deadline: p.deadline, Escalated: p.escalated,
-			Conflicts: p.conflicts, Trace: p.trace})
+			Conflicts: p.conflicts, Trace: p.trace, Gate: p.gate, Votes: p.votes, Approved: p.approved})
 	}
 	slices.SortFunc(s.Parked, func(a, b SnapshotParked) int { return strings.Compare(a.Intent.ID, b.Intent.ID) })
 	for _, c := range e.claims {
@@ -276,7 +280,8 @@ func (e *Engine) restore(s *Snapshot) error {
 		if err := checkIntent(in); err != nil {
 			return fmt.Errorf("parked intent %s: %w", in.ID, err)
 		}
-		e.parked[in.ID] = &parked{in: in, deadline: sp.Deadline, escalated: sp.Escalated, conflicts: sp.Conflicts, trace: sp.Trace}
+		e.parked[in.ID] = &parked{in: in, deadline: sp.Deadline, escalated: sp.Escalated, conflicts: sp.Conflicts, trace: sp.Trace,
+			gate: sp.Gate, votes: sp.Votes, approved: sp.Approved}
 		e.loadOf(in.Agent).parked++
 	}
 

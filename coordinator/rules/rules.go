@@ -105,6 +105,44 @@ type Rule struct {
 	// only claim a task for itself and change its own. The writers rule
 	// still applies to them.
 	Operators []string `json:"operators,omitempty"`
+	// Approve holds an intent that writes a path the pattern covers (or
+	// above one) for approval by people or programs: it becomes an
+	// approval case, and is decided from scratch once approved.
+	Approve *Approve `json:"approve,omitempty"`
+}
+
+// Approve is a rule's approval gate.
+type Approve struct {
+	// By are the agents and "role:NAME"s who may approve or deny; an
+	// agent never approves its own intent.
+	By []string `json:"by"`
+	// Quorum is how many of them must approve (default 1); one denial
+	// rejects.
+	Quorum int `json:"quorum,omitempty"`
+	// Timeout is how long the case waits for a quorum (a Go duration;
+	// default DefaultApproveTimeout).
+	Timeout string `json:"timeout,omitempty"`
+	// Exempt are agents and "role:NAME"s whose intents pass ungated.
+	Exempt []string `json:"exempt,omitempty"`
+	// Fallback is what the deadline does without a quorum:
+	// intents.FallbackReject (the default) or intents.FallbackApply.
+	Fallback string `json:"fallback,omitempty"`
+}
+
+// DefaultApproveTimeout is how long an approval case waits when its rule
+// names no timeout; MaxApproveTimeout bounds a timeout, and MaxQuorum a
+// quorum.
+const (
+	DefaultApproveTimeout = 30 * time.Minute
+	MaxApproveTimeout     = 7 * 24 * time.Hour
+	MaxQuorum             = 100
+)
+
+// Gate is the approval an intent's writes need: the gate recorded on its
+// case, and how long the case waits.
+type Gate struct {
+	intents.Gate
+	Timeout time.Duration
 }
 
 // MaxTaskLease bounds a task rule's lease: a task that takes longer is
@@ -181,6 +219,7 @@ type compiled struct {
 	states  map[string]bool
 	schema  *jsonschema.Schema
 	lease   time.Duration
+	approve time.Duration // the approval gate's timeout; 0 without one
 }
 
 type invariant struct {
@@ -403,6 +442,11 @@ func compileRule(i int, r Rule) (compiled, error) {
 	if r.MaxRetries != 0 && c.states != nil && !c.states[cmp.Or(r.DeadTo, DefaultDeadTo)] {
 		return c, bad(field+".dead_to", "%q: not a state of the rule's transitions (a rule with max_retries and transitions names its dead status)", cmp.Or(r.DeadTo, DefaultDeadTo))
 	}
+	if a := r.Approve; a != nil {
+		if c.approve, err = compileApprove(field+".approve", a); err != nil {
+			return c, err
+		}
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -410,6 +454,86 @@ func compileRule(i int, r Rule) (compiled, error) {
 		return c, bad(field+".transitions", "a %s has no state machine; only a task's status has one", r.Kind)
 	}
 	return c, nil
+}
+
+func compileApprove(field string, a *Approve) (time.Duration, error) {
+	if len(a.By) == 0 {
+		return 0, bad(field+".by", "missing: name the agents or role:NAMEs who may approve")
+	}
+	for j, w := range a.By {
+		if !validPrincipal(w) {
+			return 0, bad(fmt.Sprintf("%s.by[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
+	for j, w := range a.Exempt {
+		if !validPrincipal(w) {
+			return 0, bad(fmt.Sprintf("%s.exempt[%d]", field, j), "%q: want an agent name or role:NAME", w)
+		}
+	}
+	if a.Quorum < 0 || a.Quorum > MaxQuorum {
+		return 0, bad(field+".quorum", "%d: want 1 to %d (none is 1)", a.Quorum, MaxQuorum)
+	}
+	switch a.Fallback {
+	case "", intents.FallbackReject, intents.FallbackApply:
+	default:
+		return 0, bad(field+".fallback", "%q: want %s or %s", a.Fallback, intents.FallbackReject, intents.FallbackApply)
+	}
+	if a.Timeout == "" {
+		return DefaultApproveTimeout, nil
+	}
+	d, err := time.ParseDuration(a.Timeout)
+	if err != nil || d <= 0 || d > MaxApproveTimeout {
+		return 0, bad(field+".timeout", "%q: want a duration above 0 and at most %s, such as \"30m\"", a.Timeout, MaxApproveTimeout)
+	}
+	return d, nil
+}
+
+// Gate returns the approval agent's writes need: that of the first rule,
+// in order, with an approve that covers one of them (or lies under one)
+// and does not exempt agent; false when none does.
+func (s *Set) Gate(agent string, writes []string) (Gate, bool) {
+	if s == nil {
+		return Gate{}, false
+	}
+	for _, r := range s.rules {
+		a := r.Approve
+		if a == nil || s.allowed(agent, a.Exempt) {
+			continue
+		}
+		for _, w := range writes {
+			if r.pat.Overlaps(w) {
+				return Gate{Gate: intents.Gate{Rule: r.index, Path: w, By: a.By, Quorum: max(a.Quorum, 1),
+					Fallback: cmp.Or(a.Fallback, intents.FallbackReject)}, Timeout: r.approve}, true
+			}
+		}
+	}
+	return Gate{}, false
+}
+
+// Allowed reports whether agent is one of principals (agent names and
+// "role:NAME"s) under the roles the set gives.
+func (s *Set) Allowed(agent string, principals []string) bool {
+	return s != nil && s.allowed(agent, principals)
+}
+
+// Members returns the agents the set knows that are among principals:
+// those named, and those the file's agents give a role named; sorted.
+func (s *Set) Members(principals []string) []string {
+	var out []string
+	for _, p := range principals {
+		if !strings.HasPrefix(p, "role:") {
+			out = append(out, p)
+		}
+	}
+	if s != nil {
+		for name := range s.file.Agents {
+			if s.allowed(name, principals) {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func validPrincipal(p string) bool {

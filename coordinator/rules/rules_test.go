@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -74,6 +75,12 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		`{"rule":[]}`: "(document)",
 		`{"rules":[{"pattern":"f","kind":"rumour"}]}`:                         "rules[0].kind",
 		`{"rules":[{"pattern":"f","kind":"fact","transitions":{"A":["B"]}}]}`: "rules[0].transitions",
+		`{"rules":[{"pattern":"d","approve":{}}]}`:                            "rules[0].approve.by",
+		`{"rules":[{"pattern":"d","approve":{"by":["role:"]}}]}`:              "rules[0].approve.by[0]",
+		`{"rules":[{"pattern":"d","approve":{"by":["a"],"exempt":["x y"]}}]}`: "rules[0].approve.exempt[0]",
+		`{"rules":[{"pattern":"d","approve":{"by":["a"],"quorum":101}}]}`:     "rules[0].approve.quorum",
+		`{"rules":[{"pattern":"d","approve":{"by":["a"],"timeout":"0s"}}]}`:   "rules[0].approve.timeout",
+		`{"rules":[{"pattern":"d","approve":{"by":["a"],"fallback":"x"}}]}`:   "rules[0].approve.fallback",
 		`{}}`:                   "(document)",
 		`{"agents":{"a b":{}}}`: "agents",
 	}
@@ -124,6 +131,44 @@ const board = `{
   "invariants": [{"name": "wip", "expr": "count(values(state.tasks), .status == \"RUNNING\") <= 2"}],
   "quotas": {"role:coder": {"intents_per_second": 10, "burst": 5, "max_txns": 2}, "bob": {"max_txns": 1}}
 }`
+
+// Gate gives the first rule's approval that covers a write, unless it
+// exempts the agent; Members names who may approve.
+func TestGate(t *testing.T) {
+	s, err := Compile([]byte(`{"agents":{"lina":{"roles":["lead"]},"ops":{"roles":["ops"]}},"rules":[
+		{"pattern":"deploy.prod.**","approve":{"by":["role:lead","sam"],"quorum":2,"exempt":["role:ops"],"fallback":"apply","timeout":"1h"}},
+		{"pattern":"deploy.**","approve":{"by":["lina"]}}]}`), cond.NewCompiler(cond.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		agent  string
+		writes []string
+		rule   int
+		path   string
+	}{
+		{"dev", []string{"notes.x"}, -1, ""},
+		{"dev", []string{"notes.x", "deploy.prod.web"}, 0, "deploy.prod.web"},
+		{"dev", []string{"deploy"}, 0, "deploy"}, // above a gated path
+		{"ops", []string{"deploy.prod.web"}, 1, "deploy.prod.web"},
+		{"dev", []string{"deploy.test"}, 1, "deploy.test"},
+	} {
+		g, ok := s.Gate(c.agent, c.writes)
+		if !ok && c.rule >= 0 || ok && (g.Rule != c.rule || g.Path != c.path) {
+			t.Errorf("Gate(%s, %v) = %+v, %v; want rule %d on %q", c.agent, c.writes, g, ok, c.rule, c.path)
+		}
+	}
+	g, _ := s.Gate("dev", []string{"deploy.prod.web"})
+	if g.Quorum != 2 || g.Fallback != intents.FallbackApply || g.Timeout != time.Hour {
+		t.Errorf("gate of rules[0]: %+v", g)
+	}
+	if g, _ := s.Gate("dev", []string{"deploy.x"}); g.Quorum != 1 || g.Fallback != intents.FallbackReject || g.Timeout != DefaultApproveTimeout {
+		t.Errorf("gate of rules[1], with the defaults: %+v", g)
+	}
+	if got := s.Members([]string{"role:lead", "sam"}); !slices.Equal(got, []string{"lina", "sam"}) {
+		t.Errorf("Members = %v, want lina and sam", got)
+	}
+}
 
 func TestAuthorize(t *testing.T) {
 	s := compile(t, board)

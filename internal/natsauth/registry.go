@@ -153,6 +153,9 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 		s.Submit(agent),
 		s.API(intents.APIStateGet), s.API(intents.APITxnList), s.API(intents.APILogQuery), s.API(intents.APIConflictsTop), s.API(intents.APIRulesGet),
 		s.API(intents.APIDecisionGet),
+		// A vote on an approval case: the coordinator checks that the
+		// rule's approve names the agent, and that the vote is its own.
+		s.API(intents.APICaseVote),
 		// The change feed (Watch): a consumer made by feed.follow, whose
 		// name the agent is told and nobody can guess.
 		s.API(intents.APIFeedFollow),

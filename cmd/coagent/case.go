@@ -28,7 +28,12 @@ type caseRow struct {
 	Conflicts  []intents.Conflict `json:"conflicts,omitempty"`
 	Pending    []string           `json:"pending,omitempty"`
 	ModRev     uint64             `json:"mod_rev,omitempty"`
-	Case       json.RawMessage    `json:"case"`
+	// By, Quorum and Approvals are an approval case's: who may approve,
+	// how many must, how many have.
+	By        []string        `json:"by,omitempty"`
+	Quorum    int             `json:"quorum,omitempty"`
+	Approvals int             `json:"approvals,omitempty"`
+	Case      json.RawMessage `json:"case"`
 }
 
 // newCaseCmd is `coagent case`: the open cases, for a person to read and
@@ -107,13 +112,75 @@ func newCaseCmd(e *env) *cobra.Command {
 	fs.StringArrayVar(&res.Losers, "loser", nil, "an intent of the case that loses")
 	fs.StringVar(&res.Rationale, "rationale", "", "why, recorded with the resolution (required)")
 	fs.StringVar(&as, "agent", "", "the arbiter the resolution is sent as")
+	var vote intents.Vote
+	voteCmd := func(verdict, use, short string) *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   use,
+			Short: short,
+			Long: short + ".\nThe vote goes to the coordinator (case.vote) as --agent (default the agent of --nkey, else " + defaultKVAgent + "),\n" +
+				"who must be one the case's rule names in approve.by, and not the intent's own agent. Under --auth it is\n" +
+				"the agent of --nkey.",
+			Args: argsBetween(1, 1, "ID"),
+			RunE: func(c *cobra.Command, args []string) error {
+				if verdict == intents.VerdictDeny && strings.TrimSpace(vote.Rationale) == "" {
+					return usagef(c, "--reason: missing; say why, for the intent's agent and the log")
+				}
+				v := intents.Vote{Case: args[0], Agent: retryAgent(&conn, as), Verdict: verdict, Rationale: vote.Rationale}
+				return castVote(c.Context(), &conn, v, out.json(), e.stdout)
+			},
+		}
+		name := "rationale"
+		if verdict == intents.VerdictDeny {
+			name = "reason"
+		}
+		cmd.Flags().StringVar(&vote.Rationale, name, "", "why, recorded with the vote")
+		cmd.Flags().StringVar(&as, "agent", "", "the approver the vote is sent as")
+		return cmd
+	}
+	approve := voteCmd(intents.VerdictApprove, "approve ID", "approve an approval case: the intent is decided once its quorum has approved")
+	deny := voteCmd(intents.VerdictDeny, "deny ID", "deny an approval case: the intent is rejected (arbiter_rejected), naming who denied it and --reason")
 	c := group(&cobra.Command{
 		Use:   "case",
-		Short: "list, show or resolve the open cases (escalations waiting for an arbiter, tasks to reconcile)",
-	}, list, show, resolve)
+		Short: "list, show, approve, deny or resolve the open cases (escalations waiting for an arbiter, intents waiting for approval, tasks to reconcile)",
+	}, list, show, approve, deny, resolve)
 	conn.register(c.PersistentFlags(), e.defaultNATS())
 	out.register(c.PersistentFlags(), true)
 	return c
+}
+
+// castVote sends v (case.vote) and prints what it did: the intent's
+// decision when the vote decided it, else that the case waits on.
+func castVote(ctx context.Context, conn *natsFlags, v intents.Vote, asJSON bool, stdout io.Writer) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	data, err := conn.request(ctx, "coagent case", conn.subjects().API(intents.APICaseVote), body)
+	if err != nil {
+		return fmt.Errorf("case %s %s: %w", v.Verdict, v.Case, err)
+	}
+	if asJSON {
+		_, err := fmt.Fprintln(stdout, string(data))
+		return err
+	}
+	var reply struct {
+		Agent    string            `json:"agent"`
+		Decision *intents.Decision `json:"decision"`
+	}
+	if err := json.Unmarshal(data, &reply); err != nil {
+		return fmt.Errorf("case.vote: the coordinator answered %q: %w", intents.Clip(string(data), 200), err)
+	}
+	past := map[string]string{intents.VerdictApprove: "approved", intents.VerdictDeny: "denied"}[v.Verdict]
+	fmt.Fprintf(stdout, "%s %s as %s\n", past, v.Case, reply.Agent)
+	switch d := reply.Decision; {
+	case d == nil:
+		fmt.Fprintln(stdout, "the case waits for more approvals")
+	case d.Reason != "":
+		fmt.Fprintf(stdout, "intent %s: %s (%s): %s\n", d.Intent, d.Outcome, d.Reason, d.Detail)
+	default:
+		fmt.Fprintf(stdout, "intent %s: %s\n", d.Intent, d.Outcome)
+	}
+	return nil
 }
 
 // listCases asks txn.list for the open cases.
@@ -165,6 +232,10 @@ func printCases(rows []caseRow, asJSON bool, stdout, stderr io.Writer) error {
 		}
 		var cs []string
 		for _, cf := range r.Conflicts {
+			if cf.Kind == intents.ConflictApproval {
+				cs = append(cs, fmt.Sprintf("approval of %s: %d of %d by %s", cf.Path, r.Approvals, r.Quorum, strings.Join(r.By, ", ")))
+				continue
+			}
 			cs = append(cs, fmt.Sprintf("%s %s with %s", cf.Kind, cf.Path, cf.WithAgent))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Kind, r.Deadline.Format(time.RFC3339), r.Agent, r.IntentKind, strings.Join(cs, "; "))

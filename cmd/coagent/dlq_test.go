@@ -273,3 +273,78 @@ func TestReconcileCase(t *testing.T) {
 	}
 	run(0, `^applied `, "task", "claim", "tasks.t1", "--agent", "w2")
 }
+
+// An intent a rule holds for approval is an open case of kind approval: a
+// person lists it, reads its diff, and approves or denies it from the
+// command line; the quorum's last approval decides it, one denial rejects
+// it, and an approver the rule does not name is refused.
+func TestCaseApprove(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	rules := filepath.Join(dir, "rules.json")
+	if err := os.WriteFile(rules, []byte(`{"agents":{"lina":{"roles":["lead"]},"luc":{"roles":["lead"]}},
+		"rules":[{"pattern":"deploy.**","approve":{"by":["role:lead"],"quorum":2,"timeout":"10m"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p := runBin(t, nil, "", "rules", "set", rules, "--nats", url); p.status != 0 {
+		t.Fatalf("rules set: %+v", p)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subj := intents.Subjects{}
+	decisions, err := nc.SubscribeSync(subj.Decisions("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices, err := nc.SubscribeSync(subj.Notices("lina"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit := func(value string) string {
+		t.Helper()
+		id := ulid.Make().String()
+		nc.Publish(subj.Intents("dev"), []byte(`{"id":"`+id+`","agent":"dev","kind":"apply","writes":[{"path":"deploy.web","op":"set","value":`+value+`}]}`))
+		if d := natstest.Next[intents.Decision](t, decisions); d.Intent != id || d.Outcome != intents.OutcomeEscalated {
+			t.Fatalf("an intent under the gate: %+v", d)
+		}
+		return id
+	}
+	run := func(status int, out string, args ...string) {
+		t.Helper()
+		p := runBin(t, []string{"NATS_URL=" + url}, "", args...)
+		if p.status != status || !regexp.MustCompile(out).MatchString(p.stdout+p.stderr) {
+			t.Fatalf("coagent %s: %+v", strings.Join(args, " "), p)
+		}
+	}
+	id := submit(`{"version":3}`)
+	if ev := natstest.Next[intents.Event](t, notices); ev.Notice == nil || ev.Notice.Kind != intents.NoticeApproval || ev.Notice.Intent != id {
+		t.Fatalf("the approver's notice: %+v", ev)
+	}
+	run(0, `(?m)^`+id+` +approval +\S+ +dev +apply +approval of deploy\.web: 0 of 2 by role:lead$`, "case", "list")
+	run(0, `"after": \{\s+"deploy.web": \{\s+"exists": true,\s+"value": \{\s+"version": 3`, "case", "show", id)
+	run(1, `agent bob may not vote on case `+id+`: rules\[0\] lets only role:lead`, "case", "approve", id, "--agent", "bob")
+	run(1, `may not approve or deny its own intent`, "case", "approve", id, "--agent", "dev")
+	run(0, `^approved `+id+` as lina\nthe case waits for more approvals\n$`, "case", "approve", id, "--agent", "lina", "--rationale", "ok")
+	run(1, `has voted on case `+id+` already`, "case", "approve", id, "--agent", "lina")
+	run(0, `(?m)approval of deploy\.web: 1 of 2 by role:lead$`, "case", "list")
+	run(0, `^approved `+id+` as luc\nintent `+id+`: applied\n$`, "case", "approve", id, "--agent", "luc")
+	if d := natstest.Next[intents.Decision](t, decisions); d.Intent != id || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the intent once approved: %+v", d)
+	}
+	run(0, `^deploy\.web = {"version":3}`, "get", "deploy.web")
+
+	// A denial needs a reason, and rejects the intent naming who and why.
+	id = submit(`{"version":4}`)
+	run(2, `--reason`, "case", "deny", id, "--agent", "luc")
+	run(0, `^denied `+id+` as luc\nintent `+id+`: rejected \(arbiter_rejected\): denied by luc: not during the freeze\n$`,
+		"case", "deny", id, "--agent", "luc", "--reason", "not during the freeze")
+	if d := natstest.Next[intents.Decision](t, decisions); d.Intent != id || d.Reason != intents.ReasonArbiterRejected {
+		t.Fatalf("the intent once denied: %+v", d)
+	}
+	run(0, `no open cases`, "case", "list")
+	run(0, `^deploy\.web = {"version":3}`, "get", "deploy.web")
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"github.com/oklog/ulid/v2"
 )
 
 // board is a NATS server with a coordinator, on which the tests connect
@@ -1276,5 +1277,68 @@ func TestClaimNextTool(t *testing.T) {
 	}
 	if r := b.open("w3", mcp.Options{}).result("claim_next", map[string]any{"lane": "tasks"}); r.OK || r.Outcome != "none" || r.Next == "" {
 		t.Fatalf("an empty lane: %+v", r)
+	}
+}
+
+// An approver session lists the intents waiting for approval, with their
+// diff, and votes on them: an outsider's vote and a denial without why
+// are tool errors that record nothing; the quorum's approval applies the
+// intent and the result says so.
+func TestApproverTools(t *testing.T) {
+	b := newBoard(t)
+	b.rules(`{"rules":[{"pattern":"deploy.**","approve":{"by":["lina","luc"],"quorum":1,"timeout":"10m"}}]}`)
+	dev := b.agent("dev")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	in, err := intents.Apply("release").Set("deploy.web", 7).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.ID = ulid.Make().String()
+	final := make(chan *intents.Decision, 1)
+	go func() {
+		d, err := dev.Submit(ctx, in)
+		if err != nil {
+			t.Errorf("dev's release: %v", err)
+		}
+		final <- d
+	}()
+	lina := b.open("lina", mcp.Options{Approver: true})
+	var list mcp.ApprovalsOutput
+	natstest.CheckFor(t, 20*time.Second, "the approval case", func() error {
+		lina.call("approvals", map[string]any{}, &list)
+		if len(list.Cases) != 1 {
+			return fmt.Errorf("approvals: %+v", list)
+		}
+		return nil
+	})
+	c := list.Cases[0]
+	if c.ID != in.ID || c.Quorum != 1 || c.Path != "deploy.web" || !c.After["deploy.web"].Exists || c.State["deploy.web"].Exists {
+		t.Fatalf("the case as approvals shows it: %+v", c)
+	}
+	var out mcp.VoteOutput
+	if res := b.open("bob", mcp.Options{Approver: true}).call("approve", map[string]any{"case": in.ID}, &out); !res.IsError || out.OK || out.Reason != string(intents.ReasonUnauthorized) {
+		t.Fatalf("bob's approval: %s", text(res))
+	}
+	if res := lina.call("deny", map[string]any{"case": in.ID}, &out); !res.IsError || out.OK {
+		t.Fatalf("a denial without why: %s", text(res))
+	}
+	out = mcp.VoteOutput{}
+	if res := lina.call("approve", map[string]any{"case": in.ID, "why": "as planned"}, &out); res.IsError || !out.OK || out.Decision == nil || out.Decision.Outcome != intents.OutcomeApplied {
+		t.Fatalf("lina's approval: %s", text(res))
+	}
+	if d := <-final; d == nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("dev's decision: %+v", d)
+	}
+	// Without Options.Approver the session has no such tool.
+	w1 := b.open("w1", mcp.Options{})
+	tools, err := w1.cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range tools.Tools {
+		if tl.Name == "approve" || tl.Name == "approvals" {
+			t.Fatalf("a session without Options.Approver has the tool %s", tl.Name)
+		}
 	}
 }

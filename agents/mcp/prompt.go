@@ -9,12 +9,15 @@ import (
 
 // instructions is what the server tells a host about itself at
 // initialization, for the model's system prompt.
-func instructions(agent string, arbiter bool) string {
+func instructions(agent string, arbiter, approver bool) string {
 	s := fmt.Sprintf("You are agent %s on a shared board coordinated by CoAgent. Other agents work on the same state at the same time. "+
 		"Never assume the state: read it. Claim a task before working on it; write with expect (the versions you read) or pre conditions; "+
 		"use begin/commit for work of several steps. A rejected request wrote nothing: follow its next.", agent)
 	if arbiter {
 		s += " You are also an arbiter: next_case gives you conflicts to settle with resolve."
+	}
+	if approver {
+		s += " You are also an approver: approvals lists the intents waiting for one; approve or deny them, with why."
 	}
 	return s
 }

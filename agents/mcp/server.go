@@ -50,6 +50,9 @@ type Options struct {
 	// Arbiter adds the tools next_case and resolve: the agent serves the
 	// arbiter queue (SPEC §5) when the model asks for a case.
 	Arbiter bool
+	// Approver adds the tools approvals, approve and deny: the agent
+	// votes on the intents board rules hold for approval.
+	Approver bool
 	// Lease is the lease of a transaction begun without lease_ms: how long
 	// it outlives the session that began it. The default is 30s.
 	Lease time.Duration
@@ -185,7 +188,7 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	s.mu.watches = map[string]*watch{}
 	s.done, s.cancel = context.WithCancel(context.Background())
 	s.mcp = sdk.NewServer(&sdk.Implementation{Name: "coagent", Title: "CoAgent", Version: opts.Version}, &sdk.ServerOptions{
-		Instructions:       instructions(c.Name(), opts.Arbiter),
+		Instructions:       instructions(c.Name(), opts.Arbiter, opts.Approver),
 		Logger:             slog.New(warnings{opts.Logger.Handler()}),
 		SubscribeHandler:   s.subscribe,
 		UnsubscribeHandler: s.unsubscribe,
@@ -195,6 +198,9 @@ func New(c *agents.Client, nc *nats.Conn, opts Options) (*Server, error) {
 	if opts.Arbiter {
 		s.arb = newArbiterBridge(s)
 		s.addArbiterTools()
+	}
+	if opts.Approver {
+		s.addApproverTools()
 	}
 	s.addResources()
 	s.addPrompt()

@@ -23,12 +23,13 @@ type mcpFlags struct {
 	agent, http string
 	// token is the bearer token --http requires; noAuth serves a
 	// non-loopback address without one.
-	token   string
-	noAuth  bool
-	arbiter bool
-	lease   time.Duration
-	silence time.Duration
-	conn    natsFlags
+	token    string
+	noAuth   bool
+	arbiter  bool
+	approver bool
+	lease    time.Duration
+	silence  time.Duration
+	conn     natsFlags
 }
 
 // newMCPCmd is `coagent mcp`: an MCP server through which a language
@@ -39,7 +40,7 @@ func newMCPCmd(e *env) *cobra.Command {
 		Use:   "mcp --agent NAME [--http ADDR]",
 		Short: "serve the Model Context Protocol: an MCP host's model works on the shared state as agent NAME",
 		Long: "Serve MCP (the Model Context Protocol) for one agent: every tool call becomes intents of agent NAME.\n" +
-			"Tools: read, write, claim, release, begin, commit, abort, history (and next_case, resolve with --arbiter);\n" +
+			"Tools: read, write, claim, release, begin, commit, abort, history (and next_case, resolve with --arbiter; approvals, approve, deny with --approver);\n" +
 			"resources coagent://state/<path> with change notifications; the prompt shared_board.\n" +
 			"Over stdio by default (what an MCP host spawns: stdout is the protocol, notes go to stderr), over\n" +
 			"streamable HTTP with --http ADDR. A transaction begun in a session is renewed while the session lives\n" +
@@ -76,6 +77,7 @@ func newMCPCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.token, "http-token", "", "with --http: require this bearer token (Authorization: Bearer TOKEN) of every request (default $"+mcpTokenEnv+")")
 	fs.BoolVar(&f.noAuth, "http-no-auth", false, "with --http on an address that is not loopback: serve it without a token, open to anyone who reaches it")
 	fs.BoolVar(&f.arbiter, "arbiter", false, "add the arbiter's tools next_case and resolve")
+	fs.BoolVar(&f.approver, "approver", false, "add the approver's tools approvals, approve and deny")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "the lease of a transaction begun without lease_ms: how long it outlives its session")
 	fs.DurationVar(&f.silence, "silence", time.Minute, "how long a session's client may make no request before its transactions are no longer renewed (their leases then run out)")
 	f.conn.register(fs, e.defaultNATS())
@@ -97,7 +99,7 @@ func runMCP(ctx context.Context, f *mcpFlags, stdin io.Reader, stdout, stderr io
 		return fmt.Errorf("mcp: %w", err)
 	}
 	defer cl.Close()
-	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Lease: f.lease,
+	srv, err := mcp.New(cl, nc, mcp.Options{Prefix: f.conn.prefix, Arbiter: f.arbiter, Approver: f.approver, Lease: f.lease,
 		IdleTimeout: mcpIdleTimeout, Silence: f.silence, Token: f.token, Version: mcpVersion(), Logger: log})
 	if err != nil {
 		return err

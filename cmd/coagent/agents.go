@@ -21,6 +21,7 @@ import (
 func newAgentsCmd(e *env) *cobra.Command {
 	var data string
 	var roles []string
+	var httpToken bool
 	var out output
 	add := &cobra.Command{
 		Use:   "add NAME [--role ROLE]...",
@@ -38,10 +39,11 @@ func newAgentsCmd(e *env) *cobra.Command {
 					return usagef(c, "--role: empty role")
 				}
 			}
-			return addAgent(data, name, roles, e.stdout, e.stderr)
+			return addAgent(data, name, roles, httpToken, e.stdout, e.stderr)
 		},
 	}
 	add.Flags().StringArrayVar(&roles, "role", nil, "a role of the agent (repeatable): arbiter, observer, or any role the rules name")
+	add.Flags().BoolVar(&httpToken, "http", false, "give the agent an HTTP token for serve --auth's console, where a person acts as it (approve, deny, resolve); an observer or arbiter gets one anyway")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "list the registered agents: name, roles and public nkey",
@@ -98,7 +100,7 @@ func listAgents(data string, asJSON bool, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-func addAgent(data, name string, roles []string, stdout, stderr io.Writer) error {
+func addAgent(data, name string, roles []string, httpToken bool, stdout, stderr io.Writer) error {
 	path := natsauth.RegistryPath(data)
 	reg, err := natsauth.Load(path)
 	if err != nil {
@@ -109,9 +111,11 @@ func addAgent(data, name string, roles []string, stdout, stderr io.Writer) error
 		return err
 	}
 	// An observer reads the HTTP listener of serve --auth (metrics, the
-	// console) with a token; the registry keeps its hash.
+	// console) with a token, an arbiter acts in the console with one, and
+	// --http gives one to anyone a person acts as (an approver); the
+	// registry keeps its hash.
 	var token string
-	if slices.Contains(roles, natsauth.RoleObserver) {
+	if httpToken || slices.Contains(roles, natsauth.RoleObserver) || slices.Contains(roles, natsauth.RoleArbiter) {
 		if token, err = reg.NewHTTPToken(name); err != nil {
 			return err
 		}

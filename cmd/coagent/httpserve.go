@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"sync"
 	"syscall"
 
 	"github.com/coagent/coagent/intents"
@@ -41,9 +43,20 @@ func listenHTTP(addr string, explicit bool, tokens *httpd.Tokens, stderr io.Writ
 // inbox prefix of an agent that may read everything (console.PickReader),
 // since the console is there for those who may see everything (the HTTP
 // token is an observer's or the operator's); with no such agent
-// registered it reads what anyone may, and says so.
-func newConsoleLink(f *serveFlags, srv *natsauth.Server, reg *natsauth.Registry, stderr io.Writer) (*console.Link, error) {
-	return console.NewLink(console.Config{Prefix: f.conn.prefix}, consoleReader(f, srv, reg, stderr), func(reader string) (*nats.Conn, error) {
+// registered it reads what anyone may, and says so. Under --auth on the
+// embedded server a person acts (approves, denies, resolves) as the agent
+// whose HTTP token they gave, with the roles in force (roles), through a
+// connection of that agent's inbox (actors).
+func newConsoleLink(f *serveFlags, srv *natsauth.Server, reg *natsauth.Registry, roles func() map[string][]string, actors *consoleActors, stderr io.Writer) (*console.Link, error) {
+	cfg := console.Config{Prefix: f.conn.prefix}
+	if f.authOn && srv != nil {
+		cfg.Identity = func(r *http.Request) console.Identity {
+			agent := httpd.AgentOf(r.Context())
+			return console.Identity{Agent: agent, Roles: roles()[agent]}
+		}
+		cfg.ActAs = actors.conn
+	}
+	return console.NewLink(cfg, consoleReader(f, srv, reg, stderr), func(reader string) (*nats.Conn, error) {
 		var nc *nats.Conn
 		var err error
 		switch {
@@ -59,6 +72,41 @@ func newConsoleLink(f *serveFlags, srv *natsauth.Server, reg *natsauth.Registry,
 		}
 		return nc, nil
 	})
+}
+
+// consoleActors keeps a connection per agent a person acts as in the
+// console, made on first use, each with the agent's inbox prefix.
+type consoleActors struct {
+	srv *natsauth.Server
+	mu  sync.Mutex
+	ncs map[string]*nats.Conn
+}
+
+func (a *consoleActors) conn(agent string) (*nats.Conn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if nc := a.ncs[agent]; nc != nil && !nc.IsClosed() {
+		return nc, nil
+	}
+	nc, err := a.srv.Connect(nats.Name("coagent console: "+agent), nats.CustomInboxPrefix(intents.InboxPrefix(agent)))
+	if err != nil {
+		return nil, err
+	}
+	if a.ncs == nil {
+		a.ncs = map[string]*nats.Conn{}
+	}
+	a.ncs[agent] = nc
+	return nc, nil
+}
+
+// close closes the connections made.
+func (a *consoleActors) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, nc := range a.ncs {
+		nc.Close()
+	}
+	a.ncs = nil
 }
 
 // consoleReader is whom the console reads as under reg: "" unless --auth

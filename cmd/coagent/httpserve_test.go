@@ -409,7 +409,7 @@ func TestConsoleOwnConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer serveConn.Close()
-	link, err := newConsoleLink(&serveFlags{}, srv, nil, io.Discard)
+	link, err := newConsoleLink(&serveFlags{}, srv, nil, nil, &consoleActors{srv: srv}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,4 +468,64 @@ func TestServeNotifyFlags(t *testing.T) {
 	if _, err := os.Stat(data); !os.IsNotExist(err) {
 		t.Fatalf("a refused serve made its data directory: %v", err)
 	}
+}
+
+// Under --auth a person acts in the console as the agent whose HTTP token
+// they gave (agents add --http): lina's approval through the console is
+// recorded as hers and applies the intent; an observer's token acts not
+// at all.
+func TestConsoleActsAsTheToken(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	token := func(args ...string) string {
+		t.Helper()
+		out, _, err := runCmd(t, "", append([]string{"agents", "add", "--data", data}, args...)...)
+		m := regexp.MustCompile(`HTTP token \(shown only now\): (coagent_[0-9a-f]{64})\n`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("agents add %v: %q %v", args, out, err)
+		}
+		return m[1]
+	}
+	lina := token("lina", "--role", "lead", "--http")
+	watcher := token("watcher", "--role", "observer")
+	if out, _, err := runCmd(t, "", "agents", "add", "dev", "--data", data); err != nil {
+		t.Fatalf("agents add dev: %q %v", out, err)
+	}
+	url, base, stop := serveHTTP(t, data, "--auth")
+	defer stop()
+	rulesFile := filepath.Join(dir, "rules.json")
+	writeFile(t, rulesFile, `{"rules":[{"pattern":"deploy.**","approve":{"by":["role:lead"],"timeout":"10m"}}]}`)
+	if p := runBin(t, nil, "", "rules", "set", "--nats", url, "--nkey", natsauth.SeedPath(data, "admin"), rulesFile); p.status != 0 {
+		t.Fatalf("rules set: %+v", p)
+	}
+	const id = "01JD0000000000000000000H09"
+	gated := `{"id":"` + id + `","agent":"dev","kind":"apply","writes":[{"path":"deploy.web","op":"set","value":3}]}`
+	if out, _, err := runCmd(t, gated, "submit", "--nats", url, "--nkey", natsauth.SeedPath(data, "dev"), "--timeout", "1s", "-"); !strings.Contains(out+fmt.Sprint(err), "escalated") {
+		t.Fatalf("submit as dev: %q %v", out, err)
+	}
+	vote := func(tok string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/vote", strings.NewReader(`{"case":"`+id+`","verdict":"approve","rationale":"ok"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, me := get(t, base+"/api/me", lina); code != 200 || !strings.Contains(me, `"agent":"lina"`) || !strings.Contains(me, `"read_only":false`) {
+		t.Fatalf("/api/me with lina's token: %d %s", code, me)
+	}
+	if code, body := vote(watcher); code != http.StatusForbidden || !strings.Contains(body, "agent watcher is an observer") {
+		t.Fatalf("a vote with the observer's token: %d %s", code, body)
+	}
+	natstest.CheckFor(t, 10*time.Second, "lina's approval", func() error {
+		if code, body := vote(lina); code != 200 || !strings.Contains(body, `"agent":"lina"`) || !strings.Contains(body, `"outcome":"applied"`) {
+			return fmt.Errorf("a vote with lina's token: %d %s", code, body)
+		}
+		return nil
+	})
 }

@@ -362,7 +362,15 @@ func (s *serving) startHTTP() error {
 		fmt.Fprintf(s.stderr, "coagent: warning: --http-insecure: %s answers anyone who reaches it, with no token: the console, the whole state, the log\n", hs.URL())
 	}
 	s.where += "; http on " + hs.URL()
-	if hs.link, err = newConsoleLink(f, s.srv, s.reg, s.stderr); err != nil {
+	actors := &consoleActors{srv: s.srv}
+	s.onClose(actors.close)
+	roles := func() map[string][]string {
+		if r := s.roles.Load(); r != nil {
+			return *r
+		}
+		return nil
+	}
+	if hs.link, err = newConsoleLink(f, s.srv, s.reg, roles, actors, s.stderr); err != nil {
 		return err
 	}
 	s.onClose(hs.link.Close)

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -293,4 +294,88 @@ func TestBoardInBrowser(t *testing.T) {
 	b.poll(`(() => { const ms = +document.querySelector('#board .task[data-task="tasks.t1"] .countdown')?.dataset.ms;
 		return ms > 0 && ms <= 20000; })()`, "t1's lease counting down")
 	b.shot("board")
+}
+
+// TestCasesInBrowser: a person acts on the open cases from the Arbiter
+// view. An intent a rule holds for approval shows with its diff and its
+// deadline counting down, and a badge on every view says it waits for
+// them; an approval by an agent the rule does not name is refused, in
+// words, and changes nothing; the approver's approval applies it; a
+// denial with a reason rejects another; and an escalation is settled by
+// picking its winner and writing a rationale.
+func TestCasesInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a browser; the full test run has it")
+	}
+	bctx := browser(t)
+	w := newWorld(t)
+	ctx := context.Background()
+	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"deploy.**","approve":{"by":["lina"],"timeout":"10m"}}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	gated := w.publish(w.w1, intents.Apply("release").Set("deploy.web", map[string]any{"version": 3}))
+	b := &page{t: t, ctx: bctx, dir: shots(t)}
+	card := fmt.Sprintf(`#open .case[data-case=%q]`, gated)
+
+	b.open(w.srv.URL + "/#arbiter")
+	b.waitText(card, "from w1")
+	b.waitText(card+` tr[data-path="deploy.web"] .now`, "absent")
+	b.waitText(card+` tr[data-path="deploy.web"] .after`, `{"version":3}`)
+	b.waitText(card, "needs 1 approval of lina")
+	b.poll(fmt.Sprintf(`(() => { const ms = +document.querySelector('%s .countdown')?.dataset.ms; return ms > 0 && ms <= 600000; })()`, card), "the deadline counting down")
+
+	// bob may not approve: the refusal is said, and the case stays open.
+	b.run(chromedp.SetValue(chromedp.CSS(`#act-as`), "bob"), chromedp.Click(chromedp.CSS(`#act-as-set`)))
+	b.waitText(card+` .muted`, "may not let bob vote")
+	b.click(card + ` button.approve`)
+	b.waitText(card+` .result.refused`, "agent bob may not vote on case "+gated)
+	b.shot("case-refused")
+
+	// As lina: the badge shows from another view, and her approval applies it.
+	b.run(chromedp.SetValue(chromedp.CSS(`#act-as`), "lina"), chromedp.Click(chromedp.CSS(`#act-as-set`)))
+	b.open(w.srv.URL + "/#state")
+	b.waitText(`#for-you`, "1 case waits for you")
+	b.waitText(`#who`, "acting as lina")
+	b.open(w.srv.URL + "/#arbiter")
+	b.waitText(card, "from w1")
+	b.run(chromedp.SetValue(chromedp.CSS(card+` input.why`), "the release notes are in"))
+	b.shot("case-approval")
+	b.click(card + ` button.approve`)
+	b.waitText(card+` .result.ok`, "approved: the intent was applied")
+	st, err := w.w2.Read(ctx, "deploy.web")
+	if err != nil || string(st.Values["deploy.web"].Value) != `{"version":3}` {
+		t.Fatalf("deploy.web after the approval: %+v %v", st, err)
+	}
+
+	// A denial needs a reason, and rejects the intent with it.
+	denied := w.publish(w.w1, intents.Apply("release").Set("deploy.web", map[string]any{"version": 4}))
+	card = fmt.Sprintf(`#open .case[data-case=%q]`, denied)
+	b.waitText(card, "from w1")
+	b.click(card + ` button.deny`)
+	b.waitText(card+` .result.refused`, "rationale: missing")
+	b.run(chromedp.SetValue(chromedp.CSS(card+` input.why`), "not during the freeze"))
+	b.click(card + ` button.deny`)
+	b.waitText(card+` .result.ok`, "denied: the intent was rejected (arbiter_rejected: denied by lina: not during the freeze)")
+
+	// An escalation: the person picks the winner and says why.
+	txn, err := w.w2.Propose(ctx, intents.Propose("rewrite").Write("report.outline", intents.OpSet).Lease(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txn.StopRenewing()
+	escalated := w.publish(w.w3, intents.Apply("outline").Set("report.outline", "w3's").OnConflict(intents.OnConflictEscalate))
+	card = fmt.Sprintf(`#open .case[data-case=%q]`, escalated)
+	b.waitText(card, "write-write on report.outline with w2")
+	b.click(card + fmt.Sprintf(` input.winner[value=%q]`, escalated))
+	b.run(chromedp.SetValue(chromedp.CSS(card+` input.why`), "w3's outline is the newer one"))
+	b.shot("case-escalation")
+	b.click(card + ` button.resolve`)
+	b.waitText(card+` .result.ok`, "resolved: "+escalated+" wins")
+	natstest.CheckFor(t, 10*time.Second, "the winner's write", func() error {
+		st, err := w.w2.Read(ctx, "report.outline")
+		if err != nil || string(st.Values["report.outline"].Value) != `"w3's"` {
+			return fmt.Errorf("report.outline after the resolution: %+v %v", st, err)
+		}
+		return nil
+	})
 }

@@ -3,7 +3,9 @@
 // state tree (now or at any earlier revision), the transactions in flight
 // with their lease countdown, the parked waiters and the agents' wait-for
 // graph, the arbiter queue and the dead letters, the conflict hotspots, a
-// live event feed, and the story of one intent.
+// live event feed, and the story of one intent; and it lets a person act
+// on the open cases: approve or deny an intent a rule holds for approval,
+// resolve an escalation.
 //
 // The console is an observer on NATS, never a part of the coordinator: it
 // asks the coordinator's API (state.get, txn.list, log.query,
@@ -69,6 +71,16 @@ type Config struct {
 	// that does not read for that long loses its stream. The default is
 	// 10s.
 	WriteTimeout time.Duration
+	// Identity, under serve --auth, says who a request comes from: the
+	// agent whose HTTP token admitted it. The console's actions (approve,
+	// deny, resolve) act as that agent, and a read-only identity has none.
+	// Nil: the page names the agent it acts as, which a coordinator
+	// without --auth takes as given.
+	Identity func(*http.Request) Identity
+	// ActAs returns a connection whose replies come under agent's inbox
+	// prefix, so that the coordinator knows an action as that agent's;
+	// the caller owns it. Nil: the actions go through NATS.
+	ActAs func(agent string) (*nats.Conn, error)
 }
 
 // ErrConfig is wrapped by every error of Config.Validate.
@@ -179,6 +191,10 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /api/conflicts", b.json(b.conflicts))
 	mux.HandleFunc("GET /api/story", b.json(b.story))
 	mux.HandleFunc("GET /api/events", b.events)
+	mux.HandleFunc("GET /api/me", b.json(b.me))
+	mux.HandleFunc("GET /api/cases", b.json(b.cases))
+	mux.HandleFunc("POST /api/vote", b.json(b.vote))
+	mux.HandleFunc("POST /api/resolve", b.json(b.resolve))
 	return &Console{mux: mux, b: b}, nil
 }
 

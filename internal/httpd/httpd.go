@@ -131,7 +131,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ctx, release := s.tokens.hold(r.Context(), hash)
 		defer release()
-		r = r.WithContext(ctx)
+		r = r.WithContext(context.WithValue(ctx, agentKey{}, s.tokens.agent(hash)))
 	}
 	s.mux.ServeHTTP(w, r)
 }

@@ -73,6 +73,21 @@ func (t *Tokens) Reload(reg *natsauth.Registry) {
 	}
 }
 
+// agent returns whose registry token has the hash h: "" for the token of
+// --http-token, which is nobody's.
+func (t *Tokens) agent(h string) string { return (*t.tokens.Load())[h] }
+
+type agentKey struct{}
+
+// AgentOf returns the agent whose registry token admitted the request of
+// ctx (coagent agents add prints it), or "" when none did: no --auth, or
+// the token of --http-token, which is nobody's. The console acts as that
+// agent.
+func AgentOf(ctx context.Context) string {
+	a, _ := ctx.Value(agentKey{}).(string)
+	return a
+}
+
 // None reports whether no token would be admitted.
 func (t *Tokens) None() bool { return t.extra == "" && len(*t.tokens.Load()) == 0 }
 

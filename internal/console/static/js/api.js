@@ -32,3 +32,15 @@ export function feed(filter, onEvent, onState) {
 export function skew(now) {
   return Date.parse(now) - Date.now();
 }
+
+// post sends a JSON body to an action and returns its answer; a refusal
+// is an error with the coordinator's words.
+export async function post(path, body) {
+  const url = new URL('api/' + path, document.baseURI);
+  const headers = { 'Content-Type': 'application/json' };
+  if (token) headers.Authorization = 'Bearer ' + token;
+  const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), cache: 'no-store' });
+  const answer = await res.json().catch(() => ({ error: `${res.status} ${res.statusText}` }));
+  if (!res.ok) throw new Error(answer.error || `${res.status} ${res.statusText}`);
+  return answer;
+}

@@ -1,6 +1,7 @@
 // The console's shell: the summary line, the tabs, and one view at a time
 // (the part of the address after #).
 import { get } from './api.js';
+import { whoami, mayVote } from './me.js';
 import { h } from './dom.js';
 import { showError } from './live.js';
 import stateView from './state.js';
@@ -35,6 +36,14 @@ async function summary() {
   const items = [item('rev', o.rev, '#state'), item('in flight', o.txns, '#txns'), item('waiting', o.waiters, '#waiters'),
     item('arbiter queue', o.arbiter_queue, '#arbiter'), item('dead letters', o.dead_letters, '#arbiter')];
   if (o.rules && o.rules.hash) items.push(h('span', 'rules ', h('b', String(o.rules.hash).slice(0, 12))));
+  // An open case waiting for this person shows from every view.
+  const me = await whoami();
+  if (me.agent && !me.read_only) {
+    const { cases } = await get('cases');
+    const mine = cases.filter((r) => r.kind === 'approval' && mayVote(r.case, me.agent, me.roles || []));
+    if (mine.length) items.push(h('a#for-you', { href: '#arbiter' }, h('b', String(mine.length)), mine.length === 1 ? ' case waits for you' : ' cases wait for you'));
+  }
+  items.push(h('span#who', me.known ? (me.read_only ? `read-only as ${me.agent || 'the operator'}` : `acting as ${me.agent}`) : (me.agent ? `acting as ${me.agent}` : 'not acting')));
   document.getElementById('summary').replaceChildren(...items);
 }
 

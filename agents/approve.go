@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -43,7 +44,7 @@ func (c *Client) vote(ctx context.Context, id, verdict, why string) (*VoteResult
 	return &r, nil
 }
 
-// ApprovalCases lists the open approval cases, as this client's agent may
+// ApprovalCases lists the open approval and review cases, as this client's agent may
 // see them (txn.list with its cases): each with its intent, the state of
 // the paths it writes, the values it would leave, its gate and the votes so
 // far.
@@ -59,7 +60,7 @@ func (c *Client) ApprovalCases(ctx context.Context) ([]*intents.Escalation, erro
 	}
 	var out []*intents.Escalation
 	for _, r := range reply.Cases {
-		if r.Kind == intents.CaseApproval && r.Case != nil && r.Case.Approval != nil {
+		if r.Case != nil && r.Case.Approval != nil {
 			out = append(out, r.Case)
 		}
 	}
@@ -150,4 +151,46 @@ func (c *Client) votedOn(cs *intents.Escalation) bool {
 		}
 	}
 	return false
+}
+
+// Answer answers the input case id as this client's agent: answer (any
+// value JSON can hold) is written where the asking agent said, once it
+// satisfies the question's schema.
+func (c *Client) Answer(ctx context.Context, id string, answer any, why string) (*VoteResult, error) {
+	raw, err := json.Marshal(answer)
+	if err != nil {
+		return nil, fmt.Errorf("agents: answer %s: %w", id, err)
+	}
+	var r VoteResult
+	v := intents.Vote{Case: id, Agent: c.name, Verdict: intents.VerdictAnswer, Rationale: why, Answer: raw}
+	if err := c.request(ctx, intents.APICaseVote, v, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Ask asks a person (or any agent the ask names) the question q, and waits
+// until ctx ends for the answer, which the coordinator writes at path: an
+// input case (kind input) that coagent case answer, the console, the MCP
+// tool answer or Answer settles. It returns the answer as written; a
+// refusal (nobody answered by q's timeout: wait_timeout; denied:
+// arbiter_rejected) is a *RejectedError. Calling it again after ctx ended
+// asks again; to come back for an answer, read path.
+func (c *Client) Ask(ctx context.Context, path string, q intents.Ask) (json.RawMessage, error) {
+	in, err := intents.Apply("ask").Set(path, nil).Meta(intents.MetaAsk, q).Build()
+	if err != nil {
+		return nil, fmt.Errorf("agents: ask: %w", err)
+	}
+	d, err := c.Submit(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := expect(d, intents.OutcomeApplied); err != nil {
+		return nil, err
+	}
+	st, err := c.Read(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("agents: ask: read the answer at %s: %w", path, err)
+	}
+	return json.RawMessage(st.Values[path].Value), nil
 }

@@ -2,6 +2,7 @@ package agents_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natsauth"
 	"github.com/coagent/coagent/internal/natstest"
@@ -125,5 +127,45 @@ func TestApproverOverTheWire(t *testing.T) {
 	var got struct{ Version int }
 	if err := st.Values["deploy.web"].Decode(&got); err != nil || got.Version != 7 {
 		t.Fatalf("deploy.web after the approvals: %+v %v", st.Values["deploy.web"], err)
+	}
+}
+
+// An agent asks a question and waits; another answers it (the answer the
+// schema refuses first, which changes nothing); the asker's Ask returns
+// the answer, written where it said.
+func TestAskAndAnswer(t *testing.T) {
+	w := newWorld(t, coordinator.Options{})
+	ctx := ctxFor(t, 60*time.Second)
+	asker, ana := w.client("w1"), w.client("ana")
+	got := make(chan json.RawMessage, 1)
+	go func() {
+		v, err := asker.Ask(ctx, "plan.budget", intents.Ask{Question: "What is the budget?", Schema: json.RawMessage(`{"type":"number","minimum":0}`), By: []string{"ana"}})
+		if err != nil {
+			t.Errorf("Ask: %v", err)
+		}
+		got <- v
+	}()
+	var cases []*intents.Escalation
+	natstest.CheckFor(t, 20*time.Second, "the question", func() error {
+		var err error
+		if cases, err = ana.ApprovalCases(ctx); err != nil || len(cases) != 1 {
+			return fmt.Errorf("open cases: %v %v", cases, err)
+		}
+		return nil
+	})
+	c := cases[0]
+	if c.Kind != intents.CaseInput || c.Approval.Ask == nil || c.Approval.Ask.Question != "What is the budget?" {
+		t.Fatalf("the input case: %+v", c)
+	}
+	var api *agents.APIError
+	if _, err := ana.Answer(ctx, c.ID, "lots", ""); !errors.As(err, &api) || !strings.Contains(api.Description, "does not satisfy the question's schema") {
+		t.Fatalf("an answer the schema refuses: %v", err)
+	}
+	r, err := ana.Answer(ctx, c.ID, 12000, "from the plan")
+	if err != nil || r.Decision == nil || r.Decision.Outcome != intents.OutcomeApplied {
+		t.Fatalf("ana's answer: %+v %v", r, err)
+	}
+	if v := <-got; string(v) != "12000" {
+		t.Fatalf("the asker got %s, want 12000", v)
 	}
 }

@@ -178,7 +178,7 @@ func (s *Service) untold(o *output) {
 // ones to the dead-letter stream, and notes those it settled.
 func (s *Service) publishCases(g *Group) {
 	for _, cs := range g.Cases {
-		if cs.Kind == intents.CaseApproval {
+		if cs.Approval != nil {
 			continue // for its approvers (notices, case.vote), not the arbiters
 		}
 		s.cases.published(cs.ID, s.publishCase(s.subj.Escalations(), cs))

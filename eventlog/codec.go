@@ -29,7 +29,10 @@ import (
 //	          (Received.TraceError, a string, only beside a Received),
 //	          NoticeFence (Notice.Fence, a uvarint, only beside a Notice),
 //	          Vote, and Gate (Wait.Gate: rule and quorum uvarints, path,
-//	          by, fallback; only beside a Wait), and its other bits are
+//	          by, fallback, review, refusal, and the pointer Ask: question,
+//	          schema as raw bytes, by, timeout_ms varint; only beside a
+//	          Wait; Vote: case, agent, verdict, rationale, answer as raw
+//	          bytes), and its other bits are
 //	          unused (ErrCorrupt). Then each present
 //	          payload in that order, fields in struct order; Trace and
 //	          TraceError are set only when not empty (an empty one is
@@ -357,6 +360,7 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendString(dst, p.Agent)
 		dst = appendString(dst, p.Verdict)
 		dst = appendString(dst, p.Rationale)
+		dst = appendRaw(dst, p.Answer)
 	}
 	if mask2&hasGate != 0 {
 		g := ev.Wait.Gate
@@ -365,6 +369,17 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendStrings(dst, g.By)
 		dst = binary.AppendUvarint(dst, uint64(g.Quorum))
 		dst = appendString(dst, g.Fallback)
+		dst = appendString(dst, string(g.Review))
+		dst = appendString(dst, g.Refusal)
+		if a := g.Ask; a == nil {
+			dst = append(dst, 0)
+		} else {
+			dst = append(dst, 1)
+			dst = appendString(dst, a.Question)
+			dst = appendRaw(dst, a.Schema)
+			dst = appendStrings(dst, a.By)
+			dst = binary.AppendVarint(dst, a.TimeoutMS)
+		}
 	}
 	return dst
 }
@@ -768,6 +783,7 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		p.Agent = r.string("agent")
 		p.Verdict = r.string("verdict")
 		p.Rationale = r.string("rationale")
+		p.Answer = r.raw("answer")
 		ev.Vote = p
 	}
 	if mask2&hasGate != 0 {
@@ -779,6 +795,16 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		g.By = r.strings("gate.by")
 		g.Quorum = int(min(r.uvarint("gate.quorum"), 1<<31))
 		g.Fallback = r.string("gate.fallback")
+		g.Review = intents.Reason(r.string("gate.review"))
+		g.Refusal = r.string("gate.refusal")
+		if r.presence("gate.ask") {
+			a := &intents.Ask{}
+			a.Question = r.string("gate.ask.question")
+			a.Schema = r.raw("gate.ask.schema")
+			a.By = r.strings("gate.ask.by")
+			a.TimeoutMS = r.varint("gate.ask.timeout_ms")
+			g.Ask = a
+		}
 		if ev.Wait == nil {
 			r.failAt(at, "gate", "set on an event without a wait payload")
 		} else {

@@ -305,6 +305,22 @@ func codecFixtures() []codecCase {
 	ev.Wait.Gate = &intents.Gate{Rule: 3, Path: "deploy.web", By: []string{"role:lead", "ana"}, Quorum: 2, Fallback: intents.FallbackReject}
 	add("approval-case", ev)
 
+	ev = env(19, intents.EventEscalate)
+	ev.Wait = codecFullWait()
+	ev.Wait.Gate = &intents.Gate{Path: "tasks.t1.status", By: []string{"lead"}, Quorum: 1, Fallback: intents.FallbackReject,
+		Review: intents.ReasonIllegalTransition, Refusal: "tasks.t1.status: DONE → PENDING is not a transition of rules[0]"}
+	add("review-case", ev)
+
+	ev = env(20, intents.EventEscalate)
+	ev.Wait = codecFullWait()
+	ev.Wait.Gate = &intents.Gate{Path: "plan.budget", Quorum: 1, Fallback: intents.FallbackReject,
+		Ask: &intents.Ask{Question: "What budget?", Schema: json.RawMessage(`{"type":"number"}`), By: []string{"role:lead"}, TimeoutMS: 60000}}
+	add("input-case", ev)
+
+	ev = env(21, intents.EventVote)
+	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictAnswer, Answer: json.RawMessage(`12000`)}
+	add("answer", ev)
+
 	ev = env(18, intents.EventVote)
 	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictDeny, Rationale: "not before the freeze ends"}
 	add("vote", ev)
@@ -685,10 +701,14 @@ func (g codecGen) event() *intents.Event {
 		ev.Rules = &intents.Rules{File: g.raw(), Hash: g.str(), Source: g.str()}
 	}
 	if mask2&hasVote != 0 {
-		ev.Vote = &intents.Vote{Case: g.str(), Agent: g.str(), Verdict: g.str(), Rationale: g.str()}
+		ev.Vote = &intents.Vote{Case: g.str(), Agent: g.str(), Verdict: g.str(), Rationale: g.str(), Answer: g.raw()}
 	}
 	if ev.Wait != nil && mask2&hasGate != 0 {
-		ev.Wait.Gate = &intents.Gate{Rule: int(g.r.IntN(1 << 20)), Path: g.str(), By: g.strs(), Quorum: g.r.IntN(200), Fallback: g.str()}
+		ev.Wait.Gate = &intents.Gate{Rule: int(g.r.IntN(1 << 20)), Path: g.str(), By: g.strs(), Quorum: g.r.IntN(200), Fallback: g.str(),
+			Review: intents.Reason(g.str()), Refusal: g.str()}
+		if g.r.IntN(2) == 0 {
+			ev.Wait.Gate.Ask = &intents.Ask{Question: g.str(), Schema: g.raw(), By: g.strs(), TimeoutMS: g.i64()}
+		}
 	}
 	if mask2&hasTrace != 0 || g.r.IntN(8) == 0 {
 		ev.Trace = "t" + g.str() // never empty: the codec writes no empty trace
@@ -1117,7 +1137,7 @@ func TestDecodeMalformed(t *testing.T) {
 		{"v2 unknown mask bit", cat2([]byte{0, 0x40}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x40", n+1)},
 		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xc0", n+1)},
 		// Bit 5: an approval case's gate, never without a wait.
-		{"gate without wait", cat2([]byte{0, hasGate, 0, 0, 1, 0, 0}),
+		{"gate without wait", cat2([]byte{0, hasGate, 0, 0, 1, 0, 0, 0, 0, 0}),
 			fmt.Sprintf("byte %d: wait.gate: set on an event without a wait payload", n+2)},
 		// Bit 3: a notice's fence, never 0 and never without a notice.
 		{"notice fence without notice", cat2([]byte{0, hasNoticeFence, 1}),

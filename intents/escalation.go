@@ -1,6 +1,13 @@
 package intents
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Escalation is an arbiter's case (SPEC §5): an intent that conflicted with
 // on_conflict=escalate, what it conflicted with, the current values and
@@ -35,6 +42,8 @@ type Escalation struct {
 const (
 	CaseConflict = "conflict"
 	CaseApproval = "approval"
+	CaseReview   = "review"
+	CaseInput    = "input"
 )
 
 // Gate is what a board rule's approve asks of an intent that writes under
@@ -52,7 +61,43 @@ type Gate struct {
 	// Fallback is what its deadline does without a quorum: FallbackReject
 	// or FallbackApply.
 	Fallback string `json:"fallback"`
+	// Review, on a review case, is the reason the intent was refused for
+	// (illegal_transition, precondition_failed), and Refusal the detail of
+	// that refusal: approved, the intent is decided with that check
+	// waived; denied or unanswered, it is refused for it.
+	Review  Reason `json:"review,omitempty"`
+	Refusal string `json:"refusal,omitempty"`
+	// Ask, on an input case, is the question its agent asked (the
+	// intent's meta.ask): the answer is the value of its one write.
+	Ask *Ask `json:"ask,omitempty"`
 }
+
+// Ask is an input request: a question for a person, the JSON Schema its
+// answer must satisfy, who may answer it and for how long it waits. An
+// agent asks it as the meta.ask of an apply of one set, whose value is
+// null until someone answers.
+type Ask struct {
+	Question string          `json:"question"`
+	Schema   json.RawMessage `json:"schema,omitempty"`
+	// By are the agents and "role:NAME"s who may answer; none: any agent
+	// but the one asking.
+	By []string `json:"by,omitempty"`
+	// TimeoutMS is how long it waits for an answer, in milliseconds; none:
+	// DefaultAskTimeout.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// MetaAsk is the key of Intent.Meta that makes an apply an input request.
+const MetaAsk = "ask"
+
+// DefaultAskTimeout is how long an input request waits when it names no
+// timeout, and MaxAskTimeout the longest it may; MaxQuestion bounds a
+// question.
+const (
+	DefaultAskTimeout = 30 * time.Minute
+	MaxAskTimeout     = 7 * 24 * time.Hour
+	MaxQuestion       = 4096
+)
 
 // The fallbacks of a Gate.
 const (
@@ -75,14 +120,18 @@ type Approval struct {
 type Vote struct {
 	Case      string `json:"case"`
 	Agent     string `json:"agent"`
-	Verdict   string `json:"verdict"` // VerdictApprove or VerdictDeny
+	Verdict   string `json:"verdict"` // VerdictApprove, VerdictDeny or VerdictAnswer
 	Rationale string `json:"rationale,omitempty"`
+	// Answer is the value an answer gives an input case.
+	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
-// The verdicts of a Vote.
+// The verdicts of a Vote: an answer is an input case's, and carries
+// the value.
 const (
 	VerdictApprove = "approve"
 	VerdictDeny    = "deny"
+	VerdictAnswer  = "answer"
 )
 
 // Holder is the transaction in flight an escalated intent conflicts with.
@@ -135,4 +184,48 @@ func (c *Escalation) Proposes() []*Intent {
 		}
 	}
 	return out
+}
+
+// AskOf returns the input request an intent's meta carries (meta.ask),
+// nil when it carries none; an ask that is not an object of the fields of
+// Ask is an error naming the field.
+func AskOf(meta json.RawMessage) (*Ask, error) {
+	if !bytes.Contains(meta, []byte(`"`+MetaAsk+`"`)) {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(meta, &m) != nil {
+		return nil, nil
+	}
+	raw, ok := m[MetaAsk]
+	if !ok {
+		return nil, nil
+	}
+	ask := new(Ask)
+	if err := strictUnmarshal(raw, ask); err != nil || firstByte(raw) != '{' {
+		return nil, fmt.Errorf("intent field meta.ask: want an object {question, schema, by, timeout_ms}, not %s", Clip(string(raw), 80))
+	}
+	switch {
+	case strings.TrimSpace(ask.Question) == "":
+		return nil, errors.New("intent field meta.ask.question: missing: ask something")
+	case len(ask.Question) > MaxQuestion:
+		return nil, fmt.Errorf("intent field meta.ask.question: %d bytes, above %d", len(ask.Question), MaxQuestion)
+	case ask.TimeoutMS < 0 || ask.TimeoutMS > MaxAskTimeout.Milliseconds():
+		return nil, fmt.Errorf("intent field meta.ask.timeout_ms = %d: want 0 (%s) to %d", ask.TimeoutMS, DefaultAskTimeout, MaxAskTimeout.Milliseconds())
+	}
+	for i, p := range ask.By {
+		name, _ := strings.CutPrefix(p, "role:")
+		if !ValidSegment(name) {
+			return nil, fmt.Errorf("intent field meta.ask.by[%d] = %q: want an agent name or role:NAME", i, Clip(p, 80))
+		}
+	}
+	return ask, nil
+}
+
+// Timeout is how long the ask waits for an answer.
+func (a *Ask) Timeout() time.Duration {
+	if a.TimeoutMS == 0 {
+		return DefaultAskTimeout
+	}
+	return time.Duration(a.TimeoutMS) * time.Millisecond
 }

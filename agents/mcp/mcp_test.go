@@ -1330,6 +1330,35 @@ func TestApproverTools(t *testing.T) {
 	if d := <-final; d == nil || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("dev's decision: %+v", d)
 	}
+	// A question: the approver answers it; an answer the schema refuses
+	// is a tool error.
+	asked := make(chan json.RawMessage, 1)
+	go func() {
+		v, err := dev.Ask(ctx, "plan.budget", intents.Ask{Question: "What budget?", Schema: json.RawMessage(`{"type":"number"}`)})
+		if err != nil {
+			t.Errorf("Ask: %v", err)
+		}
+		asked <- v
+	}()
+	natstest.CheckFor(t, 20*time.Second, "the question", func() error {
+		lina.call("approvals", map[string]any{}, &list)
+		if len(list.Cases) != 1 || list.Cases[0].Kind != intents.CaseInput || list.Cases[0].Ask == nil {
+			return fmt.Errorf("approvals: %+v", list)
+		}
+		return nil
+	})
+	q := list.Cases[0].ID
+	if res := lina.call("answer", map[string]any{"case": q, "answer": "lots"}, &out); !res.IsError || out.OK {
+		t.Fatalf("an answer the schema refuses: %s", text(res))
+	}
+	out = mcp.VoteOutput{}
+	if res := lina.call("answer", map[string]any{"case": q, "answer": 12000}, &out); res.IsError || out.Decision == nil || out.Decision.Outcome != intents.OutcomeApplied {
+		t.Fatalf("lina's answer: %s", text(res))
+	}
+	if v := <-asked; string(v) != "12000" {
+		t.Fatalf("the asker got %s", v)
+	}
+
 	// Without Options.Approver the session has no such tool.
 	w1 := b.open("w1", mcp.Options{})
 	tools, err := w1.cs.ListTools(ctx, nil)

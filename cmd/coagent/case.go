@@ -137,12 +137,36 @@ func newCaseCmd(e *env) *cobra.Command {
 		cmd.Flags().StringVar(&as, "agent", "", "the approver the vote is sent as")
 		return cmd
 	}
+	var answerWhy, answerAs string
+	var answerString bool
+	answer := &cobra.Command{
+		Use:   "answer ID VALUE",
+		Short: "answer an input case (an agent's question, meta.ask): VALUE, JSON, is written where the agent said",
+		Long: "Send the answer to input case ID (case.vote, verdict answer) as --agent (default the agent of --nkey, else " + defaultKVAgent + ").\n" +
+			"VALUE is JSON (42, \"text\", {\"a\": 1}); --string takes it as a string. It must satisfy the question's schema; the\n" +
+			"agent's intent is then decided with it as its write's value.",
+		Args: argsBetween(2, 2, "ID VALUE"),
+		RunE: func(c *cobra.Command, args []string) error {
+			value := []byte(args[1])
+			if answerString || !json.Valid(value) {
+				if !answerString {
+					return usagef(c, "VALUE %q: not JSON (quote a string, or give --string)", intents.Clip(args[1], 80))
+				}
+				value, _ = json.Marshal(args[1])
+			}
+			v := intents.Vote{Case: args[0], Agent: retryAgent(&conn, answerAs), Verdict: intents.VerdictAnswer, Rationale: answerWhy, Answer: value}
+			return castVote(c.Context(), &conn, v, out.json(), e.stdout)
+		},
+	}
+	answer.Flags().StringVar(&answerWhy, "rationale", "", "why, recorded with the answer")
+	answer.Flags().StringVar(&answerAs, "agent", "", "the agent the answer is sent as")
+	answer.Flags().BoolVar(&answerString, "string", false, "VALUE is a string, even when it reads as JSON")
 	approve := voteCmd(intents.VerdictApprove, "approve ID", "approve an approval case: the intent is decided once its quorum has approved")
 	deny := voteCmd(intents.VerdictDeny, "deny ID", "deny an approval case: the intent is rejected (arbiter_rejected), naming who denied it and --reason")
 	c := group(&cobra.Command{
 		Use:   "case",
-		Short: "list, show, approve, deny or resolve the open cases (escalations waiting for an arbiter, intents waiting for approval, tasks to reconcile)",
-	}, list, show, approve, deny, resolve)
+		Short: "list, show, approve, deny, answer or resolve the open cases (escalations waiting for an arbiter, intents waiting for approval or review, questions, tasks to reconcile)",
+	}, list, show, approve, deny, answer, resolve)
 	conn.register(c.PersistentFlags(), e.defaultNATS())
 	out.register(c.PersistentFlags(), true)
 	return c
@@ -170,7 +194,7 @@ func castVote(ctx context.Context, conn *natsFlags, v intents.Vote, asJSON bool,
 	if err := json.Unmarshal(data, &reply); err != nil {
 		return fmt.Errorf("case.vote: the coordinator answered %q: %w", intents.Clip(string(data), 200), err)
 	}
-	past := map[string]string{intents.VerdictApprove: "approved", intents.VerdictDeny: "denied"}[v.Verdict]
+	past := map[string]string{intents.VerdictApprove: "approved", intents.VerdictDeny: "denied", intents.VerdictAnswer: "answered"}[v.Verdict]
 	fmt.Fprintf(stdout, "%s %s as %s\n", past, v.Case, reply.Agent)
 	switch d := reply.Decision; {
 	case d == nil:
@@ -232,6 +256,10 @@ func printCases(rows []caseRow, asJSON bool, stdout, stderr io.Writer) error {
 		}
 		var cs []string
 		for _, cf := range r.Conflicts {
+			if cf.Kind == intents.ConflictApproval && r.Kind == intents.CaseInput {
+				cs = append(cs, fmt.Sprintf("a question, the answer for %s", cf.Path))
+				continue
+			}
 			if cf.Kind == intents.ConflictApproval {
 				cs = append(cs, fmt.Sprintf("approval of %s: %d of %d by %s", cf.Path, r.Approvals, r.Quorum, strings.Join(r.By, ", ")))
 				continue

@@ -348,3 +348,61 @@ func TestCaseApprove(t *testing.T) {
 	run(0, `no open cases`, "case", "list")
 	run(0, `^deploy\.web = {"version":3}`, "get", "deploy.web")
 }
+
+// A refused transition sent to review: case list shows it as kind review,
+// and a reviewer's approval from the command line applies it.
+func TestCaseReview(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	rules := filepath.Join(dir, "rules.json")
+	if err := os.WriteFile(rules, []byte(`{"rules":[{"pattern":"tasks.*.status","transitions":{"PENDING":["RUNNING"],"RUNNING":["DONE"]},
+		"review":{"by":["lina"],"timeout":"10m"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(status int, out string, args ...string) {
+		t.Helper()
+		p := runBin(t, []string{"NATS_URL=" + url}, "", args...)
+		if p.status != status || !regexp.MustCompile(out).MatchString(p.stdout+p.stderr) {
+			t.Fatalf("coagent %s: %+v", strings.Join(args, " "), p)
+		}
+	}
+	run(0, ``, "rules", "set", rules)
+	run(0, `^applied`, "put", "tasks.t1.status", `"PENDING"`, "--agent", "w1")
+	id := ulid.Make().String()
+	skip := `{"id":"` + id + `","agent":"w1","kind":"apply","writes":[{"path":"tasks.t1.status","op":"set","value":"DONE"}]}`
+	if out, _, _ := runCmd(t, skip, "submit", "--nats", url, "--timeout", "1s", "-"); !strings.Contains(out, "escalated") {
+		t.Fatalf("an illegal transition under review: %q", out)
+	}
+	run(0, `(?m)^`+id+` +review +\S+ +w1 +apply +approval of tasks\.t1\.status: 0 of 1 by lina$`, "case", "list")
+	run(0, `"refusal": "tasks.t1.status: \\"PENDING\\" → DONE is not a legal transition`, "case", "show", id)
+	run(0, `^approved `+id+` as lina\nintent `+id+`: applied\n$`, "case", "approve", id, "--agent", "lina", "--rationale", "done offline")
+	run(0, `^tasks\.t1\.status = "DONE"`, "get", "tasks.t1.status")
+}
+
+// An agent's question (meta.ask) is an open case of kind input: a person
+// answers it from the command line, an answer the question's schema
+// refuses changes nothing, and the answer is written where the agent said.
+func TestCaseAnswer(t *testing.T) {
+	url, stop := serve(t, filepath.Join(t.TempDir(), "data"))
+	defer stop()
+	run := func(status int, out string, args ...string) {
+		t.Helper()
+		p := runBin(t, []string{"NATS_URL=" + url}, "", args...)
+		if p.status != status || !regexp.MustCompile(out).MatchString(p.stdout+p.stderr) {
+			t.Fatalf("coagent %s: %+v", strings.Join(args, " "), p)
+		}
+	}
+	id := ulid.Make().String()
+	ask := `{"id":"` + id + `","agent":"w1","kind":"apply","writes":[{"path":"plan.budget","op":"set","value":null}],
+		"meta":{"ask":{"question":"What is the budget?","schema":{"type":"number"}}}}`
+	if out, _, _ := runCmd(t, ask, "submit", "--nats", url, "--timeout", "1s", "-"); !strings.Contains(out, "escalated") {
+		t.Fatalf("the question: %q", out)
+	}
+	run(0, `(?m)^`+id+` +input +\S+ +w1 +apply +a question, the answer for plan\.budget$`, "case", "list")
+	run(0, `"question": "What is the budget\?"`, "case", "show", id)
+	run(2, `VALUE "lots": not JSON`, "case", "answer", id, "lots", "--agent", "ana")
+	run(1, `does not satisfy the question's schema`, "case", "answer", id, "lots", "--string", "--agent", "ana")
+	run(0, `^answered `+id+` as ana\nintent `+id+`: applied\n$`, "case", "answer", id, "12000", "--agent", "ana")
+	run(0, `^plan\.budget = 12000`, "get", "plan.budget")
+}

@@ -339,6 +339,20 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		e.reject(in, intents.ReasonInvalid, fmt.Sprintf("intent field wait_ms = %d: above the %s limit", in.WaitMS, e.cfg.MaxWait), nil)
 		return
 	}
+	if p == nil || !p.answered {
+		if ask, err := intents.AskOf(in.Meta); err != nil || ask != nil {
+			if err == nil {
+				err = checkAsk(in, ask)
+			}
+			if err != nil {
+				e.reject(in, intents.ReasonInvalid, err.Error(), nil)
+				return
+			}
+			e.gate(in, p, rules.Gate{Gate: intents.Gate{Path: in.Writes[0].Path, By: ask.By, Quorum: 1,
+				Fallback: intents.FallbackReject, Ask: ask}, Timeout: ask.Timeout()})
+			return
+		}
+	}
 	if p == nil || !p.approved {
 		if g, ok := e.rules.Gate(in.Agent, writes); ok && (in.Kind == intents.KindApply || in.Kind == intents.KindPropose) {
 			e.gate(in, p, g)
@@ -359,9 +373,17 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		e.onConflict(in, p, conflicts)
 		return
 	}
+	// A review's approval lets through what it reviewed.
+	var waive intents.Reason
+	if p != nil && p.approved && p.gate != nil {
+		waive = p.gate.Review
+	}
 	for i, c := range pre {
+		if waive == intents.ReasonPreconditionFailed {
+			break
+		}
 		if v := e.holds(c, "pre", i, in, nil); v != nil {
-			e.reject(in, v.Reason, v.Detail, e.lostTo(c, in, v))
+			e.refuse(in, p, writes, v.Reason, v.Detail, e.lostTo(c, in, v))
 			return
 		}
 	}
@@ -369,7 +391,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		e.grant(in, reads, merges)
 		return
 	}
-	plan, v := e.plan(in, in.Writes, post, invs, settled)
+	plan, v := e.plan(in, in.Writes, post, invs, settled, waive)
 	if v != nil && v.Contradiction {
 		// Two facts on one subject are not last-writer-wins: the arbiter
 		// settles them, whatever the intent's own policy.
@@ -377,7 +399,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	if v != nil {
-		e.reject(in, v.Reason, v.Detail, nil)
+		e.refuse(in, p, writes, v.Reason, v.Detail, nil)
 		return
 	}
 	merged := e.mergedWith("", conflictWrites(in), merges)
@@ -398,7 +420,7 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 // rules' state machines and schemas, and the postconditions and invariants
 // against the state after them. It returns the planned change, or why it
 // is refused. settled is as for decideNew.
-func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.Condition, invs []rules.Check, settled bool) ([]intents.Applied, *rules.Violation) {
+func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.Condition, invs []rules.Check, settled bool, waive intents.Reason) ([]intents.Applied, *rules.Violation) {
 	plan, err := e.tree.Plan(writes)
 	if err != nil {
 		return nil, &rules.Violation{Reason: intents.ReasonInvalid, Detail: err.Error()}
@@ -415,7 +437,7 @@ func (e *Engine) plan(in *intents.Intent, writes []intents.Write, post []*cond.C
 		if v := e.checkClaims(in, appliedPaths(plan), after); v != nil {
 			return nil, v
 		}
-		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, settled); v != nil {
+		if v := e.rules.CheckChange(in.Agent, appliedPaths(plan), e.tree, after, settled, waive); v != nil {
 			return nil, v
 		}
 		for i, c := range post {
@@ -777,7 +799,7 @@ func (e *Engine) commit(in *intents.Intent) {
 			return
 		}
 	}
-	plan, v := e.plan(in, writes, post, e.rules.Invariants(paths), false)
+	plan, v := e.plan(in, writes, post, e.rules.Invariants(paths), false, "")
 	if v != nil && v.Contradiction {
 		// A commit cannot wait for an arbiter: its transaction stays open
 		// to commit a fact that supersedes the one in force, or to end.

@@ -123,6 +123,9 @@ type parked struct {
 	gate     *intents.Gate
 	votes    []intents.Vote
 	approved bool
+	// answered says an input case was answered: in holds the answer as
+	// its write's value from then on.
+	answered bool
 }
 
 // load counts what one agent holds, for rate limiting.

@@ -46,6 +46,12 @@ func (e *Engine) Case(id string) (*intents.Escalation, bool) {
 	}
 	if p.gate != nil {
 		c.Kind, c.Approval = intents.CaseApproval, e.approvalOf(p)
+		switch {
+		case p.gate.Review != "":
+			c.Kind = intents.CaseReview
+		case p.gate.Ask != nil:
+			c.Kind = intents.CaseInput
+		}
 	}
 	return c, true
 }
@@ -88,7 +94,7 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	case p == nil || !p.escalated:
 		return refuse("escalation %s is not open: unknown, already resolved, or past its deadline", res.Escalation)
 	case p.gate != nil:
-		return refuse("case %s waits for approval (%s), not for an arbiter: approve or deny it (case.vote)", res.Escalation, describeGate(*p.gate))
+		return refuse("case %s waits for %s, not for an arbiter: %s it (case.vote)", res.Escalation, describeGate(*p.gate), actOn(*p.gate))
 	}
 	c, _ := e.Case(res.Escalation)
 	// The rule of what fits a case is the arbiters' as much as ours: one

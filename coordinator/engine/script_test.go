@@ -42,6 +42,8 @@ import (
 //	claims              print the task claims under leases
 //	vote <agent> <case> <verdict> [why...]
 //	                    give the engine an approver's vote on an approval case
+//	vote <agent> <case> answer <json> [why...]
+//	                    and an answer to an input case
 //
 // In inputs, $name stands for a ULID derived from name (an intent id) and
 // $Tn for the n-th transaction id the engine handed out; outputs use the
@@ -196,6 +198,9 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 			d.Fatalf(t, "vote: want <agent> <case> <verdict> [why...]")
 		}
 		v := &intents.Vote{Agent: args[0], Case: r.id(args[1]), Verdict: args[2], Rationale: strings.Join(args[3:], " ")}
+		if v.Verdict == intents.VerdictAnswer && len(args) > 3 {
+			v.Answer, v.Rationale = json.RawMessage(args[3]), strings.Join(args[4:], " ")
+		}
 		ready, err := r.e.Vote(r.now, v, nil)
 		r.log = append(r.log, ready.Events...)
 		lines := r.describe(ready.Events)

@@ -39,7 +39,7 @@ func ExampleCompile() {
 		fmt.Println(err)
 		return
 	}
-	v := set.CheckChange("c1", []string{"tasks.t1.status"}, before, before.After(plan), false)
+	v := set.CheckChange("c1", []string{"tasks.t1.status"}, before, before.After(plan), false, "")
 	fmt.Println(v.Reason, "-", v.Detail)
 
 	// An error names the field and what is wrong with it.

@@ -109,7 +109,25 @@ type Rule struct {
 	// above one) for approval by people or programs: it becomes an
 	// approval case, and is decided from scratch once approved.
 	Approve *Approve `json:"approve,omitempty"`
+	// Review sends what would be refused for a logical reason, on a path
+	// the pattern covers, to people instead: a review case, which applies
+	// the intent with that check waived once approved.
+	Review *Review `json:"review,omitempty"`
 }
+
+// Review is a rule's review of refusals.
+type Review struct {
+	// By, Quorum and Timeout are as an Approve's.
+	By      []string `json:"by"`
+	Quorum  int      `json:"quorum,omitempty"`
+	Timeout string   `json:"timeout,omitempty"`
+	// On are the reasons reviewed: illegal_transition and
+	// precondition_failed (the default, both).
+	On []intents.Reason `json:"on,omitempty"`
+}
+
+// Reviewable are the reasons a rule's review may take.
+var Reviewable = []intents.Reason{intents.ReasonIllegalTransition, intents.ReasonPreconditionFailed}
 
 // Approve is a rule's approval gate.
 type Approve struct {
@@ -220,6 +238,7 @@ type compiled struct {
 	schema  *jsonschema.Schema
 	lease   time.Duration
 	approve time.Duration // the approval gate's timeout; 0 without one
+	review  time.Duration // the review's timeout; 0 without one
 }
 
 type invariant struct {
@@ -447,6 +466,17 @@ func compileRule(i int, r Rule) (compiled, error) {
 			return c, err
 		}
 	}
+	if rv := r.Review; rv != nil {
+		a := &Approve{By: rv.By, Quorum: rv.Quorum, Timeout: rv.Timeout}
+		if c.review, err = compileApprove(field+".review", a); err != nil {
+			return c, err
+		}
+		for j, reason := range rv.On {
+			if !slices.Contains(Reviewable, reason) {
+				return c, bad(fmt.Sprintf("%s.review.on[%d]", field, j), "%q: want %s or %s", reason, Reviewable[0], Reviewable[1])
+			}
+		}
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -510,10 +540,35 @@ func (s *Set) Gate(agent string, writes []string) (Gate, bool) {
 	return Gate{}, false
 }
 
+// Review returns the review a refusal for reason of agent's writes goes
+// to: that of the first rule, in order, whose review takes reason and
+// covers one of writes (or lies under one); false when none does.
+func (s *Set) Review(agent string, writes []string, reason intents.Reason, refusal string) (Gate, bool) {
+	if s == nil {
+		return Gate{}, false
+	}
+	for _, r := range s.rules {
+		rv := r.Review
+		if rv == nil || len(rv.On) > 0 && !slices.Contains(rv.On, reason) {
+			continue
+		}
+		for _, w := range writes {
+			if r.pat.Overlaps(w) {
+				return Gate{Gate: intents.Gate{Rule: r.index, Path: w, By: rv.By, Quorum: max(rv.Quorum, 1),
+					Fallback: intents.FallbackReject, Review: reason, Refusal: intents.Clip(refusal, maxRefusal)}, Timeout: r.review}, true
+			}
+		}
+	}
+	return Gate{}, false
+}
+
+// maxRefusal bounds the refusal a review case keeps.
+const maxRefusal = 1024
+
 // Allowed reports whether agent is one of principals (agent names and
 // "role:NAME"s) under the roles the set gives.
 func (s *Set) Allowed(agent string, principals []string) bool {
-	return s != nil && s.allowed(agent, principals)
+	return s.allowed(agent, principals)
 }
 
 // Members returns the agents the set knows that are among principals:
@@ -840,7 +895,7 @@ type Violation struct {
 // the arbiter can settle a contradiction but not make an invalid value
 // valid; and not at all when settled (an arbiter ruled on the change: its
 // fact supersedes the one in force).
-func (s *Set) CheckChange(agent string, writes []string, before, after cond.Reader, settled bool) *Violation {
+func (s *Set) CheckChange(agent string, writes []string, before, after cond.Reader, settled bool, waive intents.Reason) *Violation {
 	if s == nil {
 		return nil
 	}
@@ -855,7 +910,7 @@ func (s *Set) CheckChange(agent string, writes []string, before, after cond.Read
 			}
 			operator := len(r.Operators) > 0 && s.allowed(agent, r.Operators)
 			for _, p := range r.pat.concrete(w, before, after) {
-				v := r.check(p, agent, operator, before, after)
+				v := r.check(p, agent, operator, before, after, waive)
 				switch {
 				case v == nil:
 				case !v.Contradiction:
@@ -871,7 +926,7 @@ func (s *Set) CheckChange(agent string, writes []string, before, after cond.Read
 
 // check checks the value at p. A contradiction does not end it: the
 // value's schema is checked too, and refuses it first.
-func (r *compiled) check(p, agent string, operator bool, before, after cond.Reader) *Violation {
+func (r *compiled) check(p, agent string, operator bool, before, after cond.Reader, waive intents.Reason) *Violation {
 	nv, nok := after.Get(p)
 	ov, ook := before.Get(p)
 	if nok == ook && (!nok || equalJSON(ov, nv)) {
@@ -881,10 +936,13 @@ func (r *compiled) check(p, agent string, operator bool, before, after cond.Read
 	if r.Kind != "" {
 		contra = r.checkRecord(p, ov, ook, nv, nok, agent, operator, before)
 		if contra != nil && !contra.Contradiction {
-			return contra
+			if contra.Reason != waive {
+				return contra
+			}
+			contra = nil // a person let it through on review
 		}
 	} else if r.states != nil {
-		if v := r.transition(p, ov, ook, nv, nok); v != nil {
+		if v := r.transition(p, ov, ook, nv, nok); v != nil && v.Reason != waive {
 			return v
 		}
 	}

@@ -81,6 +81,8 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		`{"rules":[{"pattern":"d","approve":{"by":["a"],"quorum":101}}]}`:     "rules[0].approve.quorum",
 		`{"rules":[{"pattern":"d","approve":{"by":["a"],"timeout":"0s"}}]}`:   "rules[0].approve.timeout",
 		`{"rules":[{"pattern":"d","approve":{"by":["a"],"fallback":"x"}}]}`:   "rules[0].approve.fallback",
+		`{"rules":[{"pattern":"d","review":{}}]}`:                             "rules[0].review.by",
+		`{"rules":[{"pattern":"d","review":{"by":["a"],"on":["conflict"]}}]}`: "rules[0].review.on[0]",
 		`{}}`:                   "(document)",
 		`{"agents":{"a b":{}}}`: "agents",
 	}
@@ -227,7 +229,7 @@ func TestCheckChange(t *testing.T) {
 			intents.ReasonInvalid, `tasks.t1.spec = {"title":1} does not satisfy the schema of rules[1] (tasks.*.spec)`},
 	}
 	for _, c := range cases {
-		v := s.CheckChange("alice", c.writes, c.before, c.after, false)
+		v := s.CheckChange("alice", c.writes, c.before, c.after, false, "")
 		switch {
 		case c.reason == "" && v != nil:
 			t.Errorf("%s: refused: %+v", c.name, v)
@@ -251,11 +253,11 @@ func TestCheckChangeContradiction(t *testing.T) {
 	} {
 		s := compile(t, src)
 		for _, settled := range []bool{false, true} {
-			v := s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact("Lyon", "blog")}, settled)
+			v := s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact("Lyon", "blog")}, settled, "")
 			if settled && v != nil || !settled && (v == nil || !v.Contradiction || v.Path != "facts.c") {
 				t.Errorf("%s: a valid contradicting fact, settled %v: %+v", src, settled, v)
 			}
-			v = s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact(42.0, "blog")}, settled)
+			v = s.CheckChange("r2", []string{"facts.c"}, before, reader{"facts.c": fact(42.0, "blog")}, settled, "")
 			if v == nil || v.Contradiction || v.Reason != intents.ReasonInvalid || !strings.Contains(v.Detail, "does not satisfy the schema") {
 				t.Errorf("%s: a contradicting fact the schema refuses, settled %v: %+v", src, settled, v)
 			}
@@ -287,7 +289,7 @@ func TestPolicyInvariantsQuotas(t *testing.T) {
 		t.Error("carol has no quota")
 	}
 	var none *Set
-	if _, ok := none.Authorize("x", nil, []string{"a"}); !ok || none.CheckChange("x", []string{"a"}, reader{}, reader{}, false) != nil || !none.Empty() {
+	if _, ok := none.Authorize("x", nil, []string{"a"}); !ok || none.CheckChange("x", []string{"a"}, reader{}, reader{}, false, "") != nil || !none.Empty() {
 		t.Error("the nil set must allow everything")
 	}
 }

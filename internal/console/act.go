@@ -131,13 +131,15 @@ func (b *backend) actionRequest(ctx context.Context, nc *nats.Conn, endpoint str
 
 // voteAction is the body of POST /api/vote.
 type voteAction struct {
-	Case      string `json:"case"`
-	Verdict   string `json:"verdict"`
-	Rationale string `json:"rationale"`
-	Agent     string `json:"agent"` // without --auth: whom the person acts as
+	Case      string          `json:"case"`
+	Verdict   string          `json:"verdict"`
+	Rationale string          `json:"rationale"`
+	Answer    json.RawMessage `json:"answer"` // an input case's
+	Agent     string          `json:"agent"`  // without --auth: whom the person acts as
 }
 
-// vote sends a person's approval or denial of an approval case (case.vote)
+// vote sends a person's approval or denial of an approval case, or answer
+// to an input case (case.vote),
 // as the agent they act as, and answers what it did.
 func (b *backend) vote(ctx context.Context, r *http.Request) (any, error) {
 	var v voteAction
@@ -152,7 +154,7 @@ func (b *backend) vote(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	var out map[string]any
-	err = b.actionRequest(ctx, nc, intents.APICaseVote, intents.Vote{Case: v.Case, Agent: agent, Verdict: v.Verdict, Rationale: v.Rationale}, &out)
+	err = b.actionRequest(ctx, nc, intents.APICaseVote, intents.Vote{Case: v.Case, Agent: agent, Verdict: v.Verdict, Rationale: v.Rationale, Answer: v.Answer}, &out)
 	return out, err
 }
 

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -356,6 +357,20 @@ func TestCasesInBrowser(t *testing.T) {
 	b.run(chromedp.SetValue(chromedp.CSS(card+` input.why`), "not during the freeze"))
 	b.click(card + ` button.deny`)
 	b.waitText(card+` .result.ok`, "denied: the intent was rejected (arbiter_rejected: denied by lina: not during the freeze)")
+
+	// An agent's question: the person answers it, and the answer is
+	// written where the agent said.
+	question := w.publish(w.w3, intents.Apply("ask").Set("plan.budget", nil).
+		Meta(intents.MetaAsk, intents.Ask{Question: "What is the budget?", Schema: json.RawMessage(`{"type":"number"}`)}))
+	card = fmt.Sprintf(`#open .case[data-case=%q]`, question)
+	b.waitText(card, "asks: What is the budget?")
+	b.run(chromedp.SetValue(chromedp.CSS(card+` input.answer`), "12000"))
+	b.shot("case-question")
+	b.click(card + ` button.answer`)
+	b.waitText(card+` .result.ok`, "answered: the intent was applied")
+	if st, err := w.w2.Read(ctx, "plan.budget"); err != nil || string(st.Values["plan.budget"].Value) != "12000" {
+		t.Fatalf("plan.budget after the answer: %+v %v", st, err)
+	}
 
 	// An escalation: the person picks the winner and says why.
 	txn, err := w.w2.Propose(ctx, intents.Propose("rewrite").Write("report.outline", intents.OpSet).Lease(10*time.Minute))

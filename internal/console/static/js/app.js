@@ -40,7 +40,7 @@ async function summary() {
   const me = await whoami();
   if (me.agent && !me.read_only) {
     const { cases } = await get('cases');
-    const mine = cases.filter((r) => r.kind === 'approval' && mayVote(r.case, me.agent, me.roles || []));
+    const mine = cases.filter((r) => r.case && r.case.approval && mayVote(r.case, me.agent, me.roles || []));
     if (mine.length) items.push(h('a#for-you', { href: '#arbiter' }, h('b', String(mine.length)), mine.length === 1 ? ' case waits for you' : ' cases wait for you'));
   }
   items.push(h('span#who', me.known ? (me.read_only ? `read-only as ${me.agent || 'the operator'}` : `acting as ${me.agent}`) : (me.agent ? `acting as ${me.agent}` : 'not acting')));

@@ -78,8 +78,23 @@ export default function arbiterView(root) {
       card.append(h('div.mono', `${esc.kind}${esc.action ? ' ' + esc.action : ''}: `,
         (esc.writes || []).map((w) => `${w.op} ${w.path}${w.value !== undefined ? ' = ' + json(w.value, 60) : ''}`).join(', ')));
     }
-    if (row.kind === 'approval') {
+    if (row.kind === 'input') {
       const a = c.approval;
+      card.append(h('div.question', h('b', 'asks: '), a.ask.question),
+        h('div.muted.mono', a.ask.schema ? `answer schema: ${json(a.ask.schema, 120)}` : 'any answer'),
+        h('div', `the answer is written at `, h('span.path', a.path), a.by && a.by.length ? `; ${a.by.join(', ')} may answer` : ''));
+      if (me.agent && !me.read_only) {
+        const value = h('input.answer', { placeholder: 'the answer, as JSON: 42, "text", {"a": 1}', size: 40 });
+        card.append(h('div.actions', value, ' ',
+          h('button.answer', { onclick: act(async () => {
+            let answer;
+            try { answer = JSON.parse(value.value); } catch (e) { throw new Error(`the answer is not JSON: ${e.message}`); }
+            return said(await post('vote', { case: row.id, verdict: 'answer', answer, agent: me.agent }));
+          }) }, 'Answer')));
+      }
+    } else if (row.kind === 'approval' || row.kind === 'review') {
+      const a = c.approval;
+      if (a.review) card.append(h('div.refusal', `refused (${a.review}): ${a.refusal}; approving lets it through`));
       card.append(h('div', `needs ${a.quorum} approval${a.quorum === 1 ? '' : 's'} of ${a.by.join(', ')}; `, h('b.count', `${row.approvals}`), ` so far; at the deadline: ${a.fallback}`),
         h('table.diff', h('thead', h('tr', h('th', 'path'), h('th', 'now'), h('th', 'after'))),
           h('tbody', Object.keys({ ...(c.state || {}), ...(a.after || {}) }).filter((p) => (a.after || {})[p] || (esc?.writes || []).some((w) => w.path === p)).map((p) => {
@@ -120,8 +135,9 @@ export default function arbiterView(root) {
   // said puts a vote's answer in a sentence.
   function said(r) {
     const d = r.decision;
-    if (!d) return `${r.verdict === 'deny' ? 'denied' : 'approved'}: the case waits for more approvals`;
-    return `${r.verdict === 'deny' ? 'denied' : 'approved'}: the intent was ${d.outcome}${d.reason ? ` (${d.reason}: ${d.detail})` : ''}`;
+    const past = { approve: 'approved', deny: 'denied', answer: 'answered' }[r.verdict] || r.verdict;
+    if (!d) return `${past}: the case waits for more approvals`;
+    return `${past}: the intent was ${d.outcome}${d.reason ? ` (${d.reason}: ${d.detail})` : ''}`;
   }
 
   function tick() {

@@ -27,5 +27,6 @@ export function mayVote(c, agent, roles = []) {
   const esc = (c.intents || []).find((i) => i && i.id === c.id);
   if (esc && esc.agent === agent) return false;
   if ((a.votes || []).some((v) => v.agent === agent)) return false;
-  return a.by.some((p) => p === agent || (p.startsWith('role:') && roles.includes(p.slice(5))));
+  if (a.ask && !(a.by || []).length) return true; // any agent may answer
+  return (a.by || []).some((p) => p === agent || (p.startsWith('role:') && roles.includes(p.slice(5))));
 }

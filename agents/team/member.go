@@ -64,6 +64,10 @@ func (m *member) hook(d *intents.Decision) {
 	case intents.OutcomeQueued:
 		m.t.emit(m.name, Queued, "queued: %s — waiting for it to end; %s told", m.t.conflictText(d.Conflicts), holdersOf(d.Conflicts))
 	case intents.OutcomeEscalated:
+		if len(d.Conflicts) > 0 && d.Conflicts[0].Kind == intents.ConflictApproval {
+			m.t.emitCase(m.name, Approval, d.Intent, "waits for the editor's approval to publish (case %s)", short(d.Intent))
+			break
+		}
 		m.t.emit(m.name, Escalated, "escalated to the arbiters: %s", m.t.conflictText(d.Conflicts))
 	case intents.OutcomeCommitted:
 		m.t.alias(d.Intent, d.Txn)

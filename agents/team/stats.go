@@ -33,8 +33,10 @@ type Stats struct {
 	// the same document.
 	Merges int
 	// Waits counts intents parked behind a transaction (queued), and
-	// Escalations those sent to the arbiters (escalated).
-	Waits, Escalations int
+	// Escalations those sent to the arbiters (escalated), and Approvals
+	// those held for people's approval (escalated on a conflict of kind
+	// approval).
+	Waits, Escalations, Approvals int
 
 	// The log alone records these; AddDecision leaves them alone.
 
@@ -43,8 +45,9 @@ type Stats struct {
 	// Notices counts advisories sent to agents (someone waits on your
 	// transaction, your lease runs out).
 	Notices int
-	// Resolutions counts the arbiter resolutions accepted.
-	Resolutions int
+	// Resolutions counts the arbiter resolutions accepted, and Votes the
+	// approvers' votes.
+	Resolutions, Votes int
 
 	intentSeen   map[string]bool
 	decisionSeen map[decisionKey]bool
@@ -90,7 +93,11 @@ func (s *Stats) AddDecision(d *intents.Decision) {
 	case intents.OutcomeQueued:
 		s.Waits++
 	case intents.OutcomeEscalated:
-		s.Escalations++
+		if len(d.Conflicts) > 0 && d.Conflicts[0].Kind == intents.ConflictApproval {
+			s.Approvals++
+		} else {
+			s.Escalations++
+		}
 	}
 	for _, c := range d.Conflicts {
 		ck := conflictKey{d.Intent, c}
@@ -115,6 +122,8 @@ func (s *Stats) AddEvent(ev *intents.Event) {
 		s.Notices++
 	case ev.Resolution != nil:
 		s.Resolutions++
+	case ev.Vote != nil:
+		s.Votes++
 	}
 }
 
@@ -124,7 +133,7 @@ func (s *Stats) AddEvent(ev *intents.Event) {
 // what the log recorded.
 func (s *Stats) SameDecisions(o *Stats) bool {
 	return s.Intents == o.Intents && s.Decisions == o.Decisions && s.Merges == o.Merges &&
-		s.Waits == o.Waits && s.Escalations == o.Escalations &&
+		s.Waits == o.Waits && s.Escalations == o.Escalations && s.Approvals == o.Approvals &&
 		maps.Equal(s.Outcomes, o.Outcomes) && maps.Equal(s.Reasons, o.Reasons) && maps.Equal(s.Conflicts, o.Conflicts)
 }
 

@@ -35,6 +35,11 @@ type Config struct {
 	// Models are the models behind the roles; nil fields get the scripted
 	// ones of Scripted(Seed).
 	Models Models
+	// Approve leaves the approval of the report's publication to a person
+	// (coagent case approve, the console, an MCP host) instead of the
+	// editor's program; the run waits for it. It matters only where the
+	// board's rules hold report.published for approval (PublishRules).
+	Approve bool
 	// OnEvent, if set, is told what happens as it happens: one call at a
 	// time, in order, from the members' goroutines (some from the SDK's
 	// delivery goroutine, so it must not block for long).
@@ -97,6 +102,9 @@ const (
 	Applied   EventKind = "applied"    // an intent that waited was applied
 	Escalated EventKind = "escalated"  // an intent went to the arbiters
 	Settled   EventKind = "settled"    // the arbiter ruled on a case
+	Approval  EventKind = "approval"   // an intent waits for a person's approval
+	Approved  EventKind = "approved"   // the editor voted on the publication
+	Published EventKind = "published"  // the report was published
 )
 
 // Event is one thing that happened, for a live view of the run.
@@ -105,6 +113,8 @@ type Event struct {
 	Agent string
 	Kind  EventKind
 	Text  string
+	// Case is the case an Approval event's intent waits in.
+	Case string
 }
 
 // Result is what a run produced.
@@ -122,6 +132,9 @@ type Result struct {
 	Rev uint64
 	// Demoted is the material the editor demoted.
 	Demoted string
+	// Published is the revision at which the report was published, once
+	// approved.
+	Published uint64
 	// Told folds every decision the members were told (see Stats).
 	Told Stats
 	// Latencies has, for each intent submitted, the time from its
@@ -213,6 +226,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if res.Published, err = t.publish(ctx, writers[0], editor, res); err != nil {
+		return nil, err
+	}
 	res.IntroBy, res.Demoted = introBy, target.ID
 	t.mu.Lock()
 	res.Told, res.Latencies = t.mu.told, t.mu.latencies
@@ -238,13 +254,18 @@ type teamRun struct {
 }
 
 func (t *teamRun) emit(agent string, kind EventKind, format string, args ...any) {
+	t.emitCase(agent, kind, "", format, args...)
+}
+
+// emitCase is emit for an event that names a case.
+func (t *teamRun) emitCase(agent string, kind EventKind, id, format string, args ...any) {
 	if t.cfg.OnEvent == nil {
 		return
 	}
 	text := fmt.Sprintf(format, args...)
 	t.emitMu.Lock()
 	defer t.emitMu.Unlock()
-	t.cfg.OnEvent(Event{At: time.Since(t.start), Agent: agent, Kind: kind, Text: text})
+	t.cfg.OnEvent(Event{At: time.Since(t.start), Agent: agent, Kind: kind, Text: text, Case: id})
 }
 
 func (t *teamRun) observe(d *intents.Decision) {

@@ -21,12 +21,17 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// demoRules make the report's sections tasks with leased claims.
-const demoRules = `{"rules":[{"pattern":"report.sections.*","kind":"task","lease":"30s"}]}`
+// demoRules make the report's sections tasks with leased claims, and hold
+// the report's publication for the editor's approval.
+const demoRules = `{"rules":[{"pattern":"report.sections.*","kind":"task","lease":"30s"},` + team.PublishRules + `]}`
 
 // demoTimeout bounds the team's run: the scenario takes well under a
 // second, so this only turns a hang into an error.
 const demoTimeout = 2 * time.Minute
+
+// demoApproveTimeout bounds a run that waits for a person's approval
+// (--approve): the approval case's own timeout.
+const demoApproveTimeout = 30 * time.Minute
 
 // newDemoCmd is `coagent demo`: the reference scenario (SPEC §9) on a
 // coordinator of its own, an embedded NATS server on a free port and a
@@ -37,6 +42,7 @@ func newDemoCmd(e *env) *cobra.Command {
 	var seed uint64
 	var writers int
 	var keep string
+	var approve bool
 	c := &cobra.Command{
 		Use:   "demo",
 		Short: "run the content-team scenario end to end on a coordinator of its own, then replay its log",
@@ -45,17 +51,18 @@ func newDemoCmd(e *env) *cobra.Command {
 			if writers < 2 {
 				return usagef(c, "--writers %d: want at least 2", writers)
 			}
-			return runDemo(c.Context(), seed, writers, keep, e.stdout)
+			return runDemo(c.Context(), seed, writers, keep, approve, e.stdout)
 		},
 	}
 	fs := c.Flags()
 	fs.Uint64Var(&seed, "seed", 1, "seed of the scripted models: the same seed gives the same report and decisions")
 	fs.IntVar(&writers, "writers", team.DefaultWriters, "number of writers (and sections), at least 2")
 	fs.StringVar(&keep, "keep", "", "keep the data directory in `DIR` (new or empty) instead of a temporary one removed at the end")
+	fs.BoolVar(&approve, "approve", false, "you approve the report's publication, as the editor (coagent case approve ID --agent editor, or the console): the demo waits for you")
 	return c
 }
 
-func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout io.Writer) error {
+func runDemo(ctx context.Context, seed uint64, writers int, keep string, approve bool, stdout io.Writer) error {
 	dir, cleanup, err := demoDir(keep)
 	if err != nil {
 		return err
@@ -92,9 +99,17 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	out.printf("coagent demo: seed %d, %d writers; coordinator on %s (embedded NATS with JetStream), data in %s (%s)\n\n",
 		seed, writers, ns.ClientURL(), dir, where)
 
-	rctx, cancel := context.WithTimeout(ctx, demoTimeout)
-	res, runErr := team.Run(rctx, team.Config{Connect: connect, Seed: seed, Writers: writers, OnEvent: func(ev team.Event) {
+	timeout := demoTimeout
+	if approve {
+		timeout = demoApproveTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	res, runErr := team.Run(rctx, team.Config{Connect: connect, Seed: seed, Writers: writers, Approve: approve, OnEvent: func(ev team.Event) {
 		out.printf("  %8s  %-10s  %s\n", fmt.Sprintf("+%.1fms", float64(ev.At.Microseconds())/1000), ev.Agent, ev.Text)
+		if ev.Kind == team.Approval && approve {
+			out.printf("\n  your turn, as the editor: coagent case show %s --nats %s\n", ev.Case, ns.ClientURL())
+			out.printf("                            coagent case approve %s --agent editor --nats %s\n\n", ev.Case, ns.ClientURL())
+		}
 	}})
 	cancel()
 	stop, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
@@ -127,7 +142,7 @@ func runDemo(ctx context.Context, seed uint64, writers int, keep string, stdout 
 	}
 	replayHash, replayRev := replay.Hash(replayed.State()), replayed.State().Rev()
 
-	out.printf("\nfinal report (read at rev %d)\n\n", res.Rev)
+	out.printf("\nfinal report (read at rev %d, published at rev %d once the editor approved)\n\n", res.Rev, res.Published)
 	for line := range strings.Lines(res.Report) {
 		if line != "\n" {
 			line = "  " + line
@@ -216,6 +231,7 @@ func printStats(out *lockedWriter, s *team.Stats, latencies []time.Duration) {
 	row("merges (disjoint edits)", s.Merges, "decisions naming merged_with")
 	row("waits", s.Waits, "intents queued behind a transaction")
 	row("escalations", s.Escalations, fmt.Sprintf("resolved by the arbiter: %d", s.Resolutions))
+	row("approvals", s.Approvals, fmt.Sprintf("intents held for approval; votes: %d", s.Votes))
 	row("notices", s.Notices, "advisories to transaction holders")
 	out.printf("  %-26s p50 %s  p99 %s  (%d intents, from submission to final decision)\n", "decision latency",
 		round(team.Percentile(latencies, 0.50)), round(team.Percentile(latencies, 0.99)), len(latencies))

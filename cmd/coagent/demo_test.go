@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // demoParts splits the demo's output at its headings.
@@ -64,6 +68,10 @@ func TestDemo(t *testing.T) {
 		"the claim counted as rejection": `precondition_failed 1`,
 		"merges counted":                 `(?m)^  merges \(disjoint edits\) +3 `,
 		"the latency":                    `decision latency +p50 \S+ +p99 \S+`,
+		"the publication held":           `writer-1 +waits for the editor's approval to publish \(case \S+\)`,
+		"the editor approving":           `editor +approves publishing the report \(case \S+\): the 2 sections are written and cited`,
+		"the publication":                `writer-1 +published the report read at rev \d+, at rev \d+`,
+		"an approval counted":            `(?m)^  approvals +1 +intents held for approval; votes: 1$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("no %s (/%s/) in the output:\n%s", what, re, out)
@@ -106,5 +114,42 @@ func TestDemo(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(keep, "eventlog")); err != nil {
 		t.Errorf("the kept data has no event log: %v", err)
+	}
+}
+
+// demo --approve leaves the publication's approval to a person: the demo
+// says what to run, waits, and publishes once approved from the command
+// line.
+func TestDemoApprove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	var all strings.Builder
+	go func() {
+		done <- run(ctx, []string{"demo", "--writers", "2", "--approve"}, strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+	}()
+	turn := regexp.MustCompile(`coagent case approve (\S+) --agent editor --nats (\S+)`)
+	sc := bufio.NewScanner(pr)
+	var m []string
+	for m == nil && sc.Scan() {
+		all.WriteString(sc.Text() + "\n")
+		m = turn.FindStringSubmatch(sc.Text())
+	}
+	if m == nil {
+		t.Fatalf("demo --approve never said what to run (%v):\n%s", <-done, all.String())
+	}
+	go func() {
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+		}
+	}()
+	if p := runBin(t, nil, "", "case", "approve", m[1], "--agent", "editor", "--nats", m[2], "--rationale", "read it: good"); p.status != 0 ||
+		!strings.Contains(p.stdout, "intent "+m[1]+": applied") {
+		t.Fatalf("the person's approval: %+v", p)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("demo --approve: %v", err)
 	}
 }

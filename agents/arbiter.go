@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +43,9 @@ const arbiterFetchWait = 5 * time.Second
 // RunArbiter serves as the arbiter name, resolving cases with decide until
 // ctx ends; then it returns nil. It creates, or joins, the durable pull
 // consumer "arbiters" on the arbiter stream (COAGENT_ARBITER), which all
-// arbiters share: each case goes to one of them, and comes again to another
+// arbiters share: each case goes to one of them (a case a panel of
+// arbiters settles, Escalation.Panel, comes again after each vote until
+// enough agree, never to an arbiter that voted on it), and comes again to another
 // if that one dies or goes silent past its AckWait. It takes one case at a
 // time, calls decide, sends the resolution to the coordinator's
 // arbiter.resolve endpoint, and then acknowledges the case.
@@ -181,6 +184,13 @@ func (a *arbiterRun) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	log := a.log.With("escalation", c.ID)
+	if c.Panel != nil && slices.ContainsFunc(c.Votes, func(v intents.Vote) bool { return v.Agent == a.name }) {
+		// A panel's case offered again for the votes it lacks: another
+		// arbiter's to take.
+		log.Debug("voted on this case already; handed back for another arbiter")
+		a.nakLater(m)
+		return
+	}
 	res, err := a.decideWhileAlive(ctx, m, &c)
 	switch {
 	case err == nil:

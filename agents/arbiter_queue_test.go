@@ -47,7 +47,7 @@ func (w *arbiterWorld) resolve(esc string) {
 	w.t.Helper()
 	r, err := w.nc.Request(w.subj.API(intents.APIArbiterResolve),
 		[]byte(`{"escalation":"`+esc+`","arbiter":"rival","losers":["`+esc+`"],"rationale":"settled before any arbiter came"}`), 10*time.Second)
-	if err != nil || string(r.Data) != `{"ok":true}` {
+	if err != nil || string(r.Data) != `{"ok":true,"settled":true}` {
 		w.t.Fatalf("resolve %s: %v %v", esc, r, err)
 	}
 	if d := w.next("w2"); d.Intent != esc || d.Reason != intents.ReasonArbiterRejected {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -383,7 +384,7 @@ func TestRunArbiterDropsASettledCase(t *testing.T) {
 	w.runArbiter(w.connect(), "slow", func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
 		r, err := w.nc.Request(w.subj.API(intents.APIArbiterResolve),
 			[]byte(`{"escalation":"`+c.ID+`","arbiter":"rival","losers":["`+c.ID+`"],"rationale":"the rival was faster"}`), 10*time.Second)
-		if err != nil || string(r.Data) != `{"ok":true}` {
+		if err != nil || string(r.Data) != `{"ok":true,"settled":true}` {
 			t.Errorf("the rival's resolution: %v %v", r, err)
 		}
 		return &intents.Resolution{Winners: []string{c.ID}, Rationale: "too late"}, nil
@@ -525,5 +526,66 @@ func TestModelArbiterDecide(t *testing.T) {
 	cancel()
 	if _, err := agents.ModelArbiter(&agents.ScriptedModel{Replies: []string{"{}"}})(cancelled, c); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled context: %v", err)
+	}
+}
+
+// A panel of three reviewers settles a case by two that agree. r3 votes
+// first, for the holder, and keeps running; r1, started next, gets the
+// case offered again (never r3, who voted) and votes for the rewrite: no
+// two agree yet, and the case stays open. r2 agrees with r1: settled. The
+// arbiters run RunArbiter unchanged.
+func TestPanelOfArbiters(t *testing.T) {
+	w := newArbiterWorld(t, coordinator.Options{Core: coordinator.CoreOptions{Engine: engine.Config{
+		Panel: intents.Panel{Quorum: 2}, ArbiterTimeout: time.Minute}}})
+	propose, esc, _ := w.conflict(0, 0)
+	vote := func(escWins bool) agents.Decide {
+		return func(_ context.Context, c *intents.Escalation) (*intents.Resolution, error) {
+			if c.Panel == nil || c.Panel.Quorum != 2 {
+				return nil, fmt.Errorf("the case has no panel of 2: %+v", c.Panel)
+			}
+			if escWins {
+				return &intents.Resolution{Winners: []string{esc}, Losers: []string{propose}, Rationale: "the rewrite is newer"}, nil
+			}
+			return &intents.Resolution{Winners: []string{propose}, Losers: []string{esc}, Rationale: "the holder came first"}, nil
+		}
+	}
+	votes := func() map[string]int {
+		page := natstest.Request[struct {
+			Events []*intents.Event `json:"events"`
+		}](t, w.nc, w.subj.API(intents.APILogQuery), `{"type":"vote"}`)
+		out := map[string]int{}
+		for _, ev := range page.Events {
+			out[ev.Vote.Agent]++
+		}
+		return out
+	}
+	waitVote := func(name string) {
+		t.Helper()
+		natstest.CheckFor(t, 20*time.Second, name+"'s vote", func() error {
+			if v := votes(); v[name] != 1 {
+				return fmt.Errorf("votes %v", v)
+			}
+			return nil
+		})
+	}
+	w.runArbiter(w.connect(), "r3", vote(false), agents.WithRetryDelay(50*time.Millisecond))
+	waitVote("r3")
+	w.runArbiter(w.connect(), "r1", vote(true), agents.WithRetryDelay(50*time.Millisecond))
+	waitVote("r1")
+	open := natstest.Request[struct {
+		Cases []struct{ ID string } `json:"cases"`
+	}](t, w.nc, w.subj.API(intents.APITxnList), `{"cases":true}`)
+	if len(open.Cases) != 1 || open.Cases[0].ID != esc {
+		t.Fatalf("open cases after two votes that disagree: %+v", open.Cases)
+	}
+	w.runArbiter(w.connect(), "r2", vote(true), agents.WithRetryDelay(50*time.Millisecond))
+	if d := w.next("w2"); d.Intent != esc || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the escalated intent once two agree: %+v", d)
+	}
+	if d := w.next("w1"); d.Intent != propose || d.Outcome != intents.OutcomeAborted || !strings.Contains(d.Detail, "2 of the panel agree: r1: the rewrite is newer; r2: the rewrite is newer") {
+		t.Fatalf("the holder: %+v", d)
+	}
+	if v := votes(); len(v) != 3 || v["r1"] != 1 || v["r2"] != 1 || v["r3"] != 1 {
+		t.Fatalf("votes %v: want one of each arbiter", v)
 	}
 }

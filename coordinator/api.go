@@ -477,7 +477,7 @@ func (s *Service) handleResolve(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "arbiter.resolve: %v", err)
 		return
 	}
-	err = s.apiResolve(context.Background(), res)
+	settled, err := s.apiResolve(context.Background(), res)
 	var refused *engine.ResolveError
 	switch {
 	case errors.As(err, &refused):
@@ -485,7 +485,9 @@ func (s *Service) handleResolve(req micro.Request) {
 	case err != nil:
 		replyError(req, codeUnavailable, "%v", err)
 	default:
-		respond(req, map[string]bool{"ok": true})
+		// settled is false for a vote a panel counts but that did not
+		// settle the case yet.
+		respond(req, map[string]bool{"ok": true, "settled": settled})
 	}
 }
 
@@ -885,25 +887,29 @@ func (s *Service) conflictsTop(ctx context.Context, limit int, v viewer) ([]conf
 
 // apiResolve applies a resolution on the loop and answers once its events
 // are durable and published.
-func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) error {
+func (s *Service) apiResolve(ctx context.Context, res *intents.Resolution) (settled bool, err error) {
 	var rerr error
 	done := make(chan struct{})
 	ok := s.call(ctx, func() {
-		_, rerr = s.core.Resolve(s.opts.Now(), res)
+		var evs []*intents.Event
+		evs, rerr = s.core.Resolve(s.opts.Now(), res)
+		settled = slices.ContainsFunc(evs, func(ev *intents.Event) bool {
+			return ev.Type == intents.EventResolve && ev.Intent == res.Escalation
+		})
 		s.flushWith(done)
 	})
 	if !ok {
-		return errUnavailable
+		return false, errUnavailable
 	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	if s.broken.Load() {
-		return errUnavailable
+		return false, errUnavailable
 	}
-	return rerr
+	return settled, rerr
 }
 
 // apiVote hands v to the engine and waits until what it did is durable;

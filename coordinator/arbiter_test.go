@@ -81,7 +81,7 @@ func TestArbiterOverTheWire(t *testing.T) {
 		return r
 	}
 	r := resolve(`{"escalation":"` + esc + `","arbiter":"judge","winners":["` + esc + `"],"rationale":"the rewrite is better"}`)
-	if r.Header.Get(micro.ErrorCodeHeader) != "" || string(r.Data) != `{"ok":true}` {
+	if r.Header.Get(micro.ErrorCodeHeader) != "" || string(r.Data) != `{"ok":true,"settled":true}` {
 		t.Fatalf("resolve: %q %v", r.Data, r.Header)
 	}
 	m.Ack()

@@ -27,6 +27,9 @@ func (s *Service) notifyGroup(g *Group) {
 		return
 	}
 	for _, cs := range g.Cases {
+		if len(cs.Votes) > 0 {
+			continue // offered again to a panel: told when it opened
+		}
 		what := "waits for an arbiter"
 		if a := cs.Approval; a != nil {
 			what = fmt.Sprintf("waits for %d approval(s) of %s (coagent case approve %s)", a.Quorum, strings.Join(a.By, ", "), cs.ID)

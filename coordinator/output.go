@@ -384,7 +384,13 @@ func (s *Service) publishCase(subject string, cs *intents.Escalation) jetstream.
 		return nil
 	}
 	m := nats.NewMsg(subject)
-	m.Header.Set(jetstream.MsgIDHeader, cs.ID)
+	id := cs.ID
+	if n := len(cs.Votes); n > 0 && subject == s.subj.Escalations() {
+		// Offered again after a panel's vote: a message of its own, which
+		// the stream's duplicate window would drop under the case's id.
+		id = fmt.Sprintf("%s#%d", cs.ID, n)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, id)
 	m.Data = data
 	return s.publishAsync(m)
 }

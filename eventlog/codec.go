@@ -32,7 +32,9 @@ import (
 //	          by, fallback, review, refusal, and the pointer Ask: question,
 //	          schema as raw bytes, by, timeout_ms varint; only beside a
 //	          Wait; Vote: case, agent, verdict, rationale, answer as raw
-//	          bytes), and its other bits are
+//	          bytes, and the pointer Resolution, as the Resolution payload),
+//	          and Panel (Wait.Panel: quorum uvarint, of; only beside a
+//	          Wait), and its other bits are
 //	          unused (ErrCorrupt). Then each present
 //	          payload in that order, fields in struct order; Trace and
 //	          TraceError are set only when not empty (an empty one is
@@ -160,6 +162,7 @@ const (
 	hasNoticeFence                  // Notice.Fence, a uvarint, with Notice only
 	hasVote                         // Vote, the vote type's payload
 	hasGate                         // Wait.Gate, with Wait only
+	hasPanel                        // Wait.Panel, with Wait only
 
 	mask2All = 1<<iota - 1
 )
@@ -244,6 +247,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if ev.Wait != nil && ev.Wait.Gate != nil {
 		mask2 |= hasGate
+	}
+	if ev.Wait != nil && ev.Wait.Panel != nil {
+		mask2 |= hasPanel
 	}
 	if mask2 == 0 {
 		dst = append(dst, SchemaVersion) // the lowest version that holds ev
@@ -334,12 +340,7 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendString(dst, p.Detail)
 	}
 	if p := ev.Resolution; p != nil {
-		dst = appendString(dst, p.Escalation)
-		dst = appendString(dst, p.Arbiter)
-		dst = appendStrings(dst, p.Winners)
-		dst = appendStrings(dst, p.Losers)
-		dst = appendIntentPtr(dst, p.Replacement)
-		dst = appendString(dst, p.Rationale)
+		dst = appendResolution(dst, p)
 	}
 	if p := ev.Rules; p != nil {
 		dst = appendRaw(dst, p.File)
@@ -361,6 +362,12 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendString(dst, p.Verdict)
 		dst = appendString(dst, p.Rationale)
 		dst = appendRaw(dst, p.Answer)
+		if r := p.Resolution; r == nil {
+			dst = append(dst, 0)
+		} else {
+			dst = append(dst, 1)
+			dst = appendResolution(dst, r)
+		}
 	}
 	if mask2&hasGate != 0 {
 		g := ev.Wait.Gate
@@ -381,7 +388,21 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 			dst = binary.AppendVarint(dst, a.TimeoutMS)
 		}
 	}
+	if mask2&hasPanel != 0 {
+		dst = binary.AppendUvarint(dst, uint64(ev.Wait.Panel.Quorum))
+		dst = appendString(dst, ev.Wait.Panel.Of)
+	}
 	return dst
+}
+
+// appendResolution appends a Resolution's fields, in struct order.
+func appendResolution(dst []byte, p *intents.Resolution) []byte {
+	dst = appendString(dst, p.Escalation)
+	dst = appendString(dst, p.Arbiter)
+	dst = appendStrings(dst, p.Winners)
+	dst = appendStrings(dst, p.Losers)
+	dst = appendIntentPtr(dst, p.Replacement)
+	return appendString(dst, p.Rationale)
 }
 
 // AppendDecision appends the encoding of a lone decision (the idempotency
@@ -724,14 +745,7 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 	}
 	if mask&hasResolution != 0 {
 		r.scope = "resolution"
-		p := &intents.Resolution{}
-		p.Escalation = r.string("escalation")
-		p.Arbiter = r.string("arbiter")
-		p.Winners = r.strings("winners")
-		p.Losers = r.strings("losers")
-		p.Replacement = r.intentPtr("replacement", "resolution.replacement", nil)
-		p.Rationale = r.string("rationale")
-		ev.Resolution = p
+		ev.Resolution = r.resolution("resolution")
 	}
 	if mask2&hasRules != 0 {
 		r.scope = "rules"
@@ -784,6 +798,9 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		p.Verdict = r.string("verdict")
 		p.Rationale = r.string("rationale")
 		p.Answer = r.raw("answer")
+		if r.presence("resolution") {
+			p.Resolution = r.resolution("vote.resolution")
+		}
 		ev.Vote = p
 	}
 	if mask2&hasGate != 0 {
@@ -809,6 +826,18 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			r.failAt(at, "gate", "set on an event without a wait payload")
 		} else {
 			ev.Wait.Gate = g
+		}
+	}
+	if mask2&hasPanel != 0 {
+		r.scope = "wait"
+		at := r.off
+		pn := &intents.Panel{}
+		pn.Quorum = int(min(r.uvarint("panel.quorum"), 1<<31))
+		pn.Of = r.string("panel.of")
+		if ev.Wait == nil {
+			r.failAt(at, "panel", "set on an event without a wait payload")
+		} else {
+			ev.Wait.Panel = pn
 		}
 	}
 	if err := r.end(); err != nil {
@@ -1065,6 +1094,19 @@ func (r *recordReader) eventType() intents.EventType {
 		return ""
 	}
 	return eventTypeCodes[c-1]
+}
+
+// resolution reads a Resolution's fields (appendResolution); scope names
+// where, for a replacement's errors.
+func (r *recordReader) resolution(scope string) *intents.Resolution {
+	p := &intents.Resolution{}
+	p.Escalation = r.string("escalation")
+	p.Arbiter = r.string("arbiter")
+	p.Winners = r.strings("winners")
+	p.Losers = r.strings("losers")
+	p.Replacement = r.intentPtr("replacement", scope+".replacement", nil)
+	p.Rationale = r.string("rationale")
+	return p
 }
 
 // presence reads a pointer's presence byte.

@@ -321,6 +321,16 @@ func codecFixtures() []codecCase {
 	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictAnswer, Answer: json.RawMessage(`12000`)}
 	add("answer", ev)
 
+	ev = env(22, intents.EventEscalate)
+	ev.Wait = codecFullWait()
+	ev.Wait.Panel = &intents.Panel{Quorum: 2, Of: "role:reviewer"}
+	add("panel-case", ev)
+
+	ev = env(23, intents.EventVote)
+	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "rev-1", Verdict: intents.VerdictResolve, Rationale: "holder first",
+		Resolution: codecFullResolution()}
+	add("panel-vote", ev)
+
 	ev = env(18, intents.EventVote)
 	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictDeny, Rationale: "not before the freeze ends"}
 	add("vote", ev)
@@ -651,9 +661,7 @@ func (g codecGen) event() *intents.Event {
 		case intents.EventVote:
 			mask2 = hasVote
 		case intents.EventEscalate:
-			if g.r.IntN(2) == 0 {
-				mask2 = hasGate
-			}
+			mask2 = []byte{0, hasGate, hasPanel}[g.r.IntN(3)]
 		}
 		mask = map[intents.EventType]byte{
 			intents.EventIntent: hasReceived, intents.EventDecision: hasDecision, intents.EventChange: hasChange,
@@ -702,6 +710,13 @@ func (g codecGen) event() *intents.Event {
 	}
 	if mask2&hasVote != 0 {
 		ev.Vote = &intents.Vote{Case: g.str(), Agent: g.str(), Verdict: g.str(), Rationale: g.str(), Answer: g.raw()}
+		if g.r.IntN(2) == 0 {
+			ev.Vote.Resolution = &intents.Resolution{Escalation: g.str(), Arbiter: g.str(), Winners: g.strs(),
+				Losers: g.strs(), Replacement: g.intent(), Rationale: g.str()}
+		}
+	}
+	if ev.Wait != nil && mask2&hasPanel != 0 {
+		ev.Wait.Panel = &intents.Panel{Quorum: g.r.IntN(200), Of: g.str()}
 	}
 	if ev.Wait != nil && mask2&hasGate != 0 {
 		ev.Wait.Gate = &intents.Gate{Rule: int(g.r.IntN(1 << 20)), Path: g.str(), By: g.strs(), Quorum: g.r.IntN(200), Fallback: g.str(),
@@ -874,7 +889,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 			t.Errorf("payload mask bit %d is %#02x", i, b)
 		}
 	}
-	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence, hasVote, hasGate}
+	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence, hasVote, hasGate, hasPanel}
 	for i, b := range bits2 {
 		if b != 1<<i {
 			t.Errorf("second payload mask bit %d is %#02x", i, b)
@@ -999,7 +1014,7 @@ func TestDecodeVersion(t *testing.T) {
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
 	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0 ||
-		ev.Vote != nil || ev.Wait != nil && ev.Wait.Gate != nil
+		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil)
 }
 
 // TestCodecVersions checks that an event takes the lowest version that
@@ -1134,8 +1149,11 @@ func TestDecodeMalformed(t *testing.T) {
 		// Version 2: a second mask byte, whose bit 0 is Rules.
 		{"v2 without its second mask", cat2([]byte{0}), fmt.Sprintf("byte %d: payload mask: truncated", n+1)},
 		{"v2 without any mask", cat2(), fmt.Sprintf("byte %d: payload mask: truncated", n)},
-		{"v2 unknown mask bit", cat2([]byte{0, 0x40}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x40", n+1)},
-		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0xc0", n+1)},
+		{"v2 unknown mask bit", cat2([]byte{0, 0x80}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80", n+1)},
+		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80", n+1)},
+		// Bit 6: a panel, never without a wait.
+		{"panel without wait", cat2([]byte{0, hasPanel, 2, 0}),
+			fmt.Sprintf("byte %d: wait.panel: set on an event without a wait payload", n+2)},
 		// Bit 5: an approval case's gate, never without a wait.
 		{"gate without wait", cat2([]byte{0, hasGate, 0, 0, 1, 0, 0, 0, 0, 0}),
 			fmt.Sprintf("byte %d: wait.gate: set on an event without a wait payload", n+2)},

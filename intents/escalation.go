@@ -36,6 +36,20 @@ type Escalation struct {
 	// of its paths now: who may approve, how many must, the votes so far
 	// and the values the intent would leave.
 	Approval *Approval `json:"approval,omitempty"`
+	// Panel, on a conflict case a quorum of arbiters settles, says how
+	// many must agree and who may vote; Votes are their votes so far (a
+	// resolution each). An arbiter sends its resolution as ever; the case
+	// is settled when Panel.Quorum of them agree.
+	Panel *Panel `json:"panel,omitempty"`
+	Votes []Vote `json:"votes,omitempty"`
+}
+
+// Panel asks a quorum of arbiters for a case: Quorum resolutions that
+// agree (the same winners and losers, or replacements that write the
+// same) settle it, each by an agent Of names ("" any arbiter).
+type Panel struct {
+	Quorum int    `json:"quorum"`
+	Of     string `json:"of,omitempty"`
 }
 
 // The kinds of case beside a conflict's.
@@ -124,6 +138,9 @@ type Vote struct {
 	Rationale string `json:"rationale,omitempty"`
 	// Answer is the value an answer gives an input case.
 	Answer json.RawMessage `json:"answer,omitempty"`
+	// Resolution is an arbiter's resolution, its vote on a case a panel
+	// settles (verdict resolve).
+	Resolution *Resolution `json:"resolution,omitempty"`
 }
 
 // The verdicts of a Vote: an answer is an input case's, and carries
@@ -132,6 +149,7 @@ const (
 	VerdictApprove = "approve"
 	VerdictDeny    = "deny"
 	VerdictAnswer  = "answer"
+	VerdictResolve = "resolve"
 )
 
 // Holder is the transaction in flight an escalated intent conflicts with.

@@ -156,6 +156,9 @@ type Wait struct {
 	// Gate is set on the escalate event of an approval case: the intent
 	// waits for approvers, not arbiters.
 	Gate *Gate `json:"gate,omitempty"`
+	// Panel is set on the escalate event of a case a quorum of arbiters
+	// settles.
+	Panel *Panel `json:"panel,omitempty"`
 }
 
 // NoticeKind says what an advisory is about.

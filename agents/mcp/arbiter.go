@@ -260,17 +260,26 @@ func (s *Server) resolve(ctx context.Context, req *sdk.CallToolRequest, in Resol
 		return refuse(intents.ReasonInvalid, "the case is no longer held", "Take another with next_case.")
 	}
 	// RunArbiter sends it to the coordinator; its acceptance is a resolve
-	// event in the log.
+	// event in the log, or, for a case a panel settles, a vote event.
+	typ := intents.EventResolve
+	if h.c.Panel != nil {
+		typ = intents.EventVote
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var page struct {
 			Events []*intents.Event `json:"events"`
 		}
-		err := s.api(ctx, intents.APILogQuery, map[string]any{"type": intents.EventResolve, "from": h.from, "limit": 1000}, &page)
+		err := s.api(ctx, intents.APILogQuery, map[string]any{"type": typ, "from": h.from, "limit": 1000}, &page)
 		if err != nil {
 			return nil, nil, fmt.Errorf("resolve %s: %w", in.Case, err)
 		}
 		for _, ev := range page.Events {
+			if v := ev.Vote; v != nil && v.Case == h.c.ID && v.Agent == s.c.Name() {
+				out := &ResolveOutput{OK: true, Next: fmt.Sprintf("Your vote is recorded: the case is settled when %d of the panel agree. Take another with next_case.", h.c.Panel.Quorum)}
+				return toolResult(fmt.Sprintf("resolve %s: vote recorded (winners %s, losers %s)", in.Case,
+					strings.Join(in.Winners, ","), strings.Join(in.Losers, ",")), out), out, nil
+			}
 			if r := ev.Resolution; r != nil && r.Escalation == h.c.ID {
 				if r.Arbiter != s.c.Name() {
 					return refuse(intents.ReasonInvalid, "arbiter "+r.Arbiter+" settled the case first", "Take another with next_case.")

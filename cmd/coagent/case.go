@@ -100,8 +100,16 @@ func newCaseCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := conn.request(c.Context(), "coagent case", conn.subjects().API(intents.APIArbiterResolve), body); err != nil {
+			data, err := conn.request(c.Context(), "coagent case", conn.subjects().API(intents.APIArbiterResolve), body)
+			if err != nil {
 				return fmt.Errorf("case resolve %s: %w", args[0], err)
+			}
+			var reply struct {
+				Settled *bool `json:"settled"`
+			}
+			if json.Unmarshal(data, &reply) == nil && reply.Settled != nil && !*reply.Settled {
+				fmt.Fprintf(e.stdout, "voted on %s as %s: its panel settles it when enough agree\n", args[0], res.Arbiter)
+				return nil
 			}
 			fmt.Fprintf(e.stdout, "resolved %s as %s\n", args[0], res.Arbiter)
 			return nil

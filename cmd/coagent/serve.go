@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -37,6 +38,8 @@ type serveFlags struct {
 	conn                natsFlags
 	verbose             bool
 	arbiterTimeout      time.Duration
+	arbiterQuorum       int
+	arbitersOf          string
 	fallback, rulesFile string
 	authOn              bool
 	cluster             clusterFlags
@@ -118,6 +121,12 @@ func newServeCmd(e *env) *cobra.Command {
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			// Every flag is checked before the data directory is touched.
+			if f.arbiterQuorum < 0 || f.arbiterQuorum > rules.MaxQuorum {
+				return usagef(c, "--arbiter-quorum %d: want 0 (the first resolution settles a case) to %d", f.arbiterQuorum, rules.MaxQuorum)
+			}
+			if f.arbitersOf != "" && (f.arbiterQuorum < 2 || !intents.ValidSegment(strings.TrimPrefix(f.arbitersOf, "role:"))) {
+				return usagef(c, "--arbiters-of %q: want an agent name or role:NAME, with --arbiter-quorum 2 or more", f.arbitersOf)
+			}
 			if _, err := arbiter.ByName(f.fallback); err != nil {
 				return usagef(c, "--arbiter-fallback: %v", err)
 			}
@@ -177,6 +186,8 @@ func newServeCmd(e *env) *cobra.Command {
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the coordinator's start (data, streams, events replayed from which snapshot), recoveries, slow groups and shutdown to stderr")
 	fs.DurationVar(&f.arbiterTimeout, "arbiter-timeout", 0, "how long an escalated intent waits for an arbiter (default 60s)")
 	fs.StringVar(&f.fallback, "arbiter-fallback", "reject", "what settles a case no arbiter resolved in time: reject, priority or first")
+	fs.IntVar(&f.arbiterQuorum, "arbiter-quorum", 0, "settle each conflict case when this many arbiters' resolutions agree, rather than at the first (a rule's arbiters decides for its paths)")
+	fs.StringVar(&f.arbitersOf, "arbiters-of", "", "with --arbiter-quorum: only these may vote, an agent name or role:NAME (default any arbiter)")
 	fs.StringVar(&f.rulesFile, "rules", "", "board rules file (JSON, see coagent schema rules.json); SIGHUP reloads it")
 	f.cluster.register(fs)
 	fs.StringVar(&f.http, "http", defaultHTTP, "address of the HTTP listener: /metrics, /healthz, /readyz and the console; off for none")
@@ -422,6 +433,7 @@ func (s *serving) options() (coordinator.Options, error) {
 			return nil
 		}}
 	opts.Core.Engine.ArbiterTimeout = f.arbiterTimeout
+	opts.Core.Engine.Panel = intents.Panel{Quorum: f.arbiterQuorum, Of: f.arbitersOf}
 	if f.fallback != "reject" {
 		policy, err := arbiter.ByName(f.fallback) // checked by newServeCmd
 		if err != nil {

@@ -322,6 +322,9 @@ func (e *Engine) approvalDeadline(id string, p *parked) {
 func (e *Engine) foldVote(v *intents.Vote) {
 	p := e.parked[v.Case]
 	p.votes = append(p.votes, *v)
+	if p.gate == nil {
+		return // an arbiter's, on a case a panel settles
+	}
 	if v.Verdict == intents.VerdictAnswer {
 		p.answered, p.in = true, answered(p.in, v.Answer)
 		return

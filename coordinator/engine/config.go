@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/coordinator/cond"
@@ -53,6 +54,10 @@ type Config struct {
 	// a resolution the engine refuses, rejects the intent with
 	// arbiter_rejected. The default is nil.
 	Fallback func(*intents.Escalation) *intents.Resolution
+	// Panel, with a Quorum above 1, asks that many arbiters (of Panel.Of,
+	// when given) to agree on every conflict case a rule's arbiters does
+	// not settle otherwise. The default (0) takes the first resolution.
+	Panel intents.Panel
 	// Recorded, if set, looks up the recorded decision of an intent id the
 	// engine no longer remembers (older than DedupWindow): the event log's
 	// idempotency record. It must answer from what is durable and never
@@ -130,6 +135,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupWindow < 0 {
 		errs = append(errs, fmt.Errorf("engine config: DedupWindow is negative (%d)", c.DedupWindow))
+	}
+	if c.Panel.Quorum < 0 || c.Panel.Quorum > 100 {
+		errs = append(errs, fmt.Errorf("engine config: Panel.Quorum %d: want 0 to 100", c.Panel.Quorum))
+	}
+	if c.Panel.Of != "" && !intents.ValidSegment(strings.TrimPrefix(c.Panel.Of, "role:")) {
+		errs = append(errs, fmt.Errorf("engine config: Panel.Of %q: want an agent name or role:NAME", c.Panel.Of))
 	}
 	if c.MaxParkedPerAgent < 0 {
 		errs = append(errs, fmt.Errorf("engine config: MaxParkedPerAgent is negative (%d)", c.MaxParkedPerAgent))

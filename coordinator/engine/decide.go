@@ -620,13 +620,27 @@ func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Con
 		return
 	}
 	deadline := e.now.Add(e.cfg.ArbiterTimeout)
+	var panel *intents.Panel
+	if pn, ok := e.rules.Panel(writePaths(in.Writes)); ok {
+		panel = &pn
+	} else if e.cfg.Panel.Quorum > 1 {
+		pn := e.cfg.Panel
+		panel = &pn
+	}
 	e.emit(intents.Event{Type: intents.EventEscalate, Agent: in.Agent, Intent: in.ID,
-		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts}})
+		Wait: &intents.Wait{Intent: in, Deadline: deadline, Conflicts: conflicts, Panel: panel}})
 	if c, ok := e.Case(in.ID); ok {
 		e.effects.Cases = append(e.effects.Cases, c)
 	}
+	sent := "; sent to the arbiters"
+	if panel != nil {
+		sent = fmt.Sprintf("; sent to the arbiters, %d of whom must agree", panel.Quorum)
+		if panel.Of != "" {
+			sent = fmt.Sprintf("; sent to the arbiters, %d of %s must agree", panel.Quorum, panel.Of)
+		}
+	}
 	d := &intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeEscalated,
-		Detail: what + "; sent to the arbiters", Conflicts: conflicts, Versions: e.versions(in, conflicts, nil)}
+		Detail: what + sent, Conflicts: conflicts, Versions: e.versions(in, conflicts, nil)}
 	e.decide(d)
 }
 
@@ -936,7 +950,11 @@ func (e *Engine) deadline(id string, p *parked) {
 				}
 			}
 		}
-		e.reject(p.in, intents.ReasonArbiterRejected, "no arbiter resolved the escalation by its deadline; the fallback rejects it", p.conflicts)
+		detail := "no arbiter resolved the escalation by its deadline; the fallback rejects it"
+		if p.panel != nil && len(p.votes) > 0 {
+			detail = fmt.Sprintf("the panel did not agree by its deadline (%d votes, %d needed to agree); the fallback rejects it", len(p.votes), p.panel.Quorum)
+		}
+		e.reject(p.in, intents.ReasonArbiterRejected, detail, p.conflicts)
 		return
 	}
 	c := p.conflicts[0]

@@ -126,6 +126,9 @@ type parked struct {
 	// answered says an input case was answered: in holds the answer as
 	// its write's value from then on.
 	answered bool
+	// panel is set while it is a conflict case a quorum of arbiters
+	// settles; votes then holds their resolutions.
+	panel *intents.Panel
 }
 
 // load counts what one agent holds, for rate limiting.

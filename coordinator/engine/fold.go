@@ -145,6 +145,9 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		if p.gate = w.Gate; p.gate != nil {
 			p.votes, p.approved = nil, false
 		}
+		if p.panel = w.Panel; p.panel != nil {
+			p.votes = nil
+		}
 		if !p.escalated {
 			e.waits.Park(w.Intent.ID, w.Intent.Agent, holders(w.Conflicts))
 		}
@@ -227,8 +230,8 @@ func (e *Engine) check(ev *intents.Event) error {
 		if ev.Vote == nil {
 			return missing("vote")
 		}
-		if p := e.parked[ev.Vote.Case]; p == nil || p.gate == nil {
-			return fmt.Errorf("vote on case %q, which is no open approval case", ev.Vote.Case)
+		if p := e.parked[ev.Vote.Case]; p == nil || p.gate == nil && p.panel == nil {
+			return fmt.Errorf("vote on case %q, which is no open approval case nor one a panel settles", ev.Vote.Case)
 		}
 	default:
 		return fmt.Errorf("unknown event type %q", ev.Type)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -43,6 +44,10 @@ func (e *Engine) Case(id string) (*intents.Escalation, bool) {
 	for path := range paths {
 		st := e.tree.Lookup(path)
 		c.State[path] = intents.PathState{Exists: st.Exists, Value: st.Value, Version: st.Version}
+	}
+	if p.panel != nil {
+		pn := *p.panel
+		c.Panel, c.Votes = &pn, slices.Clone(p.votes)
 	}
 	if p.gate != nil {
 		c.Kind, c.Approval = intents.CaseApproval, e.approvalOf(p)
@@ -108,6 +113,13 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 			return refuse("replacement: intent id %s is already used", res.Replacement.ID)
 		}
 	}
+	if p.panel != nil {
+		settled, err := e.panelVote(p, res)
+		if err != nil || settled == nil {
+			return err
+		}
+		res = settled
+	}
 	esc := p.in.ID
 	holders := map[string]*txn{} // propose id → its transaction still in flight
 	for _, cf := range p.conflicts {
@@ -167,4 +179,51 @@ func (e *Engine) resolve(res *intents.Resolution) error {
 	}
 	e.settle()
 	return nil
+}
+
+// panelVote records res as one arbiter's vote on p, a case a panel
+// settles. It returns the resolution that settles the case once the
+// panel's quorum agrees — res, its rationale the agreeing arbiters' — and
+// nil while it does not; the case is then offered to the arbiters again
+// (Effects.Cases), with the votes so far. An arbiter the panel does not
+// name, or one that has voted, is refused.
+func (e *Engine) panelVote(p *parked, res *intents.Resolution) (*intents.Resolution, error) {
+	pn := p.panel
+	switch {
+	case pn.Of != "" && !e.rules.Allowed(res.Arbiter, []string{pn.Of}):
+		return nil, &ResolveError{Reason: intents.ReasonUnauthorized,
+			Detail: fmt.Sprintf("arbiter %s may not vote on case %s: its panel is of %s", res.Arbiter, res.Escalation, pn.Of)}
+	case slices.ContainsFunc(p.votes, func(v intents.Vote) bool { return v.Agent == res.Arbiter }):
+		return nil, refuse("arbiter %s has voted on case %s already", res.Arbiter, res.Escalation)
+	}
+	defer e.traced(e.traced(p.trace))
+	e.emit(intents.Event{Type: intents.EventVote, Agent: res.Arbiter, Intent: res.Escalation,
+		Vote: &intents.Vote{Case: res.Escalation, Agent: res.Arbiter, Verdict: intents.VerdictResolve, Rationale: res.Rationale, Resolution: res}})
+	key := effectOf(res)
+	var agree []string
+	for _, v := range p.votes {
+		if v.Resolution != nil && effectOf(v.Resolution) == key {
+			agree = append(agree, v.Agent+": "+v.Resolution.Rationale)
+		}
+	}
+	if len(agree) < pn.Quorum {
+		if c, ok := e.Case(p.in.ID); ok {
+			e.effects.Cases = append(e.effects.Cases, c)
+		}
+		return nil, nil
+	}
+	settled := *res
+	settled.Rationale = fmt.Sprintf("%d of the panel agree: %s", len(agree), strings.Join(agree, "; "))
+	return &settled, nil
+}
+
+// effectOf is what two resolutions must share to agree: the same winners
+// and losers, or replacements that write the same.
+func effectOf(res *intents.Resolution) string {
+	w, l := slices.Sorted(slices.Values(res.Winners)), slices.Sorted(slices.Values(res.Losers))
+	var rep []byte
+	if res.Replacement != nil {
+		rep, _ = json.Marshal(res.Replacement.Writes)
+	}
+	return strings.Join(w, ",") + "|" + strings.Join(l, ",") + "|" + string(rep)
 }

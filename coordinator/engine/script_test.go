@@ -114,6 +114,15 @@ func (r *scriptRun) expand(t *testing.T, s string) string {
 	})
 }
 
+// nameAll maps ids back to their script names.
+func (r *scriptRun) nameAll(ids []string) string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = r.name(id)
+	}
+	return strings.Join(out, ",")
+}
+
 // name maps an id back to its script name, naming new transactions T1, T2….
 func (r *scriptRun) name(id string) string {
 	if id == "" {
@@ -240,6 +249,12 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 		slices.Sort(paths)
 		for _, p := range paths {
 			lines = append(lines, "  state "+p)
+		}
+		if pn := c.Panel; pn != nil {
+			lines = append(lines, fmt.Sprintf("  panel: %d of %q", pn.Quorum, pn.Of))
+			for _, v := range c.Votes {
+				lines = append(lines, fmt.Sprintf("  vote %s: winners %s losers %s: %s", v.Agent, r.nameAll(v.Resolution.Winners), r.nameAll(v.Resolution.Losers), v.Rationale))
+			}
 		}
 		if a := c.Approval; a != nil {
 			lines = append(lines, fmt.Sprintf("  %s: rules[%d] on %s by %s quorum=%d fallback=%s", c.Kind, a.Rule, a.Path, strings.Join(a.By, ","), a.Quorum, a.Fallback))

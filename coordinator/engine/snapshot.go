@@ -120,6 +120,7 @@ type SnapshotParked struct {
 	Votes    []intents.Vote `json:"votes,omitempty"`
 	Approved bool           `json:"approved,omitempty"`
 	Answered bool           `json:"answered,omitempty"`
+	Panel    *intents.Panel `json:"panel,omitempty"`
 }
 
 // Window is the two generations of a map that forgets its oldest keys.
@@ -177,7 +178,7 @@ func (e *Engine) Snapshot() *Snapshot {
 	slices.SortFunc(s.Txns, func(a, b SnapshotTxn) int { return strings.Compare(a.ID, b.ID) })
 	for _, p := range e.parked {
 		s.Parked = append(s.Parked, SnapshotParked{Intent: p.in, Deadline: p.deadline, Escalated: p.escalated,
-			Conflicts: p.conflicts, Trace: p.trace, Gate: p.gate, Votes: p.votes, Approved: p.approved, Answered: p.answered})
+			Conflicts: p.conflicts, Trace: p.trace, Gate: p.gate, Votes: p.votes, Approved: p.approved, Answered: p.answered, Panel: p.panel})
 	}
 	slices.SortFunc(s.Parked, func(a, b SnapshotParked) int { return strings.Compare(a.Intent.ID, b.Intent.ID) })
 	for _, c := range e.claims {
@@ -282,7 +283,7 @@ func (e *Engine) restore(s *Snapshot) error {
 			return fmt.Errorf("parked intent %s: %w", in.ID, err)
 		}
 		e.parked[in.ID] = &parked{in: in, deadline: sp.Deadline, escalated: sp.Escalated, conflicts: sp.Conflicts, trace: sp.Trace,
-			gate: sp.Gate, votes: sp.Votes, approved: sp.Approved, answered: sp.Answered}
+			gate: sp.Gate, votes: sp.Votes, approved: sp.Approved, answered: sp.Answered, panel: sp.Panel}
 		e.loadOf(in.Agent).parked++
 	}
 

@@ -113,6 +113,10 @@ type Rule struct {
 	// the pattern covers, to people instead: a review case, which applies
 	// the intent with that check waived once approved.
 	Review *Review `json:"review,omitempty"`
+	// Arbiters asks a quorum of arbiters for a conflict an intent that
+	// writes here escalates: the case is settled when Quorum of them (of
+	// Of, when given) send resolutions that agree.
+	Arbiters *intents.Panel `json:"arbiters,omitempty"`
 }
 
 // Review is a rule's review of refusals.
@@ -477,6 +481,14 @@ func compileRule(i int, r Rule) (compiled, error) {
 			}
 		}
 	}
+	if a := r.Arbiters; a != nil {
+		if a.Quorum < 1 || a.Quorum > MaxQuorum {
+			return c, bad(field+".arbiters.quorum", "%d: want 1 to %d", a.Quorum, MaxQuorum)
+		}
+		if a.Of != "" && !validPrincipal(a.Of) {
+			return c, bad(field+".arbiters.of", "%q: want an agent name or role:NAME", a.Of)
+		}
+	}
 	if r.Kind != "" && !slices.Contains(recordKinds, r.Kind) {
 		return c, bad(field+".kind", "%q: want one of %s", r.Kind, strings.Join(recordKinds, ", "))
 	}
@@ -560,6 +572,26 @@ func (s *Set) Review(agent string, writes []string, reason intents.Reason, refus
 		}
 	}
 	return Gate{}, false
+}
+
+// Panel returns the panel of arbiters of the first rule, in order, with
+// arbiters that covers one of writes (or lies under one); false when none
+// does.
+func (s *Set) Panel(writes []string) (intents.Panel, bool) {
+	if s == nil {
+		return intents.Panel{}, false
+	}
+	for _, r := range s.rules {
+		if r.Arbiters == nil {
+			continue
+		}
+		for _, w := range writes {
+			if r.pat.Overlaps(w) {
+				return *r.Arbiters, true
+			}
+		}
+	}
+	return intents.Panel{}, false
 }
 
 // maxRefusal bounds the refusal a review case keeps.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
 )
 
 // Identity is who a person using the console is, under serve --auth: the
@@ -107,15 +109,20 @@ func readAction(r *http.Request, v any) error {
 // actionRequest asks endpoint on nc, as request does on the console's
 // connection.
 func (b *backend) actionRequest(ctx context.Context, nc *nats.Conn, endpoint string, body, out any) error {
+	return b.actionRequestOn(ctx, nc, b.subj.API(endpoint), endpoint, body, out)
+}
+
+// actionRequestOn asks subject, the endpoint's, on nc.
+func (b *backend) actionRequestOn(ctx context.Context, nc *nats.Conn, subject, endpoint string, body, out any) error {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("%s: %w", endpoint, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
-	reply, err := nc.RequestWithContext(ctx, b.subj.API(endpoint), data)
+	reply, err := nc.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s: no coordinator answers on %s: %w", endpoint, b.subj.API(endpoint), err)
+		return fmt.Errorf("%s: no coordinator answers on %s: %w", endpoint, subject, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", endpoint, err)
@@ -190,4 +197,54 @@ func (b *backend) resolve(ctx context.Context, r *http.Request) (any, error) {
 	err = b.actionRequest(ctx, nc, intents.APIArbiterResolve,
 		intents.Resolution{Escalation: a.Case, Arbiter: agent, Winners: a.Winners, Losers: a.Losers, Rationale: a.Rationale}, &out)
 	return out, err
+}
+
+// reconcileAction is the body of POST /api/reconcile.
+type reconcileAction struct {
+	Task    string            `json:"task"`
+	Effects map[string]string `json:"effects"` // key → confirmed, failed or compensated
+	Why     string            `json:"why"`
+	Agent   string            `json:"agent"`
+}
+
+// effectStatuses are what a person may declare of a pending effect.
+var effectStatuses = []string{"confirmed", "failed", "compensated"}
+
+// reconcile declares, as the agent the person acts as, what became of the
+// effects a task's last owner left pending — one apply, as `coagent task
+// reconcile` sends — and answers its decision.
+func (b *backend) reconcile(ctx context.Context, r *http.Request) (any, error) {
+	var a reconcileAction
+	if err := readAction(r, &a); err != nil {
+		return nil, err
+	}
+	if err := intents.CheckPath(a.Task); err != nil {
+		return nil, badRequest("task = %q: %v", clipped(a.Task), err)
+	}
+	if strings.TrimSpace(a.Why) == "" {
+		return nil, badRequest("why: missing; say how you know, for the log")
+	}
+	if len(a.Effects) == 0 {
+		return nil, badRequest("effects: missing; declare each effect pending as confirmed, failed or compensated")
+	}
+	agent, nc, _, err := b.actor(r, a.Agent)
+	if err != nil {
+		return nil, err
+	}
+	var writes []intents.Write
+	for _, key := range slices.Sorted(maps.Keys(a.Effects)) {
+		status := a.Effects[key]
+		if !intents.ValidSegment(key) || !slices.Contains(effectStatuses, status) {
+			return nil, badRequest("effects.%s = %q: want confirmed, failed or compensated", clipped(key), clipped(status))
+		}
+		v, _ := json.Marshal(status)
+		writes = append(writes, intents.Write{Path: a.Task + ".effects." + key + ".status", Op: intents.OpSet, Value: v})
+	}
+	meta, _ := json.Marshal(map[string]string{"why": a.Why})
+	in := &intents.Intent{ID: ulid.Make().String(), Agent: agent, Kind: intents.KindApply, Action: "reconcile", Writes: writes, Meta: meta}
+	var d intents.Decision
+	if err := b.actionRequestOn(ctx, nc, b.subj.Submit(agent), "submit", in, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
 }

@@ -68,6 +68,17 @@ func TestActionsActAsTheToken(t *testing.T) {
 		!strings.Contains(out["error"].(string), "needs the role arbiter") {
 		t.Errorf("a resolution by a lead: %d %v", status, out)
 	}
+	for body, says := range map[string]string{
+		`{"task":"tasks.t1","effects":{"mail":"maybe"},"why":"x"}`:      `effects.mail = "maybe": want confirmed, failed or compensated`,
+		`{"task":"tasks..t1","effects":{"mail":"confirmed"},"why":"x"}`: `task = "tasks..t1"`,
+		`{"task":"tasks.t1","effects":{"mail":"confirmed"}}`:            "why: missing",
+		`{"task":"tasks.t1","why":"x","extra":1}`:                       `unknown field "extra"`,
+	} {
+		var raw json.RawMessage = []byte(body)
+		if status, out := w.post("/api/reconcile", raw); status != http.StatusBadRequest || !strings.Contains(out["error"].(string), says) {
+			t.Errorf("reconcile %s: %d %v, want 400 saying %s", body, status, out, says)
+		}
+	}
 	vote["agent"] = ""
 	status, out := w.post("/api/vote", vote)
 	if d, _ := out["decision"].(map[string]any); status != http.StatusOK || out["agent"] != "lina" || d["outcome"] != "applied" {

@@ -311,7 +311,8 @@ func TestCasesInBrowser(t *testing.T) {
 	bctx := browser(t)
 	w := newWorld(t)
 	ctx := context.Background()
-	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"deploy.**","approve":{"by":["lina"],"timeout":"10m"}}]}`), "test"); err != nil {
+	if _, err := w.svc.SetRules(ctx, []byte(`{"rules":[{"pattern":"deploy.**","approve":{"by":["lina"],"timeout":"10m"}},
+		{"pattern":"tasks.*","kind":"task","lease":"1s","reclaim_to":"PENDING"}]}`), "test"); err != nil {
 		t.Fatal(err)
 	}
 	gated := w.publish(w.w1, intents.Apply("release").Set("deploy.web", map[string]any{"version": 3}))
@@ -393,4 +394,23 @@ func TestCasesInBrowser(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A task whose claim ended with an effect pending: the person declares
+	// what became of it, and the task can be claimed again.
+	w.apply(w.w1, intents.Apply("plan").Set("tasks.t1", map[string]any{"status": "PENDING"}))
+	cl, err := w.w1.Claim(ctx, "tasks.t1", map[string]any{"status": "RUNNING"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.apply(w.w1, intents.Apply("effect").Fence(cl.Fence()).Set("tasks.t1.effects.mail", map[string]any{"status": "pending", "description": "send the invoice"}))
+	cl.StopRenewing()
+	card = `#open .case[data-case="tasks.t1"]`
+	b.waitText(card, "effects pending: mail")
+	b.run(chromedp.SetValue(chromedp.CSS(card+` input.why`), "the invoice is in the outbox"))
+	b.shot("case-reconcile")
+	b.click(card + ` button.reconcile`)
+	b.waitText(card+` .result.ok`, "declared: the intent was applied")
+	if _, err := w.w2.Claim(ctx, "tasks.t1", nil); err != nil {
+		t.Fatalf("a claim of the task once reconciled: %v", err)
+	}
 }

@@ -195,6 +195,7 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("GET /api/cases", b.json(b.cases))
 	mux.HandleFunc("POST /api/vote", b.json(b.vote))
 	mux.HandleFunc("POST /api/resolve", b.json(b.resolve))
+	mux.HandleFunc("POST /api/reconcile", b.json(b.reconcile))
 	return &Console{mux: mux, b: b}, nil
 }
 

@@ -70,8 +70,19 @@ export default function arbiterView(root) {
         esc ? ` from ${esc.agent}` : '',
         row.deadline ? h('span.countdown', { dataset: { expires: row.deadline } }) : null));
     if (row.kind === 'reconcile') {
-      card.append(h('div', `effects pending: ${(row.pending || []).join(', ')}`),
-        h('div.muted', `declare them: coagent task reconcile ${row.id} --effect KEY=confirmed|undone --why …`));
+      card.append(h('div', `effects pending: ${(row.pending || []).join(', ')}`));
+      if (me.agent && !me.read_only) {
+        const picks = (row.pending || []).map((key) => h('select.effect', { dataset: { key } },
+          ['confirmed', 'failed', 'compensated'].map((s) => h('option', { value: s }, s))));
+        const why = h('input.why', { placeholder: 'how you know (required)', size: 40 });
+        card.append(h('div.actions', (row.pending || []).map((key, i) => h('label', `${key}: `, picks[i], ' ')), why, ' ',
+          h('button.reconcile', { onclick: act(async () => {
+            const effects = Object.fromEntries(picks.map((p) => [p.dataset.key, p.value]));
+            const d = await post('reconcile', { task: row.id, effects, why: why.value, agent: me.agent });
+            return `declared: the intent was ${d.outcome}${d.reason ? ` (${d.reason}: ${d.detail})` : ''}`;
+          }) }, 'Declare')));
+      }
+      card.append(result);
       return card;
     }
     if (esc) {

@@ -35,7 +35,17 @@ var (
 			`"limits":{"writes":1,"expr_nodes":6}}`,
 		`{"rules":[{"pattern":"**","readers":["a"]}]}`,
 		`{"rules":[{"pattern":"d.*","kind":"fact"},{"pattern":"e","kind":"task"},{"pattern":"d","kind":"decision"}]}`,
+		// People in the loop: a gate, a review, a panel of arbiters.
+		`{"agents":{"a":{"roles":["lead"]}},"rules":[{"pattern":"d.x.**","approve":{"by":["role:lead","b"],"quorum":2,"timeout":"2s","exempt":["c"],"fallback":"apply"}},` +
+			`{"pattern":"e.n","transitions":{"A":["B"]},"review":{"by":["a","b"],"timeout":"2s"}},{"pattern":"d.z","review":{"by":["c"],"on":["precondition_failed"]}},` +
+			`{"pattern":"d.**","arbiters":{"quorum":2}},{"pattern":"e.**","approve":{"by":["judge"],"timeout":"1s"}}]}`,
 	}
+	// fuzzAsks are the meta of an apply that asks a question, or not.
+	fuzzAsks = []string{`{"ask":{"question":"how many?","schema":{"type":"number"},"timeout_ms":1500}}`,
+		`{"ask":{"question":"who?","by":["a"]}}`, `{"ask":{"question":""}}`, `{"ask":7}`, `{"why":"x"}`}
+	// fuzzVoters vote on cases, and resolve them as arbiters.
+	fuzzVoters  = []string{"a", "b", "c", "judge", "j2"}
+	fuzzVerdict = []string{intents.VerdictApprove, intents.VerdictDeny, intents.VerdictAnswer, "maybe"}
 )
 
 // FuzzEngine feeds the engine intents built from random bytes — valid and
@@ -103,7 +113,18 @@ func FuzzEngine(f *testing.F) {
 								Writes: []intents.Write{{Path: fuzzPaths[pick(len(fuzzPaths))], Op: intents.OpSet, Value: json.RawMessage(`7`)}}}
 						}
 					}
+					res.Arbiter = fuzzVoters[pick(len(fuzzVoters))]
 					r, _ := e.Resolve(now, res, nil)
+					evs = r.Events
+					break
+				}
+				if parked := e.Parked(); len(parked) > 0 && pick(2) == 0 {
+					v := &intents.Vote{Case: parked[pick(len(parked))], Agent: fuzzVoters[pick(len(fuzzVoters))],
+						Verdict: fuzzVerdict[pick(len(fuzzVerdict))], Rationale: "fuzz"}
+					if v.Verdict == intents.VerdictAnswer {
+						v.Answer = json.RawMessage(fuzzValues[pick(len(fuzzValues))])
+					}
+					r, _ := e.Vote(now, v, nil)
 					evs = r.Events
 					break
 				}
@@ -144,6 +165,9 @@ func FuzzEngine(f *testing.F) {
 				if pick(3) == 0 {
 					v := uint64(pick(3))
 					in.Reads = []intents.Read{{Path: fuzzPaths[pick(len(fuzzPaths))], Version: &v}}
+				}
+				if in.Kind == intents.KindApply && pick(5) == 0 {
+					in.Meta = json.RawMessage(fuzzAsks[pick(len(fuzzAsks))])
 				}
 				raw, _ := json.Marshal(in)
 				evs = e.Submit(now, Input{Agent: in.Agent, Raw: raw}, nil).Events

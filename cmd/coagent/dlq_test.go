@@ -336,6 +336,8 @@ func TestCaseApprove(t *testing.T) {
 		t.Fatalf("the intent once approved: %+v", d)
 	}
 	run(0, `^deploy\.web = {"version":3}`, "get", "deploy.web")
+	// The votes are in the intent's story, with who and why.
+	run(0, `(?m) vote +lina +intent=`+id+` approve by lina: ok$`, "log", "--intent", id)
 
 	// A denial needs a reason, and rejects the intent naming who and why.
 	id = submit(`{"version":4}`)

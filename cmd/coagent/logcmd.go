@@ -437,6 +437,24 @@ func summary(ev *intents.Event) string {
 		fmt.Fprintf(&b, " %s", ev.Release.Cause)
 	case ev.Wait != nil:
 		fmt.Fprintf(&b, " until %s", ev.Wait.Deadline.Format(time.RFC3339Nano))
+		if g := ev.Wait.Gate; g != nil {
+			fmt.Fprintf(&b, ": held for %d of %s (rules[%d])", g.Quorum, strings.Join(g.By, ", "), g.Rule)
+		}
+		if p := ev.Wait.Panel; p != nil {
+			fmt.Fprintf(&b, ": a panel, %d must agree", p.Quorum)
+		}
+	case ev.Vote != nil:
+		v := ev.Vote
+		fmt.Fprintf(&b, " %s by %s", v.Verdict, v.Agent)
+		if len(v.Answer) > 0 {
+			fmt.Fprintf(&b, " %s", intents.Clip(string(v.Answer), 80))
+		}
+		if v.Rationale != "" {
+			fmt.Fprintf(&b, ": %s", v.Rationale)
+		}
+	case ev.Resolution != nil:
+		r := ev.Resolution
+		fmt.Fprintf(&b, " by %s: winners %s losers %s: %s", r.Arbiter, strings.Join(r.Winners, ","), strings.Join(r.Losers, ","), r.Rationale)
 	case ev.Grant != nil:
 		fmt.Fprintf(&b, " fence=%d expires %s", ev.Grant.Fence, ev.Grant.Expires.Format(time.RFC3339Nano))
 	}

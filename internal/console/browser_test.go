@@ -349,6 +349,13 @@ func TestCasesInBrowser(t *testing.T) {
 		t.Fatalf("deploy.web after the approval: %+v %v", st, err)
 	}
 
+	// The intent's story holds the approval: who, when, why.
+	b.open(w.srv.URL + "/#story/" + gated)
+	b.waitText(fmt.Sprintf(`#story li.event[data-type="escalate"][data-intent=%q]`, gated), "waits for 1 approval of lina")
+	b.waitText(fmt.Sprintf(`#story li.event[data-type="vote"][data-intent=%q]`, gated), "approve by lina: the release notes are in")
+	b.shot("case-story")
+	b.open(w.srv.URL + "/#arbiter")
+
 	// A denial needs a reason, and rejects the intent with it.
 	denied := w.publish(w.w1, intents.Apply("release").Set("deploy.web", map[string]any{"version": 4}))
 	card = fmt.Sprintf(`#open .case[data-case=%q]`, denied)

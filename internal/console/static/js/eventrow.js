@@ -44,7 +44,14 @@ export function what(ev) {
     case 'wait':
     case 'escalate': {
       const w = ev.wait || {};
-      return `until ${w.deadline ? clock(w.deadline) : '?'}: ` + (w.conflicts || []).map((c) => `${c.kind} on ${c.path} with ${c.with_agent}`).join(', ');
+      const g = w.gate;
+      if (g) {
+        const who = g.ask ? `asks "${g.ask.question}"` : g.review ? `refused (${g.review}), sent to review by ${g.by.join(', ')}` :
+          `waits for ${g.quorum} approval${g.quorum === 1 ? '' : 's'} of ${g.by.join(', ')}`;
+        return `${who}, until ${w.deadline ? clock(w.deadline) : '?'}`;
+      }
+      return `until ${w.deadline ? clock(w.deadline) : '?'}: ` + (w.conflicts || []).map((c) => `${c.kind} on ${c.path} with ${c.with_agent}`).join(', ') +
+        (w.panel ? ` (a panel: ${w.panel.quorum} must agree)` : '');
     }
     case 'notice': {
       const n = ev.notice || {};
@@ -53,6 +60,11 @@ export function what(ev) {
     case 'resolve': {
       const r = ev.resolution || {};
       return `case ${r.escalation} by ${r.arbiter}: ${r.rationale || ''}`;
+    }
+    case 'vote': {
+      const v = ev.vote || {};
+      const with_ = v.verdict === 'answer' ? ` ${json(v.answer, 40)}` : v.resolution ? ` winners ${(v.resolution.winners || []).join(', ') || '-'}` : '';
+      return `${v.verdict}${with_} by ${v.agent}${v.rationale ? ': ' + v.rationale : ''}`;
     }
     case 'rules': {
       const r = ev.rules || {};

@@ -42,6 +42,9 @@ type Escalation struct {
 	// is settled when Panel.Quorum of them agree.
 	Panel *Panel `json:"panel,omitempty"`
 	Votes []Vote `json:"votes,omitempty"`
+	// Trace is the escalated intent's trace id, when it came with one: its
+	// story (coagent log --trace) for whoever settles the case.
+	Trace string `json:"trace,omitempty"`
 }
 
 // Panel asks a quorum of arbiters for a case: Quorum resolutions that

@@ -22,7 +22,7 @@ func (e *Engine) Case(id string) (*intents.Escalation, bool) {
 		return nil, false
 	}
 	c := &intents.Escalation{ID: id, Intents: []*intents.Intent{p.in}, State: map[string]intents.PathState{},
-		Conflicts: p.conflicts, Deadline: p.deadline}
+		Conflicts: p.conflicts, Deadline: p.deadline, Trace: p.trace}
 	paths := map[string]bool{}
 	for _, w := range p.in.Writes {
 		paths[w.Path] = true

@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"github.com/coagent/coagent/agents/team"
+	"github.com/coagent/coagent/coordinator/whatif"
 	"io"
 	"os"
 	"path/filepath"
@@ -151,5 +154,39 @@ func TestDemoApprove(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("demo --approve: %v", err)
+	}
+}
+
+// coagent whatif over the demo's log: under the recorded rules no decision
+// changes; a rule that lets only writer-2 publish changes the
+// publication, names the rule and the intent's story, and fails the run
+// with --fail-on-change; -o json is the report.
+func TestWhatifDemoLog(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if out, errOut, err := runCmd(t, "", "demo", "--writers", "2", "--keep", data); err != nil {
+		t.Fatalf("demo: %v\n%s\n%s", err, out, errOut)
+	}
+	p := runBin(t, nil, "", "whatif", "--data", data)
+	if p.status != 0 || !strings.Contains(p.stdout, "no decision changes") || !strings.Contains(p.stdout, "under the rules the log recorded") {
+		t.Fatalf("whatif under the recorded rules: %+v", p)
+	}
+	rules := filepath.Join(dir, "stricter.json")
+	writeFile(t, rules, `{"rules":[{"pattern":"report.published","writers":["writer-2"]},`+
+		`{"pattern":"report.sections.*","kind":"task","lease":"30s"},`+team.PublishRules+`]}`)
+	p = runBin(t, nil, "", "whatif", "--data", data, "--rules", rules, "--fail-on-change")
+	for _, want := range []string{"1 of ", "applied", "rejected:unauthorized", "changed by rule: rules[0] 1", "changed by agent: writer-1 1",
+		"coagent log --intent ", "paths whose values differ: report.published", "replayed as they were sent"} {
+		if !strings.Contains(p.stdout, want) {
+			t.Errorf("whatif --rules: no %q in:\n%s", want, p.stdout)
+		}
+	}
+	if p.status != 1 || !strings.Contains(p.stderr, "1 decisions change (--fail-on-change)") {
+		t.Fatalf("whatif --fail-on-change: %+v", p)
+	}
+	p = runBin(t, nil, "", "whatif", "--data", data, "--rules", rules, "-o", "json")
+	var rep whatif.Report
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &rep) != nil || rep.Changed != 1 || rep.Top[0].Agent != "writer-1" {
+		t.Fatalf("whatif -o json: %+v", p)
 	}
 }

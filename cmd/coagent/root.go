@@ -70,7 +70,7 @@ func newRoot(e *env) *cobra.Command {
 			newSubmitCmd(e), newPutCmd(e), newDelCmd(e), newIncrCmd(e), newStateCmd(e), newWatchCmd(e), newLogCmd(e), newTxnCmd(e), newTaskCmd(e), newRulesCmd(e), newConflictsCmd(e), newCaseCmd(e),
 			newDLQCmd(e), newStatusCmd(e), newSnapshotCmd(e), newBenchCmd(e), newMCPCmd(e)}},
 		{"data", "Work on a data directory (--data DIR):", []*cobra.Command{
-			newReplayCmd(e), newVerifyCmd(e), newCompactCmd(e), newAgentsCmd(e)}},
+			newReplayCmd(e), newVerifyCmd(e), newWhatifCmd(e), newCompactCmd(e), newAgentsCmd(e)}},
 		{"offline", "Check documents offline:", []*cobra.Command{newCheckCmd(e), newSchemaCmd(e)}},
 	}
 	for _, g := range groups {

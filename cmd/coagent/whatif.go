@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/whatif"
+	"github.com/spf13/cobra"
+)
+
+// newWhatifCmd is `coagent whatif`: the log's intents decided again under
+// other rules, and the decisions that would change.
+func newWhatifCmd(e *env) *cobra.Command {
+	var data, rulesFile string
+	var from, until uint64
+	var top int
+	var failOnChange, cascade bool
+	var arbiterTimeout time.Duration
+	var out output
+	c := &cobra.Command{
+		Use:   "whatif [--rules NEW.json]",
+		Short: "decide the log's intents again under other rules (or, without --rules, the recorded ones: a verification) and report the decisions that change",
+		Long: "Feed the intents, resolutions and votes of a stopped server's log (--data), in order and at their recorded times, to a\n" +
+			"fresh engine under --rules, and compare each intent's final decision with the recorded one: the first divergence,\n" +
+			"a matrix of recorded × new outcomes, the changes by rule, board and agent, the first divergences with the command\n" +
+			"that shows each one's story, and the state the new history leaves. Later intents are replayed as they were sent:\n" +
+			"what an agent would have done after another answer is not known (cascade). Without --rules the recorded rules\n" +
+			"decide, and any change is non-determinism (exit 1). Read-only; the same log and rules give the same report.",
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			var rules []byte
+			if rulesFile != "" {
+				var err error
+				if rules, err = os.ReadFile(rulesFile); err != nil {
+					return fmt.Errorf("--rules: %w", err)
+				}
+			}
+			log, err := openLog(data)
+			if err != nil {
+				return err
+			}
+			defer log.Close()
+			rep, err := whatif.Run(log, whatif.Options{Rules: rules, From: from, Until: until, Top: top,
+				Engine: engine.Config{ArbiterTimeout: arbiterTimeout}})
+			if rep == nil {
+				return err
+			}
+			if perr := printWhatif(rep, rulesFile, data, out.json(), e.stdout); perr != nil {
+				return perr
+			}
+			if err != nil {
+				return err
+			}
+			if failOnChange && rep.Changed > 0 {
+				fmt.Fprintf(e.stderr, "coagent whatif: %d decisions change (--fail-on-change)\n", rep.Changed)
+				return exitError(1)
+			}
+			return nil
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&data, "data", defaultData, "data directory of a stopped server")
+	fs.StringVar(&rulesFile, "rules", "", "the rules file to decide under (default: the recorded rules, a verification)")
+	fs.Uint64Var(&from, "from", 0, "the first event to decide again (default the log's first; the state before it is the log's)")
+	fs.Uint64Var(&until, "until", 0, "the last event (default the log's last)")
+	fs.IntVar(&top, "top", 10, "how many divergences to list")
+	fs.BoolVar(&failOnChange, "fail-on-change", false, "exit 1 when a decision changes: for CI")
+	fs.BoolVar(&cascade, "cascade", true, "feed the recorded intents in order to the new rules (the one mode built: see docs/whatif.md)")
+	fs.DurationVar(&arbiterTimeout, "arbiter-timeout", 0, "the --arbiter-timeout the server ran with (default 60s)")
+	out.register(fs, true)
+	return c
+}
+
+// printWhatif prints the report as a table, or its JSON.
+func printWhatif(rep *whatif.Report, rulesFile, data string, asJSON bool, w io.Writer) error {
+	if asJSON {
+		b, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	}
+	under := "the rules the log recorded (a verification)"
+	if rulesFile != "" {
+		under = rulesFile
+	}
+	fmt.Fprintf(w, "whatif: events %d–%d (%d intents) decided again under %s\n", rep.From, rep.Until, rep.Intents, under)
+	if rep.Changed == 0 {
+		fmt.Fprintf(w, "no decision changes\n")
+	} else {
+		fmt.Fprintf(w, "%d of %d intents change; the first divergence is at event %d\n", rep.Changed, rep.Intents, rep.FirstDivergence)
+	}
+	fmt.Fprintf(w, "\nrecorded → new\n")
+	for _, rec := range slices.Sorted(maps.Keys(rep.Matrix)) {
+		for _, nw := range slices.Sorted(maps.Keys(rep.Matrix[rec])) {
+			mark := ""
+			if rec != nw {
+				mark = "  changed"
+			}
+			fmt.Fprintf(w, "  %-32s %-32s %6d%s\n", rec, nw, rep.Matrix[rec][nw], mark)
+		}
+	}
+	counts := func(title string, m map[string]int) {
+		if len(m) == 0 {
+			return
+		}
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		}
+		fmt.Fprintf(w, "%s: %s\n", title, strings.Join(parts, ", "))
+	}
+	if rep.Changed > 0 {
+		fmt.Fprintln(w)
+		counts("changed by rule", rep.ByRule)
+		counts("changed by board", rep.ByBoard)
+		counts("changed by agent", rep.ByAgent)
+		fmt.Fprintf(w, "\ndivergences (the first %d)\n", len(rep.Top))
+		for _, d := range rep.Top {
+			fmt.Fprintf(w, "  event %d  intent %s of %s\n", d.Seq, d.Intent, d.Agent)
+			fmt.Fprintf(w, "    recorded  %s: %s\n", d.Recorded.Key(), d.Recorded.Detail)
+			fmt.Fprintf(w, "    new       %s: %s\n", d.New.Key(), d.New.Detail)
+			fmt.Fprintf(w, "    story     %s --data %s\n", d.Story, data)
+		}
+	}
+	fmt.Fprintf(w, "\nstate: recorded sha256 %s\n       new      sha256 %s\n", rep.RecordedHash, rep.NewHash)
+	if len(rep.PathsDiffer) > 0 {
+		fmt.Fprintf(w, "paths whose values differ: %s\n", strings.Join(rep.PathsDiffer, ", "))
+	}
+	if rep.Mode == "cascade" {
+		fmt.Fprintf(w, "later intents were replayed as they were sent: what an agent would have done after another answer is not known\n")
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+// Package whatif re-decides the intents of an event log under other board
+// rules, and says which decisions would change. It feeds the recorded
+// intents, resolutions and votes, in log order and at their recorded
+// times, to a fresh engine, and compares each intent's decision with the
+// recorded one: under the rules that were in force (Verify) every decision
+// must come out as recorded, and any other is non-determinism; under new
+// rules (cascade) the first divergence, the decisions that change, by rule,
+// board and agent, and the final state are reported. It never invents what
+// an agent would have done after another answer: later intents are
+// replayed as they were sent, their transaction ids and fences mapped to
+// the ones the new history gave. It reads the log and writes nothing.
+package whatif
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
+	"github.com/coagent/coagent/coordinator/state"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+)
+
+// Options say what to re-decide.
+type Options struct {
+	// Rules is the rules file to decide under, put in force before the
+	// first event; nil re-decides under the rules the log recorded, each
+	// from its event on (verification).
+	Rules []byte
+	// From and Until bound the events replayed (0: the log's first and
+	// last). The state before From is the log's fold up to it.
+	From, Until uint64
+	// Engine is the engine configuration the coordinator ran with (its
+	// limits and timeouts); its ids are the engine's deterministic ones,
+	// so that a report is the same byte for byte.
+	Engine engine.Config
+	// Top is how many divergences the report lists (default 10).
+	Top int
+}
+
+// Report is what a run found.
+type Report struct {
+	// Mode is "verify" (the recorded rules) or "cascade" (new rules).
+	Mode string `json:"mode"`
+	// From and Until are the events replayed; Events and Intents count
+	// them and the intents among them.
+	From    uint64 `json:"from"`
+	Until   uint64 `json:"until"`
+	Events  int    `json:"events"`
+	Intents int    `json:"intents"`
+	// FirstDivergence is the sequence of the recorded decision where the
+	// new history first differs, 0 when none does.
+	FirstDivergence uint64 `json:"first_divergence,omitempty"`
+	// Changed counts the intents whose final decision changes.
+	Changed int `json:"changed"`
+	// Matrix counts intents by their recorded and their new final
+	// decision ("applied", "rejected:conflict", …).
+	Matrix map[string]map[string]int `json:"matrix"`
+	// ByRule, ByBoard and ByAgent count the changed intents by the rule or
+	// invariant the new or recorded decision names, by the first board
+	// they write and by agent.
+	ByRule  map[string]int `json:"by_rule"`
+	ByBoard map[string]int `json:"by_board"`
+	ByAgent map[string]int `json:"by_agent"`
+	// Top are the first changed intents, in log order.
+	Top []Divergence `json:"top"`
+	// RecordedHash and NewHash are the sha256 of the state the log folds
+	// to and of the one the new history leaves; PathsDiffer the paths
+	// whose values differ (the first 100).
+	RecordedHash string   `json:"recorded_sha256"`
+	NewHash      string   `json:"new_sha256"`
+	PathsDiffer  []string `json:"paths_differ,omitempty"`
+}
+
+// Divergence is one intent whose decision changes.
+type Divergence struct {
+	Seq      uint64   `json:"seq"` // its recorded final decision's
+	Intent   string   `json:"intent"`
+	Agent    string   `json:"agent"`
+	Recorded Decision `json:"recorded"`
+	New      Decision `json:"new"`
+	Rule     string   `json:"rule,omitempty"`
+	Story    string   `json:"story"` // the command that shows its story
+}
+
+// Decision is a decision as the report shows it.
+type Decision struct {
+	Outcome intents.Outcome `json:"outcome"`
+	Reason  intents.Reason  `json:"reason,omitempty"`
+	Detail  string          `json:"detail,omitempty"`
+}
+
+// Key is how the report counts a decision: its outcome, and its reason
+// after a colon ("rejected:conflict"); "none" for no decision.
+func (d Decision) Key() string {
+	if d.Outcome == "" {
+		return "none"
+	}
+	if d.Reason != "" {
+		return string(d.Outcome) + ":" + string(d.Reason)
+	}
+	return string(d.Outcome)
+}
+
+// ErrNondeterministic is wrapped by the error of a verification whose
+// re-decided history differs from the recorded one.
+var ErrNondeterministic = errors.New("whatif: the log's decisions do not come out as recorded")
+
+// Run re-decides the log's intents as Options say and reports. A
+// verification (Options.Rules nil) that changes a decision returns the
+// report and an error wrapping ErrNondeterministic naming the first
+// mismatch.
+func Run(log *eventlog.Log, opts Options) (*Report, error) {
+	if opts.Top == 0 {
+		opts.Top = 10
+	}
+	from, until := cmp.Or(opts.From, max(log.FirstSeq(), 1)), cmp.Or(opts.Until, log.LastSeq())
+	r := &run{opts: opts, rep: &Report{Mode: "cascade", From: from, Until: until, Matrix: map[string]map[string]int{},
+		ByRule: map[string]int{}, ByBoard: map[string]int{}, ByAgent: map[string]int{}},
+		recorded: map[string]*intents.Decision{}, recSeq: map[string]uint64{}, decided: map[string]*intents.Decision{},
+		agents: map[string]string{}, boards: map[string]string{}, order: nil,
+		recTxn: map[string]string{}, recFence: map[uint64]string{}}
+	if opts.Rules == nil {
+		r.rep.Mode = "verify"
+	}
+	// Both engines start from the log's state before from: the recorded
+	// one folds the events as they are, the new one decides them.
+	cfg := opts.Engine
+	cfg.NewID = nil // the engine's deterministic ids
+	before := func() (*engine.Engine, error) {
+		if from <= 1 {
+			return engine.New(cfg)
+		}
+		eng, _, err := replay.Rebuild(log, cfg, from-1)
+		if err != nil {
+			return nil, fmt.Errorf("whatif: the state before event %d: %w", from, err)
+		}
+		return eng, nil
+	}
+	var err error
+	if r.rec, err = before(); err != nil {
+		return nil, err
+	}
+	if r.eng, err = before(); err != nil {
+		return nil, err
+	}
+	first := true
+	err = log.Scan(from, until, func(ev *intents.Event) error {
+		if first && opts.Rules != nil {
+			if _, err := r.eng.SetRules(ev.Time, opts.Rules, "whatif", nil); err != nil {
+				return fmt.Errorf("whatif: the new rules: %w", err)
+			}
+		}
+		first = false
+		return r.event(ev)
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.finish()
+	if r.rep.Mode == "verify" && r.rep.Changed > 0 {
+		d := r.rep.Top[0]
+		return r.rep, fmt.Errorf("%w: intent %s (event %d) was %s as recorded, %s re-decided: %s", ErrNondeterministic,
+			d.Intent, d.Seq, d.Recorded.Key(), d.New.Key(), cmp.Or(d.New.Detail, d.Recorded.Detail))
+	}
+	return r.rep, nil
+}
+
+type run struct {
+	opts     Options
+	rep      *Report
+	rec, eng *engine.Engine
+	last     *intents.Event
+	// recorded and decided are each intent's latest decision, as recorded
+	// and as re-decided; recSeq the sequence of the recorded one; order
+	// the intents in the order they were received.
+	recorded, decided map[string]*intents.Decision
+	recSeq            map[string]uint64
+	order             []string
+	agents, boards    map[string]string
+	// recTxn and recFence name the intent whose recorded grant (or
+	// claim) gave a transaction id or a fence, so that a later intent
+	// naming them is sent with the ones its re-decided grant gave.
+	recTxn   map[string]string
+	recFence map[uint64]string
+}
+
+// event replays one recorded event: folded into the recorded engine, and
+// what the log's writers did — an intent, a resolution, a vote, a rules
+// change under verification — done again to the new one.
+func (r *run) event(ev *intents.Event) error {
+	if err := r.rec.Apply(ev); err != nil {
+		return fmt.Errorf("whatif: fold event %d: %w", ev.Seq, err)
+	}
+	r.rep.Events++
+	r.last = ev
+	switch ev.Type {
+	case intents.EventDecision:
+		d := ev.Decision
+		if _, ok := r.agents[d.Intent]; ok && !d.Duplicate {
+			r.recorded[d.Intent], r.recSeq[d.Intent] = d, ev.Seq
+		}
+		if d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied && d.Fence != 0) {
+			r.recTxn[d.Txn] = d.Intent
+			r.recFence[d.Fence] = d.Intent
+		}
+		return nil
+	case intents.EventRules:
+		if r.opts.Rules == nil {
+			_, err := r.eng.SetRules(ev.Time, ev.Rules.File, ev.Rules.Source, nil)
+			if err != nil {
+				return fmt.Errorf("whatif: the rules of event %d: %w", ev.Seq, err)
+			}
+		}
+		return nil
+	case intents.EventResolve:
+		res := *ev.Resolution
+		res.Replacement = r.mapped(res.Replacement)
+		ready, _ := r.eng.Resolve(ev.Time, &res, nil)
+		r.collect(ready.Events)
+		return nil
+	case intents.EventVote:
+		if ev.Vote.Verdict == intents.VerdictResolve && ev.Vote.Resolution != nil {
+			res := *ev.Vote.Resolution
+			res.Replacement = r.mapped(res.Replacement)
+			ready, _ := r.eng.Resolve(ev.Time, &res, nil)
+			r.collect(ready.Events)
+			return nil
+		}
+		ready, _ := r.eng.Vote(ev.Time, ev.Vote, nil)
+		r.collect(ready.Events)
+		return nil
+	case intents.EventIntent:
+	default:
+		return nil
+	}
+	rv := ev.Received
+	in := engine.Input{Agent: ev.Agent, Raw: rv.Raw}
+	if rv.Intent != nil {
+		in.Raw, in.Intent = nil, r.mapped(rv.Intent)
+		if ev.Trace != "" {
+			in.Traceparent = []string{"00-" + ev.Trace + "-0000000000000001-01"}
+		}
+		if _, seen := r.agents[rv.Intent.ID]; !seen && rv.Intent.ID != "" {
+			r.agents[rv.Intent.ID], r.boards[rv.Intent.ID] = rv.Intent.Agent, board(rv.Intent)
+			r.order = append(r.order, rv.Intent.ID)
+		}
+		r.rep.Intents++
+	}
+	ready := r.eng.Submit(ev.Time, in, nil)
+	r.collect(ready.Events)
+	return nil
+}
+
+// collect notes the re-decided decisions among evs.
+func (r *run) collect(evs []*intents.Event) {
+	for _, e := range evs {
+		if d := e.Decision; d != nil && !d.Duplicate {
+			r.decided[d.Intent] = d
+		}
+	}
+}
+
+// mapped is in with the transaction id and fence its recorded grant gave
+// replaced by the ones the re-decided one gave, when it names them.
+func (r *run) mapped(in *intents.Intent) *intents.Intent {
+	if in == nil {
+		return nil
+	}
+	cp := *in
+	if owner, ok := r.recTxn[in.Txn]; ok && in.Txn != "" {
+		if d := r.decided[owner]; d != nil && d.Txn != "" {
+			cp.Txn = d.Txn
+			if in.Fence != 0 && r.recorded[owner] != nil && in.Fence == r.recorded[owner].Fence {
+				cp.Fence = d.Fence
+			}
+		}
+	} else if owner, ok := r.recFence[in.Fence]; ok && in.Fence != 0 {
+		if d := r.decided[owner]; d != nil && d.Fence != 0 {
+			cp.Fence = d.Fence
+		}
+	}
+	return &cp
+}
+
+var ruleRef = regexp.MustCompile(`rules\[\d+\]|invariant \S+`)
+
+// finish fires the timers due by the last event, and compares.
+func (r *run) finish() {
+	if r.last != nil {
+		r.collect(r.eng.Tick(r.last.Time, nil).Events)
+	}
+	rep := r.rep
+	for _, id := range r.order {
+		rec, got := r.recorded[id], r.decided[id]
+		rd, nd := view(rec), view(got)
+		if rep.Matrix[rd.Key()] == nil {
+			rep.Matrix[rd.Key()] = map[string]int{}
+		}
+		rep.Matrix[rd.Key()][nd.Key()]++
+		if rd.Key() == nd.Key() {
+			continue
+		}
+		rep.Changed++
+		seq := r.recSeq[id]
+		if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
+			rep.FirstDivergence = seq
+		}
+		rule := ruleRef.FindString(nd.Detail)
+		if rule == "" {
+			rule = ruleRef.FindString(rd.Detail)
+		}
+		if rule != "" {
+			rep.ByRule[rule]++
+		}
+		rep.ByBoard[r.boards[id]]++
+		rep.ByAgent[r.agents[id]]++
+		if len(rep.Top) < r.opts.Top {
+			rep.Top = append(rep.Top, Divergence{Seq: seq, Intent: id, Agent: r.agents[id], Recorded: rd, New: nd, Rule: rule,
+				Story: "coagent log --intent " + id})
+		}
+	}
+	rep.RecordedHash, rep.NewHash = replay.Hash(r.rec.State()), replay.Hash(r.eng.State())
+	if rep.RecordedHash != rep.NewHash {
+		rep.PathsDiffer = differing(r.rec.State(), r.eng.State(), 100)
+	}
+}
+
+// differing returns the paths whose values differ between a and b, at
+// most limit of them, sorted: one that exists in only one of them (and
+// none under it), or a leaf whose value differs; an object that differs
+// only below is not named itself.
+func differing(a, b *state.Tree, limit int) []string {
+	pa, pb := a.Paths(), b.Paths()
+	all := slices.Sorted(maps.Keys(pa))
+	for p := range pb {
+		if _, ok := pa[p]; !ok {
+			all = append(all, p)
+		}
+	}
+	slices.Sort(all)
+	var out []string
+	for _, p := range all {
+		if len(out) == limit {
+			break
+		}
+		if n := len(out); n > 0 && strings.HasPrefix(p, out[n-1]+".") {
+			continue // under a path named already
+		}
+		va, oka := a.Get(p)
+		vb, okb := b.Get(p)
+		_, obja := va.(map[string]any)
+		_, objb := vb.(map[string]any)
+		switch {
+		case oka != okb:
+			out = append(out, p)
+		case obja && objb:
+		case fmt.Sprint(va) != fmt.Sprint(vb):
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func view(d *intents.Decision) Decision {
+	if d == nil {
+		return Decision{}
+	}
+	return Decision{Outcome: d.Outcome, Reason: d.Reason, Detail: d.Detail}
+}
+
+// board is the first segment of the first path an intent writes.
+func board(in *intents.Intent) string {
+	if len(in.Writes) == 0 {
+		return "-"
+	}
+	b, _, _ := strings.Cut(in.Writes[0].Path, ".")
+	return b
+}

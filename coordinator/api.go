@@ -217,6 +217,15 @@ func replyError[C ~string](req micro.Request, code C, format string, args ...any
 	_ = req.Error(string(code), fmt.Sprintf(format, args...), nil)
 }
 
+// replyErrorLater is replyError for a request answered after its handler
+// returned (a submit, answered by the loop or the output stage): the
+// service reads what Error records of the request once the handler
+// returns, so a later Error races with that read. The same headers go by
+// Respond, which records nothing unless the reply fails.
+func replyErrorLater[C ~string](req micro.Request, code C, format string, args ...any) {
+	_ = req.Respond(nil, micro.WithHeaders(micro.Headers{micro.ErrorHeader: {fmt.Sprintf(format, args...)}, micro.ErrorCodeHeader: {string(code)}}))
+}
+
 // respond answers req with v as JSON. A reply that does not encode (a
 // value JSON cannot hold, from a log older than the checks that keep such
 // values out) is answered with an internal error rather than left
@@ -303,7 +312,7 @@ func answerStateGet(r readSource, st stamp, req micro.Request) {
 	}
 	stateGet(context.Background(), r, body.Paths, r.viewerOf(req.Reply()), func(out *stateReply, err error) {
 		if err != nil {
-			replyError(req, codeUnavailable, "%v", err)
+			replyErrorLater(req, codeUnavailable, "%v", err)
 			return
 		}
 		if !body.Mod {
@@ -359,7 +368,7 @@ func answerTxnList(r readSource, st stamp, req micro.Request) {
 	}
 	txnList(context.Background(), r, f, r.viewerOf(req.Reply()), func(out any, rev uint64, err error) {
 		if err != nil {
-			replyError(req, codeUnavailable, "%v", err)
+			replyErrorLater(req, codeUnavailable, "%v", err)
 			return
 		}
 		respond(req, out, st.at(rev)...)
@@ -449,11 +458,11 @@ func (s *Service) handleDecisionGet(req micro.Request) {
 	}
 	s.decisionGet(context.Background(), body.Intent, func(d *intents.Decision, err error) {
 		if err != nil {
-			replyError(req, codeUnavailable, "%v", err)
+			replyErrorLater(req, codeUnavailable, "%v", err)
 			return
 		}
 		if v := s.viewerOf(req.Reply()); d == nil || !v.all && d.Agent != v.Agent {
-			replyError(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
+			replyErrorLater(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
 			return
 		}
 		respond(req, d)
@@ -483,7 +492,7 @@ func (s *Service) handleResolve(req micro.Request) {
 	case errors.As(err, &refused):
 		replyError(req, refused.Reason, "arbiter.resolve: %s", refused.Detail)
 	case err != nil:
-		replyError(req, codeUnavailable, "%v", err)
+		replyErrorLater(req, codeUnavailable, "%v", err)
 	default:
 		// settled is false for a vote a panel counts but that did not
 		// settle the case yet.
@@ -526,7 +535,7 @@ func (s *Service) handleVote(req micro.Request) {
 	case errors.As(err, &refused):
 		replyError(req, refused.Reason, "case.vote: %s", refused.Detail)
 	case err != nil:
-		replyError(req, codeUnavailable, "%v", err)
+		replyErrorLater(req, codeUnavailable, "%v", err)
 	default:
 		reply := map[string]any{"ok": true, "case": v.Case, "agent": v.Agent, "verdict": v.Verdict}
 		if d != nil {
@@ -577,7 +586,7 @@ func (s *Service) handleRulesSet(req micro.Request) {
 	case errors.As(err, &bad):
 		replyError(req, intents.ReasonInvalid, "rules.set: %v", err)
 	case err != nil:
-		replyError(req, codeUnavailable, "%v", err)
+		replyErrorLater(req, codeUnavailable, "%v", err)
 	default:
 		respond(req, map[string]string{"hash": rec.Hash, "source": rec.Source})
 	}
@@ -592,7 +601,7 @@ const HeaderRulesSource = "Coagent-Rules-Source"
 func (s *Service) handleRulesGet(req micro.Request) {
 	rec, err := s.Rules(context.Background())
 	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
+		replyErrorLater(req, codeUnavailable, "%v", err)
 		return
 	}
 	if rec == nil {
@@ -617,7 +626,7 @@ func (s *Service) handleConflictsTop(req micro.Request) {
 	}
 	spots, err := s.conflictsTop(context.Background(), body.Limit, s.viewerOf(req.Reply()))
 	if err != nil {
-		replyError(req, codeUnavailable, "%v", err)
+		replyErrorLater(req, codeUnavailable, "%v", err)
 		return
 	}
 	respond(req, map[string]any{"spots": spots})

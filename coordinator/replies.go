@@ -148,9 +148,9 @@ func (sub *submit) answer(d *intents.Decision) {
 	}
 	switch data, err := json.Marshal(d); {
 	case d == nil:
-		replyError(sub.req, codeUnavailable, "%v", errUnavailable)
+		replyErrorLater(sub.req, codeUnavailable, "%v", errUnavailable)
 	case err != nil:
-		replyError(sub.req, codeInternal, "the decision does not encode as JSON: %v", err)
+		replyErrorLater(sub.req, codeInternal, "the decision does not encode as JSON: %v", err)
 	case sub.lane != "":
 		_ = sub.req.Respond(data, micro.WithHeaders(micro.Headers{intents.HeaderTask: {claimedTask(sub.lane, d)}}))
 	default:
@@ -168,7 +168,7 @@ func (sub *submit) nothing(why string) {
 	if sub.release != nil {
 		sub.release()
 	}
-	replyError(sub.req, intents.CodeNothingClaimable, "%s", why)
+	replyErrorLater(sub.req, intents.CodeNothingClaimable, "%s", why)
 }
 
 // claimedTask is the task of lane a claim's decision d is about: the one

@@ -123,7 +123,7 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	from, until := cmp.Or(opts.From, max(log.FirstSeq(), 1)), cmp.Or(opts.Until, log.LastSeq())
 	r := &run{opts: opts, rep: &Report{Mode: "cascade", From: from, Until: until, Matrix: map[string]map[string]int{},
 		ByRule: map[string]int{}, ByBoard: map[string]int{}, ByAgent: map[string]int{}},
-		recorded: map[string]*intents.Decision{}, recSeq: map[string]uint64{}, decided: map[string]*intents.Decision{},
+		recorded: map[string]decided{}, recSeq: map[string]uint64{}, decided: map[string]decided{},
 		agents: map[string]string{}, boards: map[string]string{}, order: nil,
 		recTxn: map[string]string{}, recFence: map[uint64]string{}}
 	if opts.Rules == nil {
@@ -144,9 +144,6 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 		return eng, nil
 	}
 	var err error
-	if r.rec, err = before(); err != nil {
-		return nil, err
-	}
 	if r.eng, err = before(); err != nil {
 		return nil, err
 	}
@@ -163,6 +160,11 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The recorded history's state: the log's fold to until, from its
+	// latest snapshot.
+	if r.rec, _, err = replay.Rebuild(log, cfg, until); err != nil {
+		return nil, fmt.Errorf("whatif: the recorded state at event %d: %w", until, err)
+	}
 	r.finish()
 	if r.rep.Mode == "verify" && r.rep.Changed > 0 {
 		d := r.rep.Top[0]
@@ -172,15 +174,30 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	return r.rep, nil
 }
 
+// decided is what the comparison keeps of a decision.
+type decided struct {
+	outcome intents.Outcome
+	reason  intents.Reason
+	detail  string
+	txn     string
+	fence   uint64
+}
+
+func keep(d *intents.Decision) decided {
+	return decided{outcome: intents.Outcome(strings.Clone(string(d.Outcome))), reason: intents.Reason(strings.Clone(string(d.Reason))),
+		detail: strings.Clone(d.Detail), txn: strings.Clone(d.Txn), fence: d.Fence}
+}
+
 type run struct {
 	opts     Options
 	rep      *Report
 	rec, eng *engine.Engine
 	last     *intents.Event
 	// recorded and decided are each intent's latest decision, as recorded
-	// and as re-decided; recSeq the sequence of the recorded one; order
-	// the intents in the order they were received.
-	recorded, decided map[string]*intents.Decision
+	// and as re-decided, copied out of the events (a decoded event's
+	// strings keep its whole record); recSeq the sequence of the recorded
+	// one; order the intents in the order they were received.
+	recorded, decided map[string]decided
 	recSeq            map[string]uint64
 	order             []string
 	agents, boards    map[string]string
@@ -191,24 +208,22 @@ type run struct {
 	recFence map[uint64]string
 }
 
-// event replays one recorded event: folded into the recorded engine, and
-// what the log's writers did — an intent, a resolution, a vote, a rules
-// change under verification — done again to the new one.
+// event replays what one recorded event says the log's writers did — an
+// intent, a resolution, a vote, a rules change under verification — to the
+// new engine, and notes the recorded decisions.
 func (r *run) event(ev *intents.Event) error {
-	if err := r.rec.Apply(ev); err != nil {
-		return fmt.Errorf("whatif: fold event %d: %w", ev.Seq, err)
-	}
 	r.rep.Events++
 	r.last = ev
 	switch ev.Type {
 	case intents.EventDecision:
 		d := ev.Decision
 		if _, ok := r.agents[d.Intent]; ok && !d.Duplicate {
-			r.recorded[d.Intent], r.recSeq[d.Intent] = d, ev.Seq
+			r.recorded[d.Intent], r.recSeq[d.Intent] = keep(d), ev.Seq
 		}
 		if d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied && d.Fence != 0) {
-			r.recTxn[d.Txn] = d.Intent
-			r.recFence[d.Fence] = d.Intent
+			id := strings.Clone(d.Intent)
+			r.recTxn[strings.Clone(d.Txn)] = id
+			r.recFence[d.Fence] = id
 		}
 		return nil
 	case intents.EventRules:
@@ -248,8 +263,9 @@ func (r *run) event(ev *intents.Event) error {
 			in.Traceparent = []string{"00-" + ev.Trace + "-0000000000000001-01"}
 		}
 		if _, seen := r.agents[rv.Intent.ID]; !seen && rv.Intent.ID != "" {
-			r.agents[rv.Intent.ID], r.boards[rv.Intent.ID] = rv.Intent.Agent, board(rv.Intent)
-			r.order = append(r.order, rv.Intent.ID)
+			id := strings.Clone(rv.Intent.ID)
+			r.agents[id], r.boards[id] = strings.Clone(rv.Intent.Agent), strings.Clone(board(rv.Intent))
+			r.order = append(r.order, id)
 		}
 		r.rep.Intents++
 	}
@@ -262,7 +278,7 @@ func (r *run) event(ev *intents.Event) error {
 func (r *run) collect(evs []*intents.Event) {
 	for _, e := range evs {
 		if d := e.Decision; d != nil && !d.Duplicate {
-			r.decided[d.Intent] = d
+			r.decided[d.Intent] = keep(d)
 		}
 	}
 }
@@ -275,15 +291,15 @@ func (r *run) mapped(in *intents.Intent) *intents.Intent {
 	}
 	cp := *in
 	if owner, ok := r.recTxn[in.Txn]; ok && in.Txn != "" {
-		if d := r.decided[owner]; d != nil && d.Txn != "" {
-			cp.Txn = d.Txn
-			if in.Fence != 0 && r.recorded[owner] != nil && in.Fence == r.recorded[owner].Fence {
-				cp.Fence = d.Fence
+		if d, ok := r.decided[owner]; ok && d.txn != "" {
+			cp.Txn = d.txn
+			if rec, ok := r.recorded[owner]; ok && in.Fence != 0 && in.Fence == rec.fence {
+				cp.Fence = d.fence
 			}
 		}
 	} else if owner, ok := r.recFence[in.Fence]; ok && in.Fence != 0 {
-		if d := r.decided[owner]; d != nil && d.Fence != 0 {
-			cp.Fence = d.Fence
+		if d, ok := r.decided[owner]; ok && d.fence != 0 {
+			cp.Fence = d.fence
 		}
 	}
 	return &cp
@@ -298,8 +314,7 @@ func (r *run) finish() {
 	}
 	rep := r.rep
 	for _, id := range r.order {
-		rec, got := r.recorded[id], r.decided[id]
-		rd, nd := view(rec), view(got)
+		rd, nd := view(r.recorded[id]), view(r.decided[id])
 		if rep.Matrix[rd.Key()] == nil {
 			rep.Matrix[rd.Key()] = map[string]int{}
 		}
@@ -368,11 +383,8 @@ func differing(a, b *state.Tree, limit int) []string {
 	return out
 }
 
-func view(d *intents.Decision) Decision {
-	if d == nil {
-		return Decision{}
-	}
-	return Decision{Outcome: d.Outcome, Reason: d.Reason, Detail: d.Detail}
+func view(d decided) Decision {
+	return Decision{Outcome: d.outcome, Reason: d.reason, Detail: d.detail}
 }
 
 // board is the first segment of the first path an intent writes.

@@ -106,8 +106,8 @@ func readAction(r *http.Request, v any) error {
 	return nil
 }
 
-// actionRequest asks endpoint on nc, as request does on the console's
-// connection.
+// actionRequest calls endpoint with a JSON body on nc and decodes the
+// reply into out; an error reply is an *apiError.
 func (b *backend) actionRequest(ctx context.Context, nc *nats.Conn, endpoint string, body, out any) error {
 	return b.actionRequestOn(ctx, nc, b.subj.API(endpoint), endpoint, body, out)
 }

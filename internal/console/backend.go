@@ -113,28 +113,9 @@ func statusOf(err error) int {
 }
 
 // request calls an API endpoint with a JSON body and decodes the reply
-// into out.
+// into out, through the connection the console reads through.
 func (b *backend) request(ctx context.Context, endpoint string, body, out any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("%s: %w", endpoint, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
-	defer cancel()
-	reply, err := b.conn.Load().nc.RequestWithContext(ctx, b.subj.API(endpoint), data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s: no coordinator answers on %s: %w", endpoint, b.subj.API(endpoint), err)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", endpoint, err)
-	}
-	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
-		return fmt.Errorf("%s: %w", endpoint, &apiError{code: code, description: reply.Header.Get("Nats-Service-Error")})
-	}
-	if err := json.Unmarshal(reply.Data, out); err != nil {
-		return fmt.Errorf("%s: the coordinator answered %q: %w", endpoint, intents.Clip(string(reply.Data), 200), err)
-	}
-	return nil
+	return b.actionRequest(ctx, b.conn.Load().nc, endpoint, body, out)
 }
 
 // logQuery is a log.query request. Trace is sent only when set, so that a

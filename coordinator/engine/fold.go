@@ -230,8 +230,16 @@ func (e *Engine) check(ev *intents.Event) error {
 		if ev.Vote == nil {
 			return missing("vote")
 		}
-		if p := e.parked[ev.Vote.Case]; p == nil || p.gate == nil && p.panel == nil {
-			return fmt.Errorf("vote on case %q, which is no open approval case nor one a panel settles", ev.Vote.Case)
+		// What the vote's fold reads must be there: a foreign log's vote
+		// is refused rather than folded into a case it does not fit.
+		v, p := ev.Vote, e.parked[ev.Vote.Case]
+		switch {
+		case p == nil || p.gate == nil && p.panel == nil:
+			return fmt.Errorf("vote on case %q, which is no open approval case nor one a panel settles", v.Case)
+		case p.gate == nil && v.Verdict != intents.VerdictResolve:
+			return fmt.Errorf("vote %q on case %q, which a panel of arbiters settles", v.Verdict, v.Case)
+		case v.Verdict == intents.VerdictAnswer && (p.gate.Ask == nil || len(p.in.Writes) != 1):
+			return fmt.Errorf("answer on case %q, which asks no question", v.Case)
 		}
 	default:
 		return fmt.Errorf("unknown event type %q", ev.Type)

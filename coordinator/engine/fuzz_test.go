@@ -211,6 +211,9 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`[{"seq":1,"type":"grant","grant":{"txn":"t","agent":"a","fence":1,"lease_ms":1000,"expires":"2026-01-01T00:00:01Z","propose":{"id":"x","agent":"a","kind":"propose","writes":[{"path":"a","op":"set"}]}}},{"seq":2,"type":"release","release":{"txn":"t","agent":"a","cause":"aborted"}}]`))
 	f.Add([]byte(`[{"seq":1,"type":"change","change":{"writes":[{"path":"a.b","op":"incr","value":"x"}]}}]`))
 	f.Add([]byte(`[{"seq":1,"type":"renew","grant":{"txn":"nope"}},{"seq":1,"type":"wait","wait":{}}]`))
+	// An answer to a gate with no question, on an intent with no write.
+	f.Add([]byte(`[{"seq":1,"type":"escalate","wait":{"intent":{"id":"x","agent":"a","kind":"apply"},"gate":{"rule":0,"path":"a","by":["b"],"quorum":1,"fallback":"reject"}}},` +
+		`{"seq":2,"type":"vote","vote":{"case":"x","agent":"b","verdict":"answer","answer":1}}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var evs []*intents.Event
 		if json.Unmarshal(data, &evs) != nil {

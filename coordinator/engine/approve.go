@@ -238,13 +238,7 @@ func (e *Engine) vote(v *intents.Vote) error {
 		// The answer is its write's value now (foldVote): decided from
 		// scratch, it may still meet a gate, a conflict or a rule.
 		in := *p.in
-		n := len(e.out)
-		e.decideNew(&in, p, false)
-		for _, ev := range e.out[n:] {
-			if d := ev.Decision; d != nil && d.Intent == in.ID && d.Outcome == intents.OutcomeRejected {
-				d.Detail = "answered by " + v.Agent + ", but " + d.Detail
-			}
-		}
+		e.decideAgain(&in, p, "answered by "+v.Agent)
 		e.settle()
 		return nil
 	}
@@ -277,8 +271,15 @@ func (e *Engine) decideApproved(p *parked, why string) {
 	if e.policy(&in) == intents.OnConflictEscalate {
 		in.OnConflict = intents.OnConflictReject
 	}
+	e.decideAgain(&in, p, why)
+}
+
+// decideAgain decides in, p's intent, from scratch after people acted on
+// its case (why says who); a rejection it meets says so, since its agent
+// waited for them.
+func (e *Engine) decideAgain(in *intents.Intent, p *parked, why string) {
 	n := len(e.out)
-	e.decideNew(&in, p, false)
+	e.decideNew(in, p, false)
 	for _, ev := range e.out[n:] {
 		if d := ev.Decision; d != nil && d.Intent == in.ID && d.Outcome == intents.OutcomeRejected {
 			d.Detail = why + ", but " + d.Detail

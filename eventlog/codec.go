@@ -163,8 +163,19 @@ const (
 	hasVote                         // Vote, the vote type's payload
 	hasGate                         // Wait.Gate, with Wait only
 	hasPanel                        // Wait.Panel, with Wait only
+	hasMask3                        // a third mask byte follows
 
 	mask2All = 1<<iota - 1
+)
+
+// Bits of the third payload mask byte, present when the second has
+// hasMask3 (SchemaVersion2). A record without them has no third byte, so
+// every record written before it decodes as it did.
+const (
+	hasShadow      byte = 1 << iota // Shadow, the shadow type's payload
+	hasRulesShadow                  // Rules.Shadow, ShadowHash and ShadowMode, with Rules only
+
+	mask3All = 1<<iota - 1
 )
 
 // Decision flags.
@@ -194,6 +205,7 @@ var (
 		intents.EventResolve, // 11, added under SchemaVersion 1
 		intents.EventRules,   // 12, added under SchemaVersion 1; its payload needs SchemaVersion2
 		intents.EventVote,    // 13; its payload needs SchemaVersion2
+		intents.EventShadow,  // 14; its payload needs SchemaVersion2 and a third mask byte
 	}
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
@@ -251,6 +263,16 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	if ev.Wait != nil && ev.Wait.Panel != nil {
 		mask2 |= hasPanel
 	}
+	var mask3 byte
+	if ev.Shadow != nil {
+		mask3 |= hasShadow
+	}
+	if ev.Rules != nil && (ev.Rules.Shadow != nil || ev.Rules.ShadowHash != "" || ev.Rules.ShadowMode != "") {
+		mask3 |= hasRulesShadow
+	}
+	if mask3 != 0 {
+		mask2 |= hasMask3
+	}
 	if mask2 == 0 {
 		dst = append(dst, SchemaVersion) // the lowest version that holds ev
 	} else {
@@ -292,6 +314,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	dst = append(dst, mask)
 	if mask2 != 0 {
 		dst = append(dst, mask2)
+	}
+	if mask3 != 0 {
+		dst = append(dst, mask3)
 	}
 	if p := ev.Received; p != nil {
 		dst = appendIntentPtr(dst, p.Intent)
@@ -391,6 +416,20 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	if mask2&hasPanel != 0 {
 		dst = binary.AppendUvarint(dst, uint64(ev.Wait.Panel.Quorum))
 		dst = appendString(dst, ev.Wait.Panel.Of)
+	}
+	if p := ev.Shadow; p != nil {
+		dst = appendString(dst, p.Kind)
+		dst = appendString(dst, p.Mode)
+		dst = appendString(dst, p.Rule)
+		dst = appendString(dst, p.Decided)
+		dst = appendEnum(dst, outcomeTags, string(p.WouldBe))
+		dst = appendEnum(dst, reasonTags, string(p.Reason))
+		dst = appendString(dst, p.Detail)
+	}
+	if mask3&hasRulesShadow != 0 {
+		dst = appendRaw(dst, ev.Rules.Shadow)
+		dst = appendString(dst, ev.Rules.ShadowHash)
+		dst = appendString(dst, ev.Rules.ShadowMode)
 	}
 	return dst
 }
@@ -631,6 +670,18 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			r.failAt(at, "payload mask", "unknown bits %#02x", mask2&^mask2All)
 		}
 	}
+	var mask3 byte
+	if mask2&hasMask3 != 0 {
+		at := r.off
+		mask3 = r.byte("payload mask")
+		switch {
+		case mask3&^mask3All != 0:
+			r.failAt(at, "payload mask", "unknown bits %#02x of the third byte", mask3&^mask3All)
+		case mask3 == 0:
+			// Its encoding has no third byte: it would not round-trip.
+			r.failAt(at, "payload mask", "a third byte of no bits")
+		}
+	}
 	var (
 		ev       *intents.Event
 		received *intents.Received
@@ -838,6 +889,28 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 			r.failAt(at, "panel", "set on an event without a wait payload")
 		} else {
 			ev.Wait.Panel = pn
+		}
+	}
+	if mask3&hasShadow != 0 {
+		r.scope = "shadow"
+		p := &intents.Shadow{}
+		p.Kind = r.string("kind")
+		p.Mode = r.string("mode")
+		p.Rule = r.string("rule")
+		p.Decided = r.string("decided")
+		p.WouldBe = intents.Outcome(r.enum("would_be", outcomeTags))
+		p.Reason = intents.Reason(r.enum("reason", reasonTags))
+		p.Detail = r.string("detail")
+		ev.Shadow = p
+	}
+	if mask3&hasRulesShadow != 0 {
+		r.scope = "rules"
+		at := r.off
+		file, hash, mode := r.raw("shadow"), r.string("shadow_hash"), r.string("shadow_mode")
+		if ev.Rules == nil {
+			r.failAt(at, "shadow", "set on an event without a rules payload")
+		} else {
+			ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = file, hash, mode
 		}
 	}
 	if err := r.end(); err != nil {

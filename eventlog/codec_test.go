@@ -33,7 +33,7 @@ var codecRewriteSeeds = flag.Bool("codec-seeds", false,
 const codecSeedDir = "testdata/fuzz/FuzzDecodeEvent"
 
 var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything",
-	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced"}
+	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced", "shadow", "rules-shadow"}
 
 type codecCase struct {
 	name string
@@ -334,6 +334,23 @@ func codecFixtures() []codecCase {
 	ev = env(18, intents.EventVote)
 	ev.Vote = &intents.Vote{Case: "01JPA3Z4Y5X6W7V8T9S0R1Q2P3", Agent: "ana", Verdict: intents.VerdictDeny, Rationale: "not before the freeze ends"}
 	add("vote", ev)
+
+	// A shadow event and a rules event with a shadow file: the third mask
+	// byte.
+	ev = env(24, intents.EventShadow)
+	ev.Shadow = &intents.Shadow{Kind: intents.ShadowChange, Mode: intents.ModeWarn, Rule: "rules[2]", Decided: "applied",
+		WouldBe: intents.OutcomeRejected, Reason: intents.ReasonUnauthorized, Detail: "agent w2 may not write docs.a: rules[2] (docs.**) lets only w1 write there"}
+	add("shadow", ev)
+
+	ev = env(25, intents.EventShadow)
+	ev.Shadow = &intents.Shadow{Kind: intents.ShadowError, Mode: intents.ModeAudit, Decided: "rejected:conflict", Detail: "the expression budget ran out"}
+	add("shadow-error", ev)
+
+	ev = env(26, intents.EventRules)
+	ev.Rules = codecRules(json.RawMessage(codecRulesFile), "api")
+	ev.Rules.Shadow, ev.Rules.ShadowHash = json.RawMessage(`{"rules":[{"pattern":"docs.**","writers":["w1"]}]}`), "abc"
+	ev.Rules.ShadowMode = intents.ModeWarn
+	add("rules-shadow", ev)
 
 	// Minimal: only the type, then each payload present but empty.
 	for _, typ := range intents.EventTypes {
@@ -648,18 +665,21 @@ func (g codecGen) event() *intents.Event {
 	for i := range ev.ID {
 		ev.ID[i] = byte(g.r.UintN(256))
 	}
-	var mask, mask2 byte
+	var mask, mask2, mask3 byte
 	switch p := g.r.IntN(20); {
 	case p == 0:
 	case p < 5:
 		mask = byte(g.r.UintN(256))
 		mask2 = byte(g.r.UintN(mask2All + 1))
+		mask3 = byte(g.r.UintN(mask3All + 1))
 	default:
 		switch ev.Type {
 		case intents.EventRules:
 			mask2 = hasRules
 		case intents.EventVote:
 			mask2 = hasVote
+		case intents.EventShadow:
+			mask3 = hasShadow
 		case intents.EventEscalate:
 			mask2 = []byte{0, hasGate, hasPanel}[g.r.IntN(3)]
 		}
@@ -707,6 +727,14 @@ func (g codecGen) event() *intents.Event {
 	}
 	if mask2&hasRules != 0 {
 		ev.Rules = &intents.Rules{File: g.raw(), Hash: g.str(), Source: g.str()}
+	}
+	if mask3&hasShadow != 0 {
+		ev.Shadow = &intents.Shadow{Kind: g.str(), Mode: g.str(), Rule: g.str(), Decided: g.str(),
+			WouldBe: codecPick(g, []intents.Outcome{intents.OutcomeApplied, intents.OutcomeRejected, intents.OutcomeEscalated, "x"}),
+			Reason: codecPick(g, []intents.Reason{"", intents.ReasonConflict, "y"}), Detail: g.str()}
+	}
+	if ev.Rules != nil && mask3&hasRulesShadow != 0 {
+		ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = g.raw(), g.str(), g.str()
 	}
 	if mask2&hasVote != 0 {
 		ev.Vote = &intents.Vote{Case: g.str(), Agent: g.str(), Verdict: g.str(), Rationale: g.str(), Answer: g.raw()}
@@ -873,7 +901,7 @@ func TestCodecTables(t *testing.T) {
 // would not.
 func TestCodecFrozenCodes(t *testing.T) {
 	want := []intents.EventType{"intent", "decision", "change", "grant", "renew", "expire", "release",
-		"wait", "escalate", "notice", "resolve", "rules", "vote"}
+		"wait", "escalate", "notice", "resolve", "rules", "vote", "shadow"}
 	for i, typ := range want {
 		if got := eventTypeCode(typ); int(got) != i+1 {
 			t.Errorf("event type %q has code %d, want %d", typ, got, i+1)
@@ -889,7 +917,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 			t.Errorf("payload mask bit %d is %#02x", i, b)
 		}
 	}
-	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence, hasVote, hasGate, hasPanel}
+	bits2 := []byte{hasRules, hasTrace, hasTraceError, hasNoticeFence, hasVote, hasGate, hasPanel, hasMask3}
 	for i, b := range bits2 {
 		if b != 1<<i {
 			t.Errorf("second payload mask bit %d is %#02x", i, b)
@@ -897,6 +925,15 @@ func TestCodecFrozenCodes(t *testing.T) {
 	}
 	if mask2All != 1<<len(bits2)-1 {
 		t.Errorf("mask2All is %#02x for %d bits", mask2All, len(bits2))
+	}
+	bits3 := []byte{hasShadow, hasRulesShadow}
+	for i, b := range bits3 {
+		if b != 1<<i {
+			t.Errorf("third payload mask bit %d is %#02x", i, b)
+		}
+	}
+	if mask3All != 1<<len(bits3)-1 {
+		t.Errorf("mask3All is %#02x for %d bits", mask3All, len(bits3))
 	}
 	// A resolve event with an empty Resolution, byte for byte.
 	got := AppendEvent(nil, &intents.Event{Type: intents.EventResolve, Resolution: &intents.Resolution{}})
@@ -1014,7 +1051,7 @@ func TestDecodeVersion(t *testing.T) {
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
 	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0 ||
-		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil)
+		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil) || ev.Shadow != nil
 }
 
 // TestCodecVersions checks that an event takes the lowest version that
@@ -1149,8 +1186,10 @@ func TestDecodeMalformed(t *testing.T) {
 		// Version 2: a second mask byte, whose bit 0 is Rules.
 		{"v2 without its second mask", cat2([]byte{0}), fmt.Sprintf("byte %d: payload mask: truncated", n+1)},
 		{"v2 without any mask", cat2(), fmt.Sprintf("byte %d: payload mask: truncated", n)},
-		{"v2 unknown mask bit", cat2([]byte{0, 0x80}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80", n+1)},
-		{"v2 unknown mask bits beside rules", cat2([]byte{0, 0xff, 0, 0, 0}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80", n+1)},
+		{"v3 unknown mask bit", cat2([]byte{0, hasMask3, 0x80}), fmt.Sprintf("byte %d: payload mask: unknown bits 0x80 of the third byte", n+2)},
+		{"v3 empty third mask byte", cat2([]byte{0, hasMask3, 0}), fmt.Sprintf("byte %d: payload mask: a third byte of no bits", n+2)},
+		{"v3 rules shadow without rules", cat2([]byte{0, hasMask3, hasRulesShadow, 0, 0, 0}),
+			fmt.Sprintf("byte %d: rules.shadow: set on an event without a rules payload", n+3)},
 		// Bit 6: a panel, never without a wait.
 		{"panel without wait", cat2([]byte{0, hasPanel, 2, 0}),
 			fmt.Sprintf("byte %d: wait.panel: set on an event without a wait payload", n+2)},

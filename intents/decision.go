@@ -120,4 +120,17 @@ type Decision struct {
 	Retryable    bool              `json:"retryable"`
 	MergedWith   []string          `json:"merged_with,omitempty"`
 	Duplicate    bool              `json:"duplicate,omitempty"`
+	// Warnings say how rules in warn mode would have decided otherwise.
+	// They are not part of the decision's record (the shadow event after
+	// it is), so a duplicate's recorded decision has none.
+	Warnings []Warning `json:"warnings,omitempty"`
+}
+
+// Warning is a rule in warn mode that would have decided an intent
+// otherwise: the rule, the outcome it would have given (and its reason
+// after a colon), and its detail.
+type Warning struct {
+	Rule    string `json:"rule"`
+	WouldBe string `json:"would_be"`
+	Detail  string `json:"detail,omitempty"`
 }

@@ -26,11 +26,12 @@ const (
 	EventResolve  EventType = "resolve"  // an arbiter's resolution was accepted (Resolution)
 	EventRules    EventType = "rules"    // the board rules in force changed (Rules)
 	EventVote     EventType = "vote"     // an approver's verdict on an approval case was accepted (Vote)
+	EventShadow   EventType = "shadow"   // rules not enforced would have decided an intent otherwise (Shadow)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote, EventShadow}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -63,6 +64,9 @@ type Event struct {
 	Rules *Rules `json:"rules,omitempty"`
 	// Vote is an approver's verdict as accepted (EventVote).
 	Vote *Vote `json:"vote,omitempty"`
+	// Shadow is how rules in warn or audit mode would have decided the
+	// intent (EventShadow).
+	Shadow *Shadow `json:"shadow,omitempty"`
 }
 
 // Rules records a change of the board rules: the whole rules file in force
@@ -75,6 +79,67 @@ type Rules struct {
 	Hash string `json:"hash"`
 	// Source says where the rules came from: a file path, or "api".
 	Source string `json:"source,omitempty"`
+	// Shadow is a rules file evaluated beside File on every intent but
+	// not enforced (coagent rules set --shadow): each decision it would
+	// have changed is recorded as a shadow event. Empty: none. ShadowHash
+	// is its sha256, as Hash is File's.
+	// ShadowMode is the mode of the shadow file's rules that name none:
+	// ModeAudit (or empty) or ModeWarn.
+	Shadow     json.RawMessage `json:"shadow,omitempty"`
+	ShadowHash string          `json:"shadow_hash,omitempty"`
+	ShadowMode string          `json:"shadow_mode,omitempty"`
+}
+
+// The modes of a rule, and of a shadow event: Kubernetes' admission
+// policy actions. A rule in ModeEnforce decides; in ModeWarn it is
+// evaluated on every intent, each decision it would change is recorded
+// and the agent's decision carries a warning; in ModeAudit it is only
+// recorded.
+const (
+	ModeEnforce = "enforce"
+	ModeWarn    = "warn"
+	ModeAudit   = "audit"
+)
+
+// Shadow records a decision the shadow rules (the rules in warn or audit
+// mode, or a shadow file) would have made otherwise than the enforced
+// ones did, for the event's intent, decided by the decision just before
+// it. The decision made stands.
+type Shadow struct {
+	// Kind is "change" (the decision would differ) or "error" (evaluating
+	// the shadow rules failed, Detail says how).
+	Kind string `json:"kind"`
+	// Mode is the mode of Rule: warn (the agent was told) or audit.
+	Mode string `json:"mode"`
+	// Rule names what would have changed the decision, as its detail
+	// does ("rules[3]", "invariant wip"); empty when the detail names
+	// nothing.
+	Rule string `json:"rule,omitempty"`
+	// Decided is the outcome (and reason, after a colon) the enforced
+	// rules gave; WouldBe the one the shadow rules would have, with its
+	// reason and detail.
+	Decided string  `json:"decided"`
+	WouldBe Outcome `json:"would_be"`
+	Reason  Reason  `json:"reason,omitempty"`
+	Detail  string  `json:"detail,omitempty"`
+}
+
+// The kinds of a shadow event.
+const (
+	ShadowChange = "change"
+	ShadowError  = "error"
+)
+
+// WouldBeKey is how a shadow event counts its would-be decision: the
+// outcome, and the reason after a colon, or "error".
+func (s *Shadow) WouldBeKey() string {
+	if s.Kind == ShadowError {
+		return ShadowError
+	}
+	if s.Reason != "" {
+		return string(s.WouldBe) + ":" + string(s.Reason)
+	}
+	return string(s.WouldBe)
 }
 
 // Received records an intent as it arrived: decoded when it was valid, the

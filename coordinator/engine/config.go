@@ -70,6 +70,10 @@ type Config struct {
 	// not ask Recorded: a new intent, whose id is younger than every id
 	// forgotten, costs no lookup. The default ("") asks for every id.
 	RecordedMax string
+	// WhatIf, if set, is a rules file decided in the shadow of every
+	// intent, in audit mode, in place of whatever shadow rules the log's
+	// rules events name: coagent whatif's isolated mode.
+	WhatIf []byte
 	// Conditions bounds expression compilation and evaluation; see
 	// cond.Options for its defaults.
 	Conditions cond.Options

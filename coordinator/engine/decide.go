@@ -122,9 +122,20 @@ func (e *Engine) submit(agent string, in *intents.Intent, size, headers int, tra
 		trace = t.trace
 	}
 	defer e.traced(e.traced(trace))
+	if e.shadow != nil {
+		e.shadowProbe(agent, sender, in, size, headers)
+	}
 	admitted, retry := e.admit(sender, e.now)
 	e.emit(intents.Event{Type: intents.EventIntent, Agent: sender, Intent: in.ID, Txn: in.Txn,
 		Received: &intents.Received{Intent: in, TraceError: problem}})
+	e.decideReceived(agent, sender, in, size, headers, admitted, retry)
+	e.shadowed = nil
+}
+
+// decideReceived decides in, received on the subject of agent from
+// sender, once its event is recorded (or, in a shadow probe, as if it
+// were); admitted and retry are its rate quota's say.
+func (e *Engine) decideReceived(agent, sender string, in *intents.Intent, size, headers int, admitted bool, retry time.Duration) {
 	if agent != "" && in.Agent != agent {
 		// Answered to the agent that sent it; the fold does not record it as
 		// the id's decision, so a forger can neither take another agent's
@@ -166,7 +177,9 @@ func (e *Engine) submit(agent string, in *intents.Intent, size, headers int, tra
 	case intents.KindRenew:
 		e.renew(in)
 	}
-	e.settle()
+	if e.probe == nil {
+		e.settle()
+	}
 }
 
 // settle decides again, from scratch and in the order they waited, the
@@ -206,7 +219,17 @@ func (e *Engine) decide(d *intents.Decision) {
 	if d.Outcome == intents.OutcomeRejected {
 		d.Retryable = d.Reason.Retryable()
 	}
+	var sh *intents.Shadow
+	if p := e.shadowed; p != nil && e.probe == nil && d.Intent == p.id {
+		e.shadowed = nil
+		if sh = e.diverged(p, d); sh != nil && sh.Mode == intents.ModeWarn && sh.Kind == intents.ShadowChange {
+			d.Warnings = append(d.Warnings, intents.Warning{Rule: sh.Rule, WouldBe: sh.WouldBeKey(), Detail: sh.Detail})
+		}
+	}
 	e.emit(intents.Event{Type: intents.EventDecision, Agent: d.Agent, Intent: d.Intent, Txn: d.Txn, Decision: d})
+	if sh != nil {
+		e.emit(intents.Event{Type: intents.EventShadow, Agent: d.Agent, Intent: d.Intent, Txn: d.Txn, Shadow: sh})
+	}
 }
 
 // reject decides in is rejected; conflicts (with the versions of the paths
@@ -368,6 +391,11 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	conflicts, merges := e.index.Check("", reads, conflictWrites(in), nil)
 	if len(conflicts) > 0 && e.preempt(in, conflicts) {
 		conflicts, merges = e.index.Check("", reads, conflictWrites(in), nil)
+		if e.probe != nil {
+			// A probe ends nothing: what it would have preempted is still
+			// in the index, and every conflict was with it.
+			conflicts = nil
+		}
 	}
 	if len(conflicts) > 0 {
 		e.onConflict(in, p, conflicts)
@@ -695,7 +723,11 @@ func (e *Engine) grant(in *intents.Intent, readPaths []string, merges []string) 
 			reads = append(reads, intents.Read{Path: p})
 		}
 	}
-	g := &intents.Grant{Txn: e.cfg.NewID(e.now).String(), Agent: in.Agent, Fence: e.fence + 1,
+	var id string
+	if e.probe == nil { // a probe takes no id: the ids stay those of the decisions made
+		id = e.cfg.NewID(e.now).String()
+	}
+	g := &intents.Grant{Txn: id, Agent: in.Agent, Fence: e.fence + 1,
 		LeaseMS: lease.Milliseconds(), Expires: e.now.Add(lease), Reads: reads, Propose: in}
 	merged := e.mergedWith(g.Txn, in.Writes, merges)
 	e.emit(intents.Event{Type: intents.EventGrant, Agent: in.Agent, Intent: in.ID, Txn: g.Txn, Grant: g})

@@ -42,6 +42,13 @@ type Engine struct {
 	rules      *rules.Set
 	rulesEvent *intents.Rules
 	buckets    map[string]*bucket
+	// The rules decided in the shadow (see shadow.go): nil for none; the
+	// mode of a divergence no rule of theirs names; the token buckets
+	// under their quotas; Config.WhatIf compiled.
+	shadow        *rules.Set
+	shadowMode    string
+	shadowBuckets map[string]*bucket
+	whatif        *rules.Set
 
 	// The task claims under leases, by task path; their ids' tasks; and,
 	// for every path above a claimed task, how many claimed tasks are
@@ -76,6 +83,10 @@ type Engine struct {
 	claimed      []*claim        // the claims the change being decided started
 	unclaimed    []*claim        // and those it ended
 	arena        []intents.Event // where emitted events are carved from
+	// probe is set while a shadow probe decides (emit is muted), and
+	// shadowed holds its result until the intent's decision.
+	probe    *probe
+	shadowed *probe
 }
 
 // txn is a transaction in flight.
@@ -157,9 +168,19 @@ func New(cfg Config) (*Engine, error) {
 		load:    map[string]*load{},
 		buckets: map[string]*bucket{},
 
+		shadowBuckets: map[string]*bucket{},
+		shadowMode:    intents.ModeAudit,
+
 		claims:     map[string]*claim{},
 		claimIDs:   map[string]string{},
 		claimAbove: map[string]int{},
+	}
+	if len(cfg.WhatIf) > 0 {
+		set, err := rules.CompileShadow(cfg.WhatIf, comp)
+		if err != nil {
+			return nil, fmt.Errorf("engine: the what-if rules: %w", err)
+		}
+		e.whatif, e.shadow = set, set
 	}
 	// A parked intent's interim decision stays until its final one.
 	e.decided = newRecent[*intents.Decision](cfg.DedupWindow, func(yield func(string)) {
@@ -242,7 +263,7 @@ func (e *Engine) submitDecoded(agent string, in *intents.Intent) {
 		return
 	}
 	size := 0
-	if e.rules.LimitsSize() {
+	if e.rules.LimitsSize() || e.shadow.LimitsSize() {
 		// Only a size limit needs the encoding, which costs more than the
 		// decision.
 		raw, _ := json.Marshal(in)
@@ -299,6 +320,7 @@ func (e *Engine) begin(now time.Time, out []*intents.Event) {
 	e.effects = Effects{}
 	e.seekOwn, e.received, e.ownID, e.own = false, false, "", nil
 	e.rulesChanged = false
+	e.shadowed = nil
 	e.gather()
 }
 
@@ -349,6 +371,10 @@ func (e *Engine) end() Ready {
 // Events are carved from chunks, one allocation for many: the caller may
 // keep any of them for as long as it likes.
 func (e *Engine) emit(v intents.Event) {
+	if e.probe != nil {
+		e.muted(&v)
+		return
+	}
 	if len(e.arena) == cap(e.arena) {
 		e.arena = make([]intents.Event, 0, 64)
 	}

@@ -226,6 +226,10 @@ func (e *Engine) check(ev *intents.Event) error {
 		if ev.Rules == nil {
 			return missing("rules")
 		}
+	case intents.EventShadow:
+		if ev.Shadow == nil {
+			return missing("shadow")
+		}
 	case intents.EventVote:
 		if ev.Vote == nil {
 			return missing("vote")

@@ -26,11 +26,61 @@ func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*inte
 	if err != nil {
 		return Ready{Events: out}, err
 	}
+	r := &intents.Rules{File: norm, Hash: hashOf(norm), Source: source}
+	if prev := e.rulesEvent; prev != nil {
+		// The shadow rules stay in force: they change on their own.
+		r.Shadow, r.ShadowHash, r.ShadowMode = prev.Shadow, prev.ShadowHash, prev.ShadowMode
+	}
+	if err := e.checkShadow(r); err != nil {
+		return Ready{Events: out}, err
+	}
 	e.begin(now, out)
 	e.advance()
-	e.emit(intents.Event{Type: intents.EventRules,
-		Rules: &intents.Rules{File: norm, Hash: hashOf(norm), Source: source}})
+	e.emit(intents.Event{Type: intents.EventRules, Rules: r})
 	return e.end(), nil
+}
+
+// SetShadowRules puts file in force in the shadow from now on (coagent
+// rules set --shadow): every intent is decided under it too, each
+// decision it would change recorded as a shadow event, in mode
+// (intents.ModeAudit, the default, or ModeWarn: the agent's decision
+// carries a warning). The enforced rules stay as they are. An empty file
+// removes the shadow file. A file that does not compile, or a mode that
+// is neither, is an error that changes nothing.
+func (e *Engine) SetShadowRules(now time.Time, file []byte, mode, source string, out []*intents.Event) (Ready, error) {
+	if mode != "" && mode != intents.ModeAudit && mode != intents.ModeWarn {
+		return Ready{Events: out}, &rules.Error{Field: "mode", Reason: fmt.Sprintf("%q: want audit or warn", mode)}
+	}
+	norm, err := normalize(file)
+	if err != nil {
+		return Ready{Events: out}, err
+	}
+	r := &intents.Rules{Source: source, Hash: hashOf(nil)}
+	if prev := e.rulesEvent; prev != nil {
+		r.File, r.Hash = prev.File, prev.Hash
+	}
+	if norm != nil {
+		r.Shadow, r.ShadowHash, r.ShadowMode = norm, hashOf(norm), mode
+	}
+	if err := e.checkShadow(r); err != nil {
+		return Ready{Events: out}, err
+	}
+	e.begin(now, out)
+	e.advance()
+	e.emit(intents.Event{Type: intents.EventRules, Rules: r})
+	return e.end(), nil
+}
+
+// checkShadow compiles the shadow rules r would put in force.
+func (e *Engine) checkShadow(r *intents.Rules) error {
+	var err error
+	switch {
+	case len(r.Shadow) > 0:
+		_, err = rules.CompileShadow(r.Shadow, e.comp)
+	default:
+		_, err = rules.CompileShadow(r.File, e.comp)
+	}
+	return err
 }
 
 // normalize is the file as a rules event records it: as encoding/json
@@ -68,6 +118,9 @@ func (e *Engine) Rules() (*intents.Rules, *rules.Set) { return e.rulesEvent, e.r
 func (e *Engine) foldRules(r *intents.Rules) error {
 	set, err := rules.Compile(r.File, e.comp)
 	if err != nil {
+		return err
+	}
+	if err := e.setShadow(r, set); err != nil {
 		return err
 	}
 	e.rulesEvent = r
@@ -117,8 +170,18 @@ func (e *Engine) admit(agent string, now time.Time) (bool, time.Duration) {
 }
 
 // take spends a token of agent's bucket, when it has one, as the fold of an
-// intent it sent.
+// intent it sent: of its bucket under the shadow rules' quota too.
 func (e *Engine) take(agent string, now time.Time) {
+	e.takeOf(agent, now)
+	if e.shadow != nil {
+		live, liveBuckets := e.rules, e.buckets
+		e.rules, e.buckets = e.shadow, e.shadowBuckets
+		e.takeOf(agent, now)
+		e.rules, e.buckets = live, liveBuckets
+	}
+}
+
+func (e *Engine) takeOf(agent string, now time.Time) {
 	q, ok := e.rules.QuotaOf(agent)
 	if !ok || q.IntentsPerSecond <= 0 {
 		delete(e.buckets, agent)

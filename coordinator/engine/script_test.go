@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -229,6 +230,21 @@ func (r *scriptRun) do(t *testing.T, d *datadriven.TestData) []string {
 		}
 		ev, _ := r.e.Rules()
 		return []string{fmt.Sprintf("rules %s in force", ev.Hash[:8])}
+	case "shadow":
+		mode := ""
+		if len(args) > 0 {
+			mode = args[0]
+		}
+		ready, err := r.e.SetShadowRules(r.now, []byte(d.Input), mode, "script", nil)
+		r.log = append(r.log, ready.Events...)
+		if err != nil {
+			return []string{"error: " + err.Error()}
+		}
+		ev, _ := r.e.Rules()
+		if len(ev.Shadow) == 0 {
+			return []string{"no shadow rules"}
+		}
+		return []string{fmt.Sprintf("shadow rules %s in force (%s)", ev.ShadowHash[:8], cmp.Or(ev.ShadowMode, "audit"))}
 	case "case":
 		c, ok := r.e.Case(r.ids[args[0]])
 		if !ok {
@@ -374,6 +390,16 @@ func (r *scriptRun) describe(evs []*intents.Event) []string {
 			lines = append(lines, fmt.Sprintf("resolution by %s accepted", ev.Agent))
 		case intents.EventVote:
 			lines = append(lines, fmt.Sprintf("vote by %s accepted: %s", ev.Agent, ev.Vote.Verdict))
+		case intents.EventShadow:
+			sh := ev.Shadow
+			lines = append(lines, fmt.Sprintf("shadow %s %s of %s (%s): decided %s, would be %s", sh.Kind, r.name(ev.Intent), ev.Agent,
+				sh.Mode, sh.Decided, sh.WouldBeKey()))
+			if sh.Rule != "" {
+				lines = append(lines, "  rule "+sh.Rule)
+			}
+			if sh.Detail != "" {
+				lines = append(lines, "  detail: "+r.redact(sh.Detail))
+			}
 		case intents.EventChange:
 			if ev.Intent != "" {
 				break // shown by its decision
@@ -453,6 +479,9 @@ func (r *scriptRun) decision(d *intents.Decision) []string {
 	}
 	if d.Detail != "" {
 		lines = append(lines, "  detail: "+r.redact(d.Detail))
+	}
+	for _, w := range d.Warnings {
+		lines = append(lines, fmt.Sprintf("  warning: %s would be %s: %s", w.Rule, w.WouldBe, r.redact(w.Detail)))
 	}
 	return lines
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -51,6 +52,10 @@ type Agent struct {
 // `**` any number of segments (none included).
 type Rule struct {
 	Pattern string `json:"pattern"`
+	// Mode is intents.ModeEnforce (or empty: the rule decides),
+	// intents.ModeWarn or intents.ModeAudit: the rule is evaluated in the
+	// shadow (Shadow) and decides nothing.
+	Mode string `json:"mode,omitempty"`
 	// Writers and Readers are agent names and "role:NAME"s; when set,
 	// nobody else may write (read) a path the pattern covers, or above one.
 	Writers []string `json:"writers,omitempty"`
@@ -209,6 +214,7 @@ const (
 type Invariant struct {
 	Name string `json:"name"`
 	Expr string `json:"expr"`
+	Mode string `json:"mode,omitempty"` // as a Rule's
 }
 
 // Quota bounds one agent, or each agent of a role.
@@ -230,6 +236,10 @@ type Set struct {
 	// leases says a task rule has a lease: the engine asks it of every
 	// change.
 	leases bool
+	// shadow says the file has rules or invariants in warn or audit mode,
+	// which this Set leaves out (see Shadow); all says it is the Set that
+	// keeps them.
+	shadow, all bool
 }
 
 type compiled struct {
@@ -266,7 +276,68 @@ func bad(field, format string, args ...any) error {
 // the engine's compiler, so invariants see the state exactly as intents'
 // conditions do. An empty document (or "{}") is the empty Set: no rules.
 func Compile(raw []byte, comp *cond.Compiler) (*Set, error) {
-	s := &Set{raw: bytes.Clone(raw)}
+	return compileFile(raw, comp, false)
+}
+
+// CompileShadow compiles a rules file with every rule and invariant in
+// force, whatever its mode: the rules as they would decide were the ones
+// in warn or audit mode enforced. A shadow file (coagent rules set
+// --shadow) is compiled so too.
+func CompileShadow(raw []byte, comp *cond.Compiler) (*Set, error) {
+	return compileFile(raw, comp, true)
+}
+
+// HasShadow says the file has rules or invariants in warn or audit mode,
+// which Compile left out and CompileShadow keeps.
+func (s *Set) HasShadow() bool { return s != nil && s.shadow }
+
+// ModeOf is the mode of what ref names in the file ("rules[3]",
+// "invariant wip"): ModeEnforce when it names nothing of the file or
+// a rule without a mode.
+func (s *Set) ModeOf(ref string) string {
+	mode := ""
+	var i int
+	var name string
+	switch {
+	case s == nil:
+	case fmtScan(ref, "rules[%d]", &i) && i >= 0 && i < len(s.file.Rules):
+		mode = s.file.Rules[i].Mode
+	case fmtScan(ref, "invariant %s", &name):
+		for _, inv := range s.file.Invariants {
+			if inv.Name == name {
+				mode = inv.Mode
+			}
+		}
+	}
+	if mode == "" {
+		return intents.ModeEnforce
+	}
+	return mode
+}
+
+var ref = regexp.MustCompile(`rules\[\d+\]|invariant [\p{L}\p{Nd}_-]+`)
+
+// Ref is the first rule or invariant a decision's detail names
+// ("rules[3]", "invariant wip"), "" when it names none.
+func Ref(detail string) string { return ref.FindString(detail) }
+
+func fmtScan(s, format string, args ...any) bool {
+	n, err := fmt.Sscanf(s, format, args...)
+	return err == nil && n == len(args)
+}
+
+// enforced says a rule or invariant of mode decides in a Set compiled
+// as all says.
+func enforced(mode string, all bool) bool {
+	return all || mode == "" || mode == intents.ModeEnforce
+}
+
+func validMode(mode string) bool {
+	return mode == "" || mode == intents.ModeEnforce || mode == intents.ModeWarn || mode == intents.ModeAudit
+}
+
+func compileFile(raw []byte, comp *cond.Compiler, all bool) (*Set, error) {
+	s := &Set{raw: bytes.Clone(raw), all: all}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return s, nil
 	}
@@ -293,6 +364,12 @@ func Compile(raw []byte, comp *cond.Compiler) (*Set, error) {
 		if err != nil {
 			return nil, err
 		}
+		// A rule not enforced is compiled all the same, so a file is
+		// refused for it whatever the modes.
+		s.shadow = s.shadow || !enforced(r.Mode, false)
+		if !enforced(r.Mode, all) {
+			continue
+		}
 		s.rules = append(s.rules, c)
 		s.leases = s.leases || c.lease > 0
 	}
@@ -315,6 +392,13 @@ func Compile(raw []byte, comp *cond.Compiler) (*Set, error) {
 		}
 		if len(cond.Paths) == 0 {
 			return nil, bad(field+".expr", "%q reads no path of the state, so no commit would ever check it", inv.Expr)
+		}
+		if !validMode(inv.Mode) {
+			return nil, bad(field+".mode", "%q: want enforce, warn or audit", inv.Mode)
+		}
+		s.shadow = s.shadow || !enforced(inv.Mode, false)
+		if !enforced(inv.Mode, all) {
+			continue
 		}
 		s.invariants = append(s.invariants, invariant{Invariant: inv, cond: cond})
 	}
@@ -356,6 +440,9 @@ func compileRule(i int, r Rule) (compiled, error) {
 	var err error
 	if c.pat, err = ParsePattern(r.Pattern); err != nil {
 		return c, bad(field+".pattern", "%v", err)
+	}
+	if !validMode(r.Mode) {
+		return c, bad(field+".mode", "%q: want enforce, warn or audit", r.Mode)
 	}
 	for j, w := range r.Writers {
 		if !validPrincipal(w) {

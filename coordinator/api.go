@@ -580,21 +580,35 @@ func (s *Service) handleRulesSet(req micro.Request) {
 			return
 		}
 	}
-	rec, err := s.SetRules(context.Background(), file, source)
+	shadow := req.Headers().Get(HeaderRulesShadow)
+	var rec *intents.Rules
+	var err error
+	if shadow != "" {
+		rec, err = s.SetShadowRules(context.Background(), file, shadow, source)
+	} else {
+		rec, err = s.SetRules(context.Background(), file, source)
+	}
 	var bad *rules.Error
 	switch {
 	case errors.As(err, &bad):
 		replyError(req, intents.ReasonInvalid, "rules.set: %v", err)
 	case err != nil:
 		replyErrorLater(req, codeUnavailable, "%v", err)
+	case shadow != "":
+		respond(req, map[string]string{"hash": rec.ShadowHash, "source": rec.Source, "shadow": cmp.Or(rec.ShadowMode, intents.ModeAudit)})
 	default:
 		respond(req, map[string]string{"hash": rec.Hash, "source": rec.Source})
 	}
 }
 
 // HeaderRulesSource names where a rules file given to rules.set comes from
-// (a path); the default is "api".
-const HeaderRulesSource = "Coagent-Rules-Source"
+// (a path); the default is "api". HeaderRulesShadow, audit or warn, puts
+// the file in force in the shadow instead (coagent rules set --shadow):
+// decided beside the rules in force, enforced never.
+const (
+	HeaderRulesSource = "Coagent-Rules-Source"
+	HeaderRulesShadow = "Coagent-Rules-Shadow"
+)
 
 // handleRulesGet answers the rules in force: {"hash", "source", "file"},
 // or {} when none were ever set.
@@ -956,12 +970,23 @@ func (s *Service) apiVote(ctx context.Context, v *intents.Vote) (*intents.Decisi
 // A file that does not compile is an error (a *rules.Error naming the
 // field) and changes nothing. It returns the rules event's record.
 func (s *Service) SetRules(ctx context.Context, file []byte, source string) (*intents.Rules, error) {
+	return s.setRules(ctx, func() ([]*intents.Event, error) { return s.core.SetRules(s.opts.Now(), file, source) })
+}
+
+// SetShadowRules puts a rules file in force in the shadow, as SetRules
+// puts one in force (engine.SetShadowRules): mode is audit (or empty) or
+// warn; an empty file removes the shadow file.
+func (s *Service) SetShadowRules(ctx context.Context, file []byte, mode, source string) (*intents.Rules, error) {
+	return s.setRules(ctx, func() ([]*intents.Event, error) { return s.core.SetShadowRules(s.opts.Now(), file, mode, source) })
+}
+
+func (s *Service) setRules(ctx context.Context, set func() ([]*intents.Event, error)) (*intents.Rules, error) {
 	var rerr error
 	var rec *intents.Rules
 	done := make(chan struct{})
 	ok := s.call(ctx, func() {
 		var evs []*intents.Event
-		evs, rerr = s.core.SetRules(s.opts.Now(), file, source)
+		evs, rerr = set()
 		for _, ev := range evs {
 			if ev.Rules != nil {
 				rec = ev.Rules

@@ -298,6 +298,19 @@ func (c *Core) SetRules(now time.Time, file []byte, source string) ([]*intents.E
 	return c.out[n:], err
 }
 
+// SetShadowRules puts a rules file in force in the shadow
+// (engine.SetShadowRules); it is durable once Commit's Pending is.
+func (c *Core) SetShadowRules(now time.Time, file []byte, mode, source string) ([]*intents.Event, error) {
+	n := len(c.out)
+	var r engine.Ready
+	var err error
+	if !c.guard(n, "a shadow rules change", func() { r, err = c.eng.SetShadowRules(now, file, mode, source, c.out) }) {
+		return nil, fmt.Errorf("%w: the shadow rules change", ErrInternal)
+	}
+	c.done(n, r, 0, false)
+	return c.out[n:], err
+}
+
 // guard runs fn, which may only append to c.out past n. If fn panics, it
 // logs the panic, drops what fn appended, puts the engine back as it was
 // before fn and reports false.

@@ -68,6 +68,7 @@ type metrics struct {
 	conflictVec *prometheus.CounterVec
 
 	escalations  prometheus.Counter
+	shadow       *prometheus.CounterVec
 	deadLetters  prometheus.Counter
 	reclaims     prometheus.Counter
 	deadTasks    prometheus.Counter
@@ -123,6 +124,9 @@ func newMetrics(s *Service) *metrics {
 		Help: "Tasks tried past their rule's max_retries: their status is the rule's dead_to and they are kept in the dead-letter stream."})
 	m.reconciles = prometheus.NewCounter(prometheus.CounterOpts{Name: "coagent_task_reconciles_total",
 		Help: "Task claims whose lease ended with effects pending: the task was left ownerless, out of the pool, until someone declares each effect (counted in coagent_task_reclaims_total too)."})
+	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coagent_shadow_divergences_total",
+		Help: "Decisions the shadow rules (rules in warn or audit mode, a shadow rules file) would have made otherwise, by the rule that would have (rules[N], invariant NAME, or empty) and the outcome it would have given (with its reason after a colon; error when deciding under them failed)."},
+		[]string{"rule", "would_be"})
 	groupIntents := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "coagent_group_intents",
 		Help:    "Intents decided into one durable group (the batch one synced write makes durable).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12)})
@@ -166,7 +170,7 @@ func newMetrics(s *Service) *metrics {
 		m.conflicts[k] = m.conflictVec.WithLabelValues(string(k))
 	}
 	m.collectors = []prometheus.Collector{received, latency, duplicates, m.decisions, m.conflictVec,
-		m.escalations, m.deadLetters, m.reclaims, m.deadTasks, m.reconciles, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
+		m.escalations, m.deadLetters, m.reclaims, m.deadTasks, m.reconciles, m.shadow, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_log_last_seq",
 			Help: "The sequence number of the event log's last durable event (= the last revision, or past it)."},
 			func() float64 { return float64(s.core.Log().LastSeq()) }),
@@ -283,6 +287,11 @@ func (m *metrics) group(o *output, now time.Time) {
 	}
 	if n := len(g.Cases); n > 0 {
 		m.escalations.Add(float64(n))
+	}
+	for _, ev := range g.Batch.Events {
+		if sh := ev.Shadow; sh != nil {
+			m.shadow.WithLabelValues(sh.Rule, sh.WouldBeKey()).Inc()
+		}
 	}
 	if n := len(g.Dead); n > 0 {
 		m.deadLetters.Add(float64(n))

@@ -392,6 +392,30 @@ func TestClientCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("rules set --shadow", func(t *testing.T) {
+		file := write("shadow.json", `{"rules":[{"pattern":"tasks.**","writers":["lead"]}]}`)
+		if p := runBin(t, nil, "", "rules", "set", "--mode", "warn", file, "--nats", url); p.status != 2 || !strings.Contains(p.stderr, "--mode is the shadow file's: it needs --shadow") {
+			t.Fatalf("rules set --mode without --shadow: %+v", p)
+		}
+		if p := runBin(t, nil, "", "rules", "set", "--shadow", "--mode", "loud", file, "--nats", url); p.status != 2 || !strings.Contains(p.stderr, `--mode "loud": want audit or warn`) {
+			t.Fatalf("rules set --shadow --mode loud: %+v", p)
+		}
+		p := runBin(t, nil, "", "rules", "set", "--shadow", "--mode", "warn", file, "--nats", url)
+		if p.status != 0 || !regexp.MustCompile(`^shadow rules [0-9a-f]{12} from `+regexp.QuoteMeta(file)+` in force \(warn\)\n$`).MatchString(p.stdout) {
+			t.Fatalf("rules set --shadow: %+v", p)
+		}
+		// The rules in force are as they were, the shadow file beside them.
+		if p := runBin(t, nil, "", "rules", "get", "--nats", url); p.status != 0 || !strings.Contains(p.stderr, "in force (warn)") || strings.Contains(p.stdout, "lead") {
+			t.Fatalf("rules get with a shadow file: %+v", p)
+		}
+		if p := runBin(t, nil, "", "rules", "set", "--shadow", os.DevNull, "--nats", url); p.status != 0 || p.stdout != "no shadow rules in force\n" {
+			t.Fatalf("rules set --shadow /dev/null: %+v", p)
+		}
+		if p := runBin(t, nil, "", "rules", "get", "--nats", url); p.status != 0 || strings.Contains(p.stderr, "shadow") {
+			t.Fatalf("rules get without a shadow file: %+v", p)
+		}
+	})
+
 	t.Run("dlq list", func(t *testing.T) {
 		if p := runBin(t, nil, "", "dlq", "list", "--nats", url); p.status != 0 || p.stdout != "" || p.stderr != "no dead letters\n" {
 			t.Fatalf("dlq list: %+v", p)

@@ -174,9 +174,18 @@ func TestWhatifDemoLog(t *testing.T) {
 	rules := filepath.Join(dir, "stricter.json")
 	writeFile(t, rules, `{"rules":[{"pattern":"report.published","writers":["writer-2"]},`+
 		`{"pattern":"report.sections.*","kind":"task","lease":"30s"},`+team.PublishRules+`]}`)
-	p = runBin(t, nil, "", "whatif", "--data", data, "--rules", rules, "--fail-on-change")
-	for _, want := range []string{"1 of ", "applied", "rejected:unauthorized", "changed by rule: rules[0] 1", "changed by agent: writer-1 1",
+	p = runBin(t, nil, "", "whatif", "--data", data, "--rules", rules, "--cascade")
+	for _, want := range []string{"1 of ", "applied", "rejected:unauthorized", "changed by rule: rules[0] (report.published) 1", "changed by agent: writer-1 1",
 		"coagent log --intent ", "paths whose values differ: report.published", "replayed as they were sent"} {
+		if !strings.Contains(p.stdout, want) {
+			t.Errorf("whatif --rules --cascade: no %q in:\n%s", want, p.stdout)
+		}
+	}
+	// Isolated, the default: the publication would have been refused when
+	// it was received, instead of escalated for the editor.
+	p = runBin(t, nil, "", "whatif", "--data", data, "--rules", rules, "--fail-on-change")
+	for _, want := range []string{"1 of ", "isolated", "escalated", "rejected:unauthorized", "changed by rule: rules[0] (report.published) 1",
+		"changed by agent: writer-1 1", "coagent log --intent "} {
 		if !strings.Contains(p.stdout, want) {
 			t.Errorf("whatif --rules: no %q in:\n%s", want, p.stdout)
 		}

@@ -443,6 +443,15 @@ func summary(ev *intents.Event) string {
 		if p := ev.Wait.Panel; p != nil {
 			fmt.Fprintf(&b, ": a panel, %d must agree", p.Quorum)
 		}
+	case ev.Shadow != nil:
+		sh := ev.Shadow
+		fmt.Fprintf(&b, " %s (%s): decided %s, would be %s", sh.Kind, sh.Mode, sh.Decided, sh.WouldBeKey())
+		if sh.Rule != "" {
+			fmt.Fprintf(&b, " by %s", sh.Rule)
+		}
+		if sh.Detail != "" {
+			fmt.Fprintf(&b, ": %s", sh.Detail)
+		}
 	case ev.Vote != nil:
 		v := ev.Vote
 		fmt.Fprintf(&b, " %s by %s", v.Verdict, v.Agent)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,14 +34,32 @@ func newRulesCmd(e *env) *cobra.Command {
 		},
 	}
 	out.register(get.Flags(), true)
+	var shadow bool
+	var mode string
 	set := &cobra.Command{
-		Use:   "set FILE",
-		Short: "put a rules file in force on the running coordinator",
-		Args:  argsBetween(1, 1, "FILE"),
+		Use:   "set [--shadow [--mode audit|warn]] FILE",
+		Short: "put a rules file in force on the running coordinator, or in the shadow (--shadow: decided beside the rules in force, never enforced)",
+		Long: "Put a rules file in force on the running coordinator. With --shadow the file is put in force in the shadow\n" +
+			"instead: every intent is decided under it too, and each decision it would have changed is recorded as a shadow\n" +
+			"event (coagent log --type shadow; coagent_shadow_divergences_total on /metrics); in --mode warn the agent's\n" +
+			"decision also carries a warning. The rules in force decide. An empty file (/dev/null) removes the shadow file.\n" +
+			"A rule or invariant of the file in force may be in the shadow on its own: \"mode\": \"warn\" or \"audit\".",
+		Args: argsBetween(1, 1, "FILE"),
 		RunE: func(c *cobra.Command, args []string) error {
-			return runRulesSet(c.Context(), &conn, args[0], e.stdout)
+			if !shadow && c.Flags().Changed("mode") {
+				return usagef(c, "--mode is the shadow file's: it needs --shadow")
+			}
+			if shadow {
+				if mode != intents.ModeAudit && mode != intents.ModeWarn {
+					return usagef(c, "--mode %q: want audit or warn", mode)
+				}
+				return runRulesSet(c.Context(), &conn, args[0], mode, e.stdout)
+			}
+			return runRulesSet(c.Context(), &conn, args[0], "", e.stdout)
 		},
 	}
+	set.Flags().BoolVar(&shadow, "shadow", false, "put the file in force in the shadow: decided on every intent, never enforced")
+	set.Flags().StringVar(&mode, "mode", intents.ModeAudit, "the shadow file's mode: audit (record each divergence) or warn (also warn the agent)")
 	check := &cobra.Command{
 		Use:   "check FILE",
 		Short: "check a rules file offline, as the coordinator would",
@@ -78,6 +97,10 @@ func runRulesGet(ctx context.Context, conn *natsFlags, asJSON bool, stdout, stde
 	if err := json.Unmarshal(data, &cur); err != nil {
 		return fmt.Errorf("rules get: the coordinator answered %q: %w", data, err)
 	}
+	if cur.ShadowHash != "" {
+		fmt.Fprintf(stderr, "shadow rules %.12s in force (%s): coagent log --type shadow shows what they would change\n",
+			cur.ShadowHash, cmp.Or(cur.ShadowMode, intents.ModeAudit))
+	}
 	if cur.Hash == "" || len(cur.File) == 0 {
 		fmt.Fprintln(stderr, "no rules in force")
 		if asJSON {
@@ -109,6 +132,9 @@ func printRules(f *rules.File, w io.Writer) error {
 	}
 	fmt.Fprintln(tw, "PATTERN\tKIND\tWRITERS\tREADERS\tON CONFLICT\tPREEMPT\tCHECKS")
 	for _, r := range f.Rules {
+		if r.Mode != "" && r.Mode != intents.ModeEnforce {
+			r.Pattern += " (" + r.Mode + ")"
+		}
 		var checks []string
 		if len(r.Transitions) > 0 {
 			var ts []string
@@ -152,7 +178,9 @@ func printRules(f *rules.File, w io.Writer) error {
 	return tw.Flush()
 }
 
-func runRulesSet(ctx context.Context, conn *natsFlags, path string, stdout io.Writer) error {
+// runRulesSet puts the file at path in force, or in the shadow in mode
+// when mode is set.
+func runRulesSet(ctx context.Context, conn *natsFlags, path, mode string, stdout io.Writer) error {
 	file, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -160,14 +188,24 @@ func runRulesSet(ctx context.Context, conn *natsFlags, path string, stdout io.Wr
 	m := nats.NewMsg(conn.subjects().API(intents.APIRulesSet))
 	m.Data = file
 	m.Header.Set(coordinator.HeaderRulesSource, path)
+	if mode != "" {
+		m.Header.Set(coordinator.HeaderRulesShadow, mode)
+	}
 	body, err := conn.requestMsg(ctx, "coagent rules", m)
 	if err != nil {
 		return fmt.Errorf("rules set: %w", err)
 	}
-	var rec struct{ Hash, Source string }
+	var rec struct{ Hash, Source, Shadow string }
 	if err := json.Unmarshal(body, &rec); err != nil {
 		return fmt.Errorf("rules set: the coordinator answered %q: %w", body, err)
 	}
-	fmt.Fprintf(stdout, "rules %.12s from %s in force\n", rec.Hash, rec.Source)
+	switch {
+	case mode != "" && rec.Hash == "":
+		fmt.Fprintf(stdout, "no shadow rules in force\n")
+	case mode != "":
+		fmt.Fprintf(stdout, "shadow rules %.12s from %s in force (%s)\n", rec.Hash, rec.Source, rec.Shadow)
+	default:
+		fmt.Fprintf(stdout, "rules %.12s from %s in force\n", rec.Hash, rec.Source)
+	}
 	return nil
 }

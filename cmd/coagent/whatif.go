@@ -27,12 +27,16 @@ func newWhatifCmd(e *env) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "whatif [--rules NEW.json]",
 		Short: "decide the log's intents again under other rules (or, without --rules, the recorded ones: a verification) and report the decisions that change",
-		Long: "Feed the intents, resolutions and votes of a stopped server's log (--data), in order and at their recorded times, to a\n" +
-			"fresh engine under --rules, and compare each intent's final decision with the recorded one: the first divergence,\n" +
-			"a matrix of recorded × new outcomes, the changes by rule, board and agent, the first divergences with the command\n" +
-			"that shows each one's story, and the state the new history leaves. Later intents are replayed as they were sent:\n" +
-			"what an agent would have done after another answer is not known (cascade). Without --rules the recorded rules\n" +
-			"decide, and any change is non-determinism (exit 1). Read-only; the same log and rules give the same report.",
+		Long: "Decide the intents of a stopped server's log (--data) again under --rules. By default each intent is decided\n" +
+			"under the new rules against the state and the transactions in flight exactly as they were when it was decided,\n" +
+			"while the recorded rules decide the history again (which must come out as recorded: a verification), and the\n" +
+			"report compares each intent's decision with the one the new rules would have made (isolated). With --cascade\n" +
+			"the recorded intents, resolutions and votes are fed in order, at their recorded times, to an engine under the new\n" +
+			"rules alone, and each intent's final decision compared, with the state the new history leaves; later intents are\n" +
+			"replayed as they were sent: what an agent would have done after another answer is not known. Either way: the\n" +
+			"first divergence, a matrix of recorded × new outcomes, the changes by rule, board and agent, the first divergences\n" +
+			"with the command that shows each one's story. Without --rules the recorded rules decide, and any change is\n" +
+			"non-determinism (exit 1). Read-only; the same log and rules give the same report.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			var rules []byte
@@ -47,7 +51,7 @@ func newWhatifCmd(e *env) *cobra.Command {
 				return err
 			}
 			defer log.Close()
-			rep, err := whatif.Run(log, whatif.Options{Rules: rules, From: from, Until: until, Top: top,
+			rep, err := whatif.Run(log, whatif.Options{Rules: rules, From: from, Until: until, Top: top, Cascade: cascade,
 				Engine: engine.Config{ArbiterTimeout: arbiterTimeout}})
 			if rep == nil {
 				return err
@@ -72,7 +76,7 @@ func newWhatifCmd(e *env) *cobra.Command {
 	fs.Uint64Var(&until, "until", 0, "the last event (default the log's last)")
 	fs.IntVar(&top, "top", 10, "how many divergences to list")
 	fs.BoolVar(&failOnChange, "fail-on-change", false, "exit 1 when a decision changes: for CI")
-	fs.BoolVar(&cascade, "cascade", true, "feed the recorded intents in order to the new rules (the one mode built: see docs/whatif.md)")
+	fs.BoolVar(&cascade, "cascade", false, "feed the recorded intents in order to the new rules alone, rather than decide each against the state as it was (see docs/whatif.md)")
 	fs.DurationVar(&arbiterTimeout, "arbiter-timeout", 0, "the --arbiter-timeout the server ran with (default 60s)")
 	out.register(fs, true)
 	return c
@@ -92,7 +96,7 @@ func printWhatif(rep *whatif.Report, rulesFile, data string, asJSON bool, w io.W
 	if rulesFile != "" {
 		under = rulesFile
 	}
-	fmt.Fprintf(w, "whatif: events %d–%d (%d intents) decided again under %s\n", rep.From, rep.Until, rep.Intents, under)
+	fmt.Fprintf(w, "whatif: events %d–%d (%d intents) decided again under %s (%s)\n", rep.From, rep.Until, rep.Intents, under, rep.Mode)
 	if rep.Changed == 0 {
 		fmt.Fprintf(w, "no decision changes\n")
 	} else {
@@ -130,6 +134,10 @@ func printWhatif(rep *whatif.Report, rulesFile, data string, asJSON bool, w io.W
 			fmt.Fprintf(w, "    new       %s: %s\n", d.New.Key(), d.New.Detail)
 			fmt.Fprintf(w, "    story     %s --data %s\n", d.Story, data)
 		}
+	}
+	if rep.Mode == "isolated" {
+		fmt.Fprintf(w, "\nstate: sha256 %s (isolated: each intent was decided against the state as it was; the history is the recorded one)\n", rep.RecordedHash)
+		return nil
 	}
 	fmt.Fprintf(w, "\nstate: recorded sha256 %s\n       new      sha256 %s\n", rep.RecordedHash, rep.NewHash)
 	if len(rep.PathsDiffer) > 0 {

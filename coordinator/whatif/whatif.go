@@ -13,15 +13,16 @@ package whatif
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/replay"
+	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
@@ -42,11 +43,17 @@ type Options struct {
 	Engine engine.Config
 	// Top is how many divergences the report lists (default 10).
 	Top int
+	// Cascade feeds the recorded intents to an engine under Rules alone
+	// (cascade mode); otherwise each intent is decided under Rules
+	// against the state and the transactions in flight exactly as they
+	// were when it was decided (isolated mode, the default).
+	Cascade bool
 }
 
 // Report is what a run found.
 type Report struct {
-	// Mode is "verify" (the recorded rules) or "cascade" (new rules).
+	// Mode is "verify" (the recorded rules), "isolated" or "cascade"
+	// (new rules).
 	Mode string `json:"mode"`
 	// From and Until are the events replayed; Events and Intents count
 	// them and the intents among them.
@@ -57,10 +64,13 @@ type Report struct {
 	// FirstDivergence is the sequence of the recorded decision where the
 	// new history first differs, 0 when none does.
 	FirstDivergence uint64 `json:"first_divergence,omitempty"`
-	// Changed counts the intents whose final decision changes.
+	// Changed counts the intents whose decision changes: their final
+	// one in cascade mode, the one made when they were received in
+	// isolated mode.
 	Changed int `json:"changed"`
-	// Matrix counts intents by their recorded and their new final
-	// decision ("applied", "rejected:conflict", …).
+	// Matrix counts intents by their recorded and their new decision
+	// ("applied", "rejected:conflict", …; "error" when deciding under the
+	// new rules failed).
 	Matrix map[string]map[string]int `json:"matrix"`
 	// ByRule, ByBoard and ByAgent count the changed intents by the rule or
 	// invariant the new or recorded decision names, by the first board
@@ -126,12 +136,18 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 		recorded: map[string]decided{}, recSeq: map[string]uint64{}, decided: map[string]decided{},
 		agents: map[string]string{}, boards: map[string]string{}, order: nil,
 		recTxn: map[string]string{}, recFence: map[uint64]string{}}
-	if opts.Rules == nil {
+	cfg := opts.Engine
+	switch {
+	case opts.Rules == nil:
 		r.rep.Mode = "verify"
+	case !opts.Cascade:
+		// The recorded rules decide, which verifies the log as it goes;
+		// the new ones decide each intent in the shadow.
+		r.rep.Mode, r.isolated, cfg.WhatIf = "isolated", true, opts.Rules
+		r.first, r.shadows = map[string]decided{}, map[string]*intents.Shadow{}
 	}
 	// Both engines start from the log's state before from: the recorded
 	// one folds the events as they are, the new one decides them.
-	cfg := opts.Engine
 	cfg.NewID = nil // the engine's deterministic ids
 	before := func() (*engine.Engine, error) {
 		if from <= 1 {
@@ -149,7 +165,7 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	}
 	first := true
 	err = log.Scan(from, until, func(ev *intents.Event) error {
-		if first && opts.Rules != nil {
+		if first && opts.Rules != nil && !r.isolated {
 			if _, err := r.eng.SetRules(ev.Time, opts.Rules, "whatif", nil); err != nil {
 				return fmt.Errorf("whatif: the new rules: %w", err)
 			}
@@ -166,6 +182,12 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 		return nil, fmt.Errorf("whatif: the recorded state at event %d: %w", until, err)
 	}
 	r.finish()
+	r.name()
+	if r.isolated && r.nondet != nil {
+		d := r.nondet
+		return r.rep, fmt.Errorf("%w: intent %s (event %d) was %s as recorded, %s re-decided under the recorded rules: %s", ErrNondeterministic,
+			d.Intent, d.Seq, d.Recorded.Key(), d.New.Key(), cmp.Or(d.New.Detail, d.Recorded.Detail))
+	}
 	if r.rep.Mode == "verify" && r.rep.Changed > 0 {
 		d := r.rep.Top[0]
 		return r.rep, fmt.Errorf("%w: intent %s (event %d) was %s as recorded, %s re-decided: %s", ErrNondeterministic,
@@ -206,6 +228,15 @@ type run struct {
 	// naming them is sent with the ones its re-decided grant gave.
 	recTxn   map[string]string
 	recFence map[uint64]string
+	// In isolated mode: first is each intent's first recorded decision
+	// and firstSeq its event, shadows how the new rules would have
+	// decided it when they differ, and nondet the first intent whose
+	// decision under the recorded rules is not the recorded one.
+	isolated bool
+	first    map[string]decided
+	firstSeq map[string]uint64
+	shadows  map[string]*intents.Shadow
+	nondet   *Divergence
 }
 
 // event replays what one recorded event says the log's writers did — an
@@ -219,6 +250,13 @@ func (r *run) event(ev *intents.Event) error {
 		d := ev.Decision
 		if _, ok := r.agents[d.Intent]; ok && !d.Duplicate {
 			r.recorded[d.Intent], r.recSeq[d.Intent] = keep(d), ev.Seq
+			if _, seen := r.first[d.Intent]; r.isolated && !seen {
+				r.first[d.Intent] = r.recorded[d.Intent]
+				if r.firstSeq == nil {
+					r.firstSeq = map[string]uint64{}
+				}
+				r.firstSeq[d.Intent] = ev.Seq
+			}
 		}
 		if d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied && d.Fence != 0) {
 			id := strings.Clone(d.Intent)
@@ -227,7 +265,7 @@ func (r *run) event(ev *intents.Event) error {
 		}
 		return nil
 	case intents.EventRules:
-		if r.opts.Rules == nil {
+		if r.opts.Rules == nil || r.isolated {
 			_, err := r.eng.SetRules(ev.Time, ev.Rules.File, ev.Rules.Source, nil)
 			if err != nil {
 				return fmt.Errorf("whatif: the rules of event %d: %w", ev.Seq, err)
@@ -280,6 +318,13 @@ func (r *run) collect(evs []*intents.Event) {
 		if d := e.Decision; d != nil && !d.Duplicate {
 			r.decided[d.Intent] = keep(d)
 		}
+		if sh := e.Shadow; sh != nil && r.isolated {
+			if _, ok := r.shadows[e.Intent]; !ok {
+				cp := *sh
+				cp.Detail, cp.Rule = strings.Clone(sh.Detail), strings.Clone(sh.Rule)
+				r.shadows[strings.Clone(e.Intent)] = &cp
+			}
+		}
 	}
 }
 
@@ -305,12 +350,14 @@ func (r *run) mapped(in *intents.Intent) *intents.Intent {
 	return &cp
 }
 
-var ruleRef = regexp.MustCompile(`rules\[\d+\]|invariant \S+`)
-
 // finish fires the timers due by the last event, and compares.
 func (r *run) finish() {
 	if r.last != nil {
 		r.collect(r.eng.Tick(r.last.Time, nil).Events)
+	}
+	if r.isolated {
+		r.finishIsolated()
+		return
 	}
 	rep := r.rep
 	for _, id := range r.order {
@@ -327,9 +374,9 @@ func (r *run) finish() {
 		if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
 			rep.FirstDivergence = seq
 		}
-		rule := ruleRef.FindString(nd.Detail)
+		rule := rules.Ref(nd.Detail)
 		if rule == "" {
-			rule = ruleRef.FindString(rd.Detail)
+			rule = rules.Ref(rd.Detail)
 		}
 		if rule != "" {
 			rep.ByRule[rule]++
@@ -394,4 +441,71 @@ func board(in *intents.Intent) string {
 	}
 	b, _, _ := strings.Cut(in.Writes[0].Path, ".")
 	return b
+}
+
+// finishIsolated reports isolated mode: each intent's first recorded
+// decision against the one the new rules would have made in its place.
+// The state is the recorded one, so the report gives one hash.
+func (r *run) finishIsolated() {
+	rep := r.rep
+	for _, id := range r.order {
+		if rd, nd := view(r.recorded[id]), view(r.decided[id]); rd.Key() != nd.Key() && r.nondet == nil {
+			r.nondet = &Divergence{Seq: r.recSeq[id], Intent: id, Agent: r.agents[id], Recorded: rd, New: nd}
+		}
+		rd, nd := view(r.first[id]), view(r.first[id])
+		sh := r.shadows[id]
+		if sh != nil {
+			nd = Decision{Outcome: sh.WouldBe, Reason: sh.Reason, Detail: sh.Detail}
+			if sh.Kind == intents.ShadowError {
+				nd = Decision{Outcome: intents.ShadowError, Detail: sh.Detail}
+			}
+		}
+		if rep.Matrix[rd.Key()] == nil {
+			rep.Matrix[rd.Key()] = map[string]int{}
+		}
+		rep.Matrix[rd.Key()][nd.Key()]++
+		if sh == nil {
+			continue
+		}
+		rep.Changed++
+		seq := r.firstSeq[id]
+		if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
+			rep.FirstDivergence = seq
+		}
+		if sh.Rule != "" {
+			rep.ByRule[sh.Rule]++
+		}
+		rep.ByBoard[r.boards[id]]++
+		rep.ByAgent[r.agents[id]]++
+		if len(rep.Top) < r.opts.Top {
+			rep.Top = append(rep.Top, Divergence{Seq: seq, Intent: id, Agent: r.agents[id], Recorded: rd, New: nd, Rule: sh.Rule,
+				Story: "coagent log --intent " + id})
+		}
+	}
+	rep.RecordedHash = replay.Hash(r.rec.State())
+	rep.NewHash = rep.RecordedHash
+}
+
+// name gives each rule the report names its pattern, from the new rules
+// file: "rules[2] (docs.**)".
+func (r *run) name() {
+	var f rules.File
+	if r.opts.Rules == nil || json.Unmarshal(r.opts.Rules, &f) != nil {
+		return
+	}
+	named := func(ref string) string {
+		var i int
+		if n, err := fmt.Sscanf(ref, "rules[%d]", &i); err == nil && n == 1 && i >= 0 && i < len(f.Rules) {
+			return fmt.Sprintf("%s (%s)", ref, f.Rules[i].Pattern)
+		}
+		return ref
+	}
+	byRule := map[string]int{}
+	for k, n := range r.rep.ByRule {
+		byRule[named(k)] += n
+	}
+	r.rep.ByRule = byRule
+	for i := range r.rep.Top {
+		r.rep.Top[i].Rule = named(r.rep.Top[i].Rule)
+	}
 }

@@ -62,7 +62,7 @@ func TestWhatIf(t *testing.T) {
 		t.Fatalf("verify: %+v", rep)
 	}
 	stricter := []byte(`{"rules":[{"pattern":"report.published","writers":["writer-2"]},` + demoRules + `]}`)
-	rep, err = whatif.Run(log, whatif.Options{Rules: stricter})
+	rep, err = whatif.Run(log, whatif.Options{Rules: stricter, Cascade: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,16 +70,36 @@ func TestWhatIf(t *testing.T) {
 		t.Fatalf("a stricter writers rule: %+v", rep)
 	}
 	d := rep.Top[0]
-	if d.Agent != "writer-1" || d.Recorded.Outcome != intents.OutcomeApplied || d.New.Reason != intents.ReasonUnauthorized || d.Rule != "rules[0]" ||
+	if d.Agent != "writer-1" || d.Recorded.Outcome != intents.OutcomeApplied || d.New.Reason != intents.ReasonUnauthorized || d.Rule != "rules[0] (report.published)" ||
 		rep.FirstDivergence == 0 || rep.ByAgent["writer-1"] != 1 || rep.ByBoard["report"] != 1 || rep.Matrix["applied"]["rejected:unauthorized"] != 1 {
 		t.Fatalf("the publication under the stricter rule: %+v\n%+v", d, rep)
 	}
 	if len(rep.PathsDiffer) != 1 || rep.PathsDiffer[0] != "report.published" {
 		t.Fatalf("paths that differ: %v", rep.PathsDiffer)
 	}
-	again, err := whatif.Run(log, whatif.Options{Rules: stricter})
+	again, err := whatif.Run(log, whatif.Options{Rules: stricter, Cascade: true})
 	if err != nil || again.NewHash != rep.NewHash || again.FirstDivergence != rep.FirstDivergence {
 		t.Fatalf("a second run: %+v %v", again, err)
+	}
+	// Isolated (the default): the publication, escalated for the editor's
+	// approval when it was received, would have been refused then; nothing
+	// else changes, and the state is the recorded one.
+	iso, err := whatif.Run(log, whatif.Options{Rules: stricter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iso.Mode != "isolated" || iso.Changed != 1 || len(iso.Top) != 1 || iso.RecordedHash != iso.NewHash || iso.RecordedHash != rep.RecordedHash {
+		t.Fatalf("isolated: %+v", iso)
+	}
+	d = iso.Top[0]
+	if d.Agent != "writer-1" || d.Recorded.Outcome != intents.OutcomeEscalated || d.New.Reason != intents.ReasonUnauthorized || d.Rule != "rules[0] (report.published)" ||
+		iso.Matrix["escalated"]["rejected:unauthorized"] != 1 || iso.ByRule["rules[0] (report.published)"] != 1 {
+		t.Fatalf("isolated, the publication: %+v\n%+v", d, iso)
+	}
+	// The recorded rules as the new ones change nothing.
+	same, err := whatif.Run(log, whatif.Options{Rules: []byte(`{"rules":[` + demoRules + `]}`)})
+	if err != nil || same.Changed != 0 {
+		t.Fatalf("isolated under the recorded rules: %+v %v", same, err)
 	}
 	// A verification that a rules file breaks is reported as such.
 	if _, err := whatif.Run(log, whatif.Options{Rules: []byte(`{"rules":[{"pattern":"x","on_conflict":"later"}]}`)}); err == nil || errors.Is(err, whatif.ErrNondeterministic) {
@@ -88,3 +108,59 @@ func TestWhatIf(t *testing.T) {
 }
 
 func coordtestOptions() coordinator.Options { return coordinator.Options{} }
+
+// A period when shadow rules were live: coagent whatif under the same
+// file, isolated, finds exactly the divergences the live audit recorded.
+func TestWhatIfAgreesWithTheLiveAudit(t *testing.T) {
+	stricter := []byte(`{"rules":[{"pattern":"report.published","writers":["writer-2"]},` +
+		`{"pattern":"report.sections.*.status","writers":["writer-1","editor"]},` + demoRules + `]}`)
+	ns := natstest.Run(t)
+	dir := filepath.Join(t.TempDir(), "log")
+	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.SetShadowRules(ctx, stricter, intents.ModeAudit, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(ns.ClientURL(), nats.Name(name)) },
+		Seed: 3, Writers: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	live := map[string]string{}
+	err = log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
+		if sh := ev.Shadow; sh != nil {
+			live[ev.Intent] = sh.Decided + " → " + sh.WouldBeKey()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := whatif.Run(log, whatif.Options{Rules: stricter, Top: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]string{}
+	for _, d := range rep.Top {
+		found[d.Intent] = d.Recorded.Key() + " → " + d.New.Key()
+	}
+	if len(live) < 2 || len(found) != len(live) || rep.Changed != len(live) {
+		t.Fatalf("the live audit recorded %d divergences, whatif found %d:\nlive %v\nwhatif %v", len(live), len(found), live, found)
+	}
+	for id, l := range live {
+		if found[id] != l {
+			t.Errorf("intent %s: live audit %q, whatif %q", id, l, found[id])
+		}
+	}
+}

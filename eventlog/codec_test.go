@@ -731,7 +731,7 @@ func (g codecGen) event() *intents.Event {
 	if mask3&hasShadow != 0 {
 		ev.Shadow = &intents.Shadow{Kind: g.str(), Mode: g.str(), Rule: g.str(), Decided: g.str(),
 			WouldBe: codecPick(g, []intents.Outcome{intents.OutcomeApplied, intents.OutcomeRejected, intents.OutcomeEscalated, "x"}),
-			Reason: codecPick(g, []intents.Reason{"", intents.ReasonConflict, "y"}), Detail: g.str()}
+			Reason:  codecPick(g, []intents.Reason{"", intents.ReasonConflict, "y"}), Detail: g.str()}
 	}
 	if ev.Rules != nil && mask3&hasRulesShadow != 0 {
 		ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = g.raw(), g.str(), g.str()

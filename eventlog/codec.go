@@ -112,7 +112,11 @@ import (
 // ErrCorrupt ("payload mask: unknown bits"), never misreading it. The next
 // payloads take bits 3–7: NoticeFence took bit 3, and Vote (the vote
 // type's payload, code 13) and Gate (Wait.Gate, only beside a Wait) bits 4
-// and 5, by the same rule.
+// and 5, by the same rule, and Panel bit 6. Bit 7 says a third mask byte
+// follows: Shadow (the shadow type's payload, code 14) took its bit 0, and
+// Rules' shadow file its bit 1. A record without them has no third byte
+// and decodes as before; a binary from before them rejects one as
+// ErrCorrupt ("payload mask: unknown bits 0x80").
 //
 // The fuzz seeds in testdata/fuzz/FuzzDecodeEvent are golden files:
 // TestCodecSeedCorpus fails if the encoding of their fixtures changes.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/whatif"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
 	"github.com/spf13/cobra"
 )
 
@@ -24,10 +26,12 @@ func newWhatifCmd(e *env) *cobra.Command {
 	var failOnChange, cascade bool
 	var arbiterTimeout time.Duration
 	var out output
+	var conn natsFlags
 	c := &cobra.Command{
 		Use:   "whatif [--rules NEW.json]",
 		Short: "decide the log's intents again under other rules (or, without --rules, the recorded ones: a verification) and report the decisions that change",
-		Long: "Decide the intents of a stopped server's log (--data) again under --rules. By default each intent is decided\n" +
+		Long: "Decide the intents of the running server's log (read through log.query, as an observer or admin must under\n" +
+			"--auth), or with --data DIR of a stopped server's, again under --rules. By default each intent is decided\n" +
 			"under the new rules against the state and the transactions in flight exactly as they were when it was decided,\n" +
 			"while the recorded rules decide the history again (which must come out as recorded: a verification), and the\n" +
 			"report compares each intent's decision with the one the new rules would have made (isolated). With --cascade\n" +
@@ -46,13 +50,34 @@ func newWhatifCmd(e *env) *cobra.Command {
 					return fmt.Errorf("--rules: %w", err)
 				}
 			}
-			log, err := openLog(data)
-			if err != nil {
-				return err
+			opts := whatif.Options{Rules: rules, From: from, Until: until, Top: top, Cascade: cascade,
+				Engine: engine.Config{ArbiterTimeout: arbiterTimeout}}
+			var rep *whatif.Report
+			var err error
+			if c.Flags().Changed("data") {
+				for _, flag := range []string{"nats", "nkey", "creds", "subject-prefix"} {
+					if c.Flags().Changed(flag) {
+						return usagef(c, "--data reads a stopped server's directory, --%s is for a running server: give one", flag)
+					}
+				}
+				log, oerr := openLog(data)
+				if oerr != nil {
+					return oerr
+				}
+				defer log.Close()
+				rep, err = whatif.Run(log, opts)
+			} else {
+				nc, cerr := conn.connect("coagent whatif")
+				if cerr != nil {
+					return cerr
+				}
+				defer nc.Close()
+				data = ""
+				rep, err = whatif.RunRemote(func(from uint64) ([]*intents.Event, uint64, error) {
+					evs, next, _, err := logPage(c.Context(), nc, &conn, eventlog.Query{From: from, Limit: logPageMax})
+					return evs, next, err
+				}, opts)
 			}
-			defer log.Close()
-			rep, err := whatif.Run(log, whatif.Options{Rules: rules, From: from, Until: until, Top: top, Cascade: cascade,
-				Engine: engine.Config{ArbiterTimeout: arbiterTimeout}})
 			if rep == nil {
 				return err
 			}
@@ -70,7 +95,7 @@ func newWhatifCmd(e *env) *cobra.Command {
 		},
 	}
 	fs := c.Flags()
-	fs.StringVar(&data, "data", defaultData, "data directory of a stopped server")
+	fs.StringVar(&data, "data", "", "read the log in the data directory `DIR` of a stopped server (serve's default: "+defaultData+") instead of asking a running one")
 	fs.StringVar(&rulesFile, "rules", "", "the rules file to decide under (default: the recorded rules, a verification)")
 	fs.Uint64Var(&from, "from", 0, "the first event to decide again (default the log's first; the state before it is the log's)")
 	fs.Uint64Var(&until, "until", 0, "the last event (default the log's last)")
@@ -79,6 +104,8 @@ func newWhatifCmd(e *env) *cobra.Command {
 	fs.BoolVar(&cascade, "cascade", false, "feed the recorded intents in order to the new rules alone, rather than decide each against the state as it was (see docs/whatif.md)")
 	fs.DurationVar(&arbiterTimeout, "arbiter-timeout", 0, "the --arbiter-timeout the server ran with (default 60s)")
 	out.register(fs, true)
+	conn.register(fs, e.defaultNATS())
+	conn.alt = "or read a stopped server's log with --data DIR"
 	return c
 }
 
@@ -132,7 +159,11 @@ func printWhatif(rep *whatif.Report, rulesFile, data string, asJSON bool, w io.W
 			fmt.Fprintf(w, "  event %d  intent %s of %s\n", d.Seq, d.Intent, d.Agent)
 			fmt.Fprintf(w, "    recorded  %s: %s\n", d.Recorded.Key(), d.Recorded.Detail)
 			fmt.Fprintf(w, "    new       %s: %s\n", d.New.Key(), d.New.Detail)
-			fmt.Fprintf(w, "    story     %s --data %s\n", d.Story, data)
+			if data != "" {
+				fmt.Fprintf(w, "    story     %s --data %s\n", d.Story, data)
+			} else {
+				fmt.Fprintf(w, "    story     %s\n", d.Story)
+			}
 		}
 	}
 	if rep.Mode == "isolated" {

@@ -127,11 +127,126 @@ var ErrNondeterministic = errors.New("whatif: the log's decisions do not come ou
 // report and an error wrapping ErrNondeterministic naming the first
 // mismatch.
 func Run(log *eventlog.Log, opts Options) (*Report, error) {
+	from, until := cmp.Or(opts.From, max(log.FirstSeq(), 1)), log.LastSeq()
+	var last uint64
+	return run(opts, source{
+		from: from, until: cmp.Or(opts.Until, until),
+		before: func(cfg engine.Config) (*engine.Engine, error) {
+			if from <= 1 {
+				return engine.New(cfg)
+			}
+			eng, _, err := replay.Rebuild(log, cfg, from-1)
+			return eng, err
+		},
+		scan: func(fn func(*intents.Event) error) error {
+			return log.Scan(from, until, func(ev *intents.Event) error {
+				if err := fn(ev); err != nil {
+					return err
+				}
+				last = ev.Seq
+				return nil
+			})
+		},
+		// The recorded history's state: the log's fold to the last event
+		// decided again, from its latest snapshot.
+		recorded: func(cfg engine.Config, until uint64) (*engine.Engine, error) {
+			eng, _, err := replay.Rebuild(log, cfg, until)
+			return eng, err
+		},
+		last: func() uint64 { return last },
+	})
+}
+
+// errUntil stops a scan at the first event past Options.Until that the
+// engine does not emit itself: the call of Until's event is read whole.
+var errUntil = errors.New("whatif: past until")
+
+// Pager reads one page of a running coordinator's log (a log.query of
+// every event): the events from seq from on, in order, and the seq to go
+// on from, 0 at the end.
+type Pager func(from uint64) (events []*intents.Event, next uint64, err error)
+
+// RunRemote is Run over the log of a running coordinator, read a page at
+// a time through page: the events from the first, which must be 1 (a
+// compacted log's state before its first event is in a snapshot only the
+// coordinator's directory holds), to Options.Until or the last one. The
+// events must all be there: a page that leaves some out (those a reader
+// may not see, under --auth) is an error.
+func RunRemote(page Pager, opts Options) (*Report, error) {
+	from, until := max(opts.From, 1), opts.Until
+	var pre, rec *engine.Engine // the fold before from, and the recorded one beside
+	var last uint64
+	scan := func(fn func(*intents.Event) error) error {
+		next := uint64(1)
+		for {
+			evs, more, err := page(next)
+			if err != nil {
+				return fmt.Errorf("whatif: reading the log from event %d: %w", next, err)
+			}
+			for _, ev := range evs {
+				switch {
+				case ev.Seq != last+1 && last == 0:
+					return fmt.Errorf("whatif: the log starts at event %d, compacted: run whatif --data on a copy of the coordinator's directory", ev.Seq)
+				case ev.Seq != last+1:
+					return fmt.Errorf("whatif: the log's answer skips from event %d to %d: the reader may not see every event (ask as an observer or an admin)", last, ev.Seq)
+				case ev.Seq > until && until != 0 && input(ev.Type):
+					return errUntil
+				}
+				last = ev.Seq
+				if err := rec.Apply(ev); err != nil {
+					return fmt.Errorf("whatif: the recorded state at event %d: %w", ev.Seq, err)
+				}
+				if ev.Seq < from {
+					if err := pre.Apply(ev); err != nil {
+						return fmt.Errorf("whatif: the state before event %d: %w", from, err)
+					}
+					continue
+				}
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			if more == 0 || len(evs) == 0 {
+				return nil
+			}
+			next = more
+		}
+	}
+	return run(opts, source{
+		from: from, until: opts.Until, remote: true,
+		before: func(cfg engine.Config) (*engine.Engine, error) {
+			var err error
+			if pre, err = engine.New(cfg); err != nil {
+				return nil, err
+			}
+			if rec, err = engine.New(cfg); err != nil {
+				return nil, err
+			}
+			return pre, nil
+		},
+		scan:     scan,
+		recorded: func(engine.Config, uint64) (*engine.Engine, error) { return rec, nil },
+		last:     func() uint64 { return last },
+	})
+}
+
+// source is where run reads the log: the events from and until (0: the
+// last), the engine with the state before from, and the one with the
+// recorded state at the end. last, when set, tells the last event read.
+type source struct {
+	from, until uint64
+	remote      bool
+	before      func(engine.Config) (*engine.Engine, error)
+	scan        func(func(*intents.Event) error) error
+	recorded    func(engine.Config, uint64) (*engine.Engine, error)
+	last        func() uint64
+}
+
+func run(opts Options, src source) (*Report, error) {
 	if opts.Top == 0 {
 		opts.Top = 10
 	}
-	from, until := cmp.Or(opts.From, max(log.FirstSeq(), 1)), cmp.Or(opts.Until, log.LastSeq())
-	r := &run{opts: opts, rep: &Report{Mode: "cascade", From: from, Until: until, Matrix: map[string]map[string]int{},
+	r := &runner{opts: opts, rep: &Report{Mode: "cascade", From: src.from, Until: src.until, Matrix: map[string]map[string]int{},
 		ByRule: map[string]int{}, ByBoard: map[string]int{}, ByAgent: map[string]int{}},
 		recorded: map[string]decided{}, recSeq: map[string]uint64{}, decided: map[string]decided{},
 		agents: map[string]string{}, boards: map[string]string{}, order: nil,
@@ -149,37 +264,43 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	// Both engines start from the log's state before from: the recorded
 	// one folds the events as they are, the new one decides them.
 	cfg.NewID = nil // the engine's deterministic ids
-	before := func() (*engine.Engine, error) {
-		if from <= 1 {
-			return engine.New(cfg)
-		}
-		eng, _, err := replay.Rebuild(log, cfg, from-1)
-		if err != nil {
-			return nil, fmt.Errorf("whatif: the state before event %d: %w", from, err)
-		}
-		return eng, nil
-	}
 	var err error
-	if r.eng, err = before(); err != nil {
-		return nil, err
+	if r.eng, err = src.before(cfg); err != nil {
+		return nil, fmt.Errorf("whatif: the state before event %d: %w", src.from, err)
 	}
-	first := true
-	err = log.Scan(from, until, func(ev *intents.Event) error {
-		if first && opts.Rules != nil && !r.isolated {
-			if _, err := r.eng.SetRules(ev.Time, opts.Rules, "whatif", nil); err != nil {
-				return fmt.Errorf("whatif: the new rules: %w", err)
+	started := false
+	err = src.scan(func(ev *intents.Event) error {
+		if src.until != 0 && ev.Seq > src.until && input(ev.Type) {
+			return errUntil
+		}
+		if !started && !input(ev.Type) {
+			// The rest of a call that began before from: what the log's
+			// writers did (an intent, a resolution, a vote, a rules change)
+			// is decided again from the first such event on, and the
+			// events of the call before it are the state it starts from.
+			if err := r.eng.Apply(ev); err != nil {
+				return fmt.Errorf("whatif: the state before event %d: %w", ev.Seq, err)
+			}
+			return nil
+		}
+		if !started {
+			started, r.rep.From = true, ev.Seq
+			if opts.Rules != nil && !r.isolated {
+				if _, err := r.eng.SetRules(ev.Time, opts.Rules, "whatif", nil); err != nil {
+					return fmt.Errorf("whatif: the new rules: %w", err)
+				}
 			}
 		}
-		first = false
 		return r.event(ev)
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errUntil) {
 		return nil, err
 	}
-	// The recorded history's state: the log's fold to until, from its
-	// latest snapshot.
-	if r.rec, _, err = replay.Rebuild(log, cfg, until); err != nil {
-		return nil, fmt.Errorf("whatif: the recorded state at event %d: %w", until, err)
+	if src.last != nil {
+		r.rep.Until = src.last()
+	}
+	if r.rec, err = src.recorded(cfg, r.rep.Until); err != nil {
+		return nil, fmt.Errorf("whatif: the recorded state at event %d: %w", r.rep.Until, err)
 	}
 	r.finish()
 	r.name()
@@ -196,6 +317,16 @@ func Run(log *eventlog.Log, opts Options) (*Report, error) {
 	return r.rep, nil
 }
 
+// input says an event of type t records what the log's writers did, which
+// whatif feeds to the engine, rather than what the engine did about it.
+func input(t intents.EventType) bool {
+	switch t {
+	case intents.EventIntent, intents.EventResolve, intents.EventVote, intents.EventRules:
+		return true
+	}
+	return false
+}
+
 // decided is what the comparison keeps of a decision.
 type decided struct {
 	outcome intents.Outcome
@@ -210,7 +341,7 @@ func keep(d *intents.Decision) decided {
 		detail: strings.Clone(d.Detail), txn: strings.Clone(d.Txn), fence: d.Fence}
 }
 
-type run struct {
+type runner struct {
 	opts     Options
 	rep      *Report
 	rec, eng *engine.Engine
@@ -242,12 +373,20 @@ type run struct {
 // event replays what one recorded event says the log's writers did — an
 // intent, a resolution, a vote, a rules change under verification — to the
 // new engine, and notes the recorded decisions.
-func (r *run) event(ev *intents.Event) error {
+func (r *runner) event(ev *intents.Event) error {
 	r.rep.Events++
 	r.last = ev
 	switch ev.Type {
 	case intents.EventDecision:
 		d := ev.Decision
+		if _, ok := r.agents[d.Intent]; !ok && !d.Duplicate && d.Intent != "" {
+			// Received before the first event decided again (a waiter, a
+			// case): decided again all the same, once what it waited on
+			// ends.
+			id := strings.Clone(d.Intent)
+			r.agents[id], r.boards[id] = strings.Clone(d.Agent), "-"
+			r.order = append(r.order, id)
+		}
 		if _, ok := r.agents[d.Intent]; ok && !d.Duplicate {
 			r.recorded[d.Intent], r.recSeq[d.Intent] = keep(d), ev.Seq
 			if _, seen := r.first[d.Intent]; r.isolated && !seen {
@@ -313,7 +452,7 @@ func (r *run) event(ev *intents.Event) error {
 }
 
 // collect notes the re-decided decisions among evs.
-func (r *run) collect(evs []*intents.Event) {
+func (r *runner) collect(evs []*intents.Event) {
 	for _, e := range evs {
 		if d := e.Decision; d != nil && !d.Duplicate {
 			r.decided[d.Intent] = keep(d)
@@ -330,7 +469,7 @@ func (r *run) collect(evs []*intents.Event) {
 
 // mapped is in with the transaction id and fence its recorded grant gave
 // replaced by the ones the re-decided one gave, when it names them.
-func (r *run) mapped(in *intents.Intent) *intents.Intent {
+func (r *runner) mapped(in *intents.Intent) *intents.Intent {
 	if in == nil {
 		return nil
 	}
@@ -351,7 +490,7 @@ func (r *run) mapped(in *intents.Intent) *intents.Intent {
 }
 
 // finish fires the timers due by the last event, and compares.
-func (r *run) finish() {
+func (r *runner) finish() {
 	if r.last != nil {
 		r.collect(r.eng.Tick(r.last.Time, nil).Events)
 	}
@@ -446,7 +585,7 @@ func board(in *intents.Intent) string {
 // finishIsolated reports isolated mode: each intent's first recorded
 // decision against the one the new rules would have made in its place.
 // The state is the recorded one, so the report gives one hash.
-func (r *run) finishIsolated() {
+func (r *runner) finishIsolated() {
 	rep := r.rep
 	for _, id := range r.order {
 		if rd, nd := view(r.recorded[id]), view(r.decided[id]); rd.Key() != nd.Key() && r.nondet == nil {
@@ -488,7 +627,7 @@ func (r *run) finishIsolated() {
 
 // name gives each rule the report names its pattern, from the new rules
 // file: "rules[2] (docs.**)".
-func (r *run) name() {
+func (r *runner) name() {
 	var f rules.File
 	if r.opts.Rules == nil || json.Unmarshal(r.opts.Rules, &f) != nil {
 		return

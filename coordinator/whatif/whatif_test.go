@@ -2,8 +2,11 @@ package whatif_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +112,80 @@ func TestWhatIf(t *testing.T) {
 
 func coordtestOptions() coordinator.Options { return coordinator.Options{} }
 
+// Against a running coordinator, through the log.query its API serves,
+// whatif gives the report it gives on the stopped one's directory, byte
+// for byte, in each mode.
+func TestWhatIfOfARunningCoordinator(t *testing.T) {
+	ns := natstest.Run(t)
+	dir := filepath.Join(t.TempDir(), "log")
+	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(ns.ClientURL(), nats.Name(name)) },
+		Seed: 5, Writers: 2}); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, ns)
+	pages := 0
+	page := func(from uint64) ([]*intents.Event, uint64, error) {
+		pages++
+		resp, err := nc.Request(intents.Subjects{}.API(intents.APILogQuery), []byte(fmt.Sprintf(`{"from":%d,"limit":7}`, from)), 10*time.Second)
+		if err != nil {
+			return nil, 0, err
+		}
+		var p struct {
+			Events []*intents.Event `json:"events"`
+			Next   uint64           `json:"next"`
+		}
+		return p.Events, p.Next, json.Unmarshal(resp.Data, &p)
+	}
+	stricter := []byte(`{"rules":[{"pattern":"report.published","writers":["writer-2"]},` + demoRules + `]}`)
+	modes := []whatif.Options{{}, {Rules: stricter}, {Rules: stricter, Cascade: true}, {Rules: stricter, From: 20}}
+	var remote [][]byte
+	for _, o := range modes {
+		rep, err := whatif.RunRemote(page, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		b, _ := json.Marshal(rep)
+		remote = append(remote, b)
+	}
+	if pages < 10 {
+		t.Fatalf("%d pages: the log was read whole at once", pages)
+	}
+	// A reader that may not see every event is told so.
+	gappy := func(from uint64) ([]*intents.Event, uint64, error) {
+		evs, next, err := page(from)
+		if len(evs) > 3 {
+			evs = append(evs[:2], evs[3:]...)
+		}
+		return evs, next, err
+	}
+	if _, err := whatif.RunRemote(gappy, whatif.Options{}); err == nil || !strings.Contains(err.Error(), "may not see every event") {
+		t.Fatalf("a log with a gap: %v", err)
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	for i, o := range modes {
+		rep, err := whatif.Run(log, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := json.Marshal(rep); string(b) != string(remote[i]) {
+			t.Errorf("%+v:\nremote %s\nlocal  %s", o, remote[i], b)
+		}
+	}
+}
+
 // A period when shadow rules were live: coagent whatif under the same
 // file, isolated, finds exactly the divergences the live audit recorded.
 func TestWhatIfAgreesWithTheLiveAudit(t *testing.T) {
@@ -161,6 +238,22 @@ func TestWhatIfAgreesWithTheLiveAudit(t *testing.T) {
 	for id, l := range live {
 		if found[id] != l {
 			t.Errorf("intent %s: live audit %q, whatif %q", id, l, found[id])
+		}
+	}
+}
+
+// A verification may start and end at any event, in the middle of a
+// call (an intent's event, its change, its decision) or of a case: the
+// rest of a call begun before --from is the state it starts from, and the
+// call of --until's event is read whole.
+func TestWhatIfFromAndUntilAnyEvent(t *testing.T) {
+	log := demoLog(t)
+	for seq := uint64(2); seq < log.LastSeq(); seq++ {
+		if _, err := whatif.Run(log, whatif.Options{From: seq}); err != nil {
+			t.Fatalf("--from %d: %v", seq, err)
+		}
+		if _, err := whatif.Run(log, whatif.Options{Until: seq}); err != nil {
+			t.Fatalf("--until %d: %v", seq, err)
 		}
 	}
 }

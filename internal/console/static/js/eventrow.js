@@ -68,7 +68,13 @@ export function what(ev) {
     }
     case 'rules': {
       const r = ev.rules || {};
-      return `rules ${String(r.hash || '').slice(0, 12)} from ${r.source || '?'}`;
+      const shadow = r.shadow_hash ? `; shadow ${r.shadow_hash.slice(0, 12)} (${r.shadow_mode || 'audit'})` : '';
+      return `rules ${String(r.hash || '').slice(0, 12)} from ${r.source || '?'}${shadow}`;
+    }
+    case 'shadow': {
+      const s = ev.shadow || {};
+      const wouldBe = s.kind === 'error' ? 'error' : s.reason ? `${s.would_be}:${s.reason}` : s.would_be;
+      return `${s.mode}: decided ${s.decided}, would be ${wouldBe}${s.rule ? ' by ' + s.rule : ''}${s.detail ? ': ' + s.detail : ''}`;
     }
   }
   return '';

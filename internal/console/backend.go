@@ -29,6 +29,8 @@ type backend struct {
 	conn    atomic.Pointer[conn]
 	hub     *hub
 	waiters *waiters
+	// whatifs holds a token while a what-if runs: one at a time.
+	whatifs chan struct{}
 }
 
 // conn is the connection the console reads through, which SetNATS
@@ -46,7 +48,7 @@ func newConn(nc *nats.Conn) *conn {
 }
 
 func newBackend(cfg Config) *backend {
-	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}}
+	b := &backend{cfg: cfg, subj: intents.Subjects{Prefix: cfg.Prefix}, whatifs: make(chan struct{}, 1)}
 	b.conn.Store(newConn(cfg.NATS))
 	b.hub = newHub(cfg.NATS, b.subj.AllEvents(), cfg.MaxStreams, cfg.StreamBuffer)
 	b.waiters = newWaiters(b)

@@ -421,3 +421,35 @@ func TestCasesInBrowser(t *testing.T) {
 		t.Fatalf("a claim of the task once reconciled: %v", err)
 	}
 }
+
+// TestWhatIfInBrowser: the What if view decides the log again under a
+// rules file typed into the page: the matrix shows the decision that
+// changes, the divergence names the rule and opens the intent's story; a
+// file that is not JSON is refused in words.
+func TestWhatIfInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives a browser; the full test run has it")
+	}
+	bctx := browser(t)
+	w := newWorld(t)
+	w.apply(w.w1, intents.Apply("draft").Set("docs.intro", "by w1"))
+	second := w.apply(w.w2, intents.Apply("draft").Set("docs.outro", "by w2")).Intent
+	b := &page{t: t, ctx: bctx, dir: shots(t)}
+
+	b.open(w.srv.URL + "/#whatif")
+	b.run(chromedp.SetValue(chromedp.CSS(`#whatif-rules`), `{"rules":[{"pattern":"docs.**","writers":["w1"]}]}`))
+	b.click(`#whatif-go`)
+	b.waitText(`#whatif-summary`, "1 change")
+	b.waitText(`#whatif-matrix tr.changed`, "rejected:unauthorized")
+	div := fmt.Sprintf(`#whatif-top li.divergence[data-intent=%q]`, second)
+	b.waitText(div, "rules[0] (docs.**)")
+	b.waitText(div, "agent w2 may not write docs.outro")
+	b.shot("whatif")
+	b.click(div + ` a`)
+	b.waitText(fmt.Sprintf(`#story li.event[data-type="decision"][data-intent=%q]`, second), "applied")
+
+	b.open(w.srv.URL + "/#whatif")
+	b.run(chromedp.SetValue(chromedp.CSS(`#whatif-rules`), `{"rules":[{"pattern":"docs.**","on_conflict":"later"}]}`))
+	b.click(`#whatif-go`)
+	b.waitText(`#error`, "on_conflict")
+}

@@ -196,6 +196,7 @@ func New(cfg Config) (*Console, error) {
 	mux.HandleFunc("POST /api/vote", b.json(b.vote))
 	mux.HandleFunc("POST /api/resolve", b.json(b.resolve))
 	mux.HandleFunc("POST /api/reconcile", b.json(b.reconcile))
+	mux.HandleFunc("POST /api/whatif", b.json(b.whatif))
 	return &Console{mux: mux, b: b}, nil
 }
 

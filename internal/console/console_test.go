@@ -272,3 +272,53 @@ func TestPickReader(t *testing.T) {
 		}
 	}
 }
+
+// POST /api/whatif: the report of coagent whatif over the coordinator's
+// log, read through log.query; a rules file that does not compile or a
+// body that is not the request's shape is a 400 naming what is wrong.
+func TestWhatIfEndpoint(t *testing.T) {
+	w := newWorld(t)
+	w.apply(w.w1, intents.Apply("draft").Set("docs.intro", "by w1"))
+	second := w.apply(w.w2, intents.Apply("draft").Set("docs.outro", "by w2")).Intent
+	post := func(body string, into any) int {
+		t.Helper()
+		res, err := http.Post(w.srv.URL+"/api/whatif", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if err := json.NewDecoder(res.Body).Decode(into); err != nil {
+			t.Fatal(err)
+		}
+		return res.StatusCode
+	}
+	var got struct {
+		Report struct {
+			Mode    string `json:"mode"`
+			Changed int    `json:"changed"`
+			Top     []struct {
+				Intent string `json:"intent"`
+				Rule   string `json:"rule"`
+			} `json:"top"`
+		} `json:"report"`
+		Error string `json:"error"`
+	}
+	if code := post(`{"rules":{"rules":[{"pattern":"docs.**","writers":["w1"]}]}}`, &got); code != http.StatusOK ||
+		got.Report.Mode != "isolated" || got.Report.Changed != 1 || got.Report.Top[0].Intent != second || got.Report.Top[0].Rule != "rules[0] (docs.**)" {
+		t.Fatalf("whatif: %d %+v", code, got)
+	}
+	if code := post(`{"rules":{"rules":[{"pattern":"docs.**","writers":["w1"]}]},"cascade":true}`, &got); code != http.StatusOK || got.Report.Mode != "cascade" || got.Report.Changed != 1 {
+		t.Fatalf("whatif --cascade: %d %+v", code, got)
+	}
+	for body, want := range map[string]string{
+		`{"rules":{"rules":[{"pattern":"docs.**","on_conflict":"later"}]}}`: "on_conflict",
+		`{"rules":"not a file"}`:         "rules: give the rules file",
+		`{"rules":{},"top":5000}`:        "top = 5000",
+		`{"rules":{},"everything":true}`: "unknown field",
+	} {
+		var e struct{ Error string }
+		if code := post(body, &e); code != http.StatusBadRequest || !strings.Contains(e.Error, want) {
+			t.Errorf("%s: %d %q, want 400 saying %q", body, code, e.Error, want)
+		}
+	}
+}

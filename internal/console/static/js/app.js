@@ -12,9 +12,10 @@ import arbiterView from './arbiter.js';
 import conflictsView from './conflicts.js';
 import eventsView from './events.js';
 import storyView from './story.js';
+import whatifView from './whatif.js';
 
 const views = { state: stateView, txns: txnsView, board: boardView, waiters: waitersView, arbiter: arbiterView,
-  conflicts: conflictsView, events: eventsView, story: storyView };
+  conflicts: conflictsView, events: eventsView, story: storyView, whatif: whatifView };
 
 const main = document.getElementById('view');
 let unmount = null;

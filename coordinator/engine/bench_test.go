@@ -100,6 +100,24 @@ func BenchmarkDecideApplyRules(b *testing.B) {
 	benchApplies(b, e, `"1"`)
 }
 
+// BenchmarkDecideApplyShadow is BenchmarkDecideApplyRules with the same
+// rules in force in the shadow too (a shadow file that changes no
+// decision): what a shadow costs each intent, a second decision.
+func BenchmarkDecideApplyShadow(b *testing.B) {
+	e := withInFlight(b, 10000)
+	file := []byte(`{"agents":{"w":{"roles":["writer"]}},` +
+		`"rules":[{"pattern":"free.*.f","writers":["role:writer"],"transitions":{"1":["1"]}},` +
+		`{"pattern":"free.**","schema":{"type":["object","string"]}}],` +
+		`"quotas":{"w":{"intents_per_second":1e9,"burst":1000000000}}}`)
+	if _, err := e.SetRules(base, file, "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.SetShadowRules(base, file, intents.ModeAudit, "bench", nil); err != nil {
+		b.Fatal(err)
+	}
+	benchApplies(b, e, `"1"`)
+}
+
 // BenchmarkDecodeAndDecide is BenchmarkDecideApply with the JSON decoding
 // of each intent included, as the coordinator pays it.
 func BenchmarkDecodeAndDecide(b *testing.B) {

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/intents"
@@ -315,11 +316,45 @@ func (s *Set) ModeOf(ref string) string {
 	return mode
 }
 
-var ref = regexp.MustCompile(`rules\[\d+\]|invariant [\p{L}\p{Nd}_-]+`)
-
 // Ref is the first rule or invariant a decision's detail names
-// ("rules[3]", "invariant wip"), "" when it names none.
-func Ref(detail string) string { return ref.FindString(detail) }
+// ("rules[3]", "invariant wip"), "" when it names none. It is asked of
+// every decision shadow rules change, so it scans rather than match a
+// regular expression.
+func Ref(detail string) string {
+	best, at := "", len(detail)
+	for from := 0; ; {
+		i := strings.Index(detail[from:], "rules[")
+		if i < 0 {
+			break
+		}
+		i += from
+		j := i + len("rules[")
+		k := j
+		for k < len(detail) && detail[k] >= '0' && detail[k] <= '9' {
+			k++
+		}
+		if k > j && k < len(detail) && detail[k] == ']' {
+			best, at = detail[i:k+1], i
+			break
+		}
+		from = j
+	}
+	if i := strings.Index(detail[:at], "invariant "); i >= 0 {
+		j := i + len("invariant ")
+		k := j
+		for k < len(detail) {
+			r, size := utf8.DecodeRuneInString(detail[k:])
+			if !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '-' {
+				break
+			}
+			k += size
+		}
+		if k > j {
+			return detail[i:k]
+		}
+	}
+	return best
+}
 
 func fmtScan(s, format string, args ...any) bool {
 	n, err := fmt.Sscanf(s, format, args...)

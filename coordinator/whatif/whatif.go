@@ -13,6 +13,7 @@ package whatif
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/coagent/coagent/coordinator/state"
 	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
+	"github.com/oklog/ulid/v2"
 )
 
 // Options say what to re-decide.
@@ -97,6 +99,7 @@ type Divergence struct {
 	New      Decision `json:"new"`
 	Rule     string   `json:"rule,omitempty"`
 	Story    string   `json:"story"` // the command that shows its story
+	idx      int      // the order the intent was received in
 }
 
 // Decision is a decision as the report shows it.
@@ -248,9 +251,7 @@ func run(opts Options, src source) (*Report, error) {
 	}
 	r := &runner{opts: opts, rep: &Report{Mode: "cascade", From: src.from, Until: src.until, Matrix: map[string]map[string]int{},
 		ByRule: map[string]int{}, ByBoard: map[string]int{}, ByAgent: map[string]int{}},
-		recorded: map[string]decided{}, recSeq: map[string]uint64{}, decided: map[string]decided{},
-		agents: map[string]string{}, boards: map[string]string{}, order: nil,
-		recTxn: map[string]string{}, recFence: map[uint64]string{}}
+		live: map[string]*track{}, counted: map[ulid.ULID]struct{}{}, recTxn: map[string]grantRef{}, recFence: map[uint64]string{}, newGrant: map[string]decided{}}
 	cfg := opts.Engine
 	switch {
 	case opts.Rules == nil:
@@ -259,7 +260,6 @@ func run(opts Options, src source) (*Report, error) {
 		// The recorded rules decide, which verifies the log as it goes;
 		// the new ones decide each intent in the shadow.
 		r.rep.Mode, r.isolated, cfg.WhatIf = "isolated", true, opts.Rules
-		r.first, r.shadows = map[string]decided{}, map[string]*intents.Shadow{}
 	}
 	// Both engines start from the log's state before from: the recorded
 	// one folds the events as they are, the new one decides them.
@@ -285,6 +285,11 @@ func run(opts Options, src source) (*Report, error) {
 		}
 		if !started {
 			started, r.rep.From = true, ev.Seq
+			// The intents waiting or held when it starts are decided
+			// again when what they wait on ends.
+			for _, id := range r.eng.Parked() {
+				r.register(id, "", "-")
+			}
 			if opts.Rules != nil && !r.isolated {
 				if _, err := r.eng.SetRules(ev.Time, opts.Rules, "whatif", nil); err != nil {
 					return fmt.Errorf("whatif: the new rules: %w", err)
@@ -341,33 +346,71 @@ func keep(d *intents.Decision) decided {
 		detail: strings.Clone(d.Detail), txn: strings.Clone(d.Txn), fence: d.Fence}
 }
 
+// track is what the comparison keeps of one intent until both its
+// recorded and its re-decided decision are final: it is then counted and
+// dropped, so that what a run holds is the intents in flight, not the
+// log's.
+type track struct {
+	idx          int // in the order the intents were received
+	agent, board string
+	// recorded and decided are its latest decisions, as recorded and as
+	// re-decided, copied out of the events (a decoded event's strings
+	// keep its whole record); recSeq the sequence of the recorded one.
+	recorded, decided decided
+	recSeq            uint64
+	// In isolated mode: its first recorded decision and its event, and
+	// how the new rules would have decided it, when they differ.
+	first    *decided
+	firstSeq uint64
+	shadow   *intents.Shadow
+}
+
+// grantRef is a recorded grant (or claim): the intent it answered and
+// the fence it gave.
+type grantRef struct {
+	owner string
+	fence uint64
+}
+
 type runner struct {
 	opts     Options
 	rep      *Report
 	rec, eng *engine.Engine
 	last     *intents.Event
-	// recorded and decided are each intent's latest decision, as recorded
-	// and as re-decided, copied out of the events (a decoded event's
-	// strings keep its whole record); recSeq the sequence of the recorded
-	// one; order the intents in the order they were received.
-	recorded, decided map[string]decided
-	recSeq            map[string]uint64
-	order             []string
-	agents, boards    map[string]string
-	// recTxn and recFence name the intent whose recorded grant (or
-	// claim) gave a transaction id or a fence, so that a later intent
-	// naming them is sent with the ones its re-decided grant gave.
-	recTxn   map[string]string
-	recFence map[uint64]string
-	// In isolated mode: first is each intent's first recorded decision
-	// and firstSeq its event, shadows how the new rules would have
-	// decided it when they differ, and nondet the first intent whose
-	// decision under the recorded rules is not the recorded one.
 	isolated bool
-	first    map[string]decided
-	firstSeq map[string]uint64
-	shadows  map[string]*intents.Shadow
-	nondet   *Divergence
+	// live are the intents not yet counted, counted those that were (a
+	// resend of one is not another); n numbers them as received.
+	live    map[string]*track
+	counted map[ulid.ULID]struct{}
+	n       int
+	// recTxn and recFence name the intent whose recorded grant (or
+	// claim) gave a transaction id or a fence, and newGrant the
+	// transaction id and fence its re-decided grant gave, so that a
+	// later intent naming the recorded ones is sent with the new ones.
+	// They go when the recorded transaction ends.
+	recTxn   map[string]grantRef
+	recFence map[uint64]string
+	newGrant map[string]decided
+	// top holds the first changed intents in the order received (a heap
+	// on idx, the greatest on top); nondet the first intent whose
+	// decision under the recorded rules is not the recorded one.
+	top    divergences
+	nondet *Divergence
+	ndIdx  int
+}
+
+// register starts tracking intent id of agent, writing board.
+func (r *runner) register(id, agent, board string) {
+	if _, ok := r.live[id]; ok || id == "" {
+		return
+	}
+	if u, err := ulid.ParseStrict(id); err == nil {
+		if _, ok := r.counted[u]; ok {
+			return
+		}
+	}
+	r.n++
+	r.live[strings.Clone(id)] = &track{idx: r.n, agent: strings.Clone(agent), board: strings.Clone(board)}
 }
 
 // event replays what one recorded event says the log's writers did — an
@@ -379,28 +422,29 @@ func (r *runner) event(ev *intents.Event) error {
 	switch ev.Type {
 	case intents.EventDecision:
 		d := ev.Decision
-		if _, ok := r.agents[d.Intent]; !ok && !d.Duplicate && d.Intent != "" {
-			// Received before the first event decided again (a waiter, a
-			// case): decided again all the same, once what it waited on
-			// ends.
-			id := strings.Clone(d.Intent)
-			r.agents[id], r.boards[id] = strings.Clone(d.Agent), "-"
-			r.order = append(r.order, id)
-		}
-		if _, ok := r.agents[d.Intent]; ok && !d.Duplicate {
-			r.recorded[d.Intent], r.recSeq[d.Intent] = keep(d), ev.Seq
-			if _, seen := r.first[d.Intent]; r.isolated && !seen {
-				r.first[d.Intent] = r.recorded[d.Intent]
-				if r.firstSeq == nil {
-					r.firstSeq = map[string]uint64{}
-				}
-				r.firstSeq[d.Intent] = ev.Seq
-			}
-		}
 		if d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied && d.Fence != 0) {
 			id := strings.Clone(d.Intent)
-			r.recTxn[strings.Clone(d.Txn)] = id
+			r.recTxn[strings.Clone(d.Txn)] = grantRef{owner: id, fence: d.Fence}
 			r.recFence[d.Fence] = id
+		}
+		if t := r.live[d.Intent]; t != nil && !d.Duplicate {
+			if t.agent == "" {
+				t.agent = strings.Clone(d.Agent)
+			}
+			t.recorded, t.recSeq = keep(d), ev.Seq
+			if r.isolated && t.first == nil {
+				first := t.recorded
+				t.first, t.firstSeq = &first, ev.Seq
+			}
+			r.settle(d.Intent, t)
+		}
+		return nil
+	case intents.EventRelease, intents.EventExpire:
+		// The recorded transaction ended: nothing later names it.
+		if g, ok := r.recTxn[ev.Release.Txn]; ok {
+			delete(r.recTxn, ev.Release.Txn)
+			delete(r.recFence, g.fence)
+			delete(r.newGrant, g.owner)
 		}
 		return nil
 	case intents.EventRules:
@@ -439,11 +483,7 @@ func (r *runner) event(ev *intents.Event) error {
 		if ev.Trace != "" {
 			in.Traceparent = []string{"00-" + ev.Trace + "-0000000000000001-01"}
 		}
-		if _, seen := r.agents[rv.Intent.ID]; !seen && rv.Intent.ID != "" {
-			id := strings.Clone(rv.Intent.ID)
-			r.agents[id], r.boards[id] = strings.Clone(rv.Intent.Agent), strings.Clone(board(rv.Intent))
-			r.order = append(r.order, id)
-		}
+		r.register(rv.Intent.ID, rv.Intent.Agent, board(rv.Intent))
 		r.rep.Intents++
 	}
 	ready := r.eng.Submit(ev.Time, in, nil)
@@ -455,15 +495,33 @@ func (r *runner) event(ev *intents.Event) error {
 func (r *runner) collect(evs []*intents.Event) {
 	for _, e := range evs {
 		if d := e.Decision; d != nil && !d.Duplicate {
-			r.decided[d.Intent] = keep(d)
-		}
-		if sh := e.Shadow; sh != nil && r.isolated {
-			if _, ok := r.shadows[e.Intent]; !ok {
-				cp := *sh
-				cp.Detail, cp.Rule = strings.Clone(sh.Detail), strings.Clone(sh.Rule)
-				r.shadows[strings.Clone(e.Intent)] = &cp
+			if d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied && d.Fence != 0) {
+				r.newGrant[strings.Clone(d.Intent)] = decided{txn: strings.Clone(d.Txn), fence: d.Fence}
+			}
+			if t := r.live[d.Intent]; t != nil {
+				t.decided = keep(d)
+				r.settle(d.Intent, t)
 			}
 		}
+		if sh := e.Shadow; sh != nil && r.isolated {
+			if t := r.live[e.Intent]; t != nil && t.shadow == nil {
+				cp := *sh
+				cp.Detail, cp.Rule, cp.Decided = strings.Clone(sh.Detail), strings.Clone(sh.Rule), strings.Clone(sh.Decided)
+				t.shadow = &cp
+			}
+		}
+	}
+}
+
+// settle counts intent id once both its decisions are final.
+func (r *runner) settle(id string, t *track) {
+	if !t.recorded.outcome.Final() || t.recorded.outcome == "" || !t.decided.outcome.Final() || t.decided.outcome == "" {
+		return
+	}
+	r.count(id, t)
+	delete(r.live, id)
+	if u, err := ulid.ParseStrict(id); err == nil {
+		r.counted[u] = struct{}{}
 	}
 }
 
@@ -474,63 +532,112 @@ func (r *runner) mapped(in *intents.Intent) *intents.Intent {
 		return nil
 	}
 	cp := *in
-	if owner, ok := r.recTxn[in.Txn]; ok && in.Txn != "" {
-		if d, ok := r.decided[owner]; ok && d.txn != "" {
+	if g, ok := r.recTxn[in.Txn]; ok && in.Txn != "" {
+		if d, ok := r.newGrant[g.owner]; ok && d.txn != "" {
 			cp.Txn = d.txn
-			if rec, ok := r.recorded[owner]; ok && in.Fence != 0 && in.Fence == rec.fence {
+			if in.Fence != 0 && in.Fence == g.fence {
 				cp.Fence = d.fence
 			}
 		}
 	} else if owner, ok := r.recFence[in.Fence]; ok && in.Fence != 0 {
-		if d, ok := r.decided[owner]; ok && d.fence != 0 {
+		if d, ok := r.newGrant[owner]; ok && d.fence != 0 {
 			cp.Fence = d.fence
 		}
 	}
 	return &cp
 }
 
-// finish fires the timers due by the last event, and compares.
+// finish fires the timers due by the last event, counts the intents
+// still in flight, in the order received, and reports.
 func (r *runner) finish() {
 	if r.last != nil {
 		r.collect(r.eng.Tick(r.last.Time, nil).Events)
 	}
-	if r.isolated {
-		r.finishIsolated()
-		return
+	left := slices.SortedFunc(maps.Keys(r.live), func(a, b string) int { return cmp.Compare(r.live[a].idx, r.live[b].idx) })
+	for _, id := range left {
+		if t := r.live[id]; t.recorded.outcome != "" || t.decided.outcome != "" {
+			r.count(id, t) // not a resend of an intent counted already
+		}
 	}
+	r.live = nil
 	rep := r.rep
-	for _, id := range r.order {
-		rd, nd := view(r.recorded[id]), view(r.decided[id])
-		if rep.Matrix[rd.Key()] == nil {
-			rep.Matrix[rd.Key()] = map[string]int{}
-		}
-		rep.Matrix[rd.Key()][nd.Key()]++
-		if rd.Key() == nd.Key() {
-			continue
-		}
-		rep.Changed++
-		seq := r.recSeq[id]
-		if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
-			rep.FirstDivergence = seq
-		}
-		rule := rules.Ref(nd.Detail)
-		if rule == "" {
-			rule = rules.Ref(rd.Detail)
-		}
-		if rule != "" {
-			rep.ByRule[rule]++
-		}
-		rep.ByBoard[r.boards[id]]++
-		rep.ByAgent[r.agents[id]]++
-		if len(rep.Top) < r.opts.Top {
-			rep.Top = append(rep.Top, Divergence{Seq: seq, Intent: id, Agent: r.agents[id], Recorded: rd, New: nd, Rule: rule,
-				Story: "coagent log --intent " + id})
-		}
+	rep.Top = make([]Divergence, len(r.top))
+	for i := len(r.top) - 1; i >= 0; i-- {
+		rep.Top[i] = heap.Pop(&r.top).(Divergence)
 	}
 	rep.RecordedHash, rep.NewHash = replay.Hash(r.rec.State()), replay.Hash(r.eng.State())
+	if r.isolated {
+		// The history is the recorded one.
+		rep.NewHash = rep.RecordedHash
+		return
+	}
 	if rep.RecordedHash != rep.NewHash {
 		rep.PathsDiffer = differing(r.rec.State(), r.eng.State(), 100)
 	}
+}
+
+// count counts one intent: in the matrix, and as a divergence when its
+// decision changes.
+func (r *runner) count(id string, t *track) {
+	rep := r.rep
+	rd, nd := view(t.recorded), view(t.decided)
+	seq, rule := t.recSeq, ""
+	if r.isolated {
+		if rd.Key() != nd.Key() && (r.nondet == nil || t.idx < r.ndIdx) {
+			r.nondet, r.ndIdx = &Divergence{Seq: t.recSeq, Intent: id, Agent: t.agent, Recorded: rd, New: nd}, t.idx
+		}
+		rd, nd, seq = Decision{}, Decision{}, t.firstSeq
+		if t.first != nil {
+			rd, nd = view(*t.first), view(*t.first)
+		}
+		if sh := t.shadow; sh != nil {
+			nd, rule = Decision{Outcome: sh.WouldBe, Reason: sh.Reason, Detail: sh.Detail}, sh.Rule
+			if sh.Kind == intents.ShadowError {
+				nd = Decision{Outcome: intents.ShadowError, Detail: sh.Detail}
+			}
+		}
+	} else {
+		if rule = rules.Ref(nd.Detail); rule == "" {
+			rule = rules.Ref(rd.Detail)
+		}
+	}
+	if rep.Matrix[rd.Key()] == nil {
+		rep.Matrix[rd.Key()] = map[string]int{}
+	}
+	rep.Matrix[rd.Key()][nd.Key()]++
+	if rd.Key() == nd.Key() && (!r.isolated || t.shadow == nil) {
+		return
+	}
+	rep.Changed++
+	if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
+		rep.FirstDivergence = seq
+	}
+	if rule != "" {
+		rep.ByRule[rule]++
+	}
+	rep.ByBoard[t.board]++
+	rep.ByAgent[t.agent]++
+	if r.opts.Top > 0 {
+		heap.Push(&r.top, Divergence{Seq: seq, Intent: id, Agent: t.agent, Recorded: rd, New: nd, Rule: rule,
+			Story: "coagent log --intent " + id, idx: t.idx})
+		if r.top.Len() > r.opts.Top {
+			heap.Pop(&r.top)
+		}
+	}
+}
+
+// divergences is a heap of divergences, the last received on top.
+type divergences []Divergence
+
+func (h divergences) Len() int           { return len(h) }
+func (h divergences) Less(i, j int) bool { return h[i].idx > h[j].idx }
+func (h divergences) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *divergences) Push(x any)        { *h = append(*h, x.(Divergence)) }
+func (h *divergences) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // differing returns the paths whose values differ between a and b, at
@@ -580,49 +687,6 @@ func board(in *intents.Intent) string {
 	}
 	b, _, _ := strings.Cut(in.Writes[0].Path, ".")
 	return b
-}
-
-// finishIsolated reports isolated mode: each intent's first recorded
-// decision against the one the new rules would have made in its place.
-// The state is the recorded one, so the report gives one hash.
-func (r *runner) finishIsolated() {
-	rep := r.rep
-	for _, id := range r.order {
-		if rd, nd := view(r.recorded[id]), view(r.decided[id]); rd.Key() != nd.Key() && r.nondet == nil {
-			r.nondet = &Divergence{Seq: r.recSeq[id], Intent: id, Agent: r.agents[id], Recorded: rd, New: nd}
-		}
-		rd, nd := view(r.first[id]), view(r.first[id])
-		sh := r.shadows[id]
-		if sh != nil {
-			nd = Decision{Outcome: sh.WouldBe, Reason: sh.Reason, Detail: sh.Detail}
-			if sh.Kind == intents.ShadowError {
-				nd = Decision{Outcome: intents.ShadowError, Detail: sh.Detail}
-			}
-		}
-		if rep.Matrix[rd.Key()] == nil {
-			rep.Matrix[rd.Key()] = map[string]int{}
-		}
-		rep.Matrix[rd.Key()][nd.Key()]++
-		if sh == nil {
-			continue
-		}
-		rep.Changed++
-		seq := r.firstSeq[id]
-		if rep.FirstDivergence == 0 || seq != 0 && seq < rep.FirstDivergence {
-			rep.FirstDivergence = seq
-		}
-		if sh.Rule != "" {
-			rep.ByRule[sh.Rule]++
-		}
-		rep.ByBoard[r.boards[id]]++
-		rep.ByAgent[r.agents[id]]++
-		if len(rep.Top) < r.opts.Top {
-			rep.Top = append(rep.Top, Divergence{Seq: seq, Intent: id, Agent: r.agents[id], Recorded: rd, New: nd, Rule: sh.Rule,
-				Story: "coagent log --intent " + id})
-		}
-	}
-	rep.RecordedHash = replay.Hash(r.rec.State())
-	rep.NewHash = rep.RecordedHash
 }
 
 // name gives each rule the report names its pattern, from the new rules

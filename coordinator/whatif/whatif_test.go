@@ -257,3 +257,32 @@ func TestWhatIfFromAndUntilAnyEvent(t *testing.T) {
 		}
 	}
 }
+
+// An intent sent twice is one intent: its resend, answered as a
+// duplicate in the log, is decided again as a fresh try under rules that
+// refuse it (a refusal for unauthorized does not take the id), and is
+// still counted once.
+func TestWhatIfCountsAResendOnce(t *testing.T) {
+	ns := natstest.Run(t)
+	dir := filepath.Join(t.TempDir(), "log")
+	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
+	nc := natstest.Connect(t, ns)
+	in := `{"id":"01JD0000000000000000000001","agent":"w2","kind":"apply","writes":[{"path":"docs.a","op":"set","value":1}]}`
+	for range 2 {
+		natstest.Request[intents.Decision](t, nc, intents.Subjects{}.Submit("w2"), in)
+	}
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	for _, cascade := range []bool{false, true} {
+		rep, err := whatif.Run(log, whatif.Options{Rules: []byte(`{"rules":[{"pattern":"docs.**","writers":["w1"]}]}`), Cascade: cascade})
+		if err != nil || rep.Intents != 2 || rep.Changed != 1 || len(rep.Top) != 1 || rep.Matrix["applied"]["rejected:unauthorized"] != 1 {
+			t.Fatalf("cascade %v: %+v %v", cascade, rep, err)
+		}
+	}
+}

@@ -166,6 +166,12 @@ func printWhatif(rep *whatif.Report, rulesFile, data string, asJSON bool, w io.W
 			}
 		}
 	}
+	if len(rep.Broken) > 0 {
+		fmt.Fprintf(w, "\ninvariants of the new rules the recorded history breaks\n")
+		for _, b := range rep.Broken {
+			fmt.Fprintf(w, "  %s: first after event %d, after %d changes in all: %s\n", b.Invariant, b.First, b.Changes, b.Detail)
+		}
+	}
 	if rep.Mode == "isolated" {
 		fmt.Fprintf(w, "\nstate: sha256 %s (isolated: each intent was decided against the state as it was; the history is the recorded one)\n", rep.RecordedHash)
 		return nil

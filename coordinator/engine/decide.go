@@ -522,6 +522,11 @@ func (e *Engine) holds(c *cond.Condition, kind string, i int, in *intents.Intent
 	if err == nil && ok {
 		return nil
 	}
+	if e.probe != nil && err != nil && i < 0 && e.probe.err == "" {
+		// A shadow invariant that fails is the shadow's failure, not a
+		// refusal it would make.
+		e.probe.err = fmt.Sprintf("%s `%s` failed: %v", kind, c.Source, err)
+	}
 	var b strings.Builder
 	if i >= 0 {
 		fmt.Fprintf(&b, "%s[%d] `%s` ", kind, i, c.Source)

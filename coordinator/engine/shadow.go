@@ -103,13 +103,15 @@ func (e *Engine) diverged(p *probe, d *intents.Decision) *intents.Shadow {
 	switch {
 	case d.Duplicate:
 		return nil
+	case p.d != nil && decisionKey(p.d.Outcome, p.d.Reason) == decided:
+		// The same decision: an invariant both sets hold that failed
+		// fails the enforced decision as well.
+		return nil
 	case p.err != "":
 		return &intents.Shadow{Kind: intents.ShadowError, Mode: intents.ModeAudit, Decided: decided, Detail: p.err}
 	case p.d == nil:
 		return &intents.Shadow{Kind: intents.ShadowError, Mode: intents.ModeAudit, Decided: decided,
 			Detail: "the shadow rules made no decision"}
-	case decisionKey(p.d.Outcome, p.d.Reason) == decided:
-		return nil
 	}
 	// The rule that would have decided otherwise; else the enforced one
 	// the shadow rules do not have.

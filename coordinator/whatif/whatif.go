@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coagent/coagent/coordinator/cond"
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/replay"
 	"github.com/coagent/coagent/coordinator/rules"
@@ -46,9 +47,11 @@ type Options struct {
 	// Top is how many divergences the report lists (default 10).
 	Top int
 	// Cascade feeds the recorded intents to an engine under Rules alone
-	// (cascade mode); otherwise each intent is decided under Rules
+	// (cascade mode), after a verification of the same events under the
+	// recorded rules; otherwise each intent is decided under Rules
 	// against the state and the transactions in flight exactly as they
-	// were when it was decided (isolated mode, the default).
+	// were when it was decided (isolated mode, the default), which
+	// verifies as it goes.
 	Cascade bool
 }
 
@@ -88,6 +91,20 @@ type Report struct {
 	RecordedHash string   `json:"recorded_sha256"`
 	NewHash      string   `json:"new_sha256"`
 	PathsDiffer  []string `json:"paths_differ,omitempty"`
+	// Broken are the new rules' invariants the recorded history breaks:
+	// checked after each recorded change that touches their paths, as a
+	// commit would check them.
+	Broken []Broken `json:"invariants_broken,omitempty"`
+}
+
+// Broken is an invariant of the new rules the recorded history breaks:
+// the recorded change after which it first did not hold, what it saw
+// then, and after how many recorded changes it did not hold.
+type Broken struct {
+	Invariant string `json:"invariant"`
+	First     uint64 `json:"first"`
+	Detail    string `json:"detail"`
+	Changes   int    `json:"changes"`
 }
 
 // Divergence is one intent whose decision changes.
@@ -130,6 +147,24 @@ var ErrNondeterministic = errors.New("whatif: the log's decisions do not come ou
 // report and an error wrapping ErrNondeterministic naming the first
 // mismatch.
 func Run(log *eventlog.Log, opts Options) (*Report, error) {
+	return verifiedFirst(opts, func(opts Options) (*Report, error) { return runLog(log, opts) })
+}
+
+// verifiedFirst runs a cascade after a verification of the same events,
+// which must pass: a cascade does not check, as it goes, that the
+// recorded rules give the recorded decisions (isolated mode does).
+func verifiedFirst(opts Options, run func(Options) (*Report, error)) (*Report, error) {
+	if opts.Cascade && opts.Rules != nil {
+		v := opts
+		v.Rules, v.Cascade = nil, false
+		if rep, err := run(v); err != nil {
+			return rep, err
+		}
+	}
+	return run(opts)
+}
+
+func runLog(log *eventlog.Log, opts Options) (*Report, error) {
 	from, until := cmp.Or(opts.From, max(log.FirstSeq(), 1)), log.LastSeq()
 	var last uint64
 	return run(opts, source{
@@ -176,6 +211,10 @@ type Pager func(from uint64) (events []*intents.Event, next uint64, err error)
 // events must all be there: a page that leaves some out (those a reader
 // may not see, under --auth) is an error.
 func RunRemote(page Pager, opts Options) (*Report, error) {
+	return verifiedFirst(opts, func(opts Options) (*Report, error) { return runRemote(page, opts) })
+}
+
+func runRemote(page Pager, opts Options) (*Report, error) {
 	from, until := max(opts.From, 1), opts.Until
 	var pre, rec *engine.Engine // the fold before from, and the recorded one beside
 	var last uint64
@@ -229,6 +268,7 @@ func RunRemote(page Pager, opts Options) (*Report, error) {
 		},
 		scan:     scan,
 		recorded: func(engine.Config, uint64) (*engine.Engine, error) { return rec, nil },
+		folded:   func() *engine.Engine { return rec },
 		last:     func() uint64 { return last },
 	})
 }
@@ -239,10 +279,13 @@ func RunRemote(page Pager, opts Options) (*Report, error) {
 type source struct {
 	from, until uint64
 	remote      bool
-	before      func(engine.Config) (*engine.Engine, error)
-	scan        func(func(*intents.Event) error) error
-	recorded    func(engine.Config, uint64) (*engine.Engine, error)
-	last        func() uint64
+	// folded, when set, is the engine the source folds each event into
+	// before handing it over (the recorded history beside).
+	folded   func() *engine.Engine
+	before   func(engine.Config) (*engine.Engine, error)
+	scan     func(func(*intents.Event) error) error
+	recorded func(engine.Config, uint64) (*engine.Engine, error)
+	last     func() uint64
 }
 
 func run(opts Options, src source) (*Report, error) {
@@ -268,10 +311,31 @@ func run(opts Options, src source) (*Report, error) {
 	if r.eng, err = src.before(cfg); err != nil {
 		return nil, fmt.Errorf("whatif: the state before event %d: %w", src.from, err)
 	}
+	// The new rules' invariants are checked against the recorded history,
+	// folded beside.
+	if err := r.invariants(cfg); err != nil {
+		return nil, err
+	}
+	var beside *engine.Engine
+	if r.inv != nil {
+		if src.folded != nil {
+			beside = src.folded()
+		} else if beside, err = src.before(cfg); err != nil {
+			return nil, fmt.Errorf("whatif: the state before event %d: %w", src.from, err)
+		}
+	}
 	started := false
 	err = src.scan(func(ev *intents.Event) error {
 		if src.until != 0 && ev.Seq > src.until && input(ev.Type) {
 			return errUntil
+		}
+		if beside != nil && src.folded == nil {
+			if err := beside.Apply(ev); err != nil {
+				return fmt.Errorf("whatif: the recorded state at event %d: %w", ev.Seq, err)
+			}
+		}
+		if beside != nil && started && ev.Change != nil {
+			r.check(ev, beside.State())
 		}
 		if !started && !input(ev.Type) {
 			// The rest of a call that began before from: what the log's
@@ -304,8 +368,13 @@ func run(opts Options, src source) (*Report, error) {
 	if src.last != nil {
 		r.rep.Until = src.last()
 	}
-	if r.rec, err = src.recorded(cfg, r.rep.Until); err != nil {
+	if beside != nil {
+		r.rec = beside
+	} else if r.rec, err = src.recorded(cfg, r.rep.Until); err != nil {
 		return nil, fmt.Errorf("whatif: the recorded state at event %d: %w", r.rep.Until, err)
+	}
+	for _, name := range r.brokenOrder {
+		r.rep.Broken = append(r.rep.Broken, *r.broken[name])
 	}
 	r.finish()
 	r.name()
@@ -391,6 +460,13 @@ type runner struct {
 	recTxn   map[string]grantRef
 	recFence map[uint64]string
 	newGrant map[string]decided
+	// inv are the new rules, when they have invariants, and eval what
+	// checks them against the recorded history; broken the invariants
+	// that history broke, in the order it first broke them.
+	inv         *rules.Set
+	eval        *cond.Evaluator
+	broken      map[string]*Broken
+	brokenOrder []string
 	// top holds the first changed intents in the order received (a heap
 	// on idx, the greatest on top); nondet the first intent whose
 	// decision under the recorded rules is not the recorded one.
@@ -687,6 +763,50 @@ func board(in *intents.Intent) string {
 	}
 	b, _, _ := strings.Cut(in.Writes[0].Path, ".")
 	return b
+}
+
+// invariants compiles the new rules when they have invariants: the
+// history is checked against them.
+func (r *runner) invariants(cfg engine.Config) error {
+	var f rules.File
+	if r.opts.Rules == nil || json.Unmarshal(r.opts.Rules, &f) != nil || len(f.Invariants) == 0 {
+		return nil
+	}
+	comp := cond.NewCompiler(cfg.Conditions)
+	set, err := rules.CompileShadow(r.opts.Rules, comp)
+	if err != nil {
+		return fmt.Errorf("whatif: the new rules: %w", err)
+	}
+	r.inv, r.eval, r.broken = set, comp.NewEvaluator(), map[string]*Broken{}
+	return nil
+}
+
+// check checks the new rules' invariants that ev's change touches against
+// st, the recorded state after it.
+func (r *runner) check(ev *intents.Event, st *state.Tree) {
+	paths := make([]string, len(ev.Change.Writes))
+	for i, w := range ev.Change.Writes {
+		paths[i] = w.Path
+	}
+	for _, c := range r.inv.Invariants(paths) {
+		r.eval.Begin(ev.Time)
+		ok, err := r.eval.Eval(c.Cond, st, nil, &intents.Intent{Agent: ev.Agent})
+		if ok && err == nil {
+			continue
+		}
+		b := r.broken[c.Name]
+		if b == nil {
+			detail := "is false"
+			if err != nil {
+				detail = "failed: " + err.Error()
+			}
+			b = &Broken{Invariant: c.Name, First: ev.Seq, Detail: fmt.Sprintf("invariant %s `%s` %s after event %d (%s by %s)",
+				c.Name, c.Cond.Source, detail, ev.Seq, strings.Join(paths, ", "), cmp.Or(ev.Agent, "no agent"))}
+			r.broken[c.Name] = b
+			r.brokenOrder = append(r.brokenOrder, c.Name)
+		}
+		b.Changes++
+	}
 }
 
 // name gives each rule the report names its pattern, from the new rules

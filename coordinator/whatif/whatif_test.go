@@ -286,3 +286,45 @@ func TestWhatIfCountsAResendOnce(t *testing.T) {
 		}
 	}
 }
+
+// The new rules' invariants are checked against the recorded history: an
+// invariant that no report may be published is broken by the change that
+// published it, in either mode. In cascade mode the publication, once
+// approved, is refused naming it; in isolated mode its decision when it
+// was received (held for the editor's approval) does not change.
+func TestWhatIfInvariantsAgainstTheHistory(t *testing.T) {
+	log := demoLog(t)
+	withInv := []byte(`{"rules":[` + demoRules + `],"invariants":[{"name":"unpublished","expr":"state.report.published == nil"}]}`)
+	var published uint64
+	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
+		if ev.Change != nil && published == 0 {
+			for _, w := range ev.Change.Writes {
+				if strings.HasPrefix(w.Path, "report.published") {
+					published = ev.Seq
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil || published == 0 {
+		t.Fatalf("the demo's publication: %d %v", published, err)
+	}
+	for _, cascade := range []bool{false, true} {
+		rep, err := whatif.Run(log, whatif.Options{Rules: withInv, Cascade: cascade})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Broken) != 1 || rep.Broken[0].Invariant != "unpublished" || rep.Broken[0].First != published || rep.Broken[0].Changes < 1 ||
+			!strings.Contains(rep.Broken[0].Detail, "state.report.published == nil") {
+			t.Fatalf("cascade %v: broken %+v", cascade, rep.Broken)
+		}
+		if want := map[bool]int{false: 0, true: 1}[cascade]; rep.ByRule["invariant unpublished"] != want {
+			t.Fatalf("cascade %v: by rule %v", cascade, rep.ByRule)
+		}
+	}
+	// The recorded rules' own invariants hold, and none is reported.
+	rep, err := whatif.Run(log, whatif.Options{Rules: []byte(`{"rules":[` + demoRules + `],"invariants":[{"name":"any","expr":"state.report.title == nil || state.report.title != nil"}]}`)})
+	if err != nil || len(rep.Broken) != 0 {
+		t.Fatalf("an invariant that holds: %+v %v", rep.Broken, err)
+	}
+}

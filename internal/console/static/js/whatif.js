@@ -66,6 +66,10 @@ function report(r, problem) {
       h('div.muted', `recorded ${key(d.recorded)}${d.recorded.detail ? ': ' + d.recorded.detail : ''}`),
       h('div', `new ${key(d.new)}${d.new.detail ? ': ' + d.new.detail : ''}`)))));
   }
+  if ((r.invariants_broken || []).length) {
+    parts.push(h('h3', 'Invariants of the new rules the recorded history breaks'), h('ul#whatif-broken', r.invariants_broken.map((b) =>
+      h('li', h('b', b.invariant), ` first after event ${b.first}, after ${b.changes} changes in all: ${b.detail}`))));
+  }
   parts.push(h('p.muted', r.mode === 'isolated' ? `state sha256 ${r.recorded_sha256} (the history is the recorded one)`
     : `state: recorded sha256 ${r.recorded_sha256}, new ${r.new_sha256}${(r.paths_differ || []).length ? '; paths that differ: ' + r.paths_differ.join(', ') : ''}`));
   return parts.filter(Boolean);

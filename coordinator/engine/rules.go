@@ -31,13 +31,7 @@ func (e *Engine) SetRules(now time.Time, file []byte, source string, out []*inte
 		// The shadow rules stay in force: they change on their own.
 		r.Shadow, r.ShadowHash, r.ShadowMode = prev.Shadow, prev.ShadowHash, prev.ShadowMode
 	}
-	if err := e.checkShadow(r); err != nil {
-		return Ready{Events: out}, err
-	}
-	e.begin(now, out)
-	e.advance()
-	e.emit(intents.Event{Type: intents.EventRules, Rules: r})
-	return e.end(), nil
+	return e.putRules(now, r, out)
 }
 
 // SetShadowRules puts file in force in the shadow from now on (coagent
@@ -62,25 +56,23 @@ func (e *Engine) SetShadowRules(now time.Time, file []byte, mode, source string,
 	if norm != nil {
 		r.Shadow, r.ShadowHash, r.ShadowMode = norm, hashOf(norm), mode
 	}
-	if err := e.checkShadow(r); err != nil {
+	return e.putRules(now, r, out)
+}
+
+// putRules records the rules event r, once the shadow rules it puts in
+// force compile. Timers due by now fire first.
+func (e *Engine) putRules(now time.Time, r *intents.Rules, out []*intents.Event) (Ready, error) {
+	shadow := r.File
+	if len(r.Shadow) > 0 {
+		shadow = r.Shadow
+	}
+	if _, err := rules.CompileShadow(shadow, e.comp); err != nil {
 		return Ready{Events: out}, err
 	}
 	e.begin(now, out)
 	e.advance()
 	e.emit(intents.Event{Type: intents.EventRules, Rules: r})
 	return e.end(), nil
-}
-
-// checkShadow compiles the shadow rules r would put in force.
-func (e *Engine) checkShadow(r *intents.Rules) error {
-	var err error
-	switch {
-	case len(r.Shadow) > 0:
-		_, err = rules.CompileShadow(r.Shadow, e.comp)
-	default:
-		_, err = rules.CompileShadow(r.File, e.comp)
-	}
-	return err
 }
 
 // normalize is the file as a rules event records it: as encoding/json

@@ -17,6 +17,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/coordtest"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,31 +25,55 @@ import (
 // the editor.
 const demoRules = `{"pattern":"report.sections.*","kind":"task","lease":"30s"},` + team.PublishRules
 
-// demoLog runs the content team (the demo's scenario) on a real
-// coordinator and returns its event log, the coordinator stopped.
-func demoLog(t *testing.T) *eventlog.Log {
+// demo is the content team (the demo's scenario) run on a real
+// coordinator under the demo's rules, and shadow in the shadow if given;
+// the coordinator still runs.
+type demo struct {
+	ns  *server.Server
+	svc *coordinator.Service
+	dir string
+}
+
+func runDemo(t *testing.T, seed uint64, writers int, shadow []byte) *demo {
 	t.Helper()
-	ns := natstest.Run(t)
-	dir := filepath.Join(t.TempDir(), "log")
-	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
+	d := &demo{ns: natstest.Run(t), dir: filepath.Join(t.TempDir(), "log")}
+	d.svc = coordtest.StartOn(t, natstest.Connect(t, d.ns), d.dir, coordtestOptions())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
+	if _, err := d.svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(ns.ClientURL(), nats.Name(name)) },
-		Seed: 3, Writers: 3}); err != nil {
+	if shadow != nil {
+		if _, err := d.svc.SetShadowRules(ctx, shadow, intents.ModeAudit, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(d.ns.ClientURL(), nats.Name(name)) },
+		Seed: seed, Writers: writers}); err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Shutdown(context.Background()); err != nil {
+	return d
+}
+
+// stop stops the coordinator and opens its event log.
+func (d *demo) stop(t *testing.T) *eventlog.Log {
+	t.Helper()
+	if err := d.svc.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	log, err := eventlog.Open(dir, nil)
+	log, err := eventlog.Open(d.dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
 	return log
+}
+
+// demoLog runs the demo and returns its event log, the coordinator
+// stopped.
+func demoLog(t *testing.T) *eventlog.Log {
+	t.Helper()
+	return runDemo(t, 3, 3, nil).stop(t)
 }
 
 // Under the rules the log recorded, every decision comes out as recorded:
@@ -116,19 +141,8 @@ func coordtestOptions() coordinator.Options { return coordinator.Options{} }
 // whatif gives the report it gives on the stopped one's directory, byte
 // for byte, in each mode.
 func TestWhatIfOfARunningCoordinator(t *testing.T) {
-	ns := natstest.Run(t)
-	dir := filepath.Join(t.TempDir(), "log")
-	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(ns.ClientURL(), nats.Name(name)) },
-		Seed: 5, Writers: 2}); err != nil {
-		t.Fatal(err)
-	}
-	nc := natstest.Connect(t, ns)
+	d := runDemo(t, 5, 2, nil)
+	nc := natstest.Connect(t, d.ns)
 	pages := 0
 	page := func(from uint64) ([]*intents.Event, uint64, error) {
 		pages++
@@ -167,14 +181,7 @@ func TestWhatIfOfARunningCoordinator(t *testing.T) {
 	if _, err := whatif.RunRemote(gappy, whatif.Options{}); err == nil || !strings.Contains(err.Error(), "may not see every event") {
 		t.Fatalf("a log with a gap: %v", err)
 	}
-	if err := svc.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	log, err := eventlog.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
+	log := d.stop(t)
 	for i, o := range modes {
 		rep, err := whatif.Run(log, o)
 		if err != nil {
@@ -191,31 +198,9 @@ func TestWhatIfOfARunningCoordinator(t *testing.T) {
 func TestWhatIfAgreesWithTheLiveAudit(t *testing.T) {
 	stricter := []byte(`{"rules":[{"pattern":"report.published","writers":["writer-2"]},` +
 		`{"pattern":"report.sections.*.status","writers":["writer-1","editor"]},` + demoRules + `]}`)
-	ns := natstest.Run(t)
-	dir := filepath.Join(t.TempDir(), "log")
-	svc := coordtest.StartOn(t, natstest.Connect(t, ns), dir, coordtestOptions())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := svc.SetRules(ctx, []byte(`{"rules":[`+demoRules+`]}`), "test"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.SetShadowRules(ctx, stricter, intents.ModeAudit, "test"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := team.Run(ctx, team.Config{Connect: func(name string) (*nats.Conn, error) { return nats.Connect(ns.ClientURL(), nats.Name(name)) },
-		Seed: 3, Writers: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	log, err := eventlog.Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
+	log := runDemo(t, 3, 3, stricter).stop(t)
 	live := map[string]string{}
-	err = log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
+	err := log.Scan(1, log.LastSeq(), func(ev *intents.Event) error {
 		if sh := ev.Shadow; sh != nil {
 			live[ev.Intent] = sh.Decided + " → " + sh.WouldBeKey()
 		}

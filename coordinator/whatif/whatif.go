@@ -800,8 +800,20 @@ func (r *runner) check(ev *intents.Event, st *state.Tree) {
 			if err != nil {
 				detail = "failed: " + err.Error()
 			}
-			b = &Broken{Invariant: c.Name, First: ev.Seq, Detail: fmt.Sprintf("invariant %s `%s` %s after event %d (%s by %s)",
-				c.Name, c.Cond.Source, detail, ev.Seq, strings.Join(paths, ", "), cmp.Or(ev.Agent, "no agent"))}
+			var saw []string
+			for _, p := range c.Cond.State {
+				if len(saw) == 8 {
+					saw = append(saw, fmt.Sprintf("and %d more", len(c.Cond.State)-8))
+					break
+				}
+				if v, ok := st.Get(p); ok {
+					saw = append(saw, p+" = "+state.FormatValue(v))
+				} else {
+					saw = append(saw, p+" absent")
+				}
+			}
+			b = &Broken{Invariant: c.Name, First: ev.Seq, Detail: fmt.Sprintf("invariant %s `%s` %s after event %d (%s by %s); it saw %s",
+				c.Name, c.Cond.Source, detail, ev.Seq, strings.Join(paths, ", "), cmp.Or(ev.Agent, "no agent"), strings.Join(saw, ", "))}
 			r.broken[c.Name] = b
 			r.brokenOrder = append(r.brokenOrder, c.Name)
 		}

@@ -300,7 +300,7 @@ func TestWhatIfInvariantsAgainstTheHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(rep.Broken) != 1 || rep.Broken[0].Invariant != "unpublished" || rep.Broken[0].First != published || rep.Broken[0].Changes < 1 ||
-			!strings.Contains(rep.Broken[0].Detail, "state.report.published == nil") {
+			!strings.Contains(rep.Broken[0].Detail, "state.report.published == nil") || !strings.Contains(rep.Broken[0].Detail, "it saw report.published = ") {
 			t.Fatalf("cascade %v: broken %+v", cascade, rep.Broken)
 		}
 		if want := map[bool]int{false: 0, true: 1}[cascade]; rep.ByRule["invariant unpublished"] != want {

@@ -255,7 +255,7 @@ func runRemote(page Pager, opts Options) (*Report, error) {
 		}
 	}
 	return run(opts, source{
-		from: from, until: opts.Until, remote: true,
+		from: from, until: until,
 		before: func(cfg engine.Config) (*engine.Engine, error) {
 			var err error
 			if pre, err = engine.New(cfg); err != nil {
@@ -266,26 +266,24 @@ func runRemote(page Pager, opts Options) (*Report, error) {
 			}
 			return pre, nil
 		},
-		scan:     scan,
-		recorded: func(engine.Config, uint64) (*engine.Engine, error) { return rec, nil },
-		folded:   func() *engine.Engine { return rec },
-		last:     func() uint64 { return last },
+		scan:   scan,
+		folded: func() *engine.Engine { return rec },
+		last:   func() uint64 { return last },
 	})
 }
 
 // source is where run reads the log: the events from and until (0: the
-// last), the engine with the state before from, and the one with the
-// recorded state at the end. last, when set, tells the last event read.
+// last), the engine with the state before from, and the last event read.
+// The recorded history's state is folded, when the source folds each event
+// into it before handing it over (a remote log), or else recorded's, at
+// the end.
 type source struct {
 	from, until uint64
-	remote      bool
-	// folded, when set, is the engine the source folds each event into
-	// before handing it over (the recorded history beside).
-	folded   func() *engine.Engine
-	before   func(engine.Config) (*engine.Engine, error)
-	scan     func(func(*intents.Event) error) error
-	recorded func(engine.Config, uint64) (*engine.Engine, error)
-	last     func() uint64
+	before      func(engine.Config) (*engine.Engine, error)
+	scan        func(func(*intents.Event) error) error
+	folded      func() *engine.Engine
+	recorded    func(engine.Config, uint64) (*engine.Engine, error)
+	last        func() uint64
 }
 
 func run(opts Options, src source) (*Report, error) {
@@ -317,10 +315,11 @@ func run(opts Options, src source) (*Report, error) {
 		return nil, err
 	}
 	var beside *engine.Engine
-	if r.inv != nil {
-		if src.folded != nil {
-			beside = src.folded()
-		} else if beside, err = src.before(cfg); err != nil {
+	switch {
+	case src.folded != nil:
+		beside = src.folded()
+	case r.inv != nil:
+		if beside, err = src.before(cfg); err != nil {
 			return nil, fmt.Errorf("whatif: the state before event %d: %w", src.from, err)
 		}
 	}
@@ -334,7 +333,7 @@ func run(opts Options, src source) (*Report, error) {
 				return fmt.Errorf("whatif: the recorded state at event %d: %w", ev.Seq, err)
 			}
 		}
-		if beside != nil && started && ev.Change != nil {
+		if r.inv != nil && started && ev.Change != nil {
 			r.check(ev, beside.State())
 		}
 		if !started && !input(ev.Type) {

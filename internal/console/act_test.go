@@ -9,6 +9,7 @@ import (
 
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/console"
+	"github.com/coagent/coagent/internal/natstest"
 )
 
 // post sends an action's body and returns its status and answer.
@@ -41,6 +42,12 @@ func TestActionsActAsTheToken(t *testing.T) {
 		c.Identity = func(*http.Request) console.Identity { return as[who] }
 	})
 	if _, err := w.svc.SetRules(t.Context(), []byte(`{"rules":[{"pattern":"deploy.**","approve":{"by":["lina"],"timeout":"10m"}}]}`), "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The approver's notice says the case is open: the intent is
+	// published, not decided, when publish returns.
+	notices, err := natstest.Connect(t, w.ns).SubscribeSync(intents.Subjects{}.Notices("lina"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	gated := w.publish(w.w1, intents.Apply("release").Set("deploy.web", 3))
@@ -78,6 +85,8 @@ func TestActionsActAsTheToken(t *testing.T) {
 		if status, out := w.post("/api/reconcile", raw); status != http.StatusBadRequest || !strings.Contains(out["error"].(string), says) {
 			t.Errorf("reconcile %s: %d %v, want 400 saying %s", body, status, out, says)
 		}
+	}
+	for ev := natstest.Next[intents.Event](t, notices); ev.Notice == nil || ev.Notice.Kind != intents.NoticeApproval || ev.Intent != gated; ev = natstest.Next[intents.Event](t, notices) {
 	}
 	vote["agent"] = ""
 	status, out := w.post("/api/vote", vote)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -47,6 +48,9 @@ type Client struct {
 	decisions *nats.Subscription
 	noticeSub *nats.Subscription
 	notices   chan *intents.Notice
+
+	// shards is the shard map, for routing intents and reads by board.
+	shards shards
 
 	mu      sync.Mutex
 	waiting map[string]*pending // by intent id
@@ -150,7 +154,7 @@ func (c *Client) Close() error {
 	close(c.done)
 	c.closeNow(ErrClosed)
 	c.renewers.Wait()
-	return errors.Join(c.decisions.Unsubscribe(), c.noticeSub.Unsubscribe())
+	return errors.Join(c.decisions.Unsubscribe(), c.noticeSub.Unsubscribe(), c.closeShards())
 }
 
 // ErrClosed is returned by calls on a closed client.
@@ -354,9 +358,36 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 	// request as long as it may from the first.
 	lc, _ := ctx.Value(laneKey{}).(laneClaim)
 	long := lc.wait
+	shard := c.route(ctx, in, lc.lane)
+	subj, err := c.shardSubjects(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	redirects := 0
 	for attempt := 0; ; {
-		d, err := c.ask(ctx, in.ID, raw, long)
+		d, err := c.ask(ctx, subj, in.ID, raw, long)
+		if err == nil && intents.Misrouted(d) && redirects < maxRedirects {
+			// Another shard owns the boards: the map is read again, and the
+			// same intent sent where it says. A board being moved is
+			// refused by both shards for a moment, so the same shard is
+			// asked again after a pause.
+			redirects++
+			if err := c.loadShards(ctx, true); err != nil {
+				return nil, err
+			}
+			if next := c.route(ctx, in, lc.lane); next != shard {
+				shard = next
+			} else if !sleep(ctx, c.backoff(redirects)) {
+				return nil, c.ended(ctx, in.ID, errors.New(d.Detail))
+			}
+			if subj, err = c.shardSubjects(ctx, shard); err != nil {
+				return nil, err
+			}
+			c.log.Debug("another shard's intent; sending it there", "intent", in.ID, "shard", shard, "detail", d.Detail)
+			continue
+		}
 		if err == nil {
+			c.granted(d, shard)
 			c.deliver(d)
 			if d.Outcome.Final() {
 				return d, nil
@@ -473,7 +504,7 @@ func (c *Client) prepare(in *intents.Intent, built bool) (*intents.Intent, []byt
 // (Coagent-Wait-Ms), with the interim decision if no final one exists by
 // then; without, to answer the first decision at once. Either way a reply
 // that does not come within the request's time was lost.
-func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*intents.Decision, error) {
+func (c *Client) ask(ctx context.Context, subj intents.Subjects, id string, raw []byte, long bool) (*intents.Decision, error) {
 	timeout := c.requestTimeout(ctx)
 	if timeout <= 0 {
 		return nil, context.DeadlineExceeded
@@ -482,7 +513,7 @@ func (c *Client) ask(ctx context.Context, id string, raw []byte, long bool) (*in
 	defer cancel()
 	// The agent's own submit subject: under auth the server lets it publish
 	// only there, and the coordinator checks the body's agent against it.
-	m := nats.NewMsg(c.subj.Submit(c.name))
+	m := nats.NewMsg(subj.Submit(c.name))
 	m.Data = raw
 	wait := "0"
 	if long {
@@ -529,6 +560,12 @@ func apiError(m *nats.Msg) error {
 
 // request calls an API endpoint with a JSON body and decodes the reply.
 func (c *Client) request(ctx context.Context, endpoint string, body, out any) error {
+	return c.requestOn(ctx, c.subj, endpoint, body, out)
+}
+
+// requestOn is request of the coordinator whose subjects are subj (one
+// shard's).
+func (c *Client) requestOn(ctx context.Context, subj intents.Subjects, endpoint string, body, out any) error {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("agents: %s: %w", endpoint, err)
@@ -538,7 +575,7 @@ func (c *Client) request(ctx context.Context, endpoint string, body, out any) er
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
-	reply, err := c.nc.RequestWithContext(ctx, c.subj.API(endpoint), data)
+	reply, err := c.nc.RequestWithContext(ctx, subj.API(endpoint), data)
 	if err != nil {
 		return fmt.Errorf("agents: %s: %w", endpoint, err)
 	}
@@ -585,6 +622,10 @@ func (c *Client) Apply(ctx context.Context, b *intents.Builder) (*intents.Decisi
 type State struct {
 	Rev    uint64
 	Values map[string]Value
+	// Revs is, when the paths' boards belong to more than one shard, the
+	// revision each shard answered at (Rev is then 0: the shards' revisions
+	// count different logs).
+	Revs map[string]uint64
 }
 
 // Value is one path's value as read.
@@ -631,21 +672,48 @@ func (c *Client) read(ctx context.Context, mod bool, paths []string) (*State, er
 			return nil, fmt.Errorf("agents: read: paths[%d] = %q: %w", i, p, err)
 		}
 	}
-	var out struct {
-		Rev    uint64           `json:"rev"`
-		Values map[string]Value `json:"values"`
-	}
-	req := map[string]any{"paths": paths}
-	if mod {
-		req["mod"] = true
-	}
-	if err := c.request(ctx, intents.APIStateGet, req, &out); err != nil {
+	if err := c.loadShards(ctx, false); err != nil {
 		return nil, err
 	}
-	if out.Values == nil {
-		out.Values = map[string]Value{}
+	// The paths of each shard are read from it.
+	byShard := map[string][]string{}
+	var order []string
+	for _, p := range paths {
+		sh := c.shardOf(p)
+		if _, ok := byShard[sh]; !ok {
+			order = append(order, sh)
+		}
+		byShard[sh] = append(byShard[sh], p)
 	}
-	return &State{Rev: out.Rev, Values: out.Values}, nil
+	if len(paths) == 0 {
+		order, byShard[intents.DefaultShard] = []string{intents.DefaultShard}, nil
+	}
+	st := &State{Values: map[string]Value{}}
+	for _, sh := range order {
+		var out struct {
+			Rev    uint64           `json:"rev"`
+			Values map[string]Value `json:"values"`
+		}
+		req := map[string]any{"paths": byShard[sh]}
+		if mod {
+			req["mod"] = true
+		}
+		if err := c.requestOn(ctx, c.subj.Shard(sh), intents.APIStateGet, req, &out); err != nil {
+			return nil, err
+		}
+		maps.Copy(st.Values, out.Values)
+		st.Rev = out.Rev
+		if len(order) > 1 {
+			if st.Revs == nil {
+				st.Revs = map[string]uint64{}
+			}
+			st.Revs[sh] = out.Rev
+		}
+	}
+	if len(order) > 1 {
+		st.Rev = 0
+	}
+	return st, nil
 }
 
 // sleep waits d or until ctx ends; false if ctx ended.

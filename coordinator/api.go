@@ -59,6 +59,9 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"decision_get", intents.APIDecisionGet, s.handleDecisionGet},
 		{"rules_get", intents.APIRulesGet, s.handleRulesGet},
 		{"rules_set", intents.APIRulesSet, s.handleRulesSet},
+		{"shard_info", intents.APIShardInfo, s.handleShardInfo},
+		{"shard_release", intents.APIShardRelease, s.handleShardRelease},
+		{"shard_adopt", intents.APIShardAdopt, s.handleShardAdopt},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
@@ -259,6 +262,9 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 	// The endpoints are submit and submit.*, so the subject is one of them.
 	agent, _ := s.subj.SubmitAgent(req.Subject())
+	if s.forward(req, agent, req.Headers().Get(intents.HeaderClaimNext)) {
+		return
+	}
 	select {
 	case s.submits <- struct{}{}:
 	default:

@@ -69,6 +69,8 @@ type metrics struct {
 
 	escalations  prometheus.Counter
 	shadow       *prometheus.CounterVec
+	routedVec    *prometheus.CounterVec
+	shard        string
 	deadLetters  prometheus.Counter
 	reclaims     prometheus.Counter
 	deadTasks    prometheus.Counter
@@ -124,6 +126,9 @@ func newMetrics(s *Service) *metrics {
 		Help: "Tasks tried past their rule's max_retries: their status is the rule's dead_to and they are kept in the dead-letter stream."})
 	m.reconciles = prometheus.NewCounter(prometheus.CounterOpts{Name: "coagent_task_reconciles_total",
 		Help: "Task claims whose lease ended with effects pending: the task was left ownerless, out of the pool, until someone declares each effect (counted in coagent_task_reclaims_total too)."})
+	m.shard = s.opts.Shard
+	m.routedVec = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coagent_routed_total",
+		Help: "Submits sent on to the shard that owns their boards, by that shard (docs/sharding.md)."}, []string{"to"})
 	m.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coagent_shadow_divergences_total",
 		Help: "Decisions the shadow rules (rules in warn or audit mode, a shadow rules file) would have made otherwise, by the rule that would have (rules[N], invariant NAME, or empty) and the outcome it would have given (with its reason after a colon; error when deciding under them failed)."},
 		[]string{"rule", "would_be"})
@@ -170,7 +175,7 @@ func newMetrics(s *Service) *metrics {
 		m.conflicts[k] = m.conflictVec.WithLabelValues(string(k))
 	}
 	m.collectors = []prometheus.Collector{received, latency, duplicates, m.decisions, m.conflictVec,
-		m.escalations, m.deadLetters, m.reclaims, m.deadTasks, m.reconciles, m.shadow, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
+		m.escalations, m.deadLetters, m.reclaims, m.deadTasks, m.reconciles, m.shadow, m.routedVec, groupIntents, groupDurable, syncEvents, syncSeconds, stages,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coagent_log_last_seq",
 			Help: "The sequence number of the event log's last durable event (= the last revision, or past it)."},
 			func() float64 { return float64(s.core.Log().LastSeq()) }),
@@ -211,6 +216,12 @@ func (m *metrics) register(reg prometheus.Registerer) (*prometheus.Registry, err
 		own = prometheus.NewRegistry()
 		own.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg = own
+	}
+	// Every series of a coordinator of a named shard names it, so that the
+	// shards of one deployment scraped into one store stay apart; one that
+	// names none (serve without --shard) labels them as it always did.
+	if m.shard != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"shard": m.shard}, reg)
 	}
 	var errs []error
 	for _, c := range m.collectors {
@@ -407,3 +418,6 @@ func (g *engineGauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descWaiters, prometheus.GaugeValue, float64(waiters))
 	ch <- prometheus.MustNewConstMetric(descCases, prometheus.GaugeValue, float64(cases))
 }
+
+// routed counts a submit sent on to shard to.
+func (m *metrics) routed(to string) { m.routedVec.WithLabelValues(to).Inc() }

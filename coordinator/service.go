@@ -31,6 +31,13 @@ type Options struct {
 	// empty, with no wildcard (* or >) and no white space. The default is
 	// "coagent" (intents.DefaultPrefix).
 	Prefix string
+	// Shard names the shard this coordinator decides (docs/sharding.md):
+	// its log joins it at the first start, and a log of another shard is
+	// refused. Prefix must be the shard's own (intents.Subjects.Shard:
+	// coagent.s1 for shard s1), so that its streams, lease key and
+	// replicated log are its own. The default is the default shard, whose
+	// prefix is the deployment's.
+	Shard string
 	// Core configures the engine and the log; see CoreOptions. Its Logger
 	// defaults to Logger.
 	Core CoreOptions
@@ -174,6 +181,13 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("coordinator options: Prefix %q: %w", o.Prefix, err))
 		}
 	}
+	if o.Shard != "" && o.Shard != intents.DefaultShard {
+		if err := intents.CheckShard(o.Shard); err != nil {
+			errs = append(errs, fmt.Errorf("coordinator options: Shard: %w", err))
+		} else if !strings.HasSuffix(o.Prefix, "."+o.Shard) {
+			errs = append(errs, fmt.Errorf("coordinator options: Prefix %q is not shard %s's own (want it to end in .%s)", o.Prefix, o.Shard, o.Shard))
+		}
+	}
 	count := func(name string, n int) {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("coordinator options: %s is negative (%d)", name, n))
@@ -302,6 +316,8 @@ type Service struct {
 	// rules is the board rules in force as of the last durable group, for
 	// what readers may see (see viewer); nil when none.
 	rules atomic.Pointer[rules.Set]
+	// routing is what submits are routed by to other shards (router.go).
+	routing atomic.Pointer[routing]
 
 	// metrics are the service's Prometheus collectors; registry is its
 	// own registry when Options.Metrics is nil.
@@ -485,6 +501,14 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	if s.registry, err = s.metrics.register(opts.Metrics); err != nil {
 		s.Shutdown(ctx)
 		return nil, fmt.Errorf("coordinator: register the metrics: %w", err)
+	}
+	if err := s.join(ctx); err != nil {
+		s.Shutdown(ctx)
+		return nil, err
+	}
+	if !s.call(ctx, s.setRouting) {
+		s.Shutdown(ctx)
+		return nil, errUnavailable
 	}
 	if s.api, err = s.startAPI(); err != nil {
 		s.Shutdown(ctx)

@@ -114,7 +114,8 @@ import (
 // type's payload, code 13) and Gate (Wait.Gate, only beside a Wait) bits 4
 // and 5, by the same rule, and Panel bit 6. Bit 7 says a third mask byte
 // follows: Shadow (the shadow type's payload, code 14) took its bit 0, and
-// Rules' shadow file its bit 1. A record without them has no third byte
+// Rules' shadow file its bit 1, and Handoff (the board type's payload,
+// code 15) its bit 2. A record without them has no third byte
 // and decodes as before; a binary from before them rejects one as
 // ErrCorrupt ("payload mask: unknown bits 0x80").
 //
@@ -178,6 +179,7 @@ const (
 const (
 	hasShadow      byte = 1 << iota // Shadow, the shadow type's payload
 	hasRulesShadow                  // Rules.Shadow, ShadowHash and ShadowMode, with Rules only
+	hasHandoff                      // Handoff, the board type's payload
 
 	mask3All = 1<<iota - 1
 )
@@ -210,6 +212,7 @@ var (
 		intents.EventRules,   // 12, added under SchemaVersion 1; its payload needs SchemaVersion2
 		intents.EventVote,    // 13; its payload needs SchemaVersion2
 		intents.EventShadow,  // 14; its payload needs SchemaVersion2 and a third mask byte
+		intents.EventBoard,   // 15; as the shadow type
 	}
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
@@ -273,6 +276,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if ev.Rules != nil && (ev.Rules.Shadow != nil || ev.Rules.ShadowHash != "" || ev.Rules.ShadowMode != "") {
 		mask3 |= hasRulesShadow
+	}
+	if ev.Handoff != nil {
+		mask3 |= hasHandoff
 	}
 	if mask3 != 0 {
 		mask2 |= hasMask3
@@ -434,6 +440,13 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendRaw(dst, ev.Rules.Shadow)
 		dst = appendString(dst, ev.Rules.ShadowHash)
 		dst = appendString(dst, ev.Rules.ShadowMode)
+	}
+	if p := ev.Handoff; p != nil {
+		dst = appendString(dst, p.Kind)
+		dst = appendString(dst, p.Board)
+		dst = appendString(dst, p.Shard)
+		dst = appendRaw(dst, p.Nodes)
+		dst = binary.AppendUvarint(dst, p.Seq)
 	}
 	return dst
 }
@@ -916,6 +929,16 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		} else {
 			ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = file, hash, mode
 		}
+	}
+	if mask3&hasHandoff != 0 {
+		r.scope = "handoff"
+		p := &intents.Handoff{}
+		p.Kind = r.string("kind")
+		p.Board = r.string("board")
+		p.Shard = r.string("shard")
+		p.Nodes = r.raw("nodes")
+		p.Seq = r.uvarint("seq")
+		ev.Handoff = p
 	}
 	if err := r.end(); err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ var codecRewriteSeeds = flag.Bool("codec-seeds", false,
 const codecSeedDir = "testdata/fuzz/FuzzDecodeEvent"
 
 var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything",
-	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced", "shadow", "rules-shadow"}
+	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced", "shadow", "rules-shadow", "board-release", "board-join"}
 
 type codecCase struct {
 	name string
@@ -351,6 +351,22 @@ func codecFixtures() []codecCase {
 	ev.Rules.Shadow, ev.Rules.ShadowHash = json.RawMessage(`{"rules":[{"pattern":"docs.**","writers":["w1"]}]}`), "abc"
 	ev.Rules.ShadowMode = intents.ModeWarn
 	add("rules-shadow", ev)
+
+	// A board leaving the shard with its state, and a shard joining: the
+	// third mask byte's bit 2.
+	ev = env(27, intents.EventBoard)
+	ev.Handoff = &intents.Handoff{Kind: intents.HandoffRelease, Board: "report", Shard: "s2",
+		Nodes: json.RawMessage(`[{"path":"report","kind":"object","version":3,"mod_rev":9},{"path":"report.s1","kind":"leaf","value":"draft","version":2,"mod_rev":9}]`)}
+	add("board-release", ev)
+
+	ev = env(1, intents.EventBoard)
+	ev.Handoff = &intents.Handoff{Kind: intents.HandoffJoin, Shard: "s2"}
+	add("board-join", ev)
+
+	ev = env(28, intents.EventBoard)
+	ev.Handoff = &intents.Handoff{Kind: intents.HandoffAdopt, Board: "report", Shard: "default", Seq: 27,
+		Nodes: json.RawMessage(`[{"path":"report","kind":"absent","version":1,"mod_rev":2}]`)}
+	add("board-adopt", ev)
 
 	// Minimal: only the type, then each payload present but empty.
 	for _, typ := range intents.EventTypes {
@@ -680,6 +696,8 @@ func (g codecGen) event() *intents.Event {
 			mask2 = hasVote
 		case intents.EventShadow:
 			mask3 = hasShadow
+		case intents.EventBoard:
+			mask3 = hasHandoff
 		case intents.EventEscalate:
 			mask2 = []byte{0, hasGate, hasPanel}[g.r.IntN(3)]
 		}
@@ -732,6 +750,9 @@ func (g codecGen) event() *intents.Event {
 		ev.Shadow = &intents.Shadow{Kind: g.str(), Mode: g.str(), Rule: g.str(), Decided: g.str(),
 			WouldBe: codecPick(g, []intents.Outcome{intents.OutcomeApplied, intents.OutcomeRejected, intents.OutcomeEscalated, "x"}),
 			Reason:  codecPick(g, []intents.Reason{"", intents.ReasonConflict, "y"}), Detail: g.str()}
+	}
+	if mask3&hasHandoff != 0 {
+		ev.Handoff = &intents.Handoff{Kind: g.str(), Board: g.str(), Shard: g.str(), Nodes: g.raw(), Seq: g.u64()}
 	}
 	if ev.Rules != nil && mask3&hasRulesShadow != 0 {
 		ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = g.raw(), g.str(), g.str()
@@ -901,7 +922,7 @@ func TestCodecTables(t *testing.T) {
 // would not.
 func TestCodecFrozenCodes(t *testing.T) {
 	want := []intents.EventType{"intent", "decision", "change", "grant", "renew", "expire", "release",
-		"wait", "escalate", "notice", "resolve", "rules", "vote", "shadow"}
+		"wait", "escalate", "notice", "resolve", "rules", "vote", "shadow", "board"}
 	for i, typ := range want {
 		if got := eventTypeCode(typ); int(got) != i+1 {
 			t.Errorf("event type %q has code %d, want %d", typ, got, i+1)
@@ -926,7 +947,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 	if mask2All != 1<<len(bits2)-1 {
 		t.Errorf("mask2All is %#02x for %d bits", mask2All, len(bits2))
 	}
-	bits3 := []byte{hasShadow, hasRulesShadow}
+	bits3 := []byte{hasShadow, hasRulesShadow, hasHandoff}
 	for i, b := range bits3 {
 		if b != 1<<i {
 			t.Errorf("third payload mask bit %d is %#02x", i, b)
@@ -1051,7 +1072,7 @@ func TestDecodeVersion(t *testing.T) {
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
 	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0 ||
-		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil) || ev.Shadow != nil
+		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil) || ev.Shadow != nil || ev.Handoff != nil
 }
 
 // TestCodecVersions checks that an event takes the lowest version that

@@ -27,11 +27,12 @@ const (
 	EventRules    EventType = "rules"    // the board rules in force changed (Rules)
 	EventVote     EventType = "vote"     // an approver's verdict on an approval case was accepted (Vote)
 	EventShadow   EventType = "shadow"   // rules not enforced would have decided an intent otherwise (Shadow)
+	EventBoard    EventType = "board"    // a shard joined, or a board left or entered it (Handoff)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote, EventShadow}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote, EventShadow, EventBoard}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -67,6 +68,9 @@ type Event struct {
 	// Shadow is how rules in warn or audit mode would have decided the
 	// intent (EventShadow).
 	Shadow *Shadow `json:"shadow,omitempty"`
+	// Handoff is a shard joining, or a board leaving or entering this
+	// shard with its state (EventBoard).
+	Handoff *Handoff `json:"handoff,omitempty"`
 }
 
 // Rules records a change of the board rules: the whole rules file in force

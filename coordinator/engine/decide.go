@@ -339,6 +339,13 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	writes := writePaths(in.Writes)
+	if detail := e.outOfScope(reads, writes); detail != "" {
+		// Refused before anything else is looked at: another shard may
+		// own what it names, so nothing here says how it would fare.
+		e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRejected,
+			Reason: intents.ReasonOutOfScope, Detail: detail, Txn: in.Txn})
+		return
+	}
 	if !e.authorize(in, reads, writes) {
 		return
 	}
@@ -1087,9 +1094,10 @@ func (e *Engine) claim(d *intents.Decision) bool {
 // takes reports whether d becomes the recorded decision of its intent id,
 // given the one recorded so far (nil if none). An id belongs to the first
 // agent decided under it; an unauthorized intent never takes an id (it
-// may be another agent's), and a duplicate only repeats what is recorded.
+// may be another agent's), a duplicate only repeats what is recorded, and
+// an intent refused as another shard's may come back once its board has.
 func takes(prev, d *intents.Decision) bool {
-	if d.Duplicate || d.Intent == "" || d.Reason == intents.ReasonUnauthorized {
+	if d.Duplicate || d.Intent == "" || d.Reason == intents.ReasonUnauthorized || intents.Misrouted(d) {
 		return false
 	}
 	return prev == nil || prev.Agent == d.Agent

@@ -57,6 +57,13 @@ type Engine struct {
 	claimIDs   map[string]string
 	claimAbove map[string]int
 
+	// The shard this log is of ("": the default shard), the owner of
+	// each board it released or adopted, and the boards it released (see
+	// shard.go).
+	shard    string
+	owners   map[string]string
+	released map[string]released
+
 	// late keeps the transactions that expired, for the planted bug
 	// skip-fence to commit; never set otherwise.
 	late map[string]*txn

@@ -154,6 +154,10 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		p.deadlineN = e.timers.add(p.deadline, timerDeadline, w.Intent.ID)
 	case intents.EventVote:
 		e.foldVote(ev.Vote)
+	case intents.EventBoard:
+		if err := e.foldHandoff(ev); err != nil {
+			return err
+		}
 	case intents.EventNotice:
 		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
 			if t := e.txns[ev.Notice.Txn]; t != nil {
@@ -229,6 +233,10 @@ func (e *Engine) check(ev *intents.Event) error {
 	case intents.EventShadow:
 		if ev.Shadow == nil {
 			return missing("shadow")
+		}
+	case intents.EventBoard:
+		if err := e.checkHandoff(ev.Handoff); err != nil {
+			return err
 		}
 	case intents.EventVote:
 		if ev.Vote == nil {

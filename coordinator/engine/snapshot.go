@@ -67,6 +67,18 @@ type Snapshot struct {
 	// token buckets under their rate quotas.
 	Rules   *intents.Rules            `json:"rules,omitempty"`
 	Buckets map[string]SnapshotBucket `json:"buckets,omitempty"`
+	// Shard is the shard the log is of ("" for the default shard), Owners
+	// the owner of each board it released or adopted, and Released the
+	// events that released boards it has not taken back, by board.
+	Shard    string                      `json:"shard,omitempty"`
+	Owners   map[string]string           `json:"owners,omitempty"`
+	Released map[string]SnapshotReleased `json:"released,omitempty"`
+}
+
+// SnapshotReleased is the event that released a board.
+type SnapshotReleased struct {
+	Seq     uint64           `json:"seq"`
+	Handoff *intents.Handoff `json:"handoff"`
 }
 
 // SnapshotBucket is one agent's token bucket: its tokens as of At.
@@ -164,6 +176,14 @@ func (e *Engine) Snapshot() *Snapshot {
 		Timers:     []SnapshotTimer{},
 		TimerCount: e.timers.n,
 		Rules:      e.rulesEvent,
+		Shard:      e.shard,
+		Owners:     maps.Clone(e.owners),
+	}
+	for board, r := range e.released {
+		if s.Released == nil {
+			s.Released = map[string]SnapshotReleased{}
+		}
+		s.Released[board] = SnapshotReleased{Seq: r.seq, Handoff: r.handoff}
 	}
 	for agent, b := range e.buckets {
 		if s.Buckets == nil {
@@ -231,6 +251,21 @@ func (e *Engine) restore(s *Snapshot) error {
 		return fmt.Errorf("the state is at rev %d, after the last event", s.Rev)
 	}
 	e.tree, e.seq, e.fence, e.now = tree, s.Seq, s.Fence, s.Now
+	if s.Shard != "" {
+		if err := intents.CheckShard(s.Shard); err != nil {
+			return err
+		}
+	}
+	e.shard, e.owners = s.Shard, maps.Clone(s.Owners)
+	for board, r := range s.Released {
+		if r.Handoff == nil || r.Handoff.Board != board || r.Seq > s.Seq {
+			return fmt.Errorf("released board %q: no release event before %d", board, s.Seq)
+		}
+		if e.released == nil {
+			e.released = map[string]released{}
+		}
+		e.released[board] = released{seq: r.Seq, handoff: r.Handoff}
+	}
 	if s.Rules != nil {
 		if err := e.foldRules(s.Rules); err != nil {
 			return fmt.Errorf("rules: %w", err)

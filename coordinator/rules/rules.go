@@ -939,6 +939,18 @@ func (s *Set) Invariants(writes []string) []Check {
 	return out
 }
 
+// AllInvariants returns every invariant in force, in the file's order.
+func (s *Set) AllInvariants() []Check {
+	if s == nil {
+		return nil
+	}
+	out := make([]Check, 0, len(s.invariants))
+	for _, inv := range s.invariants {
+		out = append(out, Check{Name: inv.Name, Cond: inv.cond})
+	}
+	return out
+}
+
 // Check is a compiled invariant.
 type Check struct {
 	Name string

@@ -1,0 +1,133 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Every coordinator of a sharded deployment routes: a submit whose boards
+// another shard owns, as far as this shard's log knows (the boards it
+// released, and, on a shard other than the default one, every board it
+// did not adopt, which the default shard knows more of), is sent on to
+// that shard's submit subject with the request's own reply subject, so
+// the owner answers the client directly and, under auth, knows it by its
+// inbox as if it had asked itself. A client that knows nothing of shards
+// (the nats CLI, nats.js) keeps sending to coagent.api.submit.<agent>.
+// A board moved twice is found by following the shards' pointers, one
+// hop each; HeaderHops bounds the hops, since a board in the middle of a
+// move is owned by neither shard for a moment, and the last coordinator
+// decides the intent itself: out_of_scope, naming the owner.
+
+// HeaderHops counts the coordinators a submit was routed through.
+const HeaderHops = "Coagent-Hops"
+
+// maxHops bounds them.
+const maxHops = 3
+
+// routing is what the API's goroutines route by: this shard's name, the
+// deployment's subjects (the default shard's), and the owner of each
+// board this shard's log names. The loop replaces it after each board
+// event; nil while this is the default shard and never gave a board away,
+// which routes nothing and costs a submit nothing.
+type routing struct {
+	shard  string
+	base   intents.Subjects
+	owners map[string]string
+}
+
+// owner is the shard that owns board, as far as r knows.
+func (r *routing) owner(board string) string {
+	if o, ok := r.owners[board]; ok {
+		return o
+	}
+	return intents.DefaultShard
+}
+
+// route returns the shard a submit's body should go to, "" for this one:
+// the owner of its paths' boards when that is one other shard. A body
+// that does not decode, or names no path, is decided here (and refused
+// as it deserves).
+func (r *routing) route(body []byte, lane string) string {
+	var in struct {
+		Reads  []struct{ Path string } `json:"reads"`
+		Writes []struct{ Path string } `json:"writes"`
+	}
+	if json.Unmarshal(body, &in) != nil {
+		return ""
+	}
+	to := ""
+	one := func(p string) bool {
+		o := r.owner(intents.Board(p))
+		if to != "" && o != to {
+			return false
+		}
+		to = o
+		return true
+	}
+	if lane != "" && !one(lane) {
+		return ""
+	}
+	for _, w := range in.Writes {
+		if !one(w.Path) {
+			return ""
+		}
+	}
+	for _, rd := range in.Reads {
+		if !one(rd.Path) {
+			return ""
+		}
+	}
+	if to == r.shard {
+		return ""
+	}
+	return to
+}
+
+// setRouting makes the API route by what the engine's log says of boards
+// now. Called on the loop.
+func (s *Service) setRouting() {
+	e := s.core.Engine()
+	owners := e.Owners()
+	if len(owners) == 0 && e.Shard() == intents.DefaultShard {
+		s.routing.Store(nil)
+		return
+	}
+	base := s.subj
+	if e.Shard() != intents.DefaultShard {
+		base = intents.Subjects{Prefix: strings.TrimSuffix(s.opts.Prefix, "."+e.Shard())}
+	}
+	s.routing.Store(&routing{shard: e.Shard(), base: base, owners: owners})
+}
+
+// forward sends a submit on to the shard that owns its boards, and says
+// whether it did.
+func (s *Service) forward(req micro.Request, agent, lane string) bool {
+	r := s.routing.Load()
+	if r == nil || req.Reply() == "" {
+		return false
+	}
+	hops, _ := strconv.Atoi(req.Headers().Get(HeaderHops))
+	if hops >= maxHops {
+		return false
+	}
+	to := r.route(req.Data(), lane)
+	if to == "" {
+		return false
+	}
+	m := &nats.Msg{Subject: r.base.Shard(to).Submit(agent), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
+	for k, v := range req.Headers() {
+		m.Header[k] = v
+	}
+	m.Header.Set(HeaderHops, strconv.Itoa(hops+1))
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn("a submit for another shard was not sent on; deciding it here", "shard", to, "err", err)
+		return false
+	}
+	s.metrics.routed(to)
+	return true
+}

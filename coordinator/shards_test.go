@@ -1,0 +1,239 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/ulid/v2"
+)
+
+// shardOf starts the coordinator of shard name (the default shard for
+// "") on ns, in a directory of its own.
+func shardOf(t *testing.T, ns interface{ ClientURL() string }, name string) (*Service, string) {
+	t.Helper()
+	dir := t.TempDir()
+	opts := Options{}
+	if name != "" {
+		opts = Options{Prefix: intents.Subjects{}.Shard(name).Prefix, Shard: name}
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := Start(context.Background(), nc, dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return svc, dir
+}
+
+// moveBoard moves board between two running shards, as coagent shards
+// move does: the release on the owner, then the adoption of what it
+// carried.
+func moveBoard(t *testing.T, from, to *Service, board string) {
+	t.Helper()
+	ctx := context.Background()
+	toName, fromName := to.opts.Shard, from.opts.Shard
+	rel, err := from.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffRelease, Board: board, Shard: shardName(toName)})
+	if err != nil {
+		t.Fatalf("release %s: %v", board, err)
+	}
+	if _, err := to.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffAdopt, Board: board, Shard: shardName(fromName),
+		Seq: rel.Seq, Nodes: rel.Handoff.Nodes}); err != nil {
+		t.Fatalf("adopt %s: %v", board, err)
+	}
+}
+
+func shardName(s string) string {
+	if s == "" {
+		return intents.DefaultShard
+	}
+	return s
+}
+
+func liveHash(t *testing.T, svc *Service) string {
+	t.Helper()
+	var h string
+	if !svc.call(context.Background(), func() { h = replay.Hash(svc.core.Engine().State()) }) {
+		t.Fatal("the loop does not answer")
+	}
+	return h
+}
+
+// TestShardsOverNATS runs two shards on one NATS server. Agents that know
+// nothing of shards submit on coagent.api.submit; a board is moved under
+// their load. Every increment is applied exactly once, on one shard or
+// the other; the shard that gave the board away refuses it from then on;
+// an intent of both shards' boards is refused out_of_scope, not
+// retryable, and changes nothing; and each shard's log replays to its
+// live state.
+func TestShardsOverNATS(t *testing.T) {
+	ns := natstest.Run(t)
+	def, defDir := shardOf(t, ns, "")
+	s2, s2Dir := shardOf(t, ns, "s2")
+	nc := natstest.Connect(t, ns)
+	base := intents.Subjects{}
+
+	submit := func(subject, body string) (*intents.Decision, error) {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(body)
+		resp, err := nc.RequestMsg(m, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if code := resp.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return nil, fmt.Errorf("%s: %s", code, resp.Header.Get("Nats-Service-Error"))
+		}
+		var d intents.Decision
+		return &d, json.Unmarshal(resp.Data, &d)
+	}
+	incr := func(agent, id, path string) string {
+		return fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","writes":[{"path":%q,"op":"incr","value":1}]}`, id, agent, path)
+	}
+
+	// Load on two boards, report and tasks, through the default shard's
+	// subject, while report moves to s2. An intent refused as the other
+	// shard's (the board was between shards) is sent again with its id.
+	var applied [2]atomic.Int64
+	var misrouted atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, board := range []string{"report", "tasks"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			agent := fmt.Sprintf("w%d", i)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := ulid.Make().String()
+				for {
+					d, err := submit(base.Submit(agent), incr(agent, id, board+".n"))
+					if err != nil {
+						t.Errorf("submit: %v", err)
+						return
+					}
+					if intents.Misrouted(d) {
+						if misrouted.Add(1) > 1000 {
+							t.Errorf("incr of %s refused as another shard's a thousand times: %s", board, d.Detail)
+							return
+						}
+						continue
+					}
+					if d.Outcome != intents.OutcomeApplied {
+						t.Errorf("incr of %s: %+v", board, d)
+						return
+					}
+					applied[i].Add(1)
+					break
+				}
+			}
+		}()
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		natstest.CheckFor(t, 10*time.Second, what, func() error {
+			if !cond() {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+	}
+	waitFor("increments before the move", func() bool { return applied[0].Load() > 20 })
+	moveBoard(t, def, s2, "report")
+	before := applied[0].Load()
+	waitFor("increments after the move", func() bool { return applied[0].Load() > before+20 })
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	// The state: every increment once, report on s2, tasks on the default.
+	read := func(svc *Service, path string) (any, bool) {
+		var v any
+		var ok bool
+		svc.call(context.Background(), func() { v, ok = svc.core.Engine().State().Get(path) })
+		return v, ok
+	}
+	if v, _ := read(s2, "report.n"); v != float64(applied[0].Load()) {
+		t.Errorf("report.n = %v on s2, after %d increments applied", v, applied[0].Load())
+	}
+	if _, ok := read(def, "report.n"); ok {
+		t.Error("the default shard still has report.n")
+	}
+	if v, _ := read(def, "tasks.n"); v != float64(applied[1].Load()) {
+		t.Errorf("tasks.n = %v on the default shard, after %d increments applied", v, applied[1].Load())
+	}
+	t.Logf("%d increments of report (%d refused while it moved), %d of tasks", applied[0].Load(), misrouted.Load(), applied[1].Load())
+
+	// Sent straight to the shard that gave it away, as a client with a
+	// stale map does, the intent is sent on to its owner.
+	d, err := submit(base.Submit("w9"), incr("w9", ulid.Make().String(), "report.n"))
+	if err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("report through the default shard: %+v %v", d, err)
+	}
+	// Both shards' boards: refused, by whichever shard is asked.
+	cross := fmt.Sprintf(`{"id":%q,"agent":"w9","kind":"apply","writes":[{"path":"report.x","op":"set","value":1},{"path":"tasks.x","op":"set","value":1}]}`, ulid.Make().String())
+	for _, subj := range []intents.Subjects{base, base.Shard("s2")} {
+		d, err := submit(subj.Submit("w9"), cross)
+		if err != nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonOutOfScope || d.Retryable {
+			t.Fatalf("an intent of two shards' boards, on %s: %+v %v", subj.Submit("w9"), d, err)
+		}
+	}
+	if _, ok := read(def, "tasks.x"); ok {
+		t.Fatal("the refused intent wrote tasks.x")
+	}
+
+	// Each shard's log replays to its live state.
+	for _, sh := range []struct {
+		svc *Service
+		dir string
+	}{{def, defDir}, {s2, s2Dir}} {
+		live := liveHash(t, sh.svc)
+		if err := sh.svc.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		log, err := eventlog.Open(sh.dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := replay.Verify(log, engine.Config{}, nil)
+		log.Close()
+		if err != nil || got != live {
+			t.Fatalf("shard %s: verify %v, hash %s, live %s", shardName(sh.svc.opts.Shard), err, got, live)
+		}
+	}
+}
+
+// TestShardRefusesAnotherShardsLog: a directory of one shard does not
+// serve another.
+func TestShardRefusesAnotherShardsLog(t *testing.T) {
+	ns := natstest.Run(t)
+	s2, dir := shardOf(t, ns, "s2")
+	s2.Shutdown(context.Background())
+	nc := natstest.Connect(t, ns)
+	_, err := Start(context.Background(), nc, dir, Options{Prefix: "coagent.s3", Shard: "s3"})
+	if err == nil {
+		t.Fatal("shard s2's directory served shard s3")
+	}
+	if _, err := Start(context.Background(), nc, dir, Options{}); err == nil {
+		t.Fatal("shard s2's directory served the default shard")
+	}
+}

@@ -288,7 +288,12 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 }
 
-func (s *Service) handleStateGet(req micro.Request) { answerStateGet(s, s.stamp, req) }
+func (s *Service) handleStateGet(req micro.Request) {
+	if s.forwardRead(req) {
+		return
+	}
+	answerStateGet(s, s.stamp, req)
+}
 
 func (s *Service) handleTxnList(req micro.Request) { answerTxnList(s, s.stamp, req) }
 

@@ -104,6 +104,60 @@ func (s *Service) setRouting() {
 	s.routing.Store(&routing{shard: e.Shard(), base: base, owners: owners})
 }
 
+// forwardRead sends a state.get on to the shard that owns the boards of
+// its paths, and says whether it did, or answered: paths of two shards'
+// boards are refused, naming them, since no one shard can answer them at
+// one revision (the SDK's Read asks each shard and says each one's rev).
+func (s *Service) forwardRead(req micro.Request) bool {
+	r := s.routing.Load()
+	if r == nil || req.Reply() == "" {
+		return false
+	}
+	hops, _ := strconv.Atoi(req.Headers().Get(HeaderHops))
+	if hops >= maxHops {
+		return false
+	}
+	var body struct {
+		Paths []string `json:"paths"`
+	}
+	if json.Unmarshal(req.Data(), &body) != nil || len(body.Paths) == 0 {
+		return false
+	}
+	owners := map[string]string{}
+	var parts []string
+	to := ""
+	for _, p := range body.Paths {
+		if p == "" {
+			return false // the whole tree: this shard's part of it
+		}
+		b := intents.Board(p)
+		if _, seen := owners[b]; seen {
+			continue
+		}
+		owners[b] = r.owner(b)
+		parts = append(parts, b+" (shard "+owners[b]+")")
+		if to == "" {
+			to = owners[b]
+		} else if to != owners[b] {
+			to = "-"
+		}
+	}
+	switch to {
+	case r.shard:
+		return false
+	case "-":
+		replyError(req, intents.ReasonOutOfScope, "state.get: the paths are of %s; a read is of one shard's boards: ask each shard (--shard), or read through the SDK, which does",
+			strings.Join(parts, " and "))
+		return true
+	}
+	m := &nats.Msg{Subject: r.base.Shard(to).API(intents.APIStateGet), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
+	for k, v := range req.Headers() {
+		m.Header[k] = v
+	}
+	m.Header.Set(HeaderHops, strconv.Itoa(hops+1))
+	return s.nc.PublishMsg(m) == nil
+}
+
 // forward sends a submit on to the shard that owns its boards, and says
 // whether it did.
 func (s *Service) forward(req micro.Request, agent, lane string) bool {

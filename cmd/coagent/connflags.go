@@ -25,6 +25,10 @@ import (
 type natsFlags struct {
 	url, creds, ca, cert, key, nkey string
 	prefix                          string
+	// shard is --shard: the shard whose coordinator the command speaks
+	// to ("": the default shard, which sends a submit on to the shard that
+	// owns its boards).
+	shard string
 	// node is --node, for the reads a standby answers too: the
 	// coordinator of a cluster they ask ("": the active one).
 	node string
@@ -39,8 +43,13 @@ type natsFlags struct {
 	perms *agents.Permissions
 }
 
-// subjects are the coordinator's subjects under --subject-prefix.
-func (f *natsFlags) subjects() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
+// subjects are the coordinator's subjects under --subject-prefix, of
+// the shard of --shard.
+func (f *natsFlags) subjects() intents.Subjects { return f.base().Shard(f.shard) }
+
+// base are the deployment's subjects: its default shard's, and the
+// shard map's bucket.
+func (f *natsFlags) base() intents.Subjects { return intents.Subjects{Prefix: f.prefix} }
 
 // register adds the flags to fs. def is the default of --nats: a client
 // command's is $NATS_URL or nats.DefaultURL (env.defaultNATS); serve's and
@@ -53,6 +62,7 @@ func (f *natsFlags) register(fs *pflag.FlagSet, def string) {
 	fs.StringVar(&f.url, "nats", def, usage)
 	f.fs, f.env = fs, def != "" && def != nats.DefaultURL
 	fs.StringVar(&f.prefix, "subject-prefix", "", "the prefix of every subject and stream name (default coagent)")
+	fs.StringVar(&f.shard, "shard", "", "speak to the coordinator of shard `NAME` (default: the default shard, which sends an intent on to the shard that owns its boards; docs/sharding.md)")
 	fs.StringVar(&f.creds, "creds", "", "NATS credentials file")
 	fs.StringVar(&f.ca, "tls-ca", "", "CA certificate for TLS")
 	fs.StringVar(&f.cert, "tls-cert", "", "client certificate for TLS")

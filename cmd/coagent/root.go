@@ -68,7 +68,7 @@ func newRoot(e *env) *cobra.Command {
 		{"start", "Run a coordinator:", []*cobra.Command{newDemoCmd(e), newServeCmd(e), newArbiterCmd(e)}},
 		{"client", "Talk to a running coordinator (--nats URL, $NATS_URL):", []*cobra.Command{
 			newSubmitCmd(e), newPutCmd(e), newDelCmd(e), newIncrCmd(e), newStateCmd(e), newWatchCmd(e), newLogCmd(e), newTxnCmd(e), newTaskCmd(e), newRulesCmd(e), newConflictsCmd(e), newCaseCmd(e),
-			newDLQCmd(e), newStatusCmd(e), newSnapshotCmd(e), newBenchCmd(e), newMCPCmd(e)}},
+			newDLQCmd(e), newStatusCmd(e), newShardsCmd(e), newSnapshotCmd(e), newBenchCmd(e), newMCPCmd(e)}},
 		{"data", "Work on a data directory (--data DIR):", []*cobra.Command{
 			newReplayCmd(e), newVerifyCmd(e), newWhatifCmd(e), newCompactCmd(e), newAgentsCmd(e)}},
 		{"offline", "Check documents offline:", []*cobra.Command{newCheckCmd(e), newSchemaCmd(e)}},

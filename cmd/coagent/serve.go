@@ -58,6 +58,8 @@ type serveFlags struct {
 	// from --notify-secret-file.
 	notify, notifySecretFile string
 	notifySecret             []byte
+	// shard is --shard: the shard this coordinator decides.
+	shard string
 }
 
 // checkSync reads --sync: always, a duration, or "" for the default:
@@ -121,6 +123,14 @@ func newServeCmd(e *env) *cobra.Command {
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			// Every flag is checked before the data directory is touched.
+			if sh := f.conn.shard; sh != "" {
+				if err := intents.CheckShard(sh); err != nil && sh != intents.DefaultShard {
+					return usagef(c, "--shard: %v", err)
+				}
+				// The shard's subjects, streams, lease key and log are under
+				// its own prefix from here on.
+				f.shard, f.conn.prefix, f.conn.shard = sh, f.conn.subjects().Prefix, ""
+			}
 			if f.arbiterQuorum < 0 || f.arbiterQuorum > rules.MaxQuorum {
 				return usagef(c, "--arbiter-quorum %d: want 0 (the first resolution settles a case) to %d", f.arbiterQuorum, rules.MaxQuorum)
 			}
@@ -425,7 +435,7 @@ func (s *serving) options() (coordinator.Options, error) {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(s.stderr, &slog.HandlerOptions{Level: level}))
-	opts := coordinator.Options{Prefix: f.conn.prefix, Logger: logger, Auth: f.authOn, Replicas: f.cluster.replicas,
+	opts := coordinator.Options{Prefix: f.conn.prefix, Shard: f.shard, Logger: logger, Auth: f.authOn, Replicas: f.cluster.replicas,
 		Roles: func() map[string][]string {
 			if r := s.roles.Load(); r != nil {
 				return *r

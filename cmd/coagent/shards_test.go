@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// serveShard runs the coordinator of shard name on the server at url.
+func serveShard(t *testing.T, url, data, name string) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		args := []string{"serve", "--data", data, "--nats", url, "--shard", name, "--http", "127.0.0.1:0"}
+		done <- run(ctx, args, strings.NewReader(""), pw, io.Discard)
+		pw.Close()
+	}()
+	first, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("serve --shard %s said nothing: %v (%v)", name, err, <-done)
+	}
+	if !strings.Contains(first, "serving on") {
+		cancel()
+		t.Fatalf("serve --shard %s: start-up line %q", name, first)
+	}
+	go io.Copy(io.Discard, pr)
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("serve did not stop")
+		}
+	}
+}
+
+// TestShardsCommands runs two shards on one server, as processes speak
+// to them: a board assigned to s2 goes there with its state, a put and a
+// read through the default shard reach it, a stale client asking the
+// default shard is sent on, an intent of both shards' boards is refused,
+// and shards list says where each board is.
+func TestShardsCommands(t *testing.T) {
+	dir := t.TempDir()
+	url, stop := serve(t, filepath.Join(dir, "data"))
+	defer stop()
+	stop2 := serveShard(t, url, filepath.Join(dir, "data2"), "s2")
+	defer stop2()
+	nats := []string{"--nats", url}
+	run := func(status int, pattern string, args ...string) proc {
+		t.Helper()
+		p := runBin(t, nil, "", append(args, nats...)...)
+		if p.status != status || !regexp.MustCompile(pattern).MatchString(p.stdout) {
+			t.Fatalf("coagent %s: %+v, want status %d and %s", strings.Join(args, " "), p, status, pattern)
+		}
+		return p
+	}
+	run(0, `^applied`, "put", "report.title", `"Q3"`, "--agent", "w1")
+	run(0, `^applied`, "put", "tasks.t1", `"open"`, "--agent", "w1")
+	run(0, `^board report: moved from shard default to shard s2`, "shards", "assign", "report", "s2")
+	// Its state and version went with it.
+	p := run(0, `"Q3"`, "get", "report.title", "--shard", "s2", "-o", "json")
+	if !strings.Contains(p.stdout, `"version": 1`) && !strings.Contains(p.stdout, `"version":1`) {
+		t.Fatalf("report.title on s2 lost its version: %s", p.stdout)
+	}
+	// Through the default shard, which sends both on to s2.
+	run(0, `^applied`, "put", "report.title", `"Q4"`, "--agent", "w1")
+	run(0, `"Q4"`, "get", "report.title", "-o", "json")
+	run(0, `"Q4"`, "get", "report.title", "--shard", "s2", "-o", "json")
+	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", url); p.status != 1 || !strings.Contains(p.stderr, "board report is shard s2's already; use shards move") {
+		t.Fatalf("shards assign of a board assigned: %+v", p)
+	}
+	// Both shards' boards at once.
+	cross := fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"apply","writes":[{"path":"report.x","op":"set","value":1},{"path":"tasks.x","op":"set","value":1}]}`, ulid.Make().String())
+	p = runBin(t, nil, cross, "submit", "-", "--nats", url)
+	if p.status != 1 || !strings.Contains(p.stdout, "out_of_scope") || !strings.Contains(p.stdout, "report (shard s2) and tasks (shard default)") {
+		t.Fatalf("submit of both shards' boards: %+v", p)
+	}
+	p = run(0, `report +s2`, "shards", "list")
+	if !strings.Contains(p.stdout, "report went to s2") || !strings.Contains(p.stdout, "report is its own") {
+		t.Fatalf("shards list: %s", p.stdout)
+	}
+	var list struct {
+		Boards map[string]string `json:"boards"`
+	}
+	p = run(0, `^\{`, "shards", "list", "-o", "json")
+	if json.Unmarshal([]byte(p.stdout), &list) != nil || list.Boards["report"] != "s2" {
+		t.Fatalf("shards list -o json: %s", p.stdout)
+	}
+	// And back: the default shard has it again, at the version s2 left.
+	run(0, `^board report: moved from shard s2 to shard default`, "shards", "move", "report", "default")
+	run(0, `"Q4"`, "get", "report.title", "-o", "json")
+}

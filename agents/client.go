@@ -372,9 +372,7 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 			// refused by both shards for a moment, so the same shard is
 			// asked again after a pause.
 			redirects++
-			if err := c.loadShards(ctx, true); err != nil {
-				return nil, err
-			}
+			c.loadShards(ctx, true)
 			if next := c.route(ctx, in, lc.lane); next != shard {
 				shard = next
 			} else if !sleep(ctx, c.backoff(redirects)) {
@@ -672,9 +670,7 @@ func (c *Client) read(ctx context.Context, mod bool, paths []string) (*State, er
 			return nil, fmt.Errorf("agents: read: paths[%d] = %q: %w", i, p, err)
 		}
 	}
-	if err := c.loadShards(ctx, false); err != nil {
-		return nil, err
-	}
+	c.loadShards(ctx, false)
 	// The paths of each shard are read from it.
 	byShard := map[string][]string{}
 	var order []string

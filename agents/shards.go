@@ -11,20 +11,25 @@ import (
 
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// shards is the client's copy of the shard map (docs/sharding.md): which
-// shard owns each board moved off the default shard. A deployment that
-// never moved a board has no bucket, and the client then speaks to the
-// default shard alone, as before shards. The copy is read at the first
-// intent and again whenever a coordinator refuses an intent as another
-// shard's, so a client with a stale map is routed right on its next try.
+// shards is the client's copy of where boards went (docs/sharding.md):
+// the default shard's own account of the boards it gave away, each with
+// the shard it went to (its shard.info). A deployment that never moved a
+// board has none, and the client then speaks to the default shard alone,
+// as before shards. The copy is read at the first intent and again
+// whenever a coordinator refuses an intent as another shard's; a board
+// moved on since is found by the coordinators, which send an intent on to
+// the shard their log names, hop by hop.
+//
+// It is the default shard's log, not the map bucket that coagent shards
+// keeps for people, that the client reads: it needs no JetStream
+// permission, and it is never ahead of the shards (a board is in it from
+// its release on).
 type shards struct {
 	mu      sync.Mutex
-	kv      jetstream.KeyValue // nil until the bucket was found
-	boards  map[string]string  // board → shard, of the boards in the bucket
-	checked time.Time          // when the bucket was last looked for
+	boards  map[string]string // board → the shard it went to
+	checked time.Time         // when the default shard was last asked
 	subs    map[string][]*nats.Subscription
 	txns    map[string]string // transaction id → its shard, for its commit, abort and renew
 }
@@ -33,54 +38,42 @@ type shards struct {
 // another shard's (a board moved twice in a row, a move in progress).
 const maxRedirects = 8
 
-// shardsRecheck is how long a client that found no shard map goes on
-// without looking again, unless an intent is refused as another shard's.
+// shardsRecheck is how long a client goes on with the copy it has, unless
+// an intent is refused as another shard's.
 const shardsRecheck = 10 * time.Second
 
-// load reads the whole map, binding the bucket if it was not yet;
-// without force, a bucket found missing is looked for again only after
-// shardsRecheck.
-func (c *Client) loadShards(ctx context.Context, force bool) error {
+// shardsTimeout bounds the question: a coordinator that does not know
+// it (one from before shards) or a server that forbids it leaves the
+// client speaking to the default shard, as before.
+const shardsTimeout = 2 * time.Second
+
+// loadShards asks the default shard where its boards went, unless it was
+// asked less than shardsRecheck ago and force is not set.
+func (c *Client) loadShards(ctx context.Context, force bool) {
 	s := &c.shards
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.kv == nil {
-		if !force && !s.checked.IsZero() && time.Since(s.checked) < shardsRecheck {
-			return nil
-		}
-		s.checked = time.Now()
-		kv, err := c.js.KeyValue(ctx, c.subj.ShardsBucket())
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("agents: the shard map %s: %w", c.subj.ShardsBucket(), err)
-		}
-		s.kv = kv
-	} else if !force && s.boards != nil {
-		return nil
+	if !force && !s.checked.IsZero() && time.Since(s.checked) < shardsRecheck {
+		return
+	}
+	s.checked = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, shardsTimeout)
+	defer cancel()
+	var info intents.ShardInfo
+	if err := c.requestOn(ctx, c.subj, intents.APIShardInfo, nil, &info); err != nil {
+		// Whatever the reason, the default shard then takes every intent,
+		// and sends on what another shard owns.
+		s.boards = nil
+		c.log.Debug("the default shard did not say where its boards went", "err", err)
+		return
 	}
 	boards := map[string]string{}
-	lister, err := s.kv.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("agents: the shard map: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
-		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+	for b, sh := range info.Owners {
+		if sh != intents.DefaultShard {
+			boards[b] = sh
 		}
-		if err != nil {
-			return fmt.Errorf("agents: the shard map: board %s: %w", k, err)
-		}
-		boards[k] = string(e.Value())
 	}
 	s.boards = boards
-	return nil
 }
 
 // shardOf is the shard of the boards of paths, as the map says: the
@@ -102,9 +95,7 @@ func (c *Client) shardOf(paths ...string) string {
 // commit, abort or renew of one this client was granted, else its paths'
 // boards'.
 func (c *Client) route(ctx context.Context, in *intents.Intent, lane string) string {
-	if err := c.loadShards(ctx, false); err != nil {
-		c.log.Debug("no shard map; the default shard decides", "err", err)
-	}
+	c.loadShards(ctx, false)
 	c.shards.mu.Lock()
 	sh, ok := c.shards.txns[in.Txn]
 	c.shards.mu.Unlock()

@@ -100,6 +100,7 @@ func TestShardsCommands(t *testing.T) {
 	if json.Unmarshal([]byte(p.stdout), &list) != nil || list.Boards["report"] != "s2" {
 		t.Fatalf("shards list -o json: %s", p.stdout)
 	}
+	p = run(0, `(?s)shard default: every board no other shard took\n.*alone.*\n\nshard s2: boards report\n.*alone`, "status")
 	// And back: the default shard has it again, at the version s2 left.
 	run(0, `^board report: moved from shard s2 to shard default`, "shards", "move", "report", "default")
 	run(0, `"Q4"`, "get", "report.title", "-o", "json")

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -92,7 +94,7 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 	defer cancelPerms()
 	subj := conn.subjects()
 	stream := subj.Stream(intents.StreamLog)
-	g, err := coordinator.GatherStatus(ctx, nc, coordinator.StatusOptions{Prefix: conn.prefix, Wait: wait,
+	g, err := coordinator.GatherStatus(ctx, nc, coordinator.StatusOptions{Prefix: subj.Prefix, Wait: wait,
 		Stats: conn.nkey == "" && conn.creds == ""})
 	if err != nil {
 		return conn.refused(ctx, err)
@@ -113,17 +115,91 @@ func runStatus(ctx context.Context, conn *natsFlags, asJSON bool, wait time.Dura
 		return noMembersError(nc, conn, subj.Status(), stream, wait, g.NoResponders, g.Log)
 	}
 	st := g.ClusterStatus
+	shards := shardsOf(ctx, nc, conn)
 	if asJSON {
-		b, err := json.Marshal(st)
+		var b []byte
+		if len(shards) > 0 {
+			// A sharded deployment: a line per shard, each naming it.
+			b, err = json.Marshal(struct {
+				Shard  string   `json:"shard"`
+				Boards []string `json:"boards,omitempty"`
+				coordinator.ClusterStatus
+			}{shardName(conn.shard), shards[shardName(conn.shard)], st})
+		} else {
+			b, err = json.Marshal(st)
+		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, string(b))
-	} else if err := printStatus(stdout, st, stream, time.Now()); err != nil {
-		return err
+	} else {
+		if len(shards) > 0 {
+			fmt.Fprintf(stdout, "shard %s: %s\n", shardName(conn.shard), boardsLine(shards[shardName(conn.shard)]))
+		}
+		if err := printStatus(stdout, st, stream, time.Now()); err != nil {
+			return err
+		}
 	}
 	statusNotes(stderr, st, stream)
+	if conn.shard != "" || len(shards) == 0 {
+		return nil
+	}
+	// Then each other shard, as the default shard's log names them.
+	for _, name := range slices.Sorted(maps.Keys(shards)) {
+		if name == intents.DefaultShard {
+			continue
+		}
+		if !asJSON {
+			fmt.Fprintln(stdout)
+		}
+		other := *conn
+		other.shard = name
+		if err := runStatus(ctx, &other, asJSON, wait, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "coagent: shard %s: %v\n", name, err)
+		}
+	}
 	return nil
+}
+
+// shardsOf is, in a sharded deployment, every shard and the boards it
+// owns, as the default shard's log says where its boards went (the
+// default shard's own entry is nil: every other board); none for a
+// deployment of one shard, or a coordinator from before shards.
+func shardsOf(ctx context.Context, nc *nats.Conn, conn *natsFlags) map[string][]string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := nc.RequestWithContext(ctx, conn.base().API(intents.APIShardInfo), nil)
+	if err != nil || apiError(m) != nil {
+		return nil
+	}
+	var info intents.ShardInfo
+	if json.Unmarshal(m.Data, &info) != nil || len(info.Owners) == 0 {
+		return nil
+	}
+	// The map, where it can be read, knows of a board moved twice; the
+	// default shard's log, of its first move.
+	owners := info.Owners
+	if kv, err := shardMap(ctx, nc, conn.base(), false, 0); err == nil {
+		if boards, err := boardsOf(ctx, kv); err == nil {
+			owners = boards
+		}
+	}
+	out := map[string][]string{intents.DefaultShard: nil}
+	for _, b := range slices.Sorted(maps.Keys(owners)) {
+		if sh := owners[b]; sh != intents.DefaultShard {
+			out[sh] = append(out[sh], b)
+		}
+	}
+	return out
+}
+
+func shardName(s string) string { return cmp.Or(s, intents.DefaultShard) }
+
+func boardsLine(boards []string) string {
+	if boards == nil {
+		return "every board no other shard took"
+	}
+	return "boards " + strings.Join(boards, ", ")
 }
 
 // noMembersError says that no member answered, and what that likely

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/coagent/coagent/coordinator/rules"
@@ -68,6 +69,11 @@ func (e *Engine) putRules(now time.Time, r *intents.Rules, out []*intents.Event)
 	}
 	if _, err := rules.CompileShadow(shadow, e.comp); err != nil {
 		return Ready{Events: out}, err
+	}
+	for _, file := range [][]byte{r.File, r.Shadow} {
+		if err := e.spansShards(file); err != nil {
+			return Ready{Events: out}, err
+		}
 	}
 	e.begin(now, out)
 	e.advance()
@@ -244,4 +250,31 @@ func invariantReads(checks []rules.Check) []string {
 func rateDetail(agent string, q rules.Quota, wait time.Duration) string {
 	return fmt.Sprintf("agent %s is over its quota of %g intents/s (burst %d); retry in %s",
 		agent, q.IntentsPerSecond, q.Burst, wait.Round(time.Millisecond))
+}
+
+// spansShards refuses an invariant whose paths are of boards of two
+// shards, as far as this shard's log knows: no shard could check it
+// (docs/sharding.md).
+func (e *Engine) spansShards(file []byte) error {
+	if e.owners == nil && e.shard == "" || len(file) == 0 {
+		return nil
+	}
+	set, err := rules.CompileShadow(file, e.comp)
+	if err != nil {
+		return err
+	}
+	for _, inv := range set.AllInvariants() {
+		var parts []string
+		shards := map[string]bool{}
+		for _, b := range intents.Boards(inv.Cond.Paths) {
+			o := e.owner(b)
+			shards[o] = true
+			parts = append(parts, fmt.Sprintf("%s (shard %s)", b, o))
+		}
+		if len(shards) > 1 {
+			return &rules.Error{Field: "invariants " + inv.Name,
+				Reason: fmt.Sprintf("it reads %s; an invariant reads one shard's boards", strings.Join(parts, " and "))}
+		}
+	}
+	return nil
 }

@@ -219,3 +219,27 @@ func TestShardJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestShardInvariantSpanningShards: an invariant over boards of two
+// shards is refused when set, and keeps its boards together once set.
+func TestShardInvariantSpanningShards(t *testing.T) {
+	w := newShardWorld(t)
+	both := []byte(`{"invariants":[{"name":"budget","expr":"(state.report.n ?? 0) + (state.tasks.n ?? 0) < 10"}]}`)
+	r, err := w.def.SetRules(w.now(), both, "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.keep(w.def, r.Events)
+	if _, _, _, err := w.def.Release(w.now(), "report", "s2", nil); !errors.Is(err, ErrHandoff) || !strings.Contains(err.Error(), "invariant budget reads boards") {
+		t.Fatalf("released a board an invariant reads with another: %v", err)
+	}
+	if r, err = w.def.SetRules(w.now(), nil, "test", nil); err != nil {
+		t.Fatal(err)
+	}
+	w.keep(w.def, r.Events)
+	w.move(w.def, w.s2, "report")
+	if _, err := w.def.SetRules(w.now(), both, "test", nil); err == nil || !strings.Contains(err.Error(), "report (shard s2)") {
+		t.Fatalf("an invariant over two shards' boards was put in force: %v", err)
+	}
+	w.replays()
+}

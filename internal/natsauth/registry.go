@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/coagent/coagent/coordinator/rules"
 	"github.com/coagent/coagent/intents"
@@ -204,6 +205,27 @@ func Permissions(prefix, agent string, roles []string) *server.Permissions {
 			"$JS.ACK."+arb+"."+cons+".>",
 		)
 	}
+	// The same subjects of every shard (docs/sharding.md: shard s1 speaks
+	// under <prefix>.s1), but JetStream's, whose stream names a wildcard
+	// cannot cover: an agent of a sharded deployment routes its intents,
+	// reads, votes and its decisions and notices to the shard that owns
+	// a board as it does to the default one.
+	p := strings.TrimSuffix(s.APIGroup(), ".api") // the prefix, defaulted
+	for _, list := range []*[]string{&pub, &sub} {
+		for _, subj := range *list {
+			if rest, ok := strings.CutPrefix(subj, s.APIGroup()); ok && !strings.HasPrefix(rest, ".") {
+				continue
+			}
+			if rest, ok := strings.CutPrefix(subj, p+"."); ok && !strings.HasPrefix(rest, "cluster.") {
+				*list = append(*list, p+".*."+rest)
+			}
+		}
+	}
+	if slices.Contains(roles, RoleAdmin) {
+		pub = append(pub, s.API(intents.APIShardRelease), s.API(intents.APIShardAdopt), p+".*.api."+intents.APIShardRelease,
+			p+".*.api."+intents.APIShardAdopt)
+	}
+	pub = append(pub, s.API(intents.APIShardInfo), p+".*.api."+intents.APIShardInfo)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},

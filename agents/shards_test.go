@@ -1,0 +1,120 @@
+package agents_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/agents"
+	"github.com/coagent/coagent/coordinator"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/coordtest"
+	"github.com/coagent/coagent/internal/natstest"
+)
+
+// TestShardRouting: with a board on shard s2, a client sends its intents
+// and reads there itself (the default shard sees none of them), a
+// transaction granted there commits there, a waiting intent's final
+// decision comes from there, and a read of both shards' boards says each
+// shard's rev.
+func TestShardRouting(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := natstest.Run(t)
+	dir := t.TempDir()
+	def := coordtest.StartOn(t, natstest.Connect(t, ns), filepath.Join(dir, "def"), coordinator.Options{})
+	s2 := coordtest.StartOn(t, natstest.Connect(t, ns), filepath.Join(dir, "s2"),
+		coordinator.Options{Prefix: intents.Subjects{}.Shard("s2").Prefix, Shard: "s2"})
+
+	// report moves to s2, as coagent shards assign does.
+	rel, err := def.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffRelease, Board: "report", Shard: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffAdopt, Board: "report", Shard: intents.DefaultShard,
+		Seq: rel.Seq, Nodes: rel.Handoff.Nodes}); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, ns)
+	c, err := agents.Connect(ctx, nc, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d, err := c.Apply(ctx, intents.Apply("title").Set("report.title", "Q3")); err != nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("apply on report: %+v %v", d, err)
+	}
+	if _, err := c.Apply(ctx, intents.Apply("open").Set("tasks.t1", "open")); err != nil {
+		t.Fatal(err)
+	}
+	// The default shard never saw report's intent: sent to s2 directly.
+	if n := received(t, def); n != 1 {
+		t.Fatalf("the default shard received %d intents, want 1 (tasks.t1's)", n)
+	}
+
+	// A transaction on s2, and an intent that waits on it there.
+	txn, err := c.Propose(ctx, intents.Propose("edit").Set("report.title", nil).Lease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := agents.Connect(ctx, natstest.Connect(t, ns), "w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	waited := make(chan *intents.Decision, 1)
+	go func() {
+		d, err := c2.Apply(ctx, intents.Apply("after").Set("report.title", "Q5").OnConflict(intents.OnConflictWait).Wait(20*time.Second))
+		if err != nil {
+			t.Errorf("the waiting apply: %v", err)
+		}
+		waited <- d
+	}()
+	natstest.CheckFor(t, 10*time.Second, "the apply waits", func() error {
+		if metric(t, s2, "coagent_waiters_parked") == 0 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	})
+	if d, err := txn.Commit(ctx, intents.Apply("edit").Set("report.title", "Q4")); err != nil || d.Outcome != intents.OutcomeCommitted {
+		t.Fatalf("commit on s2: %+v %v", d, err)
+	}
+	if d := <-waited; d == nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the waiting apply's final decision: %+v", d)
+	}
+
+	st, err := c.Read(ctx, "report.title", "tasks.t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(st.Values["report.title"].Value) != `"Q5"` || string(st.Values["tasks.t1"].Value) != `"open"` ||
+		st.Rev != 0 || st.Revs["s2"] == 0 || st.Revs[intents.DefaultShard] == 0 {
+		t.Fatalf("read across shards: %+v", st)
+	}
+}
+
+// received is how many intents svc took in, from its metrics.
+func received(t *testing.T, svc *coordinator.Service) int {
+	t.Helper()
+	return int(metric(t, svc, "coagent_intents_received_total"))
+}
+
+// metric sums the series of the metric name of svc.
+func metric(t *testing.T, svc *coordinator.Service, name string) float64 {
+	t.Helper()
+	mfs, err := svc.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}

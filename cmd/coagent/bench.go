@@ -31,6 +31,7 @@ type benchFlags struct {
 	cpuProfile             string
 	unsynced               bool
 	redis                  string
+	shards                 int
 }
 
 // newBenchCmd is `coagent bench`: the load generator, against a
@@ -69,6 +70,7 @@ func newBenchCmd(e *env) *cobra.Command {
 	fs.StringVar(&f.redis, "redis", "", "with --workload rmw or incr, the redis-server to run the Redis + Lua baseline on (AOF with appendfsync always, then everysec): default the one on PATH, none if there is none; off for none")
 	fs.BoolVar(&f.unsynced, "unsynced", false, "measurement only: the bench's own coordinator does not fsync its event log, so that what the durable commit costs can be told apart (nothing it answers is durable)")
 	_ = fs.MarkHidden("unsynced")
+	fs.IntVar(&f.shards, "shards", 0, "run N shards, each a coordinator process of its own (coagent serve --shard) on the embedded server, the agents spread over them, each shard on a board of its own; print each coordinator's CPU per intent (docs/sharding.md)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the coordinator's measurement (embedded server, coordinator and agents alike; the baselines left out) to FILE, or with several --agents to FILE-<agents> for each")
 	return c
 }
@@ -109,6 +111,32 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	cfg.URL = conn.url
+	var procs []*shardProc
+	if f.shards > 0 {
+		if conn.url != "" || f.unsynced {
+			return fmt.Errorf("bench: --shards runs its own coordinators on the embedded server: no --nats, no --unsynced")
+		}
+		dir, err := os.MkdirTemp("", "coagent-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		ns, err := embedded("127.0.0.1:-1", filepath.Join(dir, "jetstream"))
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		if procs, err = startShards(ctx, f.shards, ns.ClientURL(), dir, stderr); err != nil {
+			return err
+		}
+		defer stopShards(procs)
+		for _, p := range procs {
+			cfg.Shards = append(cfg.Shards, p.name)
+		}
+		cfg.Phase = measureShards(procs, cfg.Phase)
+		cfg.URL = ns.ClientURL()
+		fmt.Fprintf(stderr, "bench: %d shards, each a coordinator process (coagent serve --shard) on %s (embedded NATS), data in %s\n", f.shards, cfg.URL, dir)
+	}
 	if cfg.URL == "" {
 		dir, err := os.MkdirTemp("", "coagent-bench-")
 		if err != nil {
@@ -158,6 +186,9 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 			}
 		} else {
 			printBench(stdout, res, cfg.Duration)
+			if len(procs) > 0 {
+				printShards(stdout, res, procs)
+			}
 		}
 		if err := benchCheck(res); err != nil {
 			return err

@@ -118,6 +118,12 @@ type Config struct {
 	// Fsyncs say what it did during Run. The default is nil: a
 	// coordinator elsewhere, whose metrics are not read.
 	Metrics prometheus.Gatherer
+	// Shards, if set, names the shards the agents spread over (agent i on
+	// Shards[i % len]): each shard gets a board of the run's own, moved to
+	// it before the measurement (shard.release on the default shard, then
+	// shard.adopt), the agents send to its own subjects, and the check
+	// reads each shard. The default, nil, is one coordinator.
+	Shards []string
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -185,10 +191,20 @@ func (c *Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("loadgen: request timeout %v: want a positive duration", c.RequestTimeout))
 	}
+	for _, sh := range c.Shards {
+		if err := intents.CheckShard(sh); err != nil && sh != intents.DefaultShard {
+			errs = append(errs, fmt.Errorf("loadgen: %w", err))
+		}
+	}
 	if c.Replicas < 1 || c.Replicas > maxReplicas {
 		errs = append(errs, fmt.Errorf("loadgen: replicas %d: want 1 to %d", c.Replicas, maxReplicas))
 	}
 	return errors.Join(errs...)
+}
+
+// ShardCount is what one shard decided in a run.
+type ShardCount struct {
+	Intents, Updates int
 }
 
 // Latency summarizes a set of durations.
@@ -251,6 +267,10 @@ type Result struct {
 	// measurement gets its decision, but a rejected one is not tried
 	// again).
 	Duration time.Duration
+
+	// PerShard is, when Config.Shards is set, each shard's intents and
+	// updates, by shard.
+	PerShard map[string]ShardCount `json:",omitempty"`
 
 	Intents          int     // intents decided (each try of an update counts)
 	Updates          int     // updates applied: applied applies and sets, committed commits

@@ -39,6 +39,7 @@ type agent struct {
 	rng      *rand.Rand
 	zipf     *rand.Zipf
 	keys     []string // the shared keys, or nil
+	shard    int      // the index of its shard in Config.Shards
 	own      string   // its own path, with no shared keys
 	deadline time.Time
 	st       agentStats
@@ -50,28 +51,44 @@ type agent struct {
 // coordinated runs the agents against the coordinator for the duration,
 // then checks the keys they wrote.
 func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string, res *Result) error {
-	subj := intents.Subjects{Prefix: cfg.Prefix}
-	base := "bench" + run
-	var keys []string
-	for k := range cfg.Keys {
-		keys = append(keys, base+".k"+strconv.Itoa(k))
+	base := intents.Subjects{Prefix: cfg.Prefix}
+	shards := cfg.Shards
+	if len(shards) == 0 {
+		shards = []string{intents.DefaultShard}
 	}
-	res.OwnPaths = len(keys) == 0
+	// Each shard's board, subjects and shared keys.
+	boards := make([]string, len(shards))
+	subjs := make([]intents.Subjects, len(shards))
+	keys := make([][]string, len(shards))
+	for j, sh := range shards {
+		boards[j], subjs[j] = "bench"+run, base.Shard(sh)
+		if len(cfg.Shards) > 0 {
+			boards[j] += "-" + sh
+			if err := moveBoard(ctx, conns[0], base, boards[j], sh); err != nil {
+				return err
+			}
+		}
+		for k := range cfg.Keys {
+			keys[j] = append(keys[j], boards[j]+".k"+strconv.Itoa(k))
+		}
+	}
+	res.OwnPaths = cfg.Keys == 0
 	agents := make([]*agent, len(conns))
 	for i, nc := range conns {
+		j := i % len(shards)
 		name := "bench-" + run + "-" + strconv.Itoa(i)
-		tx, err := newSubmitter(cfg, nc, subj, name)
+		tx, err := newSubmitter(cfg, nc, subjs[j], name)
 		if err != nil {
 			return err
 		}
 		defer tx.close()
-		a := &agent{cfg: cfg, name: name, nc: nc, subj: subj, tx: tx, keys: keys,
+		a := &agent{cfg: cfg, name: name, nc: nc, subj: subjs[j], tx: tx, keys: keys[j], shard: j,
 			rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
 			st:  agentStats{outcomes: map[intents.Outcome]int{}, applied: map[string]int{}}}
-		if keys == nil {
-			a.own = base + ".a" + strconv.Itoa(i)
-		} else if cfg.Skew > 1 && len(keys) > 1 {
-			a.zipf = rand.NewZipf(a.rng, cfg.Skew, 1, uint64(len(keys)-1))
+		if keys[j] == nil {
+			a.own = boards[j] + ".a" + strconv.Itoa(i)
+		} else if cfg.Skew > 1 && len(keys[j]) > 1 {
+			a.zipf = rand.NewZipf(a.rng, cfg.Skew, 1, uint64(len(keys[j])-1))
 		}
 		agents[i] = a
 	}
@@ -94,18 +111,30 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 	}
 	res.CPU = cpuPer(used, decided)
 
-	want := map[string]int{}
-	for _, k := range keys {
-		want[k] = 0
+	want := make([]map[string]int, len(shards))
+	for j := range shards {
+		want[j] = map[string]int{}
+		for _, k := range keys[j] {
+			want[j][k] = 0
+		}
 	}
 	var lats, updLats [][]time.Duration
 	for _, a := range agents {
 		s := &a.st
 		if a.own != "" {
-			want[a.own] = 0
+			want[a.shard][a.own] = 0
 		}
 		for k, n := range s.applied {
-			want[k] += n
+			want[a.shard][k] += n
+		}
+		if len(cfg.Shards) > 0 {
+			if res.PerShard == nil {
+				res.PerShard = map[string]ShardCount{}
+			}
+			c := res.PerShard[shards[a.shard]]
+			c.Intents += s.intents
+			c.Updates += s.updates
+			res.PerShard[shards[a.shard]] = c
 		}
 		lats = append(lats, s.lat)
 		updLats = append(updLats, s.updLat)
@@ -124,7 +153,10 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 		}
 	}
 	if res.OwnPaths {
-		res.Keys = len(want)
+		res.Keys = 0
+		for _, w := range want {
+			res.Keys += len(w)
+		}
 	}
 	res.Latency = summarize(slices.Concat(lats...))
 	res.UpdateLatency = summarize(slices.Concat(updLats...))
@@ -139,9 +171,41 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 	// Each write of these workloads adds one to its key's value, or (apply
 	// on an agent's own path) sets it to the agent's count of them so far.
 	values := cfg.Workload != WorkloadApply || (res.OwnPaths && cfg.ProposeRatio == 0)
-	var err error
-	res.Checked, res.Mismatches, res.Lost, err = check(ctx, conns[0], subj, want, values)
-	return err
+	for j := range shards {
+		checked, bad, lost, err := check(ctx, conns[0], subjs[j], want[j], values)
+		if err != nil {
+			return err
+		}
+		res.Checked += checked
+		res.Mismatches = append(res.Mismatches, bad...)
+		res.Lost += lost
+	}
+	return nil
+}
+
+// moveBoard gives board, which no one wrote yet, to shard, as coagent
+// shards assign does.
+func moveBoard(ctx context.Context, nc *nats.Conn, base intents.Subjects, board, shard string) error {
+	if shard == intents.DefaultShard {
+		return nil
+	}
+	ask := func(subject string, req intents.HandoffRequest, out *intents.HandoffReply) error {
+		body, _ := json.Marshal(req)
+		m, err := nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			return fmt.Errorf("loadgen: %s: %w", subject, err)
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return fmt.Errorf("loadgen: %s: %s: %s", subject, code, m.Header.Get("Nats-Service-Error"))
+		}
+		return json.Unmarshal(m.Data, out)
+	}
+	var rel, adopted intents.HandoffReply
+	if err := ask(base.API(intents.APIShardRelease), intents.HandoffRequest{Board: board, Shard: shard}, &rel); err != nil {
+		return err
+	}
+	return ask(base.Shard(shard).API(intents.APIShardAdopt), intents.HandoffRequest{Board: board, Shard: intents.DefaultShard,
+		From: rel.Handoff, Seq: rel.Seq}, &adopted)
 }
 
 // run sends the workload's updates until the deadline; the intent under

@@ -227,7 +227,11 @@ func (c *failoverCluster) coord(name string) *coordProc {
 
 // status runs `coagent status -o json` through the node at url.
 func (c *failoverCluster) status(url string) (coordinator.ClusterStatus, error) {
-	p := runBin(c.t, nil, "", "status", "--nats", url, "-o", "json", "--wait", "500ms")
+	args := []string{"status", "--nats", url, "-o", "json", "--wait", "500ms"}
+	if i := slices.Index(c.coordArgs, "--shard"); i >= 0 && i+1 < len(c.coordArgs) {
+		args = append(args, "--shard", c.coordArgs[i+1]) // the coordinators' shard
+	}
+	p := runBin(c.t, nil, "", args...)
 	var st coordinator.ClusterStatus
 	if p.status != 0 {
 		return st, fmt.Errorf("status through %s: exit %d: %s", url, p.status, strings.TrimSpace(p.stderr))

@@ -10,8 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -104,4 +109,98 @@ func TestShardsCommands(t *testing.T) {
 	// And back: the default shard has it again, at the version s2 left.
 	run(0, `^board report: moved from shard s2 to shard default`, "shards", "move", "report", "default")
 	run(0, `"Q4"`, "get", "report.title", "-o", "json")
+}
+
+// TestShardFailover: shard s2 is a cluster of two coordinator processes
+// and owns report; the default shard, one coordinator, owns tasks. The
+// active coordinator of s2 is SIGKILLed under load: the default shard
+// decides tasks all along, s2's standby takes over report, and every
+// increment an agent was told was applied is in the state exactly once.
+func TestShardFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 NATS nodes and 3 coordinators as processes")
+	}
+	c := startFailoverCluster(t, 2, "--shard", "s2")
+	urls := strings.Join(c.urls, ",")
+	def := &coordProc{name: "d1", data: filepath.Join(c.dir, "d1"), args: []string{"serve", "--nats", urls, "--name", "d1",
+		"--replicas", "3", "--lease-ttl", leaseTTL.String(), "--data", filepath.Join(c.dir, "d1"), "-v"}}
+	def.launch(t)
+	def.await(t)
+	t.Cleanup(func() { def.n.kill(t) })
+	select {
+	case <-def.active:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the default shard's coordinator is not active; stderr:\n%s", def.n.stderr.String())
+	}
+	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls); p.status != 0 {
+		t.Fatalf("shards assign: %+v", p)
+	}
+
+	// One agent a board, each incrementing its counter until told to stop;
+	// an increment that got no decision in time is sent again, same id.
+	var mu sync.Mutex
+	applied := map[string]int{}
+	var last [2]atomic.Int64 // when each board last had an increment applied
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, board := range []string{"tasks", "report"} {
+		cl := c.connectAgent("w-" + board)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				d, err := cl.Apply(ctx, intents.Apply("count").Incr(board+".n", 1))
+				cancel()
+				if err != nil || d.Outcome != intents.OutcomeApplied {
+					t.Errorf("incr of %s: %+v %v", board, d, err)
+					return
+				}
+				mu.Lock()
+				applied[board]++
+				mu.Unlock()
+				last[i].Store(time.Now().UnixNano())
+			}
+		})
+	}
+	count := func(board string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return applied[board]
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		natstest.CheckFor(t, 30*time.Second, what, func() error {
+			if !cond() {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	waitFor("increments on both boards", func() bool { return count("tasks") > 20 && count("report") > 20 })
+	victim := c.activeCoord(15 * time.Second)
+	killed := time.Now()
+	victim.n.kill(t)
+	tasksAt, reportAt := count("tasks"), count("report")
+	// The default shard goes on deciding while s2 has no active coordinator.
+	waitFor("tasks decided while s2 fails over", func() bool { return count("tasks") > tasksAt+20 })
+	waitFor("report decided again on s2", func() bool { return last[1].Load() > killed.UnixNano() })
+	back := time.Unix(0, last[1].Load()).Sub(killed)
+	waitFor("report decided on s2", func() bool { return count("report") > reportAt+20 })
+	next := c.activeCoord(15 * time.Second)
+	t.Logf("s2's %s killed; %s active; report applied again %s after, tasks all along", victim.name, next.name, back.Round(time.Millisecond))
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for _, board := range []string{"tasks", "report"} {
+		p := runBin(t, nil, "", "get", board+".n", "--nats", urls, "-o", "json")
+		if p.status != 0 || !strings.Contains(p.stdout, fmt.Sprintf(`"value": %d`, count(board))) && !strings.Contains(p.stdout, fmt.Sprintf(`"value":%d`, count(board))) {
+			t.Fatalf("%s.n after %d increments applied: %+v", board, count(board), p)
+		}
+	}
 }

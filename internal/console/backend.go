@@ -229,9 +229,22 @@ func (b *backend) overview(ctx context.Context, _ *http.Request) (any, error) {
 	if err := b.request(ctx, intents.APIRulesGet, struct{}{}, &rules); err != nil {
 		return nil, err
 	}
+	info := b.shardInfo(ctx)
 	return map[string]any{"rev": st.Rev, "prefix": b.subj.Prefix, "now": b.cfg.Now(), "txns": len(txns.Txns),
 		"waiters": len(w), "arbiter_queue": len(queue.Cases), "dead_letters": len(dead.Cases),
-		"rules": map[string]any{"hash": rules["hash"], "source": rules["source"]}}, nil
+		"rules": map[string]any{"hash": rules["hash"], "source": rules["source"]},
+		"shard": info.Shard, "owners": info.Owners}, nil
+}
+
+// shardInfo is the shard of the coordinator the console reads, and the
+// boards its log gave away or took (docs/sharding.md); the default shard
+// and none from a coordinator that does not say.
+func (b *backend) shardInfo(ctx context.Context) intents.ShardInfo {
+	info := intents.ShardInfo{Shard: intents.DefaultShard}
+	if err := b.request(ctx, intents.APIShardInfo, struct{}{}, &info); err != nil {
+		return intents.ShardInfo{Shard: intents.DefaultShard}
+	}
+	return info
 }
 
 // value is the live state.get of one path: what the coordinator answers
@@ -302,7 +315,8 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 		return nil, &httpError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
 			"rev %d is more than %d changes into the log; `coagent replay --until %d` rebuilds it", until, stateFoldPages*logPageMax, until)}
 	}
-	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": f.tree.Export(), "redacted": f.redactedPaths()}, nil
+	return map[string]any{"rev": until, "head": head.Rev, "latest": rev == 0, "nodes": f.tree.Export(), "redacted": f.redactedPaths(),
+		"shard": b.shardInfo(ctx)}, nil
 }
 
 // folder folds the log's change events into a tree as the console's

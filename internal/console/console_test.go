@@ -322,3 +322,42 @@ func TestWhatIfEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// The console says which shard it reads, and which boards another shard
+// decides; the value of one of those is read from its shard.
+func TestConsoleShards(t *testing.T) {
+	w := newWorld(t)
+	w.apply(w.w1, intents.Apply("title").Set("report.title", "Q3"))
+	s2 := coordtest.Start(t, w.ns, coordinator.Options{Prefix: intents.Subjects{}.Shard("s2").Prefix, Shard: "s2"})
+	ctx := context.Background()
+	rel, err := w.svc.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffRelease, Board: "report", Shard: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffAdopt, Board: "report", Shard: intents.DefaultShard,
+		Seq: rel.Seq, Nodes: rel.Handoff.Nodes}); err != nil {
+		t.Fatal(err)
+	}
+	var o struct {
+		Shard  string            `json:"shard"`
+		Owners map[string]string `json:"owners"`
+	}
+	if w.get("/api/overview", &o); o.Shard != intents.DefaultShard || o.Owners["report"] != "s2" {
+		t.Fatalf("overview: %+v", o)
+	}
+	var st struct {
+		Shard intents.ShardInfo `json:"shard"`
+	}
+	if w.get("/api/state", &st); st.Shard.Owners["report"] != "s2" {
+		t.Fatalf("state: %+v", st)
+	}
+	var v struct {
+		Entry struct {
+			Exists bool            `json:"exists"`
+			Value  json.RawMessage `json:"value"`
+		} `json:"entry"`
+	}
+	if w.get("/api/value?path=report.title", &v); !v.Entry.Exists || string(v.Entry.Value) != `"Q3"` {
+		t.Fatalf("report.title through the console: %+v", v)
+	}
+}

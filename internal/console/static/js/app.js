@@ -37,6 +37,12 @@ async function summary() {
   const items = [item('rev', o.rev, '#state'), item('in flight', o.txns, '#txns'), item('waiting', o.waiters, '#waiters'),
     item('arbiter queue', o.arbiter_queue, '#arbiter'), item('dead letters', o.dead_letters, '#arbiter')];
   if (o.rules && o.rules.hash) items.push(h('span', 'rules ', h('b', String(o.rules.hash).slice(0, 12))));
+  // A sharded deployment: this coordinator's shard, and where its boards went.
+  const away = Object.entries(o.owners || {}).filter(([, s]) => s !== o.shard);
+  if (o.shard && (o.shard !== 'default' || away.length)) {
+    items.push(h('span#shard', { title: away.map(([b, s]) => `${b} → shard ${s}`).join('\n') }, 'shard ', h('b', o.shard),
+      away.length ? ` (${away.length} board${away.length === 1 ? '' : 's'} elsewhere)` : ''));
+  }
   // An open case waiting for this person shows from every view.
   const me = await whoami();
   if (me.agent && !me.read_only) {

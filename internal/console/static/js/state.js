@@ -49,6 +49,12 @@ export default function stateView(root, arg) {
       kids.get(parent).push(n);
     }
     const byPath = new Map(data.nodes.map((n) => [n.path, n]));
+    // The boards another shard decides (docs/sharding.md).
+    const shard = data.shard || {};
+    const elsewhere = (board) => {
+      const s = (shard.owners || {})[board];
+      return s && s !== shard.shard ? s : '';
+    };
     // Paths whose values the readers rules keep from the console: folded
     // as null, shown as what they are.
     const redacted = new Set(data.redacted || []);
@@ -63,6 +69,7 @@ export default function stateView(root, arg) {
           h('div.row', { onclick: () => { select(n.path); } },
             h('span.toggle', { onclick: (e) => { e.stopPropagation(); toggle(n.path); } }, sub ? (collapsed.has(n.path) ? '▸' : '▾') : ''),
             h('span.key', key),
+            !parent && elsewhere(n.path) ? h('span.shard.muted', { title: 'this board is decided by another shard: its value here is what it left' }, ` on shard ${elsewhere(n.path)}`) : null,
             redacted.has(n.path) ? h('span.val.muted', { title: 'kept from this console by the readers rules' }, 'redacted')
               : n.kind === 'leaf' ? h('span.val', value(n)) : n.kind === 'absent' ? h('span.val.muted', 'deleted') : null,
             h('span.meta', h('span.ver', 'v' + n.version), ' · ', h('span.modrev', 'mod_rev ' + n.mod_rev))),

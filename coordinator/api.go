@@ -473,6 +473,9 @@ func (s *Service) handleDecisionGet(req micro.Request) {
 			return
 		}
 		if v := s.viewerOf(req.Reply()); d == nil || !v.all && d.Agent != v.Agent {
+			if d == nil && s.forwardDecisionGet(req) {
+				return // another shard may have decided it
+			}
 			replyErrorLater(req, codeNotFound, "decision.get: no decision recorded for intent %s", body.Intent)
 			return
 		}

@@ -181,6 +181,12 @@ func (s *Service) decide(batch []input) {
 				o.intents--
 				continue
 			}
+			if s.routing.Load() != nil && in.sub.lane == "" && s.forwardTxn(in.sub) {
+				// Another shard's transaction: its owner answers.
+				in.sub.release()
+				o.intents--
+				continue
+			}
 			d := s.core.Decide(now, input, ViaAPI)
 			in.sub.id, in.sub.own = d.ID, d.Own
 			o.submits = append(o.submits, in.sub)

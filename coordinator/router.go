@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -102,6 +104,84 @@ func (s *Service) setRouting() {
 		base = intents.Subjects{Prefix: strings.TrimSuffix(s.opts.Prefix, "."+e.Shard())}
 	}
 	s.routing.Store(&routing{shard: e.Shard(), base: base, owners: owners})
+}
+
+// shards are the shards r knows of: the default one, this one, and
+// every one its log names, sorted.
+func (r *routing) shards() []string {
+	set := map[string]bool{intents.DefaultShard: true, r.shard: true}
+	for _, o := range r.owners {
+		set[o] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// HeaderRing is the shards a request that names no board goes round,
+// in order, the first the coordinator that sent it round; a coordinator
+// that does not know it sends it to the one after itself, and the last
+// one answers.
+const HeaderRing = "Coagent-Ring"
+
+// around sends req's body on to the next shard of its ring (made here if
+// it has none), at the subject of that shard's subjects that subject
+// makes, and says whether it did.
+func (s *Service) around(r *routing, h micro.Headers, reply string, data []byte, subject func(intents.Subjects) string) bool {
+	var ring []string
+	if v := h.Get(HeaderRing); v != "" {
+		ring = strings.Split(v, ",")
+	} else {
+		all := r.shards()
+		i := slices.Index(all, r.shard)
+		ring = append(all[i:], all[:i]...)
+	}
+	at := slices.Index(ring, r.shard)
+	if at < 0 || at+1 >= len(ring) {
+		return false
+	}
+	to := ring[at+1]
+	m := &nats.Msg{Subject: subject(r.base.Shard(to)), Reply: reply, Data: data, Header: nats.Header{}}
+	for k, v := range h {
+		m.Header[k] = v
+	}
+	m.Header.Set(HeaderRing, strings.Join(ring, ","))
+	if err := s.nc.PublishMsg(m); err != nil {
+		return false
+	}
+	s.metrics.routed(to)
+	return true
+}
+
+// forwardTxn sends on, called on the loop, a commit, abort or renew of a
+// transaction (or a task claim's lease) this shard does not know: it
+// names no path to route it by, so it goes round the shards until one
+// knows it; the last one asked decides it (refused, as a transaction no
+// shard knows). It says whether it sent the submit on.
+func (s *Service) forwardTxn(sub *submit) bool {
+	r := s.routing.Load()
+	if r == nil || sub.req.Reply() == "" {
+		return false
+	}
+	var in struct {
+		Kind   intents.Kind            `json:"kind"`
+		Txn    string                  `json:"txn"`
+		Writes []struct{ Path string } `json:"writes"`
+	}
+	if json.Unmarshal(sub.req.Data(), &in) != nil || !in.Kind.Transactional() || in.Txn == "" ||
+		s.core.Engine().KnowsTxn(in.Txn) {
+		return false
+	}
+	return s.around(r, sub.req.Headers(), sub.req.Reply(), sub.req.Data(), func(subj intents.Subjects) string { return subj.Submit(sub.agent) })
+}
+
+// forwardDecisionGet sends a decision.get this shard has no record for
+// on to the next shard of the ring, and says whether it did: an intent's
+// id names no board, and the shard that decided it may be any.
+func (s *Service) forwardDecisionGet(req micro.Request) bool {
+	r := s.routing.Load()
+	if r == nil || req.Reply() == "" {
+		return false
+	}
+	return s.around(r, req.Headers(), req.Reply(), req.Data(), func(subj intents.Subjects) string { return subj.API(intents.APIDecisionGet) })
 }
 
 // forwardRead sends a state.get on to the shard that owns the boards of

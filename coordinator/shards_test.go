@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -189,6 +190,30 @@ func TestShardsOverNATS(t *testing.T) {
 	if err != nil || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("report through the default shard: %+v %v", d, err)
 	}
+	// A transaction granted on s2 through the default shard: its renew and
+	// abort name no path, and go round the shards to s2; so does a
+	// decision.get of an intent s2 decided.
+	pid := ulid.Make().String()
+	g, err := submit(base.Submit("w9"), fmt.Sprintf(`{"id":%q,"agent":"w9","kind":"propose","writes":[{"path":"report.t","op":"set"}]}`, pid))
+	if err != nil || g.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose on report: %+v %v", g, err)
+	}
+	for _, kind := range []string{"renew", "abort"} {
+		d, err := submit(base.Submit("w9"), fmt.Sprintf(`{"id":%q,"agent":"w9","kind":%q,"txn":%q,"fence":%d}`,
+			ulid.Make().String(), kind, g.Txn, g.Fence))
+		if want := map[string]intents.Outcome{"renew": intents.OutcomeRenewed, "abort": intents.OutcomeAborted}[kind]; err != nil || d.Outcome != want {
+			t.Fatalf("%s of s2's transaction through the default shard: %+v %v", kind, d, err)
+		}
+	}
+	m, err := nc.Request(base.API(intents.APIDecisionGet), []byte(fmt.Sprintf(`{"intent":%q}`, pid)), 10*time.Second)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" || !strings.Contains(string(m.Data), `"granted"`) {
+		t.Fatalf("decision.get of s2's intent through the default shard: %v %s %s", err, m.Header, m.Data)
+	}
+	m, err = nc.Request(base.API(intents.APIDecisionGet), []byte(fmt.Sprintf(`{"intent":%q}`, ulid.Make().String())), 10*time.Second)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "not_found" {
+		t.Fatalf("decision.get of an intent no shard decided: %v %s", err, m.Header)
+	}
+
 	// Both shards' boards: refused, by whichever shard is asked.
 	cross := fmt.Sprintf(`{"id":%q,"agent":"w9","kind":"apply","writes":[{"path":"report.x","op":"set","value":1},{"path":"tasks.x","op":"set","value":1}]}`, ulid.Make().String())
 	for _, subj := range []intents.Subjects{base, base.Shard("s2")} {

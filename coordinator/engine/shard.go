@@ -44,6 +44,17 @@ func (e *Engine) Shard() string {
 // the shard that owns it as far as this log knows.
 func (e *Engine) Owners() map[string]string { return maps.Clone(e.owners) }
 
+// KnowsTxn says whether txn is this shard's: a transaction in flight, a
+// task claim under a lease, or one that ended recently. A commit, abort
+// or renew of one it does not know may be another shard's.
+func (e *Engine) KnowsTxn(txn string) bool {
+	if e.txns[txn] != nil || e.claimIDs[txn] != "" {
+		return true
+	}
+	_, ended := e.ended.get(txn)
+	return ended
+}
+
 // owner is the shard that owns board as far as this log knows.
 func (e *Engine) owner(board string) string {
 	if o, ok := e.owners[board]; ok {

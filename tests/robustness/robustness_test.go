@@ -69,6 +69,9 @@ const (
 	// envChildNode, set, makes the child a member of a cluster of that
 	// name (cluster.Start), on the NATS URLs given.
 	envChildNode = "COAGENT_ROBUSTNESS_NODE"
+	// envChildShard, set, makes the child the coordinator of that shard
+	// (docs/sharding.md).
+	envChildShard = "COAGENT_ROBUSTNESS_SHARD"
 )
 
 // The faults a run's seed chooses among.
@@ -105,6 +108,9 @@ func TestCoordinatorChild(t *testing.T) {
 		os.Exit(3)
 	}
 	opts := coordinator.Options{AckWait: time.Second, Bugs: &planted}
+	if sh := os.Getenv(envChildShard); sh != "" {
+		opts.Prefix, opts.Shard = intents.Subjects{}.Shard(sh).Prefix, sh
+	}
 	// SIGUSR1 makes the clock jump forward (the fault clock-jump).
 	var ahead atomic.Int64
 	jump := make(chan os.Signal, 1)
@@ -214,11 +220,12 @@ type child struct {
 
 // startChild starts a coordinator process on the NATS url(s) and dir, a
 // member of a cluster if node is not "".
-func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault string) *child {
+func startChild(t *testing.T, url, dir, node string, planted bugs.Set, fault string, env ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCoordinatorChild$", "-test.timeout=10m")
 	cmd.Env = append(os.Environ(), envChildNATS+"="+url, envChildDir+"="+dir, envChildBugs+"="+planted.String(),
 		envChildNode+"="+node)
+	cmd.Env = append(cmd.Env, env...)
 	switch fault {
 	case faultPowerCut:
 		cmd.Env = append(cmd.Env, envChildLossy+"=1")
@@ -962,6 +969,10 @@ type run struct {
 	// are caught without.
 	resends bool
 	report  bool // write a failing run's history and visualization
+	// sharded: the traffic's board rb1 is shard s2's, the others the
+	// default shard's; every agent goes by request/reply to the default
+	// shard, which sends on what s2 decides.
+	sharded bool
 }
 
 // killRun runs the traffic with the faults the seed chooses against a
@@ -1066,7 +1077,7 @@ func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats
 		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: tr.subj,
 			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, pair: tr.pair, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
 		// Two agents of eight go by the intents stream.
-		a.viaStream = i >= 6
+		a.viaStream = i >= 6 && !r.sharded
 		a.decisions = make(chan *nats.Msg, 256)
 		if _, err := a.nc.ChanSubscribe(tr.subj.Decisions(a.name), a.decisions); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package agents_test
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +83,27 @@ func TestShardRouting(t *testing.T) {
 	}
 	if d := <-waited; d == nil || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("the waiting apply's final decision: %+v", d)
+	}
+
+	// A watch of report follows s2's log and feed.
+	w, err := c.Watch(ctx, "report", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var seen []string
+	for len(seen) < 3 {
+		select {
+		case ch := <-w.Changes():
+			for _, a := range ch.Writes {
+				seen = append(seen, string(a.Value))
+			}
+		case <-ctx.Done():
+			t.Fatalf("the watch of report saw %v", seen)
+		}
+	}
+	if strings.Join(seen, " ") != `"Q3" "Q4" "Q5"` {
+		t.Fatalf("the watch of report saw %v", seen)
 	}
 
 	st, err := c.Read(ctx, "report.title", "tasks.t1")

@@ -84,6 +84,8 @@ const watchHeartbeat = 5 * time.Second
 const watchQuiet = 3 * watchHeartbeat
 
 // Watch follows the commits that touch subtree ("" for the whole state)
+// on the shard that owns its board when the watch begins (the whole
+// state: the default shard's)
 // from revision from on: every change with a revision above from, each
 // once, in order, with no gaps. It first catches up from the coordinator's
 // log (log.query), then follows the change feed on COAGENT_EVENTS through
@@ -117,7 +119,8 @@ func (c *Client) Watch(ctx context.Context, subtree string, from uint64) (*Watch
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	f := &feed{c: c, subtree: subtree}
+	c.loadShards(ctx, false)
+	f := &feed{c: c, subtree: subtree, subj: c.subj.Shard(c.shardOf(subtree))}
 	for attempt := 0; ; attempt++ {
 		err := f.follow(ctx, 0)
 		if err == nil {
@@ -197,6 +200,9 @@ func retryFollow(err error) bool {
 type feed struct {
 	c       *Client
 	subtree string
+	// subj are the subjects of the shard that owns the subtree's board
+	// when the watch began: its log and its feed are read.
+	subj intents.Subjects
 
 	mu   sync.Mutex
 	cons jetstream.Consumer
@@ -221,7 +227,7 @@ func (f *feed) follow(ctx context.Context, start uint64) error {
 	if start > 0 {
 		q["start_seq"] = start
 	}
-	if err := f.c.request(ctx, intents.APIFeedFollow, q, &r); err != nil {
+	if err := f.c.requestOn(ctx, f.subj, intents.APIFeedFollow, q, &r); err != nil {
 		return err
 	}
 	cons, err := f.c.js.Consumer(ctx, r.Stream, r.Consumer)
@@ -365,7 +371,7 @@ func (c *Client) watch(ctx context.Context, subtree string, last uint64, live *f
 		if subtree != "" {
 			q["path"] = subtree
 		}
-		err := c.request(ctx, intents.APILogQuery, q, &page)
+		err := c.requestOn(ctx, live.subj, intents.APILogQuery, q, &page)
 		return page.Events, page.Next, err
 	}
 	// catchUp delivers the changes of the log after the last delivered

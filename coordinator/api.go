@@ -297,7 +297,12 @@ func (s *Service) handleStateGet(req micro.Request) {
 
 func (s *Service) handleTxnList(req micro.Request) { answerTxnList(s, s.stamp, req) }
 
-func (s *Service) handleLogQuery(req micro.Request) { answerLogQuery(s, s.stamp, req) }
+func (s *Service) handleLogQuery(req micro.Request) {
+	if s.forwardLogQuery(req) {
+		return
+	}
+	answerLogQuery(s, s.stamp, req)
+}
 
 // answerStateGet answers a state.get from r, its answer stamped with st.
 func answerStateGet(r readSource, st stamp, req micro.Request) {

@@ -118,8 +118,8 @@ func (r *routing) shards() []string {
 
 // HeaderRing is the shards a request that names no board goes round,
 // in order, the first the coordinator that sent it round; a coordinator
-// that does not know it sends it to the one after itself, and the last
-// one answers.
+// that does not know it adds the shards it knows of and the ring lacks,
+// sends it to the one after itself, and the last one answers.
 const HeaderRing = "Coagent-Ring"
 
 // around sends req's body on to the next shard of its ring (made here if
@@ -129,6 +129,13 @@ func (s *Service) around(r *routing, h micro.Headers, reply string, data []byte,
 	var ring []string
 	if v := h.Get(HeaderRing); v != "" {
 		ring = strings.Split(v, ",")
+		// A shard this one knows of and the ring's first did not (a
+		// board this one gave away) goes round too, last.
+		for _, sh := range r.shards() {
+			if !slices.Contains(ring, sh) {
+				ring = append(ring, sh)
+			}
+		}
 	} else {
 		all := r.shards()
 		i := slices.Index(all, r.shard)
@@ -189,6 +196,31 @@ func (s *Service) forwardDecisionGet(req micro.Request) bool {
 // boards are refused, naming them, since no one shard can answer them at
 // one revision (the SDK's Read asks each shard and says each one's rev).
 func (s *Service) forwardRead(req micro.Request) bool {
+	var body struct {
+		Paths []string `json:"paths"`
+	}
+	if s.routing.Load() == nil || json.Unmarshal(req.Data(), &body) != nil || len(body.Paths) == 0 {
+		return false
+	}
+	return s.forwardByPaths(req, intents.APIStateGet, body.Paths)
+}
+
+// forwardLogQuery sends a log.query of a path of another shard's board
+// on to that shard: the log of the board's changes is its log.
+func (s *Service) forwardLogQuery(req micro.Request) bool {
+	var body struct {
+		Path string `json:"path"`
+	}
+	if s.routing.Load() == nil || json.Unmarshal(req.Data(), &body) != nil || body.Path == "" {
+		return false
+	}
+	return s.forwardByPaths(req, intents.APILogQuery, []string{body.Path})
+}
+
+// forwardByPaths sends req on to endpoint of the shard that owns the
+// boards of paths, when that is another one, and says whether it did, or
+// answered the refusal of paths of two shards' boards.
+func (s *Service) forwardByPaths(req micro.Request, endpoint string, paths []string) bool {
 	r := s.routing.Load()
 	if r == nil || req.Reply() == "" {
 		return false
@@ -197,16 +229,10 @@ func (s *Service) forwardRead(req micro.Request) bool {
 	if hops >= maxHops {
 		return false
 	}
-	var body struct {
-		Paths []string `json:"paths"`
-	}
-	if json.Unmarshal(req.Data(), &body) != nil || len(body.Paths) == 0 {
-		return false
-	}
 	owners := map[string]string{}
 	var parts []string
 	to := ""
-	for _, p := range body.Paths {
+	for _, p := range paths {
 		if p == "" {
 			return false // the whole tree: this shard's part of it
 		}
@@ -226,11 +252,11 @@ func (s *Service) forwardRead(req micro.Request) bool {
 	case r.shard:
 		return false
 	case "-":
-		replyError(req, intents.ReasonOutOfScope, "state.get: the paths are of %s; a read is of one shard's boards: ask each shard (--shard), or read through the SDK, which does",
-			strings.Join(parts, " and "))
+		replyError(req, intents.ReasonOutOfScope, "%s: the paths are of %s; a read is of one shard's boards: ask each shard (--shard), or read through the SDK, which does",
+			endpoint, strings.Join(parts, " and "))
 		return true
 	}
-	m := &nats.Msg{Subject: r.base.Shard(to).API(intents.APIStateGet), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
+	m := &nats.Msg{Subject: r.base.Shard(to).API(endpoint), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
 	for k, v := range req.Headers() {
 		m.Header[k] = v
 	}

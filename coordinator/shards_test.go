@@ -214,6 +214,22 @@ func TestShardsOverNATS(t *testing.T) {
 		t.Fatalf("decision.get of an intent no shard decided: %v %s", err, m.Header)
 	}
 
+	// The log of report's changes is s2's, asked of either shard.
+	changes := func(subj intents.Subjects) int {
+		t.Helper()
+		m, err := nc.Request(subj.API(intents.APILogQuery), []byte(`{"type":"change","path":"report.n","limit":10000}`), 10*time.Second)
+		var page struct {
+			Events []*intents.Event `json:"events"`
+		}
+		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" || json.Unmarshal(m.Data, &page) != nil {
+			t.Fatalf("log.query on %s: %v %s", subj.APIGroup(), err, m.Data)
+		}
+		return len(page.Events)
+	}
+	if viaDef, onS2 := changes(base), changes(base.Shard("s2")); viaDef != onS2 || onS2 == 0 {
+		t.Fatalf("report.n's changes: %d asked of the default shard, %d of s2", viaDef, onS2)
+	}
+
 	// Both shards' boards: refused, by whichever shard is asked.
 	cross := fmt.Sprintf(`{"id":%q,"agent":"w9","kind":"apply","writes":[{"path":"report.x","op":"set","value":1},{"path":"tasks.x","op":"set","value":1}]}`, ulid.Make().String())
 	for _, subj := range []intents.Subjects{base, base.Shard("s2")} {
@@ -260,5 +276,70 @@ func TestShardRefusesAnotherShardsLog(t *testing.T) {
 	}
 	if _, err := Start(context.Background(), nc, dir, Options{}); err == nil {
 		t.Fatal("shard s2's directory served the default shard")
+	}
+}
+
+// TestThreeShards: a board moved twice, default → s2 → s3, is found from
+// the default shard by following the pointers (default says s2, s2 says
+// s3); a transaction s3 granted is renewed through the default shard,
+// round the three; a decision s3 made is found the same way; and every
+// log replays to its state.
+func TestThreeShards(t *testing.T) {
+	ns := natstest.Run(t)
+	def, _ := shardOf(t, ns, "")
+	s2, _ := shardOf(t, ns, "s2")
+	s3, _ := shardOf(t, ns, "s3")
+	nc := natstest.Connect(t, ns)
+	base := intents.Subjects{}
+	submit := func(body string) *intents.Decision {
+		t.Helper()
+		return natstest.Request[intents.Decision](t, nc, base.Submit("w1"), body)
+	}
+	apply := func(path string) *intents.Decision {
+		t.Helper()
+		return submit(fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"apply","writes":[{"path":%q,"op":"incr","value":1}]}`, ulid.Make().String(), path))
+	}
+	if d := apply("report.n"); d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("%+v", d)
+	}
+	moveBoard(t, def, s2, "report")
+	moveBoard(t, s2, s3, "report")
+	moveBoard(t, def, s2, "tasks")
+	d := apply("report.n")
+	if d.Outcome != intents.OutcomeApplied || d.Versions["report.n"] != 2 {
+		t.Fatalf("report.n through the default shard, two moves on: %+v", d)
+	}
+	if d := apply("tasks.n"); d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("tasks.n: %+v", d)
+	}
+	g := submit(fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"propose","writes":[{"path":"report.t","op":"set"}]}`, ulid.Make().String()))
+	if g.Outcome != intents.OutcomeGranted {
+		t.Fatalf("propose on report: %+v", g)
+	}
+	r := submit(fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"renew","txn":%q,"fence":%d}`, ulid.Make().String(), g.Txn, g.Fence))
+	if r.Outcome != intents.OutcomeRenewed {
+		t.Fatalf("renew through the default shard, round three shards: %+v", r)
+	}
+	m, err := nc.Request(base.API(intents.APIDecisionGet), []byte(fmt.Sprintf(`{"intent":%q}`, r.Intent)), 10*time.Second)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("decision.get of s3's renewal through the default shard: %v %s", err, m.Header)
+	}
+	for _, svc := range []*Service{def, s2, s3} {
+		live := liveHash(t, svc)
+		var folded string
+		svc.call(context.Background(), func() {
+			e, err := engine.New(engine.Config{})
+			if err == nil {
+				err = svc.core.Log().Fold(1, svc.core.Log().LastSeq(), func(ev *intents.Event) error { return e.Apply(ev) })
+			}
+			if err != nil {
+				t.Errorf("shard %s: fold: %v", shardName(svc.opts.Shard), err)
+				return
+			}
+			folded = replay.Hash(e.State())
+		})
+		if folded != live {
+			t.Errorf("shard %s: the log folds to %s, the live state is %s", shardName(svc.opts.Shard), folded, live)
+		}
 	}
 }

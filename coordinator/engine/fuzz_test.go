@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func FuzzEngine(f *testing.F) {
 		var log []*intents.Event
 		now := base
 		var grants []*intents.Decision
+		away := map[string]*intents.Handoff{} // the boards given to s2
 		next := func() byte {
 			if len(data) == 0 {
 				return 0
@@ -83,7 +85,26 @@ func FuzzEngine(f *testing.F) {
 				}
 				evs = e.Submit(now, Input{Agent: agent, Raw: data[:k]}, nil).Events
 				data = data[k:]
-			case 1: // time passes, an arbiter resolves an open case, or the rules change
+			case 1: // time passes, an arbiter resolves an open case, the rules change, or a board moves
+				if pick(6) == 0 {
+					// A board goes to shard s2, or comes back with what it
+					// took there; either is refused while something holds it.
+					board := intents.Board(fuzzPaths[pick(len(fuzzPaths))])
+					if h := away[board]; h != nil {
+						r, err := e.Adopt(now, board, "s2", 1, h.Nodes, nil)
+						if err != nil {
+							t.Fatalf("adopting board %s back: %v", board, err)
+						}
+						evs, away[board] = r.Events, nil
+						break
+					}
+					if r, _, h, err := e.Release(now, board, "s2", nil); err == nil {
+						evs, away[board] = r.Events, h
+					} else if !errors.Is(err, ErrHandoff) {
+						t.Fatalf("release of board %s: %v", board, err)
+					}
+					break
+				}
 				if pick(4) == 0 {
 					r, err := e.SetRules(now, []byte(fuzzRules[pick(len(fuzzRules))]), "fuzz", nil)
 					if err != nil {

@@ -1002,8 +1002,7 @@ func (s *Service) SetShadowRules(ctx context.Context, file []byte, mode, source 
 func (s *Service) setRules(ctx context.Context, set func() ([]*intents.Event, error)) (*intents.Rules, error) {
 	var rerr error
 	var rec *intents.Rules
-	done := make(chan struct{})
-	ok := s.call(ctx, func() {
+	if err := s.durably(ctx, func() {
 		var evs []*intents.Event
 		evs, rerr = set()
 		for _, ev := range evs {
@@ -1011,20 +1010,33 @@ func (s *Service) setRules(ctx context.Context, set func() ([]*intents.Event, er
 				rec = ev.Rules
 			}
 		}
+	}); err != nil {
+		return nil, err
+	}
+	return rec, rerr
+}
+
+// durably runs fn on the loop, which may hand the engine a call whose
+// events join the next group, and returns once that group is durable:
+// errUnavailable when the loop does not run or the log failed, ctx's
+// error when it ends first.
+func (s *Service) durably(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	if !s.call(ctx, func() {
+		fn()
 		s.flushWith(done)
-	})
-	if !ok {
-		return nil, errUnavailable
+	}) {
+		return errUnavailable
 	}
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	if s.broken.Load() {
-		return nil, errUnavailable
+		return errUnavailable
 	}
-	return rec, rerr
+	return nil
 }
 
 // Rules returns the rules in force (nil when none were ever set).

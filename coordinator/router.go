@@ -146,12 +146,7 @@ func (s *Service) around(r *routing, h micro.Headers, reply string, data []byte,
 		return false
 	}
 	to := ring[at+1]
-	m := &nats.Msg{Subject: subject(r.base.Shard(to)), Reply: reply, Data: data, Header: nats.Header{}}
-	for k, v := range h {
-		m.Header[k] = v
-	}
-	m.Header.Set(HeaderRing, strings.Join(ring, ","))
-	if err := s.nc.PublishMsg(m); err != nil {
+	if !s.sendOn(subject(r.base.Shard(to)), reply, h, data, func(m nats.Header) { m.Set(HeaderRing, strings.Join(ring, ",")) }) {
 		return false
 	}
 	s.metrics.routed(to)
@@ -256,11 +251,19 @@ func (s *Service) forwardByPaths(req micro.Request, endpoint string, paths []str
 			endpoint, strings.Join(parts, " and "))
 		return true
 	}
-	m := &nats.Msg{Subject: r.base.Shard(to).API(endpoint), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
-	for k, v := range req.Headers() {
+	return s.sendOn(r.base.Shard(to).API(endpoint), req.Reply(), req.Headers(), req.Data(),
+		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(hops+1)) })
+}
+
+// sendOn publishes a request's body and headers to subject with its own
+// reply subject, so that whoever answers there answers the client, and
+// with set's header changes.
+func (s *Service) sendOn(subject, reply string, h micro.Headers, data []byte, set func(nats.Header)) bool {
+	m := &nats.Msg{Subject: subject, Reply: reply, Data: data, Header: nats.Header{}}
+	for k, v := range h {
 		m.Header[k] = v
 	}
-	m.Header.Set(HeaderHops, strconv.Itoa(hops+1))
+	set(m.Header)
 	return s.nc.PublishMsg(m) == nil
 }
 
@@ -279,13 +282,9 @@ func (s *Service) forward(req micro.Request, agent, lane string) bool {
 	if to == "" {
 		return false
 	}
-	m := &nats.Msg{Subject: r.base.Shard(to).Submit(agent), Reply: req.Reply(), Data: req.Data(), Header: nats.Header{}}
-	for k, v := range req.Headers() {
-		m.Header[k] = v
-	}
-	m.Header.Set(HeaderHops, strconv.Itoa(hops+1))
-	if err := s.nc.PublishMsg(m); err != nil {
-		s.log.Warn("a submit for another shard was not sent on; deciding it here", "shard", to, "err", err)
+	if !s.sendOn(r.base.Shard(to).Submit(agent), req.Reply(), req.Headers(), req.Data(),
+		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(hops+1)) }) {
+		s.log.Warn("a submit for another shard was not sent on; deciding it here", "shard", to)
 		return false
 	}
 	s.metrics.routed(to)

@@ -50,22 +50,11 @@ func (c *Core) Handoff(now time.Time, h *intents.Handoff) (uint64, *intents.Hand
 func (s *Service) Handoff(ctx context.Context, h *intents.Handoff) (*intents.HandoffReply, error) {
 	var herr error
 	var reply intents.HandoffReply
-	done := make(chan struct{})
-	ok := s.call(ctx, func() {
+	if err := s.durably(ctx, func() {
 		reply.Seq, reply.Handoff, herr = s.core.Handoff(s.opts.Now(), h)
 		s.setRouting()
-		s.flushWith(done)
-	})
-	if !ok {
-		return nil, errUnavailable
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if s.broken.Load() {
-		return nil, errUnavailable
+	}); err != nil {
+		return nil, err
 	}
 	if herr != nil {
 		return nil, herr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coagent/coagent/coordinator"
 	"github.com/coagent/coagent/internal/loadgen"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 )
@@ -116,16 +117,11 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		if conn.url != "" || f.unsynced {
 			return fmt.Errorf("bench: --shards runs its own coordinators on the embedded server: no --nats, no --unsynced")
 		}
-		dir, err := os.MkdirTemp("", "coagent-bench-")
+		dir, ns, cleanup, err := benchServer()
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		ns, err := embedded("127.0.0.1:-1", filepath.Join(dir, "jetstream"))
-		if err != nil {
-			return err
-		}
-		defer ns.Shutdown()
+		defer cleanup()
 		if procs, err = startShards(ctx, f.shards, ns.ClientURL(), dir, stderr); err != nil {
 			return err
 		}
@@ -138,16 +134,11 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stderr, "bench: %d shards, each a coordinator process (coagent serve --shard) on %s (embedded NATS), data in %s\n", f.shards, cfg.URL, dir)
 	}
 	if cfg.URL == "" {
-		dir, err := os.MkdirTemp("", "coagent-bench-")
+		dir, ns, cleanup, err := benchServer()
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		ns, err := embedded("127.0.0.1:-1", filepath.Join(dir, "jetstream"))
-		if err != nil {
-			return err
-		}
-		defer ns.Shutdown()
+		defer cleanup()
 		nc, err := nats.Connect(ns.ClientURL(), nats.InProcessServer(ns))
 		if err != nil {
 			return err
@@ -195,6 +186,19 @@ func runBench(ctx context.Context, f *benchFlags, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// benchServer starts the bench's embedded server, its store in a fresh
+// directory that cleanup removes once the server is down.
+func benchServer() (dir string, ns *server.Server, cleanup func(), err error) {
+	if dir, err = os.MkdirTemp("", "coagent-bench-"); err != nil {
+		return "", nil, nil, err
+	}
+	if ns, err = embedded("127.0.0.1:-1", filepath.Join(dir, "jetstream")); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, nil, err
+	}
+	return dir, ns, func() { ns.Shutdown(); os.RemoveAll(dir) }, nil
 }
 
 func synced(unsynced bool) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -234,5 +235,24 @@ func TestBenchCluster(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestBenchShards: bench --shards 2 runs two coordinator processes, the
+// agents over both shards' boards, nothing lost, and says what each
+// coordinator decided and the CPU it took.
+func TestBenchShards(t *testing.T) {
+	p := runBin(t, nil, "", "bench", "--shards", "2", "--workload", "incr", "--agents", "4", "--keys", "2", "--duration", "300ms", "--redis", "off")
+	if p.status != 0 {
+		t.Fatalf("bench --shards 2: %+v", p)
+	}
+	for _, want := range []string{"check: each of 4 keys holds exactly the updates applied to it", "2 shards, each its own coordinator process",
+		"shard default ", "shard s2 ", "projection, one machine a shard"} {
+		if !strings.Contains(p.stdout, want) {
+			t.Errorf("bench --shards 2 does not say %q:\n%s", want, p.stdout)
+		}
+	}
+	if !regexp.MustCompile(`shard s2 +[1-9]\d* intents`).MatchString(p.stdout) {
+		t.Errorf("shard s2 decided nothing:\n%s", p.stdout)
 	}
 }

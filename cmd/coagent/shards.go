@@ -33,6 +33,7 @@ func newShardsCmd(e *env) *cobra.Command {
 	}
 	out.register(list.Flags(), true)
 	var replicas int
+	var wait time.Duration
 	move := func(use, short string, fresh bool) *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   use + " BOARD SHARD",
@@ -45,9 +46,10 @@ func newShardsCmd(e *env) *cobra.Command {
 				if err := intents.CheckShard(args[1]); err != nil && args[1] != intents.DefaultShard {
 					return usagef(c, "%v", err)
 				}
-				return runShardsMove(c.Context(), &conn, args[0], args[1], fresh, replicas, e.stdout)
+				return runShardsMove(c.Context(), &conn, args[0], args[1], fresh, replicas, wait, e.stdout)
 			},
 		}
+		cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to ask again while a transaction, a waiting intent or a task's claim holds the board where it is")
 		cmd.Flags().IntVar(&replicas, "replicas", 0, "the shard map bucket's replicas when this makes it (default: those of the default shard's intents stream)")
 		return cmd
 	}
@@ -188,13 +190,13 @@ func runShardsList(ctx context.Context, conn *natsFlags, asJSON bool, stdout io.
 // runShardsMove moves board to shard to: its owner (the map's, else the
 // default shard) releases it, to adopts what the release carried, and the
 // map records the move. fresh (assign) refuses a board the map has.
-func runShardsMove(ctx context.Context, conn *natsFlags, board, to string, fresh bool, replicas int, stdout io.Writer) error {
+func runShardsMove(ctx context.Context, conn *natsFlags, board, to string, fresh bool, replicas int, wait time.Duration, stdout io.Writer) error {
 	nc, err := conn.connect("coagent shards")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+wait)
 	defer cancel()
 	base := conn.base()
 	kv, err := shardMap(ctx, nc, base, true, replicas)
@@ -215,7 +217,14 @@ func runShardsMove(ctx context.Context, conn *natsFlags, board, to string, fresh
 		return nil
 	}
 	req, _ := json.Marshal(intents.HandoffRequest{Board: board, Shard: to})
+	// What holds the board (a transaction, a waiting intent, a claim)
+	// ends in its own time: the release is asked again until wait ends.
+	deadline := time.Now().Add(wait)
 	data, err := conn.request(ctx, "coagent shards", base.Shard(from).API(intents.APIShardRelease), req)
+	for err != nil && strings.Contains(err.Error(), "once that ends") && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		data, err = conn.request(ctx, "coagent shards", base.Shard(from).API(intents.APIShardRelease), req)
+	}
 	if err != nil {
 		return fmt.Errorf("shards: shard %s releasing board %s: %w", from, board, err)
 	}

@@ -106,6 +106,27 @@ func TestShardsCommands(t *testing.T) {
 		t.Fatalf("shards list -o json: %s", p.stdout)
 	}
 	p = run(0, `(?s)shard default: every board no other shard took\n.*alone.*\n\nshard s2: boards report\n.*alone`, "status")
+	// A transaction on tasks keeps it where it is, until it ends.
+	pid := ulid.Make().String()
+	p = runBin(t, nil, fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"propose","writes":[{"path":"tasks.t2","op":"set"}]}`, pid), "submit", "-", "--nats", url, "-o", "json")
+	var g struct {
+		Txn   string `json:"txn"`
+		Fence uint64 `json:"fence"`
+	}
+	if p.status != 0 || json.Unmarshal([]byte(p.stdout), &g) != nil || g.Txn == "" {
+		t.Fatalf("propose on tasks: %+v", p)
+	}
+	p = runBin(t, nil, "", "shards", "move", "tasks", "s2", "--wait", "300ms", "--nats", url)
+	if p.status != 1 || !strings.Contains(p.stderr, "transaction "+g.Txn+" of w1 holds tasks.t2") {
+		t.Fatalf("shards move of a board a transaction holds: %+v", p)
+	}
+	abort := fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"abort","txn":%q,"fence":%d}`, ulid.Make().String(), g.Txn, g.Fence)
+	if p := runBin(t, nil, abort, "submit", "-", "--nats", url); !strings.HasPrefix(p.stdout, "aborted ") {
+		t.Fatalf("abort: %+v", p)
+	}
+	run(0, `^board tasks: moved from shard default to shard s2`, "shards", "move", "tasks", "s2")
+	run(0, `"open"`, "get", "tasks.t1", "-o", "json")
+
 	// And back: the default shard has it again, at the version s2 left.
 	run(0, `^board report: moved from shard s2 to shard default`, "shards", "move", "report", "default")
 	run(0, `"Q4"`, "get", "report.title", "-o", "json")

@@ -63,7 +63,10 @@ func newStatusCmd(e *env) *cobra.Command {
 			"  NODE  ROLE   EVENTS  LOG  LAG  SINCE\n" +
 			"  -     alone  1204    -    -    2m3s\n" +
 			"\n" +
-			"No coordinator answering is an error (exit 1); none active is said on stderr, and the status is 0.",
+			"No coordinator answering is an error (exit 1); none active is said on stderr, and the status is 0.\n" +
+			"In a deployment of several shards (docs/sharding.md), each shard's table follows a line naming it and its\n" +
+			"boards, the default shard's first; with -o json, a line each, with \"shard\" and \"boards\" besides;\n" +
+			"--shard NAME prints that shard's alone.",
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if wait <= 0 {

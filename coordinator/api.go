@@ -179,6 +179,14 @@ func (st stamp) at(rev uint64) []micro.RespondOpt {
 	return st(rev)
 }
 
+// shard returns st with the header that names the shard that answered
+// (intents.HeaderShard) besides.
+func (st stamp) shard(name string) stamp {
+	return func(rev uint64) []micro.RespondOpt {
+		return append(st.at(rev), micro.WithHeaders(micro.Headers{intents.HeaderShard: {name}}))
+	}
+}
+
 // stampOf returns the stamp of node's answers in role.
 func stampOf(node, role string) stamp {
 	return func(rev uint64) []micro.RespondOpt {

@@ -445,6 +445,10 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 			}
 		}
 	}
+	if opts.Shard != "" {
+		// A coordinator of a named shard says so on its reads' answers.
+		s.stamp = s.stamp.shard(opts.Shard)
+	}
 	s.replies = newReplies(s.pub, opts.Now)
 	// What the engine was rebuilt from, for the start's log line (read
 	// now: the loop takes snapshots once it runs).

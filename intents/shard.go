@@ -120,6 +120,12 @@ type ShardInfo struct {
 	Rev    uint64            `json:"rev"`
 }
 
+// HeaderShard names the shard that answered a read (state.get,
+// log.query, txn.list), on the answers of a coordinator started with a
+// shard's name (serve --shard); an answer without it is the default
+// shard's.
+const HeaderShard = "Coagent-Shard"
+
 // NotThisShard ends the detail of an out_of_scope refusal of an intent
 // whose boards one other shard owns: a client that routes by the shard
 // map reads its map again and sends the intent there.

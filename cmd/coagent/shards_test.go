@@ -81,6 +81,8 @@ func TestShardsCommands(t *testing.T) {
 	if !strings.Contains(p.stdout, `"version": 1`) && !strings.Contains(p.stdout, `"version":1`) {
 		t.Fatalf("report.title on s2 lost its version: %s", p.stdout)
 	}
+	// Boards of both shards: each answers at its revision.
+	run(0, `(?s)^report\.title = "Q3" \(version 1, mod_rev \d+\)\ntasks\.t1 = "open" .*\nrev \d+ \(shard default\), rev \d+ \(shard s2\)\n$`, "get", "report.title", "tasks.t1")
 	// Through the default shard, which sends both on to s2.
 	run(0, `^applied`, "put", "report.title", `"Q4"`, "--agent", "w1")
 	run(0, `"Q4"`, "get", "report.title", "-o", "json")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -95,6 +96,11 @@ func noteAnswered(conn *natsFlags, by string, stderr io.Writer) {
 
 func runState(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout, stderr io.Writer) error {
 	out, data, by, err := getState(ctx, conn, paths)
+	if err != nil && conn.shard == "" && conn.node == "" && len(intents.Boards(paths)) > 1 && strings.HasPrefix(err.Error(), "state: out_of_scope: ") {
+		// Boards of two shards: each board's paths are asked on their own,
+		// and each shard answers at its revision.
+		return runStateShards(ctx, conn, format, paths, stdout)
+	}
 	if err != nil {
 		return err
 	}
@@ -107,6 +113,52 @@ func runState(ctx context.Context, conn *natsFlags, format *output, paths []stri
 		printEntry(stdout, p, out.Values[p])
 	}
 	fmt.Fprintf(stdout, "rev %d\n", out.Rev)
+	return nil
+}
+
+// runStateShards reads paths of boards of more than one shard: a
+// state.get a board, each sent on to the board's shard, and prints each
+// shard's revision.
+func runStateShards(ctx context.Context, conn *natsFlags, format *output, paths []string, stdout io.Writer) error {
+	values := map[string]stateEntry{}
+	revs := map[string]uint64{}
+	for _, board := range intents.Boards(paths) {
+		var mine []string
+		for _, p := range paths {
+			if intents.Board(p) == board {
+				mine = append(mine, p)
+			}
+		}
+		body, _ := json.Marshal(map[string][]string{"paths": mine})
+		m := nats.NewMsg(conn.subjects().API(intents.APIStateGet))
+		m.Data = body
+		resp, err := conn.requestReply(ctx, "coagent state", m)
+		if err != nil {
+			return fmt.Errorf("state of %s: %w", board, err)
+		}
+		var out stateAnswer
+		if err := json.Unmarshal(resp.Data, &out); err != nil {
+			return fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
+		}
+		maps.Copy(values, out.Values)
+		revs[cmp.Or(resp.Header.Get(intents.HeaderShard), intents.DefaultShard)] = out.Rev
+	}
+	if format.json() {
+		b, err := json.Marshal(map[string]any{"revs": revs, "values": values})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+		return nil
+	}
+	for _, p := range paths {
+		printEntry(stdout, p, values[p])
+	}
+	var parts []string
+	for _, sh := range slices.Sorted(maps.Keys(revs)) {
+		parts = append(parts, fmt.Sprintf("rev %d (shard %s)", revs[sh], sh))
+	}
+	fmt.Fprintln(stdout, strings.Join(parts, ", "))
 	return nil
 }
 

@@ -28,8 +28,10 @@ import (
 // HeaderHops counts the coordinators a submit was routed through.
 const HeaderHops = "Coagent-Hops"
 
-// maxHops bounds them.
-const maxHops = 3
+// maxHops bounds them: a board moved this many times since the default
+// shard gave it away is still found from there; a submit bouncing
+// between the two shards of a move in progress stops there.
+const maxHops = 8
 
 // routing is what the API's goroutines route by: this shard's name, the
 // deployment's subjects (the default shard's), and the owner of each
@@ -164,9 +166,8 @@ func (s *Service) forwardTxn(sub *submit) bool {
 		return false
 	}
 	var in struct {
-		Kind   intents.Kind            `json:"kind"`
-		Txn    string                  `json:"txn"`
-		Writes []struct{ Path string } `json:"writes"`
+		Kind intents.Kind `json:"kind"`
+		Txn  string       `json:"txn"`
 	}
 	if json.Unmarshal(sub.req.Data(), &in) != nil || !in.Kind.Transactional() || in.Txn == "" ||
 		s.core.Engine().KnowsTxn(in.Txn) {

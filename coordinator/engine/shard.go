@@ -105,15 +105,20 @@ func (e *Engine) Release(now time.Time, board, to string, out []*intents.Event) 
 	case to == e.Shard():
 		return fail("board %s is shard %s's already", board, to)
 	}
+	// Timers due by now fire first: a claim's lease that ends now changes
+	// the board (its reclaim), and must be in the state the board takes.
+	e.begin(now, out)
+	e.advance()
+	refuse := func(format string, args ...any) (Ready, uint64, *intents.Handoff, error) {
+		return e.end(), 0, nil, fmt.Errorf("%w: %s", ErrHandoff, fmt.Sprintf(format, args...))
+	}
 	if what := e.holding(board); what != "" {
-		return fail("board %s: %s; release it once that ends", board, what)
+		return refuse("board %s: %s; release it once that ends", board, what)
 	}
 	nodes, err := json.Marshal(e.tree.ExportBoard(board))
 	if err != nil {
-		return fail("board %s: %v", board, err)
+		return refuse("board %s: %v", board, err)
 	}
-	e.begin(now, out)
-	e.advance()
 	h := &intents.Handoff{Kind: intents.HandoffRelease, Board: board, Shard: to, Nodes: nodes}
 	e.emit(intents.Event{Type: intents.EventBoard, Handoff: h})
 	r := e.end()

@@ -243,3 +243,38 @@ func TestShardInvariantSpanningShards(t *testing.T) {
 	}
 	w.replays()
 }
+
+// TestShardReleaseAfterTimers: a claim whose lease has ended by the time
+// of the release is reclaimed first, in the same call, and the board
+// leaves with the task given back; before then the claim keeps it.
+func TestShardReleaseAfterTimers(t *testing.T) {
+	w := newShardWorld(t)
+	r, err := w.def.SetRules(w.now(), []byte(`{"rules":[{"pattern":"tasks.*","kind":"task","lease":"1s"}]}`), "test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.keep(w.def, r.Events)
+	want(t, w.apply(w.def, "", `tasks.t1={"status":"open"}`), intents.OutcomeApplied, "", "")
+	want(t, w.apply(w.def, "state.tasks.t1.owner == nil", `tasks.t1.owner="a"`), intents.OutcomeApplied, "", "")
+	if _, _, _, err := w.def.Release(w.now(), "tasks", "s2", nil); !errors.Is(err, ErrHandoff) || !strings.Contains(err.Error(), "claimed by a") {
+		t.Fatalf("released a board with a claim under its lease: %v", err)
+	}
+	w.at += 2 * time.Second
+	rr, _, h, err := w.def.Release(w.now(), "tasks", "s2", nil)
+	if err != nil {
+		t.Fatalf("release once the lease ended: %v", err)
+	}
+	w.keep(w.def, rr.Events)
+	if n := len(rr.Events); n < 2 || rr.Events[n-1].Type != intents.EventBoard || rr.Events[0].Type == intents.EventBoard {
+		t.Fatalf("the release's events: %s", eventsJSON(rr.Events))
+	}
+	if strings.Contains(string(h.Nodes), `"path":"tasks.t1.owner","kind":"leaf"`) {
+		t.Fatalf("the board left with the ended claim's owner: %s", h.Nodes)
+	}
+	r2, err := w.s2.Adopt(w.now(), "tasks", "default", rr.Events[len(rr.Events)-1].Seq, h.Nodes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.keep(w.s2, r2.Events)
+	w.replays()
+}

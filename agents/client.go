@@ -385,7 +385,7 @@ func (c *Client) submit(ctx context.Context, in *intents.Intent, built bool) (*i
 			continue
 		}
 		if err == nil {
-			c.granted(d, shard)
+			c.granted(in, d, shard)
 			c.deliver(d)
 			if d.Outcome.Final() {
 				return d, nil

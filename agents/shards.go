@@ -154,17 +154,27 @@ func (c *Client) shardSubjects(ctx context.Context, shard string) (intents.Subje
 	return subj, flush(ctx, c.nc)
 }
 
-// granted notes the shard of a transaction the client was granted.
-func (c *Client) granted(d *intents.Decision, shard string) {
-	if d.Txn == "" || d.Outcome != intents.OutcomeGranted {
-		return
-	}
+// maxRoutes bounds how many transactions' and claims' shards a client
+// remembers: past it they are forgotten at once, and a commit, abort or
+// renew of one goes to the default shard, which sends it round the
+// shards to the one that knows it.
+const maxRoutes = 4096
+
+// granted notes the shard of the transaction or claim lease d names, for
+// the commit, abort and renew that follow, and forgets that of a
+// transaction the decision of in ended.
+func (c *Client) granted(in *intents.Intent, d *intents.Decision, shard string) {
 	c.shards.mu.Lock()
 	defer c.shards.mu.Unlock()
-	if c.shards.txns == nil {
-		c.shards.txns = map[string]string{}
+	switch {
+	case in.Kind.Transactional() && (d.Outcome == intents.OutcomeCommitted || d.Outcome == intents.OutcomeAborted):
+		delete(c.shards.txns, in.Txn)
+	case d.Txn != "" && (d.Outcome == intents.OutcomeGranted || d.Outcome == intents.OutcomeApplied):
+		if c.shards.txns == nil || len(c.shards.txns) >= maxRoutes {
+			c.shards.txns = map[string]string{}
+		}
+		c.shards.txns[d.Txn] = shard
 	}
-	c.shards.txns[d.Txn] = shard
 }
 
 // closeShards ends the subscriptions to other shards' subjects.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,8 +59,10 @@ type serveFlags struct {
 	// from --notify-secret-file.
 	notify, notifySecretFile string
 	notifySecret             []byte
-	// shard is --shard: the shard this coordinator decides.
-	shard string
+	// shard is --shard: the shard this coordinator decides, and
+	// basePrefix the deployment's prefix when it is given (the shard's
+	// own, which the coordinator serves under, is then conn.prefix).
+	shard, basePrefix string
 }
 
 // checkSync reads --sync: always, a duration, or "" for the default:
@@ -129,7 +132,8 @@ func newServeCmd(e *env) *cobra.Command {
 				}
 				// The shard's subjects, streams, lease key and log are under
 				// its own prefix from here on.
-				f.shard, f.conn.prefix, f.conn.shard = sh, f.conn.subjects().Prefix, ""
+				f.shard, f.basePrefix = sh, f.conn.prefix
+				f.conn.prefix, f.conn.shard = f.conn.subjects().Prefix, ""
 			}
 			if f.arbiterQuorum < 0 || f.arbiterQuorum > rules.MaxQuorum {
 				return usagef(c, "--arbiter-quorum %d: want 0 (the first resolution settles a case) to %d", f.arbiterQuorum, rules.MaxQuorum)
@@ -330,7 +334,9 @@ func (s *serving) startNATS() error {
 		return nil
 	}
 	cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
-		MaxPayload: coordinator.MaxWireMessage, Prefix: f.conn.prefix, Cluster: f.cluster.config(),
+		// The agents' permissions are the deployment's: every shard's
+		// subjects under the default shard's prefix.
+		MaxPayload: coordinator.MaxWireMessage, Prefix: cmp.Or(f.basePrefix, f.conn.prefix), Cluster: f.cluster.config(),
 		SyncAlways: f.syncAlways, SyncInterval: f.syncEvery}
 	if f.authOn {
 		cfg.Agents = s.reg

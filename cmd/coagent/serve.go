@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +62,15 @@ type serveFlags struct {
 	// basePrefix the deployment's prefix when it is given (the shard's
 	// own, which the coordinator serves under, is then conn.prefix).
 	shard, basePrefix string
+}
+
+// deployment is the deployment's subject prefix: the one given, before
+// --shard made the coordinator's its shard's ("" for the default).
+func (f *serveFlags) deployment() string {
+	if f.shard != "" {
+		return f.basePrefix
+	}
+	return f.conn.prefix
 }
 
 // checkSync reads --sync: always, a duration, or "" for the default:
@@ -336,7 +344,7 @@ func (s *serving) startNATS() error {
 	cfg := natsauth.ServerConfig{Listen: f.listen, Store: filepath.Join(f.data, "jetstream"),
 		// The agents' permissions are the deployment's: every shard's
 		// subjects under the default shard's prefix.
-		MaxPayload: coordinator.MaxWireMessage, Prefix: cmp.Or(f.basePrefix, f.conn.prefix), Cluster: f.cluster.config(),
+		MaxPayload: coordinator.MaxWireMessage, Prefix: f.deployment(), Cluster: f.cluster.config(),
 		SyncAlways: f.syncAlways, SyncInterval: f.syncEvery}
 	if f.authOn {
 		cfg.Agents = s.reg

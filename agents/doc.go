@@ -32,6 +32,13 @@
 // client sends the same intent again (same id) when a reply is lost, and
 // waits through interim decisions (queued, escalated) for the final one.
 //
+// In a deployment of several shards (docs/sharding.md) the client sends
+// each intent, read and watch to the shard that owns its boards, as the
+// default shard's log says where its boards went, and the commit, abort
+// and renew of a transaction or claim to the shard that granted it; an
+// intent refused as another shard's is sent again where the shards say.
+// Read of two shards' boards gives each one's revision (State.Revs).
+//
 //	c, err := agents.Connect(ctx, nc, "writer-1", agents.WithResend(5*time.Second))
 //	d, err := c.Apply(ctx, intents.Apply("claim").
 //		Set("report.sections.intro.owner", c.Name()).

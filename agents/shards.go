@@ -17,10 +17,11 @@ import (
 // the default shard's own account of the boards it gave away, each with
 // the shard it went to (its shard.info). A deployment that never moved a
 // board has none, and the client then speaks to the default shard alone,
-// as before shards. The copy is read at the first intent and again
-// whenever a coordinator refuses an intent as another shard's; a board
-// moved on since is found by the coordinators, which send an intent on to
-// the shard their log names, hop by hop.
+// as before shards. The copy is read at the first intent, again in the
+// background every shardsRecheck, and at once whenever a coordinator
+// refuses an intent as another shard's; a board moved on since is found
+// by the coordinators, which send an intent on to the shard their log
+// names, hop by hop.
 //
 // It is the default shard's log, not the map bucket that coagent shards
 // keeps for people, that the client reads: it needs no JetStream
@@ -29,7 +30,9 @@ import (
 type shards struct {
 	mu      sync.Mutex
 	boards  map[string]string // board → the shard it went to
-	checked time.Time         // when the default shard was last asked
+	first   chan struct{}     // closed once the first read ended
+	loading bool              // a read in the background is under way
+	next    time.Time         // when the copy is read again
 	subs    map[string][]*nats.Subscription
 	txns    map[string]string // transaction id → its shard, for its commit, abort and renew
 }
@@ -38,32 +41,62 @@ type shards struct {
 // another shard's (a board moved twice in a row, a move in progress).
 const maxRedirects = 8
 
-// shardsRecheck is how long a client goes on with the copy it has, unless
-// an intent is refused as another shard's.
-const shardsRecheck = 10 * time.Second
+// shardsRecheck is how long a client goes on with the copy it has before
+// it reads it again, in the background; shardsBackoff how long after a
+// read that failed (a server that forbids it, a coordinator from before
+// shards), the copy it had kept meanwhile.
+const (
+	shardsRecheck = 10 * time.Second
+	shardsBackoff = 5 * time.Minute
+)
 
-// shardsTimeout bounds the question: a coordinator that does not know
-// it (one from before shards) or a server that forbids it leaves the
-// client speaking to the default shard, as before.
+// shardsTimeout bounds a read: the default shard then takes every intent,
+// and sends on what another shard owns.
 const shardsTimeout = 2 * time.Second
 
-// loadShards asks the default shard where its boards went, unless it was
-// asked less than shardsRecheck ago and force is not set.
+// loadShards reads the copy the first time (every caller waits for that
+// read), then in the background once it is due, and at once with force.
 func (c *Client) loadShards(ctx context.Context, force bool) {
 	s := &c.shards
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !force && !s.checked.IsZero() && time.Since(s.checked) < shardsRecheck {
+	switch {
+	case s.first == nil:
+		first := make(chan struct{})
+		s.first = first
+		s.mu.Unlock()
+		c.readShards(ctx)
+		close(first)
+		return
+	case force:
+		s.mu.Unlock()
+		c.readShards(ctx)
+		return
+	case s.loading || time.Now().Before(s.next):
+		first := s.first
+		s.mu.Unlock()
+		select {
+		case <-first:
+		case <-ctx.Done():
+		}
 		return
 	}
-	s.checked = time.Now()
+	s.loading = true
+	s.mu.Unlock()
+	go c.readShards(c.closing)
+}
+
+// readShards asks the default shard where its boards went.
+func (c *Client) readShards(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, shardsTimeout)
 	defer cancel()
 	var info intents.ShardInfo
-	if err := c.requestOn(ctx, c.subj, intents.APIShardInfo, nil, &info); err != nil {
-		// Whatever the reason, the default shard then takes every intent,
-		// and sends on what another shard owns.
-		s.boards = nil
+	err := c.requestOn(ctx, c.subj, intents.APIShardInfo, nil, &info)
+	s := &c.shards
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loading = false
+	if err != nil {
+		s.next = time.Now().Add(shardsBackoff)
 		c.log.Debug("the default shard did not say where its boards went", "err", err)
 		return
 	}
@@ -73,7 +106,7 @@ func (c *Client) loadShards(ctx context.Context, force bool) {
 			boards[b] = sh
 		}
 	}
-	s.boards = boards
+	s.boards, s.next = boards, time.Now().Add(shardsRecheck)
 }
 
 // shardOf is the shard of the boards of paths, as the map says: the

@@ -421,7 +421,7 @@ func (c *Core) Commit() (*Group, error) {
 func (c *Core) group(b *eventlog.Batch, p *eventlog.Pending) *Group {
 	g := &Group{Batch: b, Decisions: c.routes, Changes: c.changes, Notices: c.notices, Live: c.live,
 		Cases: c.fx.Cases, Dead: c.fx.Dead, Settled: c.fx.Settled, Reclaimed: c.fx.Reclaimed, DeadTasks: c.fx.DeadTasks,
-		RulesChanged: c.rulesChanged, Rules: c.rules, Next: c.next, HasNext: c.hasNext, pending: p}
+		RulesChanged: c.rulesChanged, Rules: c.rules, Next: c.next, HasNext: c.hasNext, Rev: c.eng.State().Rev(), pending: p}
 	c.routes, c.fx, c.rulesChanged, c.rules = nil, engine.Effects{}, false, nil
 	c.changes, c.notices, c.live = nil, nil, nil
 	return g

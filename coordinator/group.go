@@ -61,6 +61,10 @@ type Group struct {
 	// agents' notices subjects; Live, every event but a change, out live
 	// on coagent.events.<type>.
 	Changes, Notices, Live []*intents.Event
+	// Rev is the state's revision once the group is durable: the last
+	// event that changed the state, a change or a board leaving or coming
+	// (docs/sharding.md), in this group or before it.
+	Rev uint64
 	// Cases are the arbiter cases the batch opened, for the arbiters'
 	// queue; Dead the cases whose deadline passed unresolved, for the
 	// dead-letter stream.

@@ -220,12 +220,14 @@ func (s *Service) planted() bugs.Set {
 	return *s.opts.Bugs
 }
 
-// lastChange is the revision of g's last change, 0 if it has none.
+// lastChange is the revision g leaves: its last change, or a board event
+// (Group.Rev) that changed the state since.
 func lastChange(g *Group) uint64 {
+	rev := g.Rev
 	if n := len(g.Changes); n > 0 {
-		return g.Changes[n-1].Seq
+		rev = max(rev, g.Changes[n-1].Seq)
 	}
-	return 0
+	return rev
 }
 
 // publishLive sends g's live events on coagent.events.<type> (core NATS:

@@ -297,15 +297,42 @@ func (b *backend) state(ctx context.Context, r *http.Request) (any, error) {
 			"the log was compacted: it starts at seq %d, and the console rebuilds a state from the log's changes alone; "+
 				"`coagent replay --until %d` rebuilds it from the data directory's snapshot", first[0].Seq, until)}
 	}
+	// A board that left this shard or came to it (docs/sharding.md) is a
+	// board event, not a change: they are few, read first, and folded in
+	// their place among the changes.
+	var boards []*intents.Event
+	if _, err := b.scanLog(ctx, logQuery{Type: intents.EventBoard}, stateFoldPages, func(ev *intents.Event) bool {
+		if ev.Seq > until {
+			return false
+		}
+		boards = append(boards, ev)
+		return true
+	}); err != nil {
+		return nil, err
+	}
 	f := newFolder()
 	var foldErr error
+	boardsUpTo := func(seq uint64) error {
+		for len(boards) > 0 && boards[0].Seq <= seq {
+			if err := f.board(boards[0]); err != nil {
+				return err
+			}
+			boards = boards[1:]
+		}
+		return nil
+	}
 	complete, err := b.scanLog(ctx, logQuery{Type: intents.EventChange}, stateFoldPages, func(ev *intents.Event) bool {
 		if ev.Seq > until {
 			return false
 		}
-		foldErr = f.apply(ev)
+		if foldErr = boardsUpTo(ev.Seq); foldErr == nil {
+			foldErr = f.apply(ev)
+		}
 		return foldErr == nil
 	})
+	if err == nil && foldErr == nil {
+		foldErr = boardsUpTo(until)
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -360,6 +387,33 @@ func (f *folder) apply(ev *intents.Event) error {
 	}
 	if err := f.tree.ApplyAt(ev.Seq, state.Stamp{Time: ev.Time, Agent: ev.Agent}, writes); err != nil {
 		return fmt.Errorf("fold change event %d: %w", ev.Seq, err)
+	}
+	return nil
+}
+
+// board folds ev, a board event: a board leaving the shard is deleted,
+// one coming to it takes the state its release carried.
+func (f *folder) board(ev *intents.Event) error {
+	h := ev.Handoff
+	if h == nil {
+		return fmt.Errorf("board event %d has no handoff", ev.Seq)
+	}
+	stamp := state.Stamp{Time: ev.Time, Agent: ev.Agent}
+	var err error
+	switch h.Kind {
+	case intents.HandoffRelease:
+		err = f.tree.Cut(ev.Seq, stamp, h.Board)
+	case intents.HandoffAdopt:
+		var nodes []state.Node
+		if len(h.Nodes) > 0 {
+			err = json.Unmarshal(h.Nodes, &nodes)
+		}
+		if err == nil {
+			err = f.tree.Graft(ev.Seq, stamp, h.Board, nodes)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fold board event %d: %w", ev.Seq, err)
 	}
 	return nil
 }

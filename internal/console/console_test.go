@@ -345,11 +345,48 @@ func TestConsoleShards(t *testing.T) {
 	if w.get("/api/overview", &o); o.Shard != intents.DefaultShard || o.Owners["report"] != "s2" {
 		t.Fatalf("overview: %+v", o)
 	}
+	type node struct {
+		Path  string          `json:"path"`
+		Kind  string          `json:"kind"`
+		Value json.RawMessage `json:"value"`
+	}
 	var st struct {
 		Shard intents.ShardInfo `json:"shard"`
+		Nodes []node            `json:"nodes"`
 	}
-	if w.get("/api/state", &st); st.Shard.Owners["report"] != "s2" {
+	find := func(nodes []node, path string) node {
+		for _, n := range nodes {
+			if n.Path == path {
+				return n
+			}
+		}
+		return node{}
+	}
+	// The default shard's tree has the board deleted from its release on;
+	// s2's console has it as the release carried it.
+	if w.get("/api/state", &st); st.Shard.Owners["report"] != "s2" || find(st.Nodes, "report.title").Kind != "absent" {
 		t.Fatalf("state: %+v", st)
+	}
+	h, err := console.New(console.Config{NATS: natstest.Connect(t, w.ns), Prefix: intents.Subjects{}.Shard("s2").Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var s2st struct {
+		Shard intents.ShardInfo `json:"shard"`
+		Nodes []node            `json:"nodes"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&s2st); err != nil {
+		t.Fatal(err)
+	}
+	if n := find(s2st.Nodes, "report.title"); s2st.Shard.Shard != "s2" || n.Kind != "leaf" || string(n.Value) != `"Q3"` {
+		t.Fatalf("s2's state: %+v", s2st)
 	}
 	var v struct {
 		Entry struct {

@@ -32,7 +32,7 @@ func (c *Client) Publish(ctx context.Context, in *intents.Intent) (string, error
 	}
 	ctx, stop := c.bind(ctx)
 	defer stop()
-	if err := c.publish(ctx, in.ID, raw); err != nil {
+	if err := c.publish(ctx, in, raw); err != nil {
 		if errors.Is(context.Cause(ctx), ErrClosed) {
 			return "", ErrClosed
 		}
@@ -41,11 +41,18 @@ func (c *Client) Publish(ctx context.Context, in *intents.Intent) (string, error
 	return in.ID, nil
 }
 
-// publish stores the intent on the intents stream, retrying while ctx
-// allows: the message id makes the stream keep one copy however many
+// publish stores the intent on the intents stream of the shard that owns
+// its boards, retrying while ctx allows: the message id makes the stream keep one copy however many
 // attempts reach it.
-func (c *Client) publish(ctx context.Context, id string, raw []byte) error {
-	m := nats.NewMsg(c.subj.Intents(c.name))
+func (c *Client) publish(ctx context.Context, in *intents.Intent, raw []byte) error {
+	id := in.ID
+	// The intents stream of the shard that owns its boards, whose
+	// decisions the client then listens to.
+	subj, err := c.shardSubjects(ctx, c.route(ctx, in, ""))
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(subj.Intents(c.name))
 	m.Data = raw
 	c.traceHeader(ctx, m)
 	for attempt := 0; ; attempt++ {

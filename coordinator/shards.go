@@ -43,7 +43,37 @@ func (c *Core) Handoff(now time.Time, h *intents.Handoff) (uint64, *intents.Hand
 			seq, out = ev.Seq, ev.Handoff
 		}
 	}
+	if err == nil && out == nil {
+		// A release asked again: the engine named the event that made it.
+		out, err = c.handoffAt(seq)
+	}
 	return seq, out, err
+}
+
+// handoffAt is the board event at seq: one not yet committed, or the
+// log's.
+func (c *Core) handoffAt(seq uint64) (*intents.Handoff, error) {
+	for _, ev := range c.out {
+		if ev.Seq == seq && ev.Handoff != nil {
+			return ev.Handoff, nil
+		}
+	}
+	if first := c.log.FirstSeq(); seq < first {
+		return nil, fmt.Errorf("%w: the release at event %d is compacted away (the log starts at %d); adopt it from a copy of that event",
+			engine.ErrHandoff, seq, first)
+	}
+	var h *intents.Handoff
+	err := c.log.Scan(seq, seq, func(ev *intents.Event) error {
+		h = ev.Handoff
+		return nil
+	})
+	if err == nil && h == nil {
+		err = fmt.Errorf("event %d is no board event", seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: read the release at event %d: %w", seq, err)
+	}
+	return h, nil
 }
 
 // Handoff records h (Core.Handoff) and returns once it is durable.

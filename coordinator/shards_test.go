@@ -184,6 +184,12 @@ func TestShardsOverNATS(t *testing.T) {
 	}
 	t.Logf("%d increments of report (%d refused while it moved), %d of tasks", applied[0].Load(), misrouted.Load(), applied[1].Load())
 
+	// Asked again, the release is answered from the log: the same event.
+	again, err := def.Handoff(context.Background(), &intents.Handoff{Kind: intents.HandoffRelease, Board: "report", Shard: "s2"})
+	if err != nil || again.Handoff == nil || again.Handoff.Kind != intents.HandoffRelease || again.Handoff.Board != "report" || len(again.Handoff.Nodes) == 0 {
+		t.Fatalf("the release asked again: %+v %v", again, err)
+	}
+
 	// Sent straight to the shard that gave it away, as a client with a
 	// stale map does, the intent is sent on to its owner.
 	d, err := submit(base.Submit("w9"), incr("w9", ulid.Make().String(), "report.n"))

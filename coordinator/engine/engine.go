@@ -58,11 +58,11 @@ type Engine struct {
 	claimAbove map[string]int
 
 	// The shard this log is of ("": the default shard), the owner of
-	// each board it released or adopted, and the boards it released (see
-	// shard.go).
+	// each board it released or adopted, and the event that released each
+	// board it has not taken back (see shard.go).
 	shard    string
 	owners   map[string]string
-	released map[string]released
+	released map[string]uint64
 
 	// late keeps the transactions that expired, for the planted bug
 	// skip-fence to commit; never set otherwise.

@@ -25,13 +25,6 @@ import (
 // nothing is recorded.
 var ErrHandoff = errors.New("engine: board handoff refused")
 
-// released is a board this shard gave away: to whom, and the event that
-// did it, for a release asked again.
-type released struct {
-	seq     uint64
-	handoff *intents.Handoff
-}
-
 // Shard is the name of the shard this engine's log is of.
 func (e *Engine) Shard() string {
 	if e.shard == "" {
@@ -82,8 +75,8 @@ func (e *Engine) Join(now time.Time, shard string, out []*intents.Event) (Ready,
 
 // Release gives board to shard to: from its event on, this shard refuses
 // the board's intents, and the event carries the board's state. A board
-// released to to already answers the same event again (seq and
-// handoff). Refused: a board this shard does not own, and one a
+// released to to already is answered with the seq of the event that did
+// it, and no handoff: the event is the log's to read. Refused: a board this shard does not own, and one a
 // transaction in flight, a parked intent, a claim under a lease or an
 // invariant over another board still holds here.
 func (e *Engine) Release(now time.Time, board, to string, out []*intents.Event) (Ready, uint64, *intents.Handoff, error) {
@@ -96,8 +89,8 @@ func (e *Engine) Release(now time.Time, board, to string, out []*intents.Event) 
 	if !intents.ValidSegment(board) {
 		return fail("board %q: not a path segment", board)
 	}
-	if r, ok := e.released[board]; ok && e.owner(board) == to && r.handoff.Shard == to {
-		return Ready{Events: out}, r.seq, r.handoff, nil
+	if seq, ok := e.released[board]; ok && e.owner(board) == to {
+		return Ready{Events: out}, seq, nil, nil
 	}
 	switch {
 	case !e.owns(board):
@@ -141,7 +134,11 @@ func (e *Engine) Adopt(now time.Time, board, from string, seq uint64, nodes json
 	if from == e.Shard() {
 		return fail("board %s cannot come from shard %s itself", board, from)
 	}
-	if _, err := decodeNodes(board, nodes); err != nil {
+	// Checked as the fold will graft them, on a tree of their own: a
+	// board event the engine emits must fold.
+	if ns, err := decodeNodes(board, nodes); err != nil {
+		return fail("%v", err)
+	} else if err := state.New().Graft(1, state.Stamp{}, board, ns); err != nil {
 		return fail("%v", err)
 	}
 	e.begin(now, out)
@@ -151,16 +148,13 @@ func (e *Engine) Adopt(now time.Time, board, from string, seq uint64, nodes json
 	return e.end(), nil
 }
 
+// decodeNodes reads the nodes a release carried; Tree.Graft checks them.
 func decodeNodes(board string, raw json.RawMessage) ([]state.Node, error) {
 	var nodes []state.Node
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &nodes); err != nil {
 			return nil, fmt.Errorf("board %s: nodes: %v", board, err)
 		}
-	}
-	// A graft on an empty tree checks them as the fold will.
-	if err := state.New().Graft(1, state.Stamp{}, board, nodes); err != nil {
-		return nil, err
 	}
 	return nodes, nil
 }
@@ -174,6 +168,17 @@ func (e *Engine) owns(board string) bool { return e.owner(board) == e.Shard() }
 func (e *Engine) outOfScope(paths ...[]string) string {
 	if e.owners == nil && e.shard == "" {
 		return "" // the default shard that never gave a board away
+	}
+	// Every intent of a shard passes here: the detail is made only for
+	// one that is refused.
+	mine := true
+	for _, ps := range paths {
+		for _, p := range ps {
+			mine = mine && e.owns(intents.Board(p))
+		}
+	}
+	if mine {
+		return ""
 	}
 	boards := intents.Boards(paths...)
 	var parts []string
@@ -256,9 +261,9 @@ func (e *Engine) foldHandoff(ev *intents.Event) error {
 		}
 		e.setOwner(h.Board, h.Shard)
 		if e.released == nil {
-			e.released = map[string]released{}
+			e.released = map[string]uint64{}
 		}
-		e.released[h.Board] = released{seq: ev.Seq, handoff: h}
+		e.released[h.Board] = ev.Seq
 	case intents.HandoffAdopt:
 		nodes, err := decodeNodes(h.Board, h.Nodes)
 		if err != nil {

@@ -69,16 +69,10 @@ type Snapshot struct {
 	Buckets map[string]SnapshotBucket `json:"buckets,omitempty"`
 	// Shard is the shard the log is of ("" for the default shard), Owners
 	// the owner of each board it released or adopted, and Released the
-	// events that released boards it has not taken back, by board.
-	Shard    string                      `json:"shard,omitempty"`
-	Owners   map[string]string           `json:"owners,omitempty"`
-	Released map[string]SnapshotReleased `json:"released,omitempty"`
-}
-
-// SnapshotReleased is the event that released a board.
-type SnapshotReleased struct {
-	Seq     uint64           `json:"seq"`
-	Handoff *intents.Handoff `json:"handoff"`
+	// seq of the event that released each board it has not taken back.
+	Shard    string            `json:"shard,omitempty"`
+	Owners   map[string]string `json:"owners,omitempty"`
+	Released map[string]uint64 `json:"released,omitempty"`
 }
 
 // SnapshotBucket is one agent's token bucket: its tokens as of At.
@@ -179,11 +173,8 @@ func (e *Engine) Snapshot() *Snapshot {
 		Shard:      e.shard,
 		Owners:     maps.Clone(e.owners),
 	}
-	for board, r := range e.released {
-		if s.Released == nil {
-			s.Released = map[string]SnapshotReleased{}
-		}
-		s.Released[board] = SnapshotReleased{Seq: r.seq, Handoff: r.handoff}
+	if len(e.released) > 0 {
+		s.Released = maps.Clone(e.released)
 	}
 	for agent, b := range e.buckets {
 		if s.Buckets == nil {
@@ -257,15 +248,12 @@ func (e *Engine) restore(s *Snapshot) error {
 		}
 	}
 	e.shard, e.owners = s.Shard, maps.Clone(s.Owners)
-	for board, r := range s.Released {
-		if r.Handoff == nil || r.Handoff.Board != board || r.Seq > s.Seq {
-			return fmt.Errorf("released board %q: no release event before %d", board, s.Seq)
+	for board, seq := range s.Released {
+		if seq == 0 || seq > s.Seq || !intents.ValidSegment(board) {
+			return fmt.Errorf("released board %q: at event %d, not one of the %d before", board, seq, s.Seq)
 		}
-		if e.released == nil {
-			e.released = map[string]released{}
-		}
-		e.released[board] = released{seq: r.Seq, handoff: r.Handoff}
 	}
+	e.released = maps.Clone(s.Released)
 	if s.Rules != nil {
 		if err := e.foldRules(s.Rules); err != nil {
 			return fmt.Errorf("rules: %w", err)

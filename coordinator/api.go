@@ -270,7 +270,8 @@ func (s *Service) handleSubmit(req micro.Request) {
 	}
 	// The endpoints are submit and submit.*, so the subject is one of them.
 	agent, _ := s.subj.SubmitAgent(req.Subject())
-	if s.forward(req, agent, req.Headers().Get(intents.HeaderClaimNext)) {
+	sent, txn := s.forward(req, agent, req.Headers().Get(intents.HeaderClaimNext))
+	if sent {
 		return
 	}
 	select {
@@ -279,7 +280,7 @@ func (s *Service) handleSubmit(req micro.Request) {
 		replyError(req, codeUnavailable, "coordinator: %d submits already wait for their decisions; send the same intent again later", cap(s.submits))
 		return
 	}
-	sub := &submit{req: req, agent: agent, deadline: s.opts.Now().Add(wait), release: func() { <-s.submits }}
+	sub := &submit{req: req, agent: agent, txn: txn, deadline: s.opts.Now().Add(wait), release: func() { <-s.submits }}
 	if lane := req.Headers().Get(intents.HeaderClaimNext); lane != "" {
 		if err := intents.CheckPath(lane); err != nil {
 			<-s.submits

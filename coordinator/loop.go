@@ -34,6 +34,10 @@ type submit struct {
 	// lane, when set (intents.HeaderClaimNext), makes the submit a claim
 	// of the lane's next claimable task.
 	lane string
+	// txn is the transaction a commit, abort or renew names, read only
+	// where shards route (Service.forward): one this shard does not know
+	// is sent round the shards.
+	txn string
 	// deadline is when the request stops waiting for a final decision and
 	// takes the latest interim one.
 	deadline time.Time
@@ -181,7 +185,7 @@ func (s *Service) decide(batch []input) {
 				o.intents--
 				continue
 			}
-			if s.routing.Load() != nil && in.sub.lane == "" && s.forwardTxn(in.sub) {
+			if in.sub.txn != "" && in.sub.lane == "" && s.forwardTxn(in.sub) {
 				// Another shard's transaction: its owner answers.
 				in.sub.release()
 				o.intents--

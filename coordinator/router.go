@@ -52,44 +52,40 @@ func (r *routing) owner(board string) string {
 	return intents.DefaultShard
 }
 
-// route returns the shard a submit's body should go to, "" for this one:
-// the owner of its paths' boards when that is one other shard. A body
-// that does not decode, or names no path, is decided here (and refused
-// as it deserves).
-func (r *routing) route(body []byte, lane string) string {
-	var in struct {
-		Reads  []struct{ Path string } `json:"reads"`
-		Writes []struct{ Path string } `json:"writes"`
-	}
-	if json.Unmarshal(body, &in) != nil {
-		return ""
-	}
-	to := ""
-	one := func(p string) bool {
-		o := r.owner(intents.Board(p))
-		if to != "" && o != to {
-			return false
+// target is the one other shard that owns the boards of paths, "" when
+// they are this shard's (or there are none), and, when they are of two or
+// more shards, "" and each board with its owner, for a refusal.
+func (r *routing) target(paths []string) (to string, mixed []string) {
+	owners := map[string]string{}
+	var parts []string
+	for _, p := range paths {
+		b := intents.Board(p)
+		if _, seen := owners[b]; seen {
+			continue
 		}
-		to = o
-		return true
-	}
-	if lane != "" && !one(lane) {
-		return ""
-	}
-	for _, w := range in.Writes {
-		if !one(w.Path) {
-			return ""
+		owners[b] = r.owner(b)
+		parts = append(parts, b+" (shard "+owners[b]+")")
+		if to == "" {
+			to = owners[b]
+		} else if to != owners[b] {
+			mixed = parts
 		}
 	}
-	for _, rd := range in.Reads {
-		if !one(rd.Path) {
-			return ""
-		}
+	if mixed != nil {
+		// Every board is named, not just those seen up to the second shard.
+		return "", parts
 	}
 	if to == r.shard {
-		return ""
+		return "", nil
 	}
-	return to
+	return to, nil
+}
+
+// hops is how many coordinators sent a request on so far, and whether
+// it may go one more.
+func hops(h micro.Headers) (int, bool) {
+	n, _ := strconv.Atoi(h.Get(HeaderHops))
+	return n, n < maxHops
 }
 
 // setRouting makes the API route by what the engine's log says of boards
@@ -131,6 +127,12 @@ func (s *Service) around(r *routing, h micro.Headers, reply string, data []byte,
 	var ring []string
 	if v := h.Get(HeaderRing); v != "" {
 		ring = strings.Split(v, ",")
+		// The ring names subjects this coordinator publishes on: a name
+		// that is no shard's is the sender's, and the request is answered
+		// here.
+		if slices.ContainsFunc(ring, func(sh string) bool { return sh != intents.DefaultShard && intents.CheckShard(sh) != nil }) {
+			return false
+		}
 		// A shard this one knows of and the ring's first did not (a
 		// board this one gave away) goes round too, last.
 		for _, sh := range r.shards() {
@@ -156,21 +158,13 @@ func (s *Service) around(r *routing, h micro.Headers, reply string, data []byte,
 }
 
 // forwardTxn sends on, called on the loop, a commit, abort or renew of a
-// transaction (or a task claim's lease) this shard does not know: it
-// names no path to route it by, so it goes round the shards until one
+// transaction (or a task claim's lease) this shard does not know: it may
+// name no path to route it by, so it goes round the shards until one
 // knows it; the last one asked decides it (refused, as a transaction no
 // shard knows). It says whether it sent the submit on.
 func (s *Service) forwardTxn(sub *submit) bool {
 	r := s.routing.Load()
-	if r == nil || sub.req.Reply() == "" {
-		return false
-	}
-	var in struct {
-		Kind intents.Kind `json:"kind"`
-		Txn  string       `json:"txn"`
-	}
-	if json.Unmarshal(sub.req.Data(), &in) != nil || !in.Kind.Transactional() || in.Txn == "" ||
-		s.core.Engine().KnowsTxn(in.Txn) {
+	if r == nil || sub.txn == "" || s.core.Engine().KnowsTxn(sub.txn) {
 		return false
 	}
 	return s.around(r, sub.req.Headers(), sub.req.Reply(), sub.req.Data(), func(subj intents.Subjects) string { return subj.Submit(sub.agent) })
@@ -218,42 +212,24 @@ func (s *Service) forwardLogQuery(req micro.Request) bool {
 // answered the refusal of paths of two shards' boards.
 func (s *Service) forwardByPaths(req micro.Request, endpoint string, paths []string) bool {
 	r := s.routing.Load()
-	if r == nil || req.Reply() == "" {
+	if r == nil || req.Reply() == "" || slices.Contains(paths, "") {
+		return false // nowhere to answer, or the whole tree: this shard's part of it
+	}
+	n, ok := hops(req.Headers())
+	if !ok {
 		return false
 	}
-	hops, _ := strconv.Atoi(req.Headers().Get(HeaderHops))
-	if hops >= maxHops {
-		return false
-	}
-	owners := map[string]string{}
-	var parts []string
-	to := ""
-	for _, p := range paths {
-		if p == "" {
-			return false // the whole tree: this shard's part of it
-		}
-		b := intents.Board(p)
-		if _, seen := owners[b]; seen {
-			continue
-		}
-		owners[b] = r.owner(b)
-		parts = append(parts, b+" (shard "+owners[b]+")")
-		if to == "" {
-			to = owners[b]
-		} else if to != owners[b] {
-			to = "-"
-		}
-	}
-	switch to {
-	case r.shard:
-		return false
-	case "-":
+	to, mixed := r.target(paths)
+	switch {
+	case mixed != nil:
 		replyError(req, intents.ReasonOutOfScope, "%s: the paths are of %s; a read is of one shard's boards: ask each shard (--shard), or read through the SDK, which does",
-			endpoint, strings.Join(parts, " and "))
+			endpoint, strings.Join(mixed, " and "))
 		return true
+	case to == "":
+		return false
 	}
 	return s.sendOn(r.base.Shard(to).API(endpoint), req.Reply(), req.Headers(), req.Data(),
-		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(hops+1)) })
+		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(n+1)) })
 }
 
 // sendOn publishes a request's body and headers to subject with its own
@@ -269,25 +245,47 @@ func (s *Service) sendOn(subject, reply string, h micro.Headers, data []byte, se
 }
 
 // forward sends a submit on to the shard that owns its boards, and says
-// whether it did.
-func (s *Service) forward(req micro.Request, agent, lane string) bool {
+// whether it did; else it returns the transaction a commit, abort or
+// renew names, for the loop to send round the shards if this one does not
+// know it (forwardTxn). An intent of two shards' boards is decided here:
+// refused, naming them.
+func (s *Service) forward(req micro.Request, agent, lane string) (sent bool, txn string) {
 	r := s.routing.Load()
 	if r == nil || req.Reply() == "" {
-		return false
+		return false, ""
 	}
-	hops, _ := strconv.Atoi(req.Headers().Get(HeaderHops))
-	if hops >= maxHops {
-		return false
+	n, ok := hops(req.Headers())
+	var in struct {
+		Kind   intents.Kind            `json:"kind"`
+		Txn    string                  `json:"txn"`
+		Reads  []struct{ Path string } `json:"reads"`
+		Writes []struct{ Path string } `json:"writes"`
 	}
-	to := r.route(req.Data(), lane)
+	if !ok || json.Unmarshal(req.Data(), &in) != nil {
+		return false, ""
+	}
+	if in.Kind.Transactional() {
+		txn = in.Txn
+	}
+	paths := make([]string, 0, 1+len(in.Writes)+len(in.Reads))
+	if lane != "" {
+		paths = append(paths, lane)
+	}
+	for _, w := range in.Writes {
+		paths = append(paths, w.Path)
+	}
+	for _, rd := range in.Reads {
+		paths = append(paths, rd.Path)
+	}
+	to, _ := r.target(paths)
 	if to == "" {
-		return false
+		return false, txn
 	}
 	if !s.sendOn(r.base.Shard(to).Submit(agent), req.Reply(), req.Headers(), req.Data(),
-		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(hops+1)) }) {
+		func(m nats.Header) { m.Set(HeaderHops, strconv.Itoa(n+1)) }) {
 		s.log.Warn("a submit for another shard was not sent on; deciding it here", "shard", to)
-		return false
+		return false, txn
 	}
 	s.metrics.routed(to)
-	return true
+	return true, ""
 }

@@ -219,6 +219,14 @@ func TestShardsOverNATS(t *testing.T) {
 	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "not_found" {
 		t.Fatalf("decision.get of an intent no shard decided: %v %s", err, m.Header)
 	}
+	// A ring the client wrote, naming what is no shard, is not followed:
+	// the coordinator asked answers.
+	forged := nats.NewMsg(base.API(intents.APIDecisionGet))
+	forged.Data = []byte(fmt.Sprintf(`{"intent":%q}`, ulid.Make().String()))
+	forged.Header.Set(HeaderRing, "default,api.rules.set")
+	if m, err := nc.RequestMsg(forged, 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "not_found" {
+		t.Fatalf("decision.get with a forged ring: %v %v", err, m)
+	}
 
 	// The log of report's changes is s2's, asked of either shard.
 	changes := func(subj intents.Subjects) int {

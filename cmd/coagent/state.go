@@ -72,18 +72,28 @@ type stateEntry struct {
 // getState asks state.get for paths; data is the answer as sent, by
 // who answered it (answeredBy).
 func getState(ctx context.Context, conn *natsFlags, paths []string) (out *stateAnswer, data []byte, by string, err error) {
+	out, resp, err := stateReply(ctx, conn, paths)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return out, resp.Data, answeredBy(resp.Header), nil
+}
+
+// stateReply asks state.get for paths, and returns the answer decoded and
+// as it came.
+func stateReply(ctx context.Context, conn *natsFlags, paths []string) (*stateAnswer, *nats.Msg, error) {
 	body, _ := json.Marshal(map[string][]string{"paths": paths})
 	m := nats.NewMsg(conn.readSubject(intents.APIStateGet))
 	m.Data = body
 	resp, err := conn.requestReply(ctx, "coagent state", m)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("state: %w", err)
+		return nil, nil, fmt.Errorf("state: %w", err)
 	}
-	out = &stateAnswer{}
+	out := &stateAnswer{}
 	if err := json.Unmarshal(resp.Data, out); err != nil {
-		return nil, nil, "", fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
+		return nil, nil, fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
 	}
-	return out, resp.Data, answeredBy(resp.Header), nil
+	return out, resp, nil
 }
 
 // noteAnswered says on stderr who answered a read that asked a node by
@@ -129,16 +139,9 @@ func runStateShards(ctx context.Context, conn *natsFlags, format *output, paths 
 				mine = append(mine, p)
 			}
 		}
-		body, _ := json.Marshal(map[string][]string{"paths": mine})
-		m := nats.NewMsg(conn.subjects().API(intents.APIStateGet))
-		m.Data = body
-		resp, err := conn.requestReply(ctx, "coagent state", m)
+		out, resp, err := stateReply(ctx, conn, mine)
 		if err != nil {
-			return fmt.Errorf("state of %s: %w", board, err)
-		}
-		var out stateAnswer
-		if err := json.Unmarshal(resp.Data, &out); err != nil {
-			return fmt.Errorf("state: the coordinator answered %q: %w", resp.Data, err)
+			return fmt.Errorf("%w (the paths of board %s)", err, board)
 		}
 		maps.Copy(values, out.Values)
 		revs[cmp.Or(resp.Header.Get(intents.HeaderShard), intents.DefaultShard)] = out.Rev

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -222,4 +223,36 @@ func (c *Client) closeShards() error {
 	}
 	c.shards.subs = nil
 	return errors.Join(errs...)
+}
+
+// MoveBoard moves board, with its state and versions, from shard from to
+// shard to of the deployment whose default shard speaks under subj, as
+// `coagent shards move` does (docs/sharding.md): from releases it, then
+// to adopts what the release carried. It answers the adoption. Under auth
+// it takes an agent with the role admin. It leaves the map bucket that
+// clients route by as it is: coagent shards move writes it.
+func MoveBoard(ctx context.Context, nc *nats.Conn, subj intents.Subjects, board, from, to string) (*intents.HandoffReply, error) {
+	ask := func(subject string, req intents.HandoffRequest) (*intents.HandoffReply, error) {
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		m, err := nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			return nil, fmt.Errorf("agents: %s: %w", subject, err)
+		}
+		if err := apiError(m); err != nil {
+			return nil, err
+		}
+		var out intents.HandoffReply
+		if err := json.Unmarshal(m.Data, &out); err != nil || out.Handoff == nil {
+			return nil, fmt.Errorf("agents: %s answered %q: %v", subject, intents.Clip(string(m.Data), 200), err)
+		}
+		return &out, nil
+	}
+	rel, err := ask(subj.Shard(from).API(intents.APIShardRelease), intents.HandoffRequest{Board: board, Shard: to})
+	if err != nil {
+		return nil, err
+	}
+	return ask(subj.Shard(to).API(intents.APIShardAdopt), intents.HandoffRequest{Board: board, Shard: from, From: rel.Handoff, Seq: rel.Seq})
 }

@@ -2,6 +2,7 @@ package agents_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,13 +30,16 @@ func TestShardRouting(t *testing.T) {
 		coordinator.Options{Prefix: intents.Subjects{}.Shard("s2").Prefix, Shard: "s2"})
 
 	// report moves to s2, as coagent shards assign does.
-	rel, err := def.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffRelease, Board: "report", Shard: "s2"})
-	if err != nil {
-		t.Fatal(err)
+	adopted, err := agents.MoveBoard(ctx, natstest.Connect(t, ns), intents.Subjects{}, "report", intents.DefaultShard, "s2")
+	if err != nil || adopted.Handoff.Kind != intents.HandoffAdopt || adopted.Handoff.Board != "report" {
+		t.Fatalf("MoveBoard: %+v %v", adopted, err)
 	}
-	if _, err := s2.Handoff(ctx, &intents.Handoff{Kind: intents.HandoffAdopt, Board: "report", Shard: intents.DefaultShard,
-		Seq: rel.Seq, Nodes: rel.Handoff.Nodes}); err != nil {
-		t.Fatal(err)
+	// Again: the release is answered as before, and s2 refuses to adopt
+	// what it owns.
+	var api *agents.APIError
+	if _, err := agents.MoveBoard(ctx, natstest.Connect(t, ns), intents.Subjects{}, "report", intents.DefaultShard, "s2"); !errors.As(err, &api) ||
+		api.Code != string(intents.ReasonOutOfScope) || !strings.Contains(api.Description, "shard.adopt") {
+		t.Fatalf("report moved twice from the default shard: %v", err)
 	}
 	nc := natstest.Connect(t, ns)
 	c, err := agents.Connect(ctx, nc, "w1")

@@ -2,7 +2,6 @@ package robustness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -132,25 +132,12 @@ func prefixed(what string, err error) error {
 // both coordinators answer.
 func moveBoard(t *testing.T, nc *nats.Conn, board, shard string) {
 	t.Helper()
-	base := intents.Subjects{}
-	ask := func(subject string, req intents.HandoffRequest) intents.HandoffReply {
-		t.Helper()
-		body, _ := json.Marshal(req)
-		var out intents.HandoffReply
-		natstest.CheckFor(t, 30*time.Second, subject, func() error {
-			m, err := nc.Request(subject, body, requestTimeout)
-			if err != nil {
-				return err
-			}
-			if code := apiError(m); code != "" {
-				return fmt.Errorf("%s: %s %s", subject, code, m.Header.Get("Nats-Service-Error"))
-			}
-			return json.Unmarshal(m.Data, &out)
-		})
-		return out
-	}
-	rel := ask(base.API(intents.APIShardRelease), intents.HandoffRequest{Board: board, Shard: shard})
-	ask(base.Shard(shard).API(intents.APIShardAdopt), intents.HandoffRequest{Board: board, Shard: intents.DefaultShard, From: rel.Handoff, Seq: rel.Seq})
+	natstest.CheckFor(t, 30*time.Second, "board "+board+" to shard "+shard, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		_, err := agents.MoveBoard(ctx, nc, intents.Subjects{}, board, intents.DefaultShard, shard)
+		return err
+	})
 }
 
 // setRulesOn puts rulesFile in force on the coordinator of subj.

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coagent/coagent/agents"
 	"github.com/coagent/coagent/intents"
 	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
@@ -65,12 +64,8 @@ func coordinated(ctx context.Context, cfg Config, conns []*nats.Conn, run string
 		boards[j], subjs[j] = "bench"+run, base.Shard(sh)
 		if len(cfg.Shards) > 0 {
 			boards[j] += "-" + sh
-			// A board of the run's own, which no one wrote yet, as
-			// coagent shards assign gives it.
-			if sh != intents.DefaultShard {
-				if _, err := agents.MoveBoard(ctx, conns[0], base, boards[j], intents.DefaultShard, sh); err != nil {
-					return fmt.Errorf("loadgen: board %s to shard %s: %w", boards[j], sh, err)
-				}
+			if err := moveBoard(ctx, conns[0], base, boards[j], sh); err != nil {
+				return err
 			}
 		}
 		for k := range cfg.Keys {
@@ -429,4 +424,30 @@ func pause(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// moveBoard gives board, which no one wrote yet, to shard, as coagent
+// shards assign does; on the wire itself, as the rest of the load
+// generator speaks, not through agents.MoveBoard.
+func moveBoard(ctx context.Context, nc *nats.Conn, base intents.Subjects, board, shard string) error {
+	if shard == intents.DefaultShard {
+		return nil
+	}
+	ask := func(subject string, req intents.HandoffRequest, out *intents.HandoffReply) error {
+		body, _ := json.Marshal(req)
+		m, err := nc.RequestWithContext(ctx, subject, body)
+		if err != nil {
+			return fmt.Errorf("loadgen: %s: %w", subject, err)
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return fmt.Errorf("loadgen: %s: %s: %s", subject, code, m.Header.Get("Nats-Service-Error"))
+		}
+		return json.Unmarshal(m.Data, out)
+	}
+	var rel, adopted intents.HandoffReply
+	if err := ask(base.API(intents.APIShardRelease), intents.HandoffRequest{Board: board, Shard: shard}, &rel); err != nil {
+		return err
+	}
+	return ask(base.Shard(shard).API(intents.APIShardAdopt), intents.HandoffRequest{Board: board, Shard: intents.DefaultShard,
+		From: rel.Handoff, Seq: rel.Seq}, &adopted)
 }

@@ -114,8 +114,9 @@ import (
 // type's payload, code 13) and Gate (Wait.Gate, only beside a Wait) bits 4
 // and 5, by the same rule, and Panel bit 6. Bit 7 says a third mask byte
 // follows: Shadow (the shadow type's payload, code 14) took its bit 0, and
-// Rules' shadow file its bit 1, and Handoff (the board type's payload,
-// code 15) its bit 2. A record without them has no third byte
+// Rules' shadow file its bit 1, Handoff (the board type's payload,
+// code 15) its bit 2, and XShard (the xshard type's payload, code 16) its
+// bit 3. A record without them has no third byte
 // and decodes as before; a binary from before them rejects one as
 // ErrCorrupt ("payload mask: unknown bits 0x80").
 //
@@ -180,6 +181,7 @@ const (
 	hasShadow      byte = 1 << iota // Shadow, the shadow type's payload
 	hasRulesShadow                  // Rules.Shadow, ShadowHash and ShadowMode, with Rules only
 	hasHandoff                      // Handoff, the board type's payload
+	hasXShard                       // XShard, the xshard type's payload
 
 	mask3All = 1<<iota - 1
 )
@@ -213,6 +215,7 @@ var (
 		intents.EventVote,    // 13; its payload needs SchemaVersion2
 		intents.EventShadow,  // 14; its payload needs SchemaVersion2 and a third mask byte
 		intents.EventBoard,   // 15; as the shadow type
+		intents.EventXShard,  // 16; as the shadow type
 	}
 
 	kindTags       = []string{"", "apply", "propose", "commit", "abort", "renew"}
@@ -279,6 +282,9 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 	}
 	if ev.Handoff != nil {
 		mask3 |= hasHandoff
+	}
+	if ev.XShard != nil {
+		mask3 |= hasXShard
 	}
 	if mask3 != 0 {
 		mask2 |= hasMask3
@@ -447,6 +453,16 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 		dst = appendString(dst, p.Shard)
 		dst = appendRaw(dst, p.Nodes)
 		dst = binary.AppendUvarint(dst, p.Seq)
+	}
+	if p := ev.XShard; p != nil {
+		dst = appendString(dst, p.Phase)
+		dst = appendString(dst, p.Intent)
+		dst = appendString(dst, p.Coord)
+		dst = appendCount(dst, len(p.Parts), p.Parts == nil)
+		for _, part := range p.Parts {
+			dst = appendString(dst, part.Shard)
+			dst = appendIntentPtr(dst, part.Intent)
+		}
 	}
 	return dst
 }
@@ -939,6 +955,22 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 		p.Nodes = r.raw("nodes")
 		p.Seq = r.uvarint("seq")
 		ev.Handoff = p
+	}
+	if mask3&hasXShard != 0 {
+		r.scope = "xshard"
+		p := &intents.XShard{}
+		p.Phase = r.string("phase")
+		p.Intent = r.string("intent")
+		p.Coord = r.string("coord")
+		if n, ok := r.count("parts", 2); ok {
+			p.Parts = make([]intents.XPart, n)
+			for i := range p.Parts {
+				p.Parts[i].Shard = r.string("parts.shard")
+				p.Parts[i].Intent = r.intentPtr("parts.intent", "xshard.parts.intent", nil)
+				r.scope = "xshard"
+			}
+		}
+		ev.XShard = p
 	}
 	if err := r.end(); err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ var codecRewriteSeeds = flag.Bool("codec-seeds", false,
 const codecSeedDir = "testdata/fuzz/FuzzDecodeEvent"
 
 var codecSeeds = []string{"intent", "decision", "change", "grant", "release", "escalate", "notice", "everything",
-	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced", "shadow", "rules-shadow", "board-release", "board-join"}
+	"resolve", "rules", "nine-payloads", "intent-traced", "grant-traced", "rules-traced", "shadow", "rules-shadow", "board-release", "board-join", "xshard-begin", "xshard-commit"}
 
 type codecCase struct {
 	name string
@@ -368,6 +368,21 @@ func codecFixtures() []codecCase {
 		Nodes: json.RawMessage(`[{"path":"report","kind":"absent","version":1,"mod_rev":2}]`)}
 	add("board-adopt", ev)
 
+	// A cross-shard apply's steps: the third mask byte's bit 3.
+	ev = env(29, intents.EventXShard)
+	ev.XShard = &intents.XShard{Phase: intents.XShardBegin, Intent: "01JDQ9000000000000000000X1", Coord: "default",
+		Parts: []intents.XPart{
+			{Shard: "default", Intent: &intents.Intent{ID: "01JDQ9000000000000000000X1", Agent: "w1", Kind: intents.KindApply,
+				Writes: []intents.Write{{Path: "tasks.t1.status", Op: intents.OpSet, Value: json.RawMessage(`"done"`)}}}},
+			{Shard: "s2", Intent: &intents.Intent{ID: "01JDQ9000000000000000000X1", Agent: "w1", Kind: intents.KindApply,
+				Writes: []intents.Write{{Path: "report.done", Op: intents.OpIncr}}, Pre: []string{"state.report.open == true"}}},
+		}}
+	add("xshard-begin", ev)
+
+	ev = env(30, intents.EventXShard)
+	ev.XShard = &intents.XShard{Phase: intents.XShardCommit, Intent: "01JDQ9000000000000000000X1", Coord: "default"}
+	add("xshard-commit", ev)
+
 	// Minimal: only the type, then each payload present but empty.
 	for _, typ := range intents.EventTypes {
 		add("minimal-"+string(typ), &intents.Event{Type: typ})
@@ -698,6 +713,8 @@ func (g codecGen) event() *intents.Event {
 			mask3 = hasShadow
 		case intents.EventBoard:
 			mask3 = hasHandoff
+		case intents.EventXShard:
+			mask3 = hasXShard
 		case intents.EventEscalate:
 			mask2 = []byte{0, hasGate, hasPanel}[g.r.IntN(3)]
 		}
@@ -753,6 +770,12 @@ func (g codecGen) event() *intents.Event {
 	}
 	if mask3&hasHandoff != 0 {
 		ev.Handoff = &intents.Handoff{Kind: g.str(), Board: g.str(), Shard: g.str(), Nodes: g.raw(), Seq: g.u64()}
+	}
+	if mask3&hasXShard != 0 {
+		ev.XShard = &intents.XShard{Phase: g.str(), Intent: g.str(), Coord: g.str()}
+		if g.r.IntN(2) == 0 {
+			ev.XShard.Parts = []intents.XPart{{Shard: g.str()}, {Shard: g.str(), Intent: &intents.Intent{ID: g.str(), Kind: intents.KindApply}}}
+		}
 	}
 	if ev.Rules != nil && mask3&hasRulesShadow != 0 {
 		ev.Rules.Shadow, ev.Rules.ShadowHash, ev.Rules.ShadowMode = g.raw(), g.str(), g.str()
@@ -922,7 +945,7 @@ func TestCodecTables(t *testing.T) {
 // would not.
 func TestCodecFrozenCodes(t *testing.T) {
 	want := []intents.EventType{"intent", "decision", "change", "grant", "renew", "expire", "release",
-		"wait", "escalate", "notice", "resolve", "rules", "vote", "shadow", "board"}
+		"wait", "escalate", "notice", "resolve", "rules", "vote", "shadow", "board", "xshard"}
 	for i, typ := range want {
 		if got := eventTypeCode(typ); int(got) != i+1 {
 			t.Errorf("event type %q has code %d, want %d", typ, got, i+1)
@@ -947,7 +970,7 @@ func TestCodecFrozenCodes(t *testing.T) {
 	if mask2All != 1<<len(bits2)-1 {
 		t.Errorf("mask2All is %#02x for %d bits", mask2All, len(bits2))
 	}
-	bits3 := []byte{hasShadow, hasRulesShadow, hasHandoff}
+	bits3 := []byte{hasShadow, hasRulesShadow, hasHandoff, hasXShard}
 	for i, b := range bits3 {
 		if b != 1<<i {
 			t.Errorf("third payload mask bit %d is %#02x", i, b)
@@ -1072,7 +1095,7 @@ func TestDecodeVersion(t *testing.T) {
 // codecV2 says ev needs version 2: a payload of the second mask byte.
 func codecV2(ev *intents.Event) bool {
 	return ev.Rules != nil || ev.Trace != "" || ev.Received != nil && ev.Received.TraceError != "" || ev.Notice != nil && ev.Notice.Fence != 0 ||
-		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil) || ev.Shadow != nil || ev.Handoff != nil
+		ev.Vote != nil || ev.Wait != nil && (ev.Wait.Gate != nil || ev.Wait.Panel != nil) || ev.Shadow != nil || ev.Handoff != nil || ev.XShard != nil
 }
 
 // TestCodecVersions checks that an event takes the lowest version that

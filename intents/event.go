@@ -28,11 +28,12 @@ const (
 	EventVote     EventType = "vote"     // an approver's verdict on an approval case was accepted (Vote)
 	EventShadow   EventType = "shadow"   // rules not enforced would have decided an intent otherwise (Shadow)
 	EventBoard    EventType = "board"    // a shard joined, or a board left or entered it (Handoff)
+	EventXShard   EventType = "xshard"   // a cross-shard apply's part was prepared, committed or aborted (XShard)
 )
 
 // EventTypes lists every event type in a stable order.
 var EventTypes = []EventType{EventIntent, EventDecision, EventChange, EventGrant, EventRenew,
-	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote, EventShadow, EventBoard}
+	EventExpire, EventRelease, EventWait, EventEscalate, EventNotice, EventResolve, EventRules, EventVote, EventShadow, EventBoard, EventXShard}
 
 // Event is one entry of the event-sourced log. The state, the transactions in
 // flight, the parked intents and the recorded decisions are a fold of events;
@@ -71,6 +72,9 @@ type Event struct {
 	// Handoff is a shard joining, or a board leaving or entering this
 	// shard with its state (EventBoard).
 	Handoff *Handoff `json:"handoff,omitempty"`
+	// XShard is a step of a cross-shard apply's two-phase commit
+	// (EventXShard).
+	XShard *XShard `json:"xshard,omitempty"`
 }
 
 // Rules records a change of the board rules: the whole rules file in force

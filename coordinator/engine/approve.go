@@ -18,6 +18,10 @@ import (
 // escalate event, its approvers told on their notices subjects — and is
 // answered escalated. An intent parked already (p != nil) keeps its slot.
 func (e *Engine) gate(in *intents.Intent, p *parked, g rules.Gate) {
+	if e.xcaught(in) {
+		e.xrefuseWait(in, fmt.Sprintf("a write to %s needs a person's approval", g.Path), nil)
+		return
+	}
 	if p == nil && e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
 		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), nil)
 		return

@@ -219,6 +219,10 @@ func (e *Engine) decide(d *intents.Decision) {
 	if d.Outcome == intents.OutcomeRejected {
 		d.Retryable = d.Reason.Retryable()
 	}
+	if x := e.xcheck; x != nil && d.Intent == x.id {
+		x.refused = d // a part's refusal is its coordinator's to decide
+		return
+	}
 	var sh *intents.Shadow
 	if p := e.shadowed; p != nil && e.probe == nil && d.Intent == p.id {
 		e.shadowed = nil
@@ -339,6 +343,14 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 		return
 	}
 	writes := writePaths(in.Writes)
+	if parts, detail, ok := e.crossShard(in, pre, post, reads, writes); ok {
+		e.xbegin(in, parts)
+		return
+	} else if detail != "" {
+		e.decide(&intents.Decision{Intent: in.ID, Agent: in.Agent, Outcome: intents.OutcomeRejected,
+			Reason: intents.ReasonOutOfScope, Detail: detail, Txn: in.Txn})
+		return
+	}
 	if detail := e.outOfScope(reads, writes); detail != "" {
 		// Refused before anything else is looked at: another shard may
 		// own what it names, so nothing here says how it would fare.
@@ -438,6 +450,10 @@ func (e *Engine) decideNew(in *intents.Intent, p *parked, settled bool) {
 	}
 	if v != nil {
 		e.refuse(in, p, writes, v.Reason, v.Detail, nil)
+		return
+	}
+	if e.xcaught(in) {
+		e.xcheck.ok = true // prepared, not applied: the caller holds its paths
 		return
 	}
 	merged := e.mergedWith("", conflictWrites(in), merges)
@@ -658,6 +674,10 @@ func (e *Engine) preemptTxn(t *txn, detail string) {
 // already (p != nil, a waiter freed) keeps its slot: only a new one counts
 // against the agent's limit.
 func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Conflict, what string) {
+	if e.xcaught(in) {
+		e.xrefuseWait(in, what, conflicts)
+		return
+	}
 	if p == nil && e.loadOf(in.Agent).parked >= e.cfg.MaxParkedPerAgent {
 		e.reject(in, intents.ReasonRateLimited, fmt.Sprintf("agent %s already has %d intents parked, the limit", in.Agent, e.cfg.MaxParkedPerAgent), conflicts)
 		return
@@ -690,6 +710,10 @@ func (e *Engine) escalate(in *intents.Intent, p *parked, conflicts []intents.Con
 // wait parks in behind the transactions it conflicts with, unless that
 // would close a cycle of agents waiting on each other.
 func (e *Engine) wait(in *intents.Intent, p *parked, conflicts []intents.Conflict, what string) {
+	if e.xcaught(in) {
+		e.xrefuseWait(in, what, conflicts)
+		return
+	}
 	hs := holders(conflicts)
 	if e.waits.Cycle(in.Agent, hs) {
 		e.reject(in, intents.ReasonDeadlock, what+"; waiting would deadlock: "+cycleDetail(in.Agent, hs), conflicts)

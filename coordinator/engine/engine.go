@@ -63,6 +63,11 @@ type Engine struct {
 	shard    string
 	owners   map[string]string
 	released map[string]uint64
+	// The parts of cross-shard applies prepared here, and the cross-shard
+	// applies this shard coordinates, begun and not decided, by intent id
+	// (see xshard.go).
+	xparts  map[string]*xpart
+	xcoords map[string]*intents.XShard
 
 	// late keeps the transactions that expired, for the planted bug
 	// skip-fence to commit; never set otherwise.
@@ -94,6 +99,9 @@ type Engine struct {
 	// shadowed holds its result until the intent's decision.
 	probe    *probe
 	shadowed *probe
+	// xcheck is set while a part of a cross-shard apply is decided for its
+	// prepare.
+	xcheck *xcheck
 }
 
 // txn is a transaction in flight.

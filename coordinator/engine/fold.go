@@ -158,6 +158,8 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 		if err := e.foldHandoff(ev); err != nil {
 			return err
 		}
+	case intents.EventXShard:
+		e.foldXShard(ev)
 	case intents.EventNotice:
 		if ev.Notice.Kind == intents.NoticeLeaseExpiring {
 			if t := e.txns[ev.Notice.Txn]; t != nil {
@@ -236,6 +238,10 @@ func (e *Engine) check(ev *intents.Event) error {
 		}
 	case intents.EventBoard:
 		if err := e.checkHandoff(ev.Handoff); err != nil {
+			return err
+		}
+	case intents.EventXShard:
+		if err := e.checkXShard(ev.XShard); err != nil {
 			return err
 		}
 	case intents.EventVote:

@@ -192,6 +192,8 @@ func (e *Engine) outOfScope(paths ...[]string) string {
 	switch {
 	case !foreign:
 		return ""
+	case len(shards) > 1 && !shards[e.Shard()]:
+		return fmt.Sprintf("the intent touches %s, none of them this shard's (%s)%s", strings.Join(parts, " and "), e.Shard(), intents.NotThisShard)
 	case len(shards) > 1:
 		return fmt.Sprintf("the intent touches %s; an intent may touch one shard's boards: split it, or move the boards to one shard",
 			strings.Join(parts, " and "))
@@ -219,6 +221,14 @@ func (e *Engine) holding(board string) string {
 		for _, r := range t.reads {
 			if on(r.Path) {
 				return fmt.Sprintf("transaction %s of %s read %s", id, t.Agent, r.Path)
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(e.xparts)) {
+		p := e.xparts[id]
+		for _, path := range slices.Concat(writePaths(p.in.Writes), p.Reads) {
+			if on(path) {
+				return fmt.Sprintf("the prepared part of cross-shard intent %s holds %s", id, path)
 			}
 		}
 	}

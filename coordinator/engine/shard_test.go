@@ -144,10 +144,10 @@ func TestShardMove(t *testing.T) {
 	// A compare-and-set against the version read before the move holds.
 	want(t, w.apply(w.s2, fmt.Sprintf("version(\"report.s1\") == %d && state.report.s1 == 2", v), "report.s1=5"),
 		intents.OutcomeApplied, "", "")
-	// Boards of two shards, and a condition naming the other's.
-	want(t, w.apply(w.def, "", "tasks.t1=\"done\"", "report.s2=1"), intents.OutcomeRejected, intents.ReasonOutOfScope,
-		"tasks (shard default) and report (shard s2); an intent may touch one shard's boards")
-	want(t, w.apply(w.s2, `state.tasks.t1 == "open"`, "report.s2=1"), intents.OutcomeRejected, intents.ReasonOutOfScope,
+	// Boards of two shards in one condition: no shard can check it alone.
+	want(t, w.apply(w.def, `state.tasks.t1 == "open" && state.report.s1 == 5`, "report.s2=1"), intents.OutcomeRejected, intents.ReasonOutOfScope,
+		"pre[0] reads report (shard s2) and tasks (shard default); a condition of a cross-shard apply may read one shard's boards")
+	want(t, w.apply(w.s2, `state.tasks.t1 == "open" && state.report.s1 == 5`, "report.s2=1"), intents.OutcomeRejected, intents.ReasonOutOfScope,
 		"tasks (shard default)")
 	if _, ok := w.def.tree.Get("report.s1"); ok {
 		t.Fatal("the default shard still has report.s1")

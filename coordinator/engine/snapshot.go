@@ -73,6 +73,62 @@ type Snapshot struct {
 	Shard    string            `json:"shard,omitempty"`
 	Owners   map[string]string `json:"owners,omitempty"`
 	Released map[string]uint64 `json:"released,omitempty"`
+	// XShard are the cross-shard applies this shard coordinates and has
+	// not decided (their begin events), and the parts prepared here for
+	// other shards' (their prepare events), sorted by intent id.
+	XShard []SnapshotXShard `json:"xshard,omitempty"`
+}
+
+// SnapshotXShard is the event that began a cross-shard apply this shard
+// coordinates, or prepared a part of another shard's, with its time.
+type SnapshotXShard struct {
+	Event *intents.XShard `json:"event"`
+	At    time.Time       `json:"at"`
+}
+
+// MarshalJSON encodes the event with its parts' values exact.
+func (x SnapshotXShard) MarshalJSON() ([]byte, error) {
+	type part struct {
+		Shard  string       `json:"shard"`
+		Intent *exactIntent `json:"intent"`
+	}
+	var parts []part
+	if x.Event != nil {
+		for _, p := range x.Event.Parts {
+			parts = append(parts, part{p.Shard, toExact(p.Intent)})
+		}
+		ev := *x.Event
+		ev.Parts = nil // they go exact, beside it
+		x.Event = &ev
+	}
+	type plain SnapshotXShard
+	return json.Marshal(struct {
+		plain
+		Parts []part `json:"parts"`
+	}{plain(x), parts})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (x *SnapshotXShard) UnmarshalJSON(b []byte) error {
+	type plain SnapshotXShard
+	var v struct {
+		plain
+		Parts []struct {
+			Shard  string       `json:"shard"`
+			Intent *exactIntent `json:"intent"`
+		} `json:"parts"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*x = SnapshotXShard(v.plain)
+	if x.Event != nil {
+		x.Event.Parts = nil
+		for _, p := range v.Parts {
+			x.Event.Parts = append(x.Event.Parts, intents.XPart{Shard: p.Shard, Intent: fromExact(p.Intent)})
+		}
+	}
+	return nil
 }
 
 // SnapshotBucket is one agent's token bucket: its tokens as of At.
@@ -175,6 +231,15 @@ func (e *Engine) Snapshot() *Snapshot {
 	}
 	if len(e.released) > 0 {
 		s.Released = maps.Clone(e.released)
+	}
+	for _, id := range slices.Sorted(maps.Keys(e.xparts)) {
+		p := e.xparts[id]
+		x := e.xcoords[id]
+		if x == nil {
+			x = &intents.XShard{Phase: intents.XShardPrepare, Intent: id, Coord: p.coord,
+				Parts: []intents.XPart{{Shard: e.Shard(), Intent: p.in}}}
+		}
+		s.XShard = append(s.XShard, SnapshotXShard{Event: x, At: p.at})
 	}
 	for agent, b := range e.buckets {
 		if s.Buckets == nil {
@@ -292,6 +357,22 @@ func (e *Engine) restore(s *Snapshot) error {
 		e.index.Add(&e.txns[id].Txn)
 	}
 
+	for _, sx := range s.XShard {
+		x := sx.Event
+		if x == nil || x.Phase != intents.XShardBegin && x.Phase != intents.XShardPrepare {
+			return fmt.Errorf("cross-shard entry: want a begin or prepare event")
+		}
+		if err := e.checkXShard(x); err != nil {
+			return err
+		}
+		for _, p := range x.Parts {
+			if p.Intent == nil || p.Intent.ID != x.Intent {
+				return fmt.Errorf("cross-shard intent %s: a part of another id", x.Intent)
+			}
+		}
+		e.foldXShard(&intents.Event{Time: sx.At, XShard: x})
+	}
+
 	for _, sp := range s.Parked {
 		in := sp.Intent
 		switch {
@@ -338,7 +419,7 @@ func (e *Engine) restore(s *Snapshot) error {
 			return fmt.Errorf("intent %s of agent %s waits but is not parked", w.ID, w.Agent)
 		}
 		for _, h := range w.Holders {
-			if t := e.txns[h.Txn]; t == nil || t.Agent != h.Agent {
+			if t := e.txns[h.Txn]; (t == nil || t.Agent != h.Agent) && (e.xparts[h.Txn] == nil || e.xparts[h.Txn].Agent != h.Agent) {
 				return fmt.Errorf("intent %s waits on txn %s of agent %s, which is not in flight", w.ID, h.Txn, h.Agent)
 			}
 		}

@@ -62,6 +62,9 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"shard_info", intents.APIShardInfo, s.handleShardInfo},
 		{"shard_release", intents.APIShardRelease, s.handleShardRelease},
 		{"shard_adopt", intents.APIShardAdopt, s.handleShardAdopt},
+		{"shard_prepare", intents.APIShardPrepare, s.handleShardPrepare},
+		{"shard_finish", intents.APIShardFinish, s.handleShardFinish},
+		{"shard_decided", intents.APIShardDecided, s.handleShardDecided},
 	}
 	for _, ep := range endpoints {
 		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {

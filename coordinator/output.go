@@ -137,6 +137,7 @@ func (s *Service) output() {
 		}
 		s.replies.flush()
 		s.publishLive(g)
+		s.xbegun(g)
 		s.feeder.add(g.Changes)
 		s.publishCases(g)
 		s.notifyGroup(g)

@@ -81,6 +81,16 @@ func (r *routing) target(paths []string) (to string, mixed []string) {
 	return to, nil
 }
 
+// involved says whether this shard owns a board of paths.
+func (r *routing) involved(paths []string) bool {
+	for _, p := range paths {
+		if r.owner(intents.Board(p)) == r.shard {
+			return true
+		}
+	}
+	return false
+}
+
 // hops is how many coordinators sent a request on so far, and whether
 // it may go one more.
 func hops(h micro.Headers) (int, bool) {
@@ -247,8 +257,9 @@ func (s *Service) sendOn(subject, reply string, h micro.Headers, data []byte, se
 // forward sends a submit on to the shard that owns its boards, and says
 // whether it did; else it returns the transaction a commit, abort or
 // renew names, for the loop to send round the shards if this one does not
-// know it (forwardTxn). An intent of two shards' boards is decided here:
-// refused, naming them.
+// know it (forwardTxn). An intent of two shards' boards is decided here
+// if one of them is this shard's (a cross-shard apply, coordinated here),
+// else where its first board is.
 func (s *Service) forward(req micro.Request, agent, lane string) (sent bool, txn string) {
 	r := s.routing.Load()
 	if r == nil || req.Reply() == "" {
@@ -277,7 +288,12 @@ func (s *Service) forward(req micro.Request, agent, lane string) (sent bool, txn
 	for _, rd := range in.Reads {
 		paths = append(paths, rd.Path)
 	}
-	to, _ := r.target(paths)
+	to, mixed := r.target(paths)
+	if mixed != nil && !r.involved(paths) {
+		// A cross-shard intent is coordinated by a shard of its boards:
+		// the first one's.
+		to = r.owner(intents.Board(paths[0]))
+	}
 	if to == "" {
 		return false, txn
 	}

@@ -288,6 +288,9 @@ type Service struct {
 	cons       jetstream.ConsumeContext
 	api        micro.Service
 	cancel     context.CancelFunc
+	// xs runs the cross-shard applies this shard coordinates and asks
+	// after the parts it prepared (xshard.go).
+	xs *xshards
 	looped     chan struct{} // closed when the loop has stopped
 	stopped    chan struct{} // closed when the output stage has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
@@ -354,7 +357,8 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
 		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
-		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1)}
+		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1),
+		xs: &xshards{driving: map[string]bool{}, stop: make(chan struct{})}}
 	s.mu.follows = map[string][]followMark{}
 	s.metrics = newMetrics(s)
 	if sync := opts.Core.Log.OnSync; sync != nil {
@@ -518,6 +522,10 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		s.Shutdown(ctx)
 		return nil, err
 	}
+	if err := s.xstart(ctx); err != nil {
+		s.Shutdown(ctx)
+		return nil, err
+	}
 	// Stream messages never fill the intake past MaxAckPending, which
 	// bounds what the consumer hands over unacknowledged; the callback may
 	// wait for room, holding up only the consumer. Heartbeats every
@@ -637,6 +645,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.api != nil {
 		s.api.Stop()
 	}
+	s.xclose()
 	s.cancel()
 	select {
 	case <-s.stopped:

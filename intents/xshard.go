@@ -93,4 +93,9 @@ type XVote struct {
 const (
 	APIShardPrepare = "shard.prepare" // body XShard (phase prepare); answer XVote
 	APIShardFinish  = "shard.finish"  // body XShard (phase commit or abort); answer {}
+	// APIShardDecided asks the coordinating shard for its decision of a
+	// cross-shard intent: body {"intent": id}, answer the durable
+	// decision, queued while it is not decided (decision.get's answer,
+	// for the coordinators' own user, which is no agent).
+	APIShardDecided = "shard.decided"
 )

@@ -21,6 +21,7 @@ package natstest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -92,4 +93,22 @@ func Request[T any](t testing.TB, nc *nats.Conn, subject, body string) *T {
 		t.Fatalf("%s: %s: %v", subject, m.Data, err)
 	}
 	return v
+}
+
+// RequestErr sends body to subject and decodes the reply as JSON into a
+// new T, waiting up to timeout; a service error reply is an error naming
+// its code. Unlike Request it may be called from any goroutine.
+func RequestErr[T any](nc *nats.Conn, subject, body string, timeout time.Duration) (*T, error) {
+	m, err := nc.Request(subject, []byte(body), timeout)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return nil, fmt.Errorf("%s: %s: %s", subject, code, m.Header.Get("Nats-Service-Error"))
+	}
+	v := new(T)
+	if err := json.Unmarshal(m.Data, v); err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", subject, m.Data, err)
+	}
+	return v, nil
 }

@@ -1,0 +1,180 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/coordinator/engine"
+	"github.com/coagent/coagent/coordinator/replay"
+	"github.com/coagent/coagent/eventlog"
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/oklog/ulid/v2"
+)
+
+// TestCrossShardApplies: agents that know nothing of shards increment
+// tasks.n (the default shard's) and report.n (s2's) together in one
+// apply, through either shard, while others increment each alone. Every
+// cross-shard apply told applied is in both states once, every one
+// refused in neither: in the end tasks.n and report.n differ by exactly
+// what the single-board increments applied. A cross-shard apply whose
+// part another shard refuses is refused with that shard's reason, and
+// each shard's log replays to its live state.
+func TestCrossShardApplies(t *testing.T) {
+	ns := natstest.Run(t)
+	def, defDir := shardOf(t, ns, "")
+	s2, s2Dir := shardOf(t, ns, "s2")
+	moveBoard(t, def, s2, "report")
+	nc := natstest.Connect(t, ns)
+	base := intents.Subjects{}
+	submit := func(subject, body string) (*intents.Decision, error) {
+		return natstest.RequestErr[intents.Decision](nc, subject, body, 10*time.Second)
+	}
+
+	var cross, tasks, report atomic.Int64
+	var wg sync.WaitGroup
+	const rounds = 60
+	for i := range 4 {
+		wg.Go(func() {
+			agent := fmt.Sprintf("x%d", i)
+			subj := []intents.Subjects{base, base.Shard("s2")}[i%2]
+			for range rounds {
+				body := fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`,
+					ulid.Make().String(), agent)
+				d, err := submit(subj.Submit(agent), body)
+				switch {
+				case err != nil:
+					t.Errorf("cross-shard apply: %v", err)
+					return
+				case d.Outcome == intents.OutcomeApplied:
+					cross.Add(1)
+				case d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonConflict || !d.Retryable:
+					t.Errorf("cross-shard apply: %+v", d)
+					return
+				}
+			}
+		})
+	}
+	for i, board := range []string{"tasks", "report"} {
+		n := []*atomic.Int64{&tasks, &report}[i]
+		wg.Go(func() {
+			agent := "one-" + board
+			for range rounds {
+				body := fmt.Sprintf(`{"id":%q,"agent":%q,"kind":"apply","writes":[{"path":"%s.n","op":"incr","value":1}]}`, ulid.Make().String(), agent, board)
+				d, err := submit(base.Submit(agent), body)
+				switch {
+				case err != nil:
+					t.Errorf("incr of %s: %v", board, err)
+					return
+				case d.Outcome == intents.OutcomeApplied:
+					n.Add(1)
+				case d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonConflict:
+					t.Errorf("incr of %s: %+v", board, d)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if cross.Load() == 0 {
+		t.Fatal("no cross-shard apply was applied")
+	}
+	read := func(svc *Service, path string) float64 {
+		var v any
+		svc.call(context.Background(), func() { v, _ = svc.core.Engine().State().Get(path) })
+		f, _ := v.(float64)
+		return f
+	}
+	natstest.CheckFor(t, 10*time.Second, "every part finished", func() error {
+		tn, rn := read(def, "tasks.n"), read(s2, "report.n")
+		if tn != float64(cross.Load()+tasks.Load()) || rn != float64(cross.Load()+report.Load()) {
+			return fmt.Errorf("tasks.n = %v, report.n = %v; applied %d together, %d and %d alone", tn, rn, cross.Load(), tasks.Load(), report.Load())
+		}
+		return nil
+	})
+	t.Logf("%d cross-shard applies applied, %d and %d single-board ones", cross.Load(), tasks.Load(), report.Load())
+
+	// s2 refuses its part: the whole apply is refused with its reason, and
+	// the default shard's part is dropped.
+	before := read(def, "tasks.n")
+	d, err := submit(base.Submit("x9"), fmt.Sprintf(`{"id":%q,"agent":"x9","kind":"apply","pre":["state.report.n == -1"],"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`, ulid.Make().String()))
+	if err != nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonPreconditionFailed {
+		t.Fatalf("an apply whose s2 part fails its precondition: %+v %v", d, err)
+	}
+	if got := read(def, "tasks.n"); got != before {
+		t.Fatalf("tasks.n went from %v to %v on a refused apply", before, got)
+	}
+	// A condition over both shards' boards cannot be split.
+	d, err = submit(base.Submit("x9"), fmt.Sprintf(`{"id":%q,"agent":"x9","kind":"apply","pre":["state.report.n == state.tasks.n"],"writes":[{"path":"tasks.m","op":"set","value":1}]}`, ulid.Make().String()))
+	if err != nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonOutOfScope || d.Retryable {
+		t.Fatalf("a condition over two shards' boards: %+v %v", d, err)
+	}
+
+	for _, sh := range []struct {
+		svc *Service
+		dir string
+	}{{def, defDir}, {s2, s2Dir}} {
+		verifyShard(t, sh.svc, sh.dir)
+	}
+}
+
+// verifyShard stops svc and checks that its log replays to the state it
+// had.
+func verifyShard(t *testing.T, svc *Service, dir string) {
+	t.Helper()
+	live := liveHash(t, svc)
+	if err := svc.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	log, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if got, err := replay.Verify(log, engine.Config{}, nil); err != nil || got != live {
+		t.Fatalf("shard %s: replay %v, hash %s, live %s", shardName(svc.opts.Shard), err, got, live)
+	}
+}
+
+// TestCrossShardInDoubt: a participant whose coordinator decided but
+// never told it (the finish lost) asks, and ends its part as decided.
+func TestCrossShardInDoubt(t *testing.T) {
+	ns := natstest.Run(t)
+	def, _ := shardOf(t, ns, "")
+	s2, _ := shardOf(t, ns, "s2")
+	moveBoard(t, def, s2, "report")
+	nc := natstest.Connect(t, ns)
+	def.xs.lose.Store(true)
+
+	for i, commit := range []bool{true, false} {
+		pre := ""
+		if !commit {
+			pre = `"pre":["state.tasks.n == -1"],`
+		}
+		d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
+			`{"id":%q,"agent":"x1","kind":"apply",%s"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`,
+			ulid.Make().String(), pre), 10*time.Second)
+		if err != nil || (d.Outcome == intents.OutcomeApplied) != commit {
+			t.Fatalf("cross-shard apply %d: %+v %v", i, d, err)
+		}
+		natstest.CheckFor(t, 10*time.Second, "s2 asked and finished its part", func() error {
+			var doubt int
+			var n any
+			s2.call(context.Background(), func() {
+				doubt = len(s2.core.Engine().InDoubt())
+				n, _ = s2.core.Engine().State().Get("report.n")
+			})
+			if doubt != 0 || n != float64(1) {
+				return fmt.Errorf("%d parts in doubt, report.n = %v", doubt, n)
+			}
+			return nil
+		})
+	}
+}

@@ -290,9 +290,9 @@ type Service struct {
 	cancel     context.CancelFunc
 	// xs runs the cross-shard applies this shard coordinates and asks
 	// after the parts it prepared (xshard.go).
-	xs *xshards
-	looped     chan struct{} // closed when the loop has stopped
-	stopped    chan struct{} // closed when the output stage has sent the last of it
+	xs      *xshards
+	looped  chan struct{} // closed when the loop has stopped
+	stopped chan struct{} // closed when the output stage has sent the last of it
 	// broken is set once the log failed: the Core has moved past what is
 	// durable, so nothing more may be decided, answered or acknowledged.
 	// failure is why (see Err).

@@ -34,7 +34,7 @@ const (
 	// looks for such parts.
 	xDoubtAfter   = 2 * time.Second
 	xResolveEvery = time.Second
-	// xTellTries is how many times a finish is sent before the
+	// xTellTries is how many times an abort is sent before the
 	// participant is left to ask.
 	xTellTries = 3
 )
@@ -67,8 +67,8 @@ func (c *Core) XFinish(now time.Time, id string, commit bool) error {
 }
 
 // XDecide decides a cross-shard apply this shard coordinates
-// (engine.XDecide) and returns its decision: nil if it was decided
-// before.
+// (engine.XDecide) and returns its decision: the rejection answered, or
+// the commit point's, answered by XDone; nil if it was decided before.
 func (c *Core) XDecide(now time.Time, id string, votes []intents.XVote) (*intents.Decision, error) {
 	n := len(c.out)
 	var r engine.Ready
@@ -81,8 +81,23 @@ func (c *Core) XDecide(now time.Time, id string, votes []intents.XVote) (*intent
 		if d := ev.Decision; d != nil && d.Intent == id && d.Outcome.Final() {
 			return d, err
 		}
+		if x := ev.XShard; x != nil && x.Intent == id && x.Decision != nil {
+			return x.Decision, err
+		}
 	}
 	return nil, err
+}
+
+// XDone answers a cross-shard apply this shard committed
+// (engine.XDone).
+func (c *Core) XDone(now time.Time, id string) error {
+	n := len(c.out)
+	var r engine.Ready
+	if !c.guard(n, "a cross-shard answer", func() { r = c.eng.XDone(now, id, c.out) }) {
+		return fmt.Errorf("%w: the answer of intent %s", ErrInternal, id)
+	}
+	c.done(n, r, 0, false)
+	return nil
 }
 
 // xshards runs the cross-shard work of a service: the drivers of the
@@ -93,8 +108,9 @@ type xshards struct {
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	once    sync.Once
-	// lose drops every finish this shard would send, as a network that
-	// lost them would: tests set it to make participants ask.
+	// lose drops every finish this shard would send while it is set, as
+	// a network that lost them would: tests set it to make participants
+	// ask.
 	lose atomic.Bool
 }
 
@@ -107,7 +123,8 @@ func (s *Service) xstart(ctx context.Context) error {
 		return errUnavailable
 	}
 	for _, p := range begun {
-		s.xdrive(&intents.XShard{Phase: intents.XShardBegin, Intent: p.Intent, Coord: s.core.Engine().Shard(), Parts: p.Parts})
+		s.xdrive(&intents.XShard{Phase: intents.XShardBegin, Intent: p.Intent, Coord: s.core.Engine().Shard(), Parts: p.Parts,
+			Decision: p.Decided})
 	}
 	s.xs.wg.Add(1)
 	go s.xresolve()
@@ -131,7 +148,7 @@ func (s *Service) xbegun(g *Group) {
 }
 
 // xdrive runs the two phases of x, begun here, unless a driver runs them
-// already.
+// already; x.Decision set, only what follows its commit point.
 func (s *Service) xdrive(x *intents.XShard) {
 	xs := s.xs
 	xs.mu.Lock()
@@ -171,21 +188,51 @@ func (s *Service) xcontext(timeout time.Duration) (context.Context, context.Canc
 }
 
 func (s *Service) xrun(x *intents.XShard) {
+	d := x.Decision
+	if d == nil {
+		if d = s.xdecide(x); d == nil {
+			return
+		}
+	}
+	commit := d.Outcome == intents.OutcomeApplied
+	var tell sync.WaitGroup
+	for _, p := range x.Parts[1:] {
+		tell.Go(func() { s.xtell(x, p.Shard, commit) })
+	}
+	tell.Wait()
+	if !commit {
+		return
+	}
+	select {
+	case <-s.xs.stop:
+		return // the next coordinator tells them again, and answers
+	default:
+	}
+	// Every shard has applied its part: whoever is told the decision
+	// reads it on every board.
+	ctx, cancel := s.xcontext(time.Minute)
+	defer cancel()
+	var derr error
+	if err := s.durably(ctx, func() { derr = s.core.XDone(s.opts.Now(), x.Intent) }); err != nil || derr != nil {
+		s.log.Warn("a cross-shard apply was not answered; the next coordinator answers it", "intent", x.Intent, "err", errors.Join(err, derr))
+	}
+}
+
+// xdecide gathers the votes of x's other shards and decides it, and
+// returns the decision: nil if there is none to carry on with (the
+// service stops, or it was decided before).
+func (s *Service) xdecide(x *intents.XShard) *intents.Decision {
 	ctx, cancel := s.xcontext(xPrepareTimeout)
 	votes := make([]intents.XVote, len(x.Parts)-1)
 	var wg sync.WaitGroup
 	for i, p := range x.Parts[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			votes[i] = s.xask(ctx, x, p)
-		}()
+		wg.Go(func() { votes[i] = s.xask(ctx, x, p) })
 	}
 	wg.Wait()
 	cancel()
 	select {
 	case <-s.xs.stop:
-		return // the next coordinator drives it again
+		return nil // the next coordinator drives it again
 	default:
 	}
 	var d *intents.Decision
@@ -195,21 +242,9 @@ func (s *Service) xrun(x *intents.XShard) {
 	dcancel()
 	if err != nil || derr != nil {
 		s.log.Warn("a cross-shard apply was not decided; the next coordinator decides it", "intent", x.Intent, "err", errors.Join(err, derr))
-		return
+		return nil
 	}
-	if d == nil {
-		return // decided before
-	}
-	commit := d.Outcome == intents.OutcomeApplied
-	var tell sync.WaitGroup
-	for _, p := range x.Parts[1:] {
-		tell.Add(1)
-		go func() {
-			defer tell.Done()
-			s.xtell(x, p.Shard, commit)
-		}()
-	}
-	tell.Wait()
+	return d
 }
 
 // xsubject is the subject of endpoint on shard.
@@ -268,30 +303,34 @@ func (s *Service) xask(ctx context.Context, x *intents.XShard, p intents.XPart) 
 	return v
 }
 
-// xtell tells shard how x ended, a few times; past them the shard asks.
+// xtell tells shard how x ended. A commit is told until the shard has
+// applied its part, since the decision is answered only then; an abort a
+// few times, past which the shard asks.
 func (s *Service) xtell(x *intents.XShard, shard string, commit bool) {
 	phase := intents.XShardAbort
 	if commit {
 		phase = intents.XShardCommit
 	}
 	req := &intents.XShard{Phase: phase, Intent: x.Intent, Coord: x.Coord}
-	if s.xs.lose.Load() {
-		return
-	}
-	for range xTellTries {
-		ctx, cancel := s.xcontext(time.Second)
-		err := s.xrequest(ctx, shard, intents.APIShardFinish, req, &struct{}{})
-		cancel()
-		if err == nil {
+	for attempt := 1; ; attempt++ {
+		if !s.xs.lose.Load() {
+			ctx, cancel := s.xcontext(time.Second)
+			err := s.xrequest(ctx, shard, intents.APIShardFinish, req, &struct{}{})
+			cancel()
+			if err == nil {
+				return
+			}
+		}
+		if !commit && attempt >= xTellTries {
+			s.log.Warn("a shard was not told of a cross-shard apply's abort; it will ask", "intent", x.Intent, "shard", shard)
 			return
 		}
 		select {
 		case <-s.xs.stop:
 			return
-		default:
+		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
 		}
 	}
-	s.log.Warn("a shard was not told how a cross-shard apply ended; it will ask", "intent", x.Intent, "shard", shard)
 }
 
 // xresolve asks, for each part prepared here for xDoubtAfter, its
@@ -401,12 +440,34 @@ func (s *Service) handleShardDecided(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "%s: want {\"intent\": id}: %v", intents.APIShardDecided, err)
 		return
 	}
-	s.decisionGet(context.Background(), body.Intent, func(d *intents.Decision, err error) {
+	var out *intents.Decision
+	coordinated := false
+	s.readEngine(context.Background(), func(e *engine.Engine, u *unsynced) uint64 {
+		out, coordinated = e.XOutcome(body.Intent)
+		return u.any()
+	}, func(ok bool) {
+		switch {
+		case !ok:
+			replyErrorLater(req, codeUnavailable, "%v", errUnavailable)
+		case !coordinated:
+			s.answerDecided(req, body.Intent)
+		case out == nil:
+			respond(req, &intents.Decision{Intent: body.Intent, Outcome: intents.OutcomeQueued, Detail: "not decided yet"})
+		default:
+			respond(req, out)
+		}
+	})
+}
+
+// answerDecided answers shard.decided of an intent this shard answered
+// (or never coordinated) with its recorded decision.
+func (s *Service) answerDecided(req micro.Request, id string) {
+	s.decisionGet(context.Background(), id, func(d *intents.Decision, err error) {
 		switch {
 		case err != nil:
 			replyErrorLater(req, codeUnavailable, "%v", err)
 		case d == nil:
-			replyErrorLater(req, codeNotFound, "%s: no decision recorded for intent %s", intents.APIShardDecided, body.Intent)
+			replyErrorLater(req, codeNotFound, "%s: no decision recorded for intent %s", intents.APIShardDecided, id)
 		default:
 			respond(req, d)
 		}

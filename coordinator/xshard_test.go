@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,37 +145,66 @@ func verifyShard(t *testing.T, svc *Service, dir string) {
 }
 
 // TestCrossShardInDoubt: a participant whose coordinator decided but
-// never told it (the finish lost) asks, and ends its part as decided.
+// never told it (every finish lost) asks, and ends its part as decided.
+// A committed apply is answered only once every shard has applied its
+// part: while the coordinator cannot tell s2, its agent waits.
 func TestCrossShardInDoubt(t *testing.T) {
 	ns := natstest.Run(t)
 	def, _ := shardOf(t, ns, "")
 	s2, _ := shardOf(t, ns, "s2")
+	s3, _ := shardOf(t, ns, "s3")
 	moveBoard(t, def, s2, "report")
+	moveBoard(t, def, s3, "other")
 	nc := natstest.Connect(t, ns)
-	def.xs.lose.Store(true)
-
-	for i, commit := range []bool{true, false} {
-		pre := ""
-		if !commit {
-			pre = `"pre":["state.tasks.n == -1"],`
-		}
-		d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
-			`{"id":%q,"agent":"x1","kind":"apply",%s"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`,
-			ulid.Make().String(), pre), 10*time.Second)
-		if err != nil || (d.Outcome == intents.OutcomeApplied) != commit {
-			t.Fatalf("cross-shard apply %d: %+v %v", i, d, err)
-		}
-		natstest.CheckFor(t, 10*time.Second, "s2 asked and finished its part", func() error {
+	resolved := func(n float64) func() error {
+		return func() error {
 			var doubt int
-			var n any
+			var v any
 			s2.call(context.Background(), func() {
 				doubt = len(s2.core.Engine().InDoubt())
-				n, _ = s2.core.Engine().State().Get("report.n")
+				v, _ = s2.core.Engine().State().Get("report.n")
 			})
-			if doubt != 0 || n != float64(1) {
-				return fmt.Errorf("%d parts in doubt, report.n = %v", doubt, n)
+			if doubt != 0 || v != n {
+				return fmt.Errorf("%d parts in doubt, report.n = %v", doubt, v)
 			}
 			return nil
-		})
+		}
 	}
+	apply := func(pre string) <-chan *intents.Decision {
+		out := make(chan *intents.Decision, 1)
+		go func() {
+			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
+				`{"id":%q,"agent":"x1","kind":"apply",%s"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`,
+				ulid.Make().String(), pre), 20*time.Second)
+			if err != nil {
+				t.Errorf("cross-shard apply: %v", err)
+			}
+			out <- d
+		}()
+		return out
+	}
+
+	def.xs.lose.Store(true)
+	answered := apply("")
+	natstest.CheckFor(t, 10*time.Second, "s2 asked and applied its part", resolved(1))
+	select {
+	case d := <-answered:
+		t.Fatalf("answered before the coordinator knew every part applied: %+v", d)
+	default:
+	}
+	def.xs.lose.Store(false)
+	if d := <-answered; d == nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the committed apply: %+v", d)
+	}
+
+	// Refused by s3's part: answered at once, and s2, which prepared its
+	// part but is never told of the abort, asks and drops it.
+	def.xs.lose.Store(true)
+	d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
+		`{"id":%q,"agent":"x1","kind":"apply","pre":["state.other.n == 7"],"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1},{"path":"other.n","op":"incr","value":1}]}`,
+		ulid.Make().String()), 20*time.Second)
+	if err != nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonPreconditionFailed || !strings.Contains(d.Detail, "shard s3 refused its part") {
+		t.Fatalf("the refused apply: %+v %v", d, err)
+	}
+	natstest.CheckFor(t, 10*time.Second, "s2 asked and dropped its part", resolved(1))
 }

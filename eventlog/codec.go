@@ -463,6 +463,12 @@ func AppendEvent(dst []byte, ev *intents.Event) []byte {
 			dst = appendString(dst, part.Shard)
 			dst = appendIntentPtr(dst, part.Intent)
 		}
+		if p.Decision == nil {
+			dst = append(dst, 0)
+		} else {
+			dst = append(dst, 1)
+			dst = appendDecisionBody(dst, p.Decision)
+		}
 	}
 	return dst
 }
@@ -969,6 +975,9 @@ func decodeEvent(data []byte, shell *receivedEvent) (*intents.Event, error) {
 				p.Parts[i].Intent = r.intentPtr("parts.intent", "xshard.parts.intent", nil)
 				r.scope = "xshard"
 			}
+		}
+		if r.presence("decision") {
+			p.Decision = r.decision(nil)
 		}
 		ev.XShard = p
 	}

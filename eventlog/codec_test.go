@@ -380,7 +380,9 @@ func codecFixtures() []codecCase {
 	add("xshard-begin", ev)
 
 	ev = env(30, intents.EventXShard)
-	ev.XShard = &intents.XShard{Phase: intents.XShardCommit, Intent: "01JDQ9000000000000000000X1", Coord: "default"}
+	ev.XShard = &intents.XShard{Phase: intents.XShardCommit, Intent: "01JDQ9000000000000000000X1", Coord: "default",
+		Decision: &intents.Decision{Intent: "01JDQ9000000000000000000X1", Agent: "w1", Outcome: intents.OutcomeApplied, Rev: 30,
+			Versions: map[string]uint64{"tasks.t1.status": 4}}}
 	add("xshard-commit", ev)
 
 	// Minimal: only the type, then each payload present but empty.
@@ -775,6 +777,8 @@ func (g codecGen) event() *intents.Event {
 		ev.XShard = &intents.XShard{Phase: g.str(), Intent: g.str(), Coord: g.str()}
 		if g.r.IntN(2) == 0 {
 			ev.XShard.Parts = []intents.XPart{{Shard: g.str()}, {Shard: g.str(), Intent: &intents.Intent{ID: g.str(), Kind: intents.KindApply}}}
+		} else {
+			ev.XShard.Decision = &intents.Decision{Intent: g.str(), Outcome: intents.OutcomeApplied, Rev: g.u64()}
 		}
 	}
 	if ev.Rules != nil && mask3&hasRulesShadow != 0 {

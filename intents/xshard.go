@@ -21,7 +21,8 @@ const (
 	// is prepared; its paths are held until the coordinator's decision.
 	XShardPrepare = "prepare"
 	// XShardCommit: the part was applied (the change event before it) and
-	// its paths are free.
+	// its paths are free. In the coordinating shard's log it is the
+	// commit point, and carries the intent's decision.
 	XShardCommit = "commit"
 	// XShardAbort: the part was dropped and its paths are free.
 	XShardAbort = "abort"
@@ -37,6 +38,10 @@ type XShard struct {
 	// Parts are, on begin, every shard's part, and on prepare this
 	// shard's.
 	Parts []XPart `json:"parts,omitempty"`
+	// Decision is, on the coordinating shard's commit (its commit point),
+	// the decision it answers once every other shard has applied its
+	// part.
+	Decision *Decision `json:"decision,omitempty"`
 }
 
 // XPart is a shard's part of a cross-shard intent: the reads, writes and

@@ -67,7 +67,7 @@ type Engine struct {
 	// applies this shard coordinates, begun and not decided, by intent id
 	// (see xshard.go).
 	xparts  map[string]*xpart
-	xcoords map[string]*intents.XShard
+	xcoords map[string]*xcoord
 
 	// late keeps the transactions that expired, for the planted bug
 	// skip-fence to commit; never set otherwise.

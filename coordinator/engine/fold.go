@@ -85,6 +85,9 @@ func (e *Engine) apply(ev *intents.Event, own bool) error {
 			if e.collect {
 				e.records = append(e.records, d)
 			}
+			if d.Outcome.Final() && e.xcoords[d.Intent] != nil {
+				delete(e.xcoords, d.Intent) // a cross-shard apply answered
+			}
 			if p := e.parked[d.Intent]; p != nil && d.Outcome.Final() {
 				if own && p.escalated {
 					// Its case is settled, however: an arbiter, the

@@ -84,6 +84,9 @@ type Snapshot struct {
 type SnapshotXShard struct {
 	Event *intents.XShard `json:"event"`
 	At    time.Time       `json:"at"`
+	// Decided is, for one this shard committed and has not answered, the
+	// decision its commit point logged.
+	Decided *intents.Decision `json:"decided,omitempty"`
 }
 
 // MarshalJSON encodes the event with its parts' values exact.
@@ -233,14 +236,16 @@ func (e *Engine) Snapshot() *Snapshot {
 		s.Released = maps.Clone(e.released)
 	}
 	for _, id := range slices.Sorted(maps.Keys(e.xparts)) {
-		p := e.xparts[id]
-		x := e.xcoords[id]
-		if x == nil {
-			x = &intents.XShard{Phase: intents.XShardPrepare, Intent: id, Coord: p.coord,
-				Parts: []intents.XPart{{Shard: e.Shard(), Intent: p.in}}}
+		if p := e.xparts[id]; e.xcoords[id] == nil {
+			s.XShard = append(s.XShard, SnapshotXShard{At: p.at, Event: &intents.XShard{Phase: intents.XShardPrepare, Intent: id,
+				Coord: p.coord, Parts: []intents.XPart{{Shard: e.Shard(), Intent: p.in}}}})
 		}
-		s.XShard = append(s.XShard, SnapshotXShard{Event: x, At: p.at})
 	}
+	for _, id := range slices.Sorted(maps.Keys(e.xcoords)) {
+		c := e.xcoords[id]
+		s.XShard = append(s.XShard, SnapshotXShard{Event: c.begin, At: c.at, Decided: c.decided})
+	}
+	slices.SortStableFunc(s.XShard, func(a, b SnapshotXShard) int { return strings.Compare(a.Event.Intent, b.Event.Intent) })
 	for agent, b := range e.buckets {
 		if s.Buckets == nil {
 			s.Buckets = map[string]SnapshotBucket{}
@@ -371,6 +376,17 @@ func (e *Engine) restore(s *Snapshot) error {
 			}
 		}
 		e.foldXShard(&intents.Event{Time: sx.At, XShard: x})
+		if d := sx.Decided; d != nil {
+			// Committed: its own part applied and freed, its answer
+			// waiting for the other shards.
+			if x.Phase != intents.XShardBegin || d.Intent != x.Intent {
+				return fmt.Errorf("cross-shard intent %s: a decision without its begin", x.Intent)
+			}
+			p := e.xparts[x.Intent]
+			e.index.Remove(&p.Txn)
+			delete(e.xparts, x.Intent)
+			e.xcoords[x.Intent].decided = d
+		}
 	}
 
 	for _, sp := range s.Parked {

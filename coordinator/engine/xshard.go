@@ -54,12 +54,22 @@ type XPrepared struct {
 	At     time.Time // when it was prepared
 }
 
-// XPending is a cross-shard apply this shard coordinates, begun and not
-// yet decided.
+// xcoord is a cross-shard apply this shard coordinates: its begin event,
+// and once its commit point is logged the decision it will answer.
+type xcoord struct {
+	begin   *intents.XShard
+	at      time.Time
+	decided *intents.Decision
+}
+
+// XPending is a cross-shard apply this shard coordinates and has not
+// answered: undecided, or (Decided set) committed and waiting for every
+// other shard to apply its part (XDone).
 type XPending struct {
-	Intent string
-	Parts  []intents.XPart
-	At     time.Time
+	Intent  string
+	Parts   []intents.XPart
+	At      time.Time
+	Decided *intents.Decision
 }
 
 // InDoubt lists the parts prepared here, by intent id.
@@ -77,9 +87,22 @@ func (e *Engine) InDoubt() []XPrepared {
 func (e *Engine) Coordinating() []XPending {
 	out := make([]XPending, 0, len(e.xcoords))
 	for _, id := range slices.Sorted(maps.Keys(e.xcoords)) {
-		out = append(out, XPending{Intent: id, Parts: e.xcoords[id].Parts, At: e.xparts[id].at})
+		c := e.xcoords[id]
+		out = append(out, XPending{Intent: id, Parts: c.begin.Parts, At: c.at, Decided: c.decided})
 	}
 	return out
+}
+
+// XOutcome is this shard's decision of a cross-shard apply it coordinates
+// and has not answered: the decision its commit point logged, or nil if
+// it is undecided. ok is false for one it does not coordinate, or has
+// answered (its recorded decision says).
+func (e *Engine) XOutcome(id string) (d *intents.Decision, ok bool) {
+	c := e.xcoords[id]
+	if c == nil {
+		return nil, false
+	}
+	return c.decided, true
 }
 
 // xcheck is a part being decided for a prepare: its decision is caught
@@ -286,38 +309,55 @@ func (e *Engine) XFinish(now time.Time, id string, commit bool, out []*intents.E
 
 // xend applies (commit) or drops p, and frees its paths.
 func (e *Engine) xend(p *xpart, commit bool) {
+	if commit {
+		e.xapply(p)
+	}
+	e.xrelease(p, commit, nil)
+}
+
+// xapply applies p's writes. Its paths were held since it was checked,
+// and nothing merged into them: the plan its prepare made is the plan now.
+func (e *Engine) xapply(p *xpart) {
+	if len(p.in.Writes) == 0 {
+		return
+	}
+	plan, err := e.tree.Plan(p.in.Writes)
+	if err != nil {
+		panic(fmt.Sprintf("engine: the prepared part of intent %s no longer plans: %v", p.ID, err))
+	}
+	e.emit(intents.Event{Type: intents.EventChange, Agent: p.Agent, Intent: p.ID, Change: &intents.Change{Writes: plan}})
+}
+
+// xrelease frees p's paths, committed or aborted; d is the decision a
+// coordinator's commit point carries.
+func (e *Engine) xrelease(p *xpart, commit bool, d *intents.Decision) {
 	phase := intents.XShardAbort
 	if commit {
 		phase = intents.XShardCommit
-		if len(p.in.Writes) > 0 {
-			// Its paths were held since it was checked, and nothing merged
-			// into them: the plan its prepare made is the plan now.
-			plan, err := e.tree.Plan(p.in.Writes)
-			if err != nil {
-				panic(fmt.Sprintf("engine: the prepared part of intent %s no longer plans: %v", p.ID, err))
-			}
-			e.emit(intents.Event{Type: intents.EventChange, Agent: p.Agent, Intent: p.ID, Change: &intents.Change{Writes: plan}})
-		}
 	}
 	e.emit(intents.Event{Type: intents.EventXShard, Agent: p.Agent, Intent: p.ID,
-		XShard: &intents.XShard{Phase: phase, Intent: p.ID, Coord: p.coord}})
+		XShard: &intents.XShard{Phase: phase, Intent: p.ID, Coord: p.coord, Decision: d}})
 }
 
 // XDecide decides a cross-shard apply this shard coordinates, given each
-// other shard's vote: applied, its own part with it, when every part was
-// prepared; otherwise rejected as the first refusal says, its own part
-// dropped. The decision is the commit point: the caller tells the other
-// shards only once it is durable. One decided already is left as it is.
+// other shard's vote. When every part was prepared, its own part is
+// applied and its commit event, the commit point, carries the decision
+// (applied); the caller tells the other shards once it is durable, and
+// answers the decision (XDone) once each has applied its part, so that
+// whoever is told reads every part. Otherwise the intent is rejected as
+// the first refusal says, its own part dropped, and answered at once:
+// nothing of it was visible anywhere. One decided already is left as it
+// is.
 func (e *Engine) XDecide(now time.Time, id string, votes []intents.XVote, out []*intents.Event) (Ready, error) {
 	c := e.xcoords[id]
-	if c == nil {
+	if c == nil || c.decided != nil {
 		return Ready{Events: out}, nil
 	}
 	e.begin(now, out)
 	e.advance()
 	own := e.xparts[id]
 	var refusal *intents.Decision
-	for _, part := range c.Parts[1:] {
+	for _, part := range c.begin.Parts[1:] {
 		i := slices.IndexFunc(votes, func(v intents.XVote) bool { return v.Shard == part.Shard })
 		switch {
 		case i < 0:
@@ -345,12 +385,28 @@ func (e *Engine) XDecide(now time.Time, id string, votes []intents.XVote, out []
 		e.decide(&intents.Decision{Intent: id, Agent: own.Agent, Outcome: intents.OutcomeRejected, Reason: refusal.Reason,
 			Detail: refusal.Detail, Conflicts: refusal.Conflicts, Versions: refusal.Versions})
 	} else {
-		e.xend(own, true)
-		e.decide(&intents.Decision{Intent: id, Agent: own.Agent, Outcome: intents.OutcomeApplied, Rev: e.seq,
-			Versions: e.versions(own.in, nil, nil)})
+		// The versions its own part leaves, as the change will make them;
+		// the other shards' are theirs to tell.
+		e.xapply(own)
+		e.xrelease(own, true, &intents.Decision{Intent: id, Agent: own.Agent, Outcome: intents.OutcomeApplied,
+			Rev: e.tree.Rev(), Versions: e.versions(own.in, nil, nil)})
 	}
 	e.settle()
 	return e.end(), nil
+}
+
+// XDone answers a cross-shard apply this shard committed, once every
+// other shard has applied its part: its decision. One not committed, or
+// answered already, is left as it is.
+func (e *Engine) XDone(now time.Time, id string, out []*intents.Event) Ready {
+	e.begin(now, out)
+	e.advance()
+	if c := e.xcoords[id]; c != nil && c.decided != nil {
+		d := *c.decided
+		e.decide(&d)
+		e.settle()
+	}
+	return e.end()
 }
 
 // xhold puts a prepared part's paths in the conflict index.
@@ -384,9 +440,9 @@ func (e *Engine) foldXShard(ev *intents.Event) {
 	switch x.Phase {
 	case intents.XShardBegin:
 		if e.xcoords == nil {
-			e.xcoords = map[string]*intents.XShard{}
+			e.xcoords = map[string]*xcoord{}
 		}
-		e.xcoords[x.Intent] = x
+		e.xcoords[x.Intent] = &xcoord{begin: x, at: ev.Time}
 		e.xhold(x.Intent, x.Coord, x.Part(e.Shard()), ev.Time)
 	case intents.XShardPrepare:
 		e.xhold(x.Intent, x.Coord, x.Parts[0].Intent, ev.Time)
@@ -394,7 +450,11 @@ func (e *Engine) foldXShard(ev *intents.Event) {
 		p := e.xparts[x.Intent]
 		e.index.Remove(&p.Txn)
 		delete(e.xparts, x.Intent)
-		delete(e.xcoords, x.Intent)
+		if c := e.xcoords[x.Intent]; c != nil && x.Decision != nil {
+			c.decided = x.Decision // answered by its decision event
+		} else {
+			delete(e.xcoords, x.Intent)
+		}
 		cause := intents.CauseCommitted
 		if x.Phase == intents.XShardAbort {
 			cause = intents.CauseAborted
@@ -424,6 +484,9 @@ func (e *Engine) checkXShard(x *intents.XShard) error {
 	case intents.XShardCommit, intents.XShardAbort:
 		if e.xparts[x.Intent] == nil {
 			return fmt.Errorf("%s of intent %s, which no part here prepared", x.Phase, x.Intent)
+		}
+		if d := x.Decision; d != nil && (x.Phase != intents.XShardCommit || e.xcoords[x.Intent] == nil || d.Intent != x.Intent) {
+			return fmt.Errorf("%s of intent %s with a decision, which only a coordinator's commit of it carries", x.Phase, x.Intent)
 		}
 		return nil
 	default:

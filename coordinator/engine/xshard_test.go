@@ -61,6 +61,9 @@ func (w *shardWorld) decide(id string, votes ...intents.XVote) *intents.Decision
 		if ev.Decision != nil && ev.Decision.Intent == id {
 			return ev.Decision
 		}
+		if ev.XShard != nil && ev.XShard.Decision != nil {
+			return ev.XShard.Decision // the commit point's, answered by XDone
+		}
 	}
 	w.t.Fatalf("no decision of %s among %d events", id, len(r.Events))
 	return nil
@@ -120,9 +123,6 @@ func TestXShardCommit(t *testing.T) {
 		t.Fatalf("coordinating: %+v", got)
 	}
 	w.replays()
-	if _, _, _, err := w.s2.Release(w.now(), "report", "default", nil); !errors.Is(err, ErrHandoff) {
-		t.Fatalf("report released while a part holds it: %v", err)
-	}
 
 	want(t, w.decide(id, intents.XVote{Shard: "s2", Prepared: true}), intents.OutcomeApplied, "", "")
 	if got := w.value(w.def, "tasks.t1"); got != `"done"` {
@@ -131,9 +131,25 @@ func TestXShardCommit(t *testing.T) {
 	if got := w.value(w.s2, "report.done"); got != "0" {
 		t.Fatalf("report.done = %s before s2 was told", got)
 	}
+	// Committed, and not answered until s2 has applied its part.
+	if d, _ := w.def.Decision(id); d == nil || d.Outcome != intents.OutcomeQueued {
+		t.Fatalf("the intent's recorded decision before every part is applied: %+v", d)
+	}
+	if d, ok := w.def.XOutcome(id); !ok || d == nil || d.Outcome != intents.OutcomeApplied {
+		t.Fatalf("the coordinator's outcome at its commit point: %+v %v", d, ok)
+	}
+	w.replays()
+	if _, _, _, err := w.s2.Release(w.now(), "report", "default", nil); !errors.Is(err, ErrHandoff) {
+		t.Fatalf("report released while a part holds it: %v", err)
+	}
 	w.finish(id, true)
 	if got := w.value(w.s2, "report.done"); got != "1" {
 		t.Fatalf("report.done = %s after the commit", got)
+	}
+	r := w.def.XDone(w.now(), id, nil)
+	w.keep(w.def, r.Events)
+	if d, _ := w.def.Decision(id); d == nil || d.Outcome != intents.OutcomeApplied || d.Versions["tasks.t1"] != 2 {
+		t.Fatalf("the intent's decision once every part is applied: %+v", d)
 	}
 	w.finish(id, true) // told twice: nothing more
 	if got := w.s2.tree.Version("report.done"); got != 2 {

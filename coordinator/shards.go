@@ -97,7 +97,12 @@ func (s *Service) ShardInfo(ctx context.Context) (intents.ShardInfo, error) {
 	var info intents.ShardInfo
 	if !s.call(ctx, func() {
 		e := s.core.Engine()
-		info = intents.ShardInfo{Shard: e.Shard(), Owners: e.Owners(), Rev: e.State().Rev()}
+		info = intents.ShardInfo{Shard: e.Shard(), Owners: e.Owners(), Rev: e.State().Rev(), Unanswered: len(e.Coordinating())}
+		for _, p := range e.InDoubt() {
+			if p.Coord != e.Shard() {
+				info.InDoubt++
+			}
+		}
 	}) {
 		return info, errUnavailable
 	}

@@ -118,6 +118,12 @@ type ShardInfo struct {
 	Shard  string            `json:"shard"`
 	Owners map[string]string `json:"owners,omitempty"`
 	Rev    uint64            `json:"rev"`
+	// InDoubt is how many parts of other shards' cross-shard applies are
+	// prepared here, holding their paths until their coordinator's
+	// decision; Unanswered how many cross-shard applies this shard began
+	// and has not answered.
+	InDoubt    int `json:"in_doubt,omitempty"`
+	Unanswered int `json:"unanswered,omitempty"`
 }
 
 // HeaderShard names the shard that answered a read (state.get,

@@ -18,6 +18,7 @@ import (
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 
+	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -90,11 +91,17 @@ func TestShardsCommands(t *testing.T) {
 	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", url); p.status != 1 || !strings.Contains(p.stderr, "board report is shard s2's already; use shards move") {
 		t.Fatalf("shards assign of a board assigned: %+v", p)
 	}
-	// Both shards' boards at once.
+	// Both shards' boards at once: an apply commits on both, a
+	// transaction is refused.
 	cross := fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"apply","writes":[{"path":"report.x","op":"set","value":1},{"path":"tasks.x","op":"set","value":1}]}`, ulid.Make().String())
+	if p := runBin(t, nil, cross, "submit", "-", "--nats", url); p.status != 0 || !strings.Contains(p.stdout, "applied") {
+		t.Fatalf("submit of an apply of both shards' boards: %+v", p)
+	}
+	run(0, `(?s)report\.x = 1 .*tasks\.x = 1 `, "get", "report.x", "tasks.x")
+	cross = fmt.Sprintf(`{"id":%q,"agent":"w1","kind":"propose","writes":[{"path":"report.y","op":"set"},{"path":"tasks.y","op":"set"}]}`, ulid.Make().String())
 	p = runBin(t, nil, cross, "submit", "-", "--nats", url)
-	if p.status != 1 || !strings.Contains(p.stdout, "out_of_scope") || !strings.Contains(p.stdout, "report (shard s2) and tasks (shard default)") {
-		t.Fatalf("submit of both shards' boards: %+v", p)
+	if p.status != 1 || !strings.Contains(p.stdout, "out_of_scope") || !strings.Contains(p.stdout, "a transaction may touch one shard's boards") {
+		t.Fatalf("submit of a propose of both shards' boards: %+v", p)
 	}
 	p = run(0, `report +s2`, "shards", "list")
 	if !strings.Contains(p.stdout, "report went to s2") || !strings.Contains(p.stdout, "report is its own") {
@@ -225,5 +232,124 @@ func TestShardFailover(t *testing.T) {
 		if p.status != 0 || !strings.Contains(p.stdout, fmt.Sprintf(`"value": %d`, count(board))) && !strings.Contains(p.stdout, fmt.Sprintf(`"value":%d`, count(board))) {
 			t.Fatalf("%s.n after %d increments applied: %+v", board, count(board), p)
 		}
+	}
+}
+
+// TestCrossShardKill: agents apply to report (shard s2, a cluster of two
+// coordinator processes) and tasks (the default shard, one process)
+// together; s2, the shard of the first board, coordinates each apply.
+// s2's active coordinator is SIGKILLed under that load, with commit
+// points, finishes and answers in flight: its standby drives again what
+// its log left begun, tells and answers what it committed, and the
+// default shard's parts in doubt ask it. Each agent's counters on the two
+// boards both equal the applies it was told applied; nothing is left
+// prepared on either shard.
+func TestCrossShardKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 NATS nodes and 3 coordinators as processes")
+	}
+	c := startFailoverCluster(t, 2, "--shard", "s2")
+	urls := strings.Join(c.urls, ",")
+	def := &coordProc{name: "d1", data: filepath.Join(c.dir, "d1"), args: []string{"serve", "--nats", urls, "--name", "d1",
+		"--replicas", "3", "--lease-ttl", leaseTTL.String(), "--data", filepath.Join(c.dir, "d1"), "-v"}}
+	def.launch(t)
+	def.await(t)
+	t.Cleanup(func() { def.n.kill(t) })
+	select {
+	case <-def.active:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the default shard's coordinator is not active; stderr:\n%s", def.n.stderr.String())
+	}
+	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls); p.status != 0 {
+		t.Fatalf("shards assign: %+v", p)
+	}
+
+	const workers = 3
+	var applied [workers]atomic.Int64
+	var total atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range workers {
+		cl := c.connectAgent(fmt.Sprintf("x%d", i))
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				d, err := cl.Apply(ctx, intents.Apply("both").Incr(fmt.Sprintf("report.n%d", i), 1).Incr(fmt.Sprintf("tasks.n%d", i), 1))
+				cancel()
+				switch {
+				case err != nil:
+					t.Errorf("cross-shard apply of x%d: %v", i, err)
+					return
+				case d.Outcome == intents.OutcomeApplied:
+					applied[i].Add(1)
+					total.Add(1)
+				case d.Outcome == intents.OutcomeRejected && d.Retryable:
+					// A vote that did not come in time: nothing of it applied.
+				default:
+					t.Errorf("cross-shard apply of x%d: %+v", i, d)
+					return
+				}
+			}
+		})
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		natstest.CheckFor(t, 60*time.Second, what, func() error {
+			if !cond() {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	waitFor("cross-shard applies", func() bool { return total.Load() > 30 })
+	victim := c.activeCoord(15 * time.Second)
+	victim.n.kill(t)
+	at := total.Load()
+	waitFor("cross-shard applies after the kill", func() bool { return total.Load() > at+30 })
+	next := c.activeCoord(15 * time.Second)
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	t.Logf("s2's %s killed after %d applies; %s active; %d applied in all", victim.name, at, next.name, total.Load())
+
+	// Told applied means applied on both boards: read at once.
+	cl := c.connectAgent("reader")
+	for i := range workers {
+		paths := []string{fmt.Sprintf("report.n%d", i), fmt.Sprintf("tasks.n%d", i)}
+		st, err := cl.Read(context.Background(), paths...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range paths {
+			if got := string(st.Values[p].Value); got != fmt.Sprint(applied[i].Load()) {
+				t.Errorf("%s = %s after x%d was told of %d applies", p, got, i, applied[i].Load())
+			}
+		}
+	}
+	// Nothing is left prepared: each shard's parts in doubt are asked
+	// after and ended.
+	nc, err := nats.Connect(urls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, shard := range []string{"default", "s2"} {
+		natstest.CheckFor(t, 30*time.Second, "nothing in doubt on shard "+shard, func() error {
+			info, err := natstest.RequestErr[intents.ShardInfo](nc, intents.Subjects{}.Shard(shard).API(intents.APIShardInfo), "{}", 5*time.Second)
+			switch {
+			case err != nil:
+				return err
+			case info.InDoubt != 0 || info.Unanswered != 0:
+				return fmt.Errorf("%d parts in doubt, %d applies unanswered", info.InDoubt, info.Unanswered)
+			}
+			return nil
+		})
 	}
 }

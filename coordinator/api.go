@@ -103,6 +103,9 @@ type readSource interface {
 	// viewerOf is who a request with the reply subject reply is answered
 	// for.
 	viewerOf(reply string) viewer
+	// xended is closed once a part of a cross-shard apply prepared here
+	// ends, or a moment later (a reader that waits for one asks again).
+	xended() <-chan struct{}
 }
 
 var _ readSource = (*Service)(nil)
@@ -705,8 +708,19 @@ type stateValue struct {
 // at once, at the durable revision, when none of them has a change in
 // flight; else at the engine's revision, once that change is durable.
 func stateGet(ctx context.Context, r readSource, paths []string, v viewer, answer func(*stateReply, error)) {
+	stateGetBy(ctx, r, paths, v, time.Now().Add(xReadWait), answer)
+}
+
+// stateGetBy is stateGet, waiting until deadline at most for the parts of
+// cross-shard applies that hold the paths (engine.XHolds) to end.
+func stateGetBy(ctx context.Context, r readSource, paths []string, v viewer, deadline time.Time, answer func(*stateReply, error)) {
 	out := &stateReply{Values: map[string]stateValue{}}
+	var held <-chan struct{}
 	r.readEngine(ctx, func(eng *engine.Engine, u *unsynced) uint64 {
+		if eng.XHolds(paths) {
+			held = r.xended()
+			return 0
+		}
 		t := eng.State()
 		until := u.paths(paths)
 		if until != 0 {
@@ -728,6 +742,21 @@ func stateGet(ctx context.Context, r readSource, paths []string, v viewer, answe
 		}
 		return 0
 	}, func(ok bool) {
+		if ok && held != nil {
+			go func() {
+				wait := time.NewTimer(time.Until(deadline))
+				defer wait.Stop()
+				select {
+				case <-held:
+					stateGetBy(ctx, r, paths, v, deadline, answer)
+				case <-wait.C:
+					answer(nil, fmt.Errorf("%w: a part of a cross-shard apply holds the paths, and its coordinator has not decided it", errUnavailable))
+				case <-ctx.Done():
+					answer(nil, ctx.Err())
+				}
+			}()
+			return
+		}
 		if !ok {
 			answer(nil, errUnavailable)
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/eventlog"
@@ -79,6 +80,14 @@ func (r *standbyReads) readEngine(_ context.Context, read func(*engine.Engine, *
 	}
 	r.mu.Unlock()
 	answer(ok)
+}
+
+// xended is a moment from now: a standby folds what the replicated log
+// stored, and a reader waiting for a part to end looks again.
+func (r *standbyReads) xended() <-chan struct{} {
+	ch := make(chan struct{})
+	time.AfterFunc(20*time.Millisecond, func() { close(ch) })
+	return ch
 }
 
 func (r *standbyReads) readLog(fn func(*eventlog.Log)) bool {

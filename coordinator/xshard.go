@@ -37,21 +37,23 @@ const (
 	// xTellTries is how many times an abort is sent before the
 	// participant is left to ask.
 	xTellTries = 3
+	// xReadWait bounds the wait of a read of paths a prepared part holds.
+	xReadWait = 10 * time.Second
 )
 
 // XPrepare prepares this shard's part of a cross-shard apply
-// (engine.XPrepare): durable once Commit's Pending is. It returns the
-// decision that refuses the part, or nil when it is prepared.
-func (c *Core) XPrepare(now time.Time, x *intents.XShard) (*intents.Decision, error) {
+// (engine.XPrepare) and returns its vote: durable once Commit's Pending
+// is.
+func (c *Core) XPrepare(now time.Time, x *intents.XShard) (intents.XVote, error) {
 	n := len(c.out)
 	var r engine.Ready
-	var d *intents.Decision
+	var v intents.XVote
 	var err error
-	if !c.guard(n, "a cross-shard prepare", func() { r, d, err = c.eng.XPrepare(now, x, c.out) }) {
-		return nil, fmt.Errorf("%w: the prepare of intent %s", ErrInternal, x.Intent)
+	if !c.guard(n, "a cross-shard prepare", func() { r, v, err = c.eng.XPrepare(now, x, c.out) }) {
+		return v, fmt.Errorf("%w: the prepare of intent %s", ErrInternal, x.Intent)
 	}
 	c.done(n, r, 0, false)
-	return d, err
+	return v, err
 }
 
 // XFinish ends this shard's prepared part of intent id (engine.XFinish).
@@ -108,6 +110,9 @@ type xshards struct {
 	wg      sync.WaitGroup
 	stop    chan struct{}
 	once    sync.Once
+	// ended is closed, and replaced, once a part prepared here ends
+	// durably: the reads that wait for one look again.
+	ended chan struct{}
 	// lose drops every finish this shard would send while it is set, as
 	// a network that lost them would: tests set it to make participants
 	// ask.
@@ -137,14 +142,34 @@ func (s *Service) xclose() {
 	s.xs.wg.Wait()
 }
 
-// xbegun starts a driver for each cross-shard apply a durable group began.
+// xbegun starts a driver for each cross-shard apply a durable group
+// began, and wakes the reads that wait for a part the group ended.
 // Called by the output stage.
 func (s *Service) xbegun(g *Group) {
+	ended := false
 	for _, ev := range g.Live {
-		if x := ev.XShard; x != nil && x.Phase == intents.XShardBegin {
+		x := ev.XShard
+		switch {
+		case x == nil:
+		case x.Phase == intents.XShardBegin:
 			s.xdrive(x)
+		case x.Phase == intents.XShardCommit || x.Phase == intents.XShardAbort:
+			ended = true
 		}
 	}
+	if ended {
+		s.xs.mu.Lock()
+		close(s.xs.ended)
+		s.xs.ended = make(chan struct{})
+		s.xs.mu.Unlock()
+	}
+}
+
+// xended is closed once a part prepared here next ends durably.
+func (s *Service) xended() <-chan struct{} {
+	s.xs.mu.Lock()
+	defer s.xs.mu.Unlock()
+	return s.xs.ended
 }
 
 // xdrive runs the two phases of x, begun here, unless a driver runs them
@@ -390,13 +415,9 @@ func (s *Service) handleShardPrepare(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "%s: the request is not a cross-shard request: %v", intents.APIShardPrepare, err)
 		return
 	}
-	var d *intents.Decision
+	var v intents.XVote
 	var xerr error
-	self := ""
-	if err := s.durably(context.Background(), func() {
-		d, xerr = s.core.XPrepare(s.opts.Now(), &x)
-		self = s.core.Engine().Shard()
-	}); err != nil {
+	if err := s.durably(context.Background(), func() { v, xerr = s.core.XPrepare(s.opts.Now(), &x) }); err != nil {
 		replyErrorLater(req, codeUnavailable, "%v", err)
 		return
 	}
@@ -404,7 +425,7 @@ func (s *Service) handleShardPrepare(req micro.Request) {
 		replyError(req, intents.ReasonInvalid, "%s: %v", intents.APIShardPrepare, xerr)
 		return
 	}
-	respond(req, intents.XVote{Shard: self, Prepared: d == nil, Decision: d})
+	respond(req, v)
 }
 
 // handleShardFinish ends this shard's part as its coordinator decided.

@@ -84,12 +84,14 @@ func (x *XShard) Check(phase string) error {
 	return p.Validate()
 }
 
-// XVote answers a shard.prepare request: the part is prepared, or the
-// decision that refuses it.
+// XVote answers a shard.prepare request: the part is prepared, with the
+// versions its paths will have once it is applied (nothing merges into a
+// prepared part, so they are exact), or the decision that refuses it.
 type XVote struct {
-	Shard    string    `json:"shard"`
-	Prepared bool      `json:"prepared"`
-	Decision *Decision `json:"decision,omitempty"`
+	Shard    string            `json:"shard"`
+	Prepared bool              `json:"prepared"`
+	Versions map[string]uint64 `json:"versions,omitempty"`
+	Decision *Decision         `json:"decision,omitempty"`
 }
 
 // The API endpoints coordinators of different shards call on each other

@@ -105,6 +105,28 @@ func (e *Engine) XOutcome(id string) (d *intents.Decision, ok bool) {
 	return c.decided, true
 }
 
+// XHolds says whether a part prepared here for another shard's
+// cross-shard apply holds a path overlapping one of paths. A read of such
+// a path waits for the part to end: its coordinator may have committed
+// already, and an agent that read the apply's effect on the coordinator's
+// boards must not then read this shard's part undone.
+func (e *Engine) XHolds(paths []string) bool {
+	self := e.Shard()
+	for _, p := range e.xparts {
+		if p.coord == self {
+			continue
+		}
+		for _, w := range p.Writes {
+			for _, q := range paths {
+				if q == "" || intents.Overlaps(w.Path, q) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // xcheck is a part being decided for a prepare: its decision is caught
 // (refused) instead of emitted, and so is its success (ok).
 type xcheck struct {
@@ -251,42 +273,58 @@ func (e *Engine) xbegin(in *intents.Intent, parts []intents.XPart) {
 }
 
 // XPrepare prepares this shard's part of a cross-shard apply that shard
-// x.Coord coordinates (x is its prepare request). It returns the decision
-// that refuses the part, or nil when the part is prepared: durable once
-// Commit's Pending is, its paths held until XFinish. A part prepared
-// already is prepared; a request that is not one for this shard is an
-// ErrXShard and changes nothing.
-func (e *Engine) XPrepare(now time.Time, x *intents.XShard, out []*intents.Event) (Ready, *intents.Decision, error) {
+// x.Coord coordinates (x is its prepare request), and returns this
+// shard's vote: prepared, durable once Commit's Pending is and its paths
+// held until XFinish; or the decision that refuses the part. A part
+// prepared already is prepared; a request that is not one for this shard
+// is an ErrXShard and changes nothing.
+func (e *Engine) XPrepare(now time.Time, x *intents.XShard, out []*intents.Event) (Ready, intents.XVote, error) {
+	vote := intents.XVote{Shard: e.Shard()}
 	if err := x.Check(intents.XShardPrepare); err != nil {
-		return Ready{Events: out}, nil, fmt.Errorf("%w: %v", ErrXShard, err)
+		return Ready{Events: out}, vote, fmt.Errorf("%w: %v", ErrXShard, err)
 	}
 	if s := x.Parts[0].Shard; s != e.Shard() {
-		return Ready{Events: out}, nil, fmt.Errorf("%w: the part of shard %s sent to shard %s", ErrXShard, s, e.Shard())
+		return Ready{Events: out}, vote, fmt.Errorf("%w: the part of shard %s sent to shard %s", ErrXShard, s, e.Shard())
 	}
 	if x.Coord == e.Shard() {
-		return Ready{Events: out}, nil, fmt.Errorf("%w: shard %s coordinates intent %s itself", ErrXShard, x.Coord, x.Intent)
+		return Ready{Events: out}, vote, fmt.Errorf("%w: shard %s coordinates intent %s itself", ErrXShard, x.Coord, x.Intent)
 	}
 	part := x.Parts[0].Intent
 	e.begin(now, out)
 	e.advance()
-	if _, ok := e.xparts[x.Intent]; ok {
-		return e.end(), nil, nil
+	if p, ok := e.xparts[x.Intent]; ok {
+		vote.Prepared, vote.Versions = true, e.xversions(p)
+		return e.end(), vote, nil
 	}
 	if cause, ok := e.ended.get(x.Intent); ok {
 		// A prepare that comes again after its part ended: preparing it
 		// anew could apply it twice.
-		d := &intents.Decision{Intent: part.ID, Agent: part.Agent, Outcome: intents.OutcomeRejected, Reason: intents.ReasonConflict,
+		vote.Decision = &intents.Decision{Intent: part.ID, Agent: part.Agent, Outcome: intents.OutcomeRejected, Reason: intents.ReasonConflict,
 			Detail: fmt.Sprintf("the part of intent %s on shard %s ended already (%s)", x.Intent, e.Shard(), cause)}
-		return e.end(), d, nil
+		return e.end(), vote, nil
 	}
-	if d := e.xprepare(part); d != nil {
+	if vote.Decision = e.xprepare(part); vote.Decision != nil {
 		e.settle()
-		return e.end(), d, nil
+		return e.end(), vote, nil
 	}
 	e.emit(intents.Event{Type: intents.EventXShard, Agent: part.Agent, Intent: part.ID,
 		XShard: &intents.XShard{Phase: intents.XShardPrepare, Intent: x.Intent, Coord: x.Coord, Parts: x.Parts}})
+	vote.Prepared, vote.Versions = true, e.xversions(e.xparts[x.Intent])
 	e.settle()
-	return e.end(), nil, nil
+	return e.end(), vote, nil
+}
+
+// xversions are the versions p's paths will have once it is applied.
+func (e *Engine) xversions(p *xpart) map[string]uint64 {
+	v := e.versions(p.in, nil, nil)
+	if plan, err := e.tree.Plan(p.in.Writes); err == nil {
+		for _, a := range plan {
+			if _, ok := v[a.Path]; ok {
+				v[a.Path] = a.NewVersion
+			}
+		}
+	}
+	return v
 }
 
 // XFinish ends this shard's prepared part of intent id as its
@@ -388,8 +426,22 @@ func (e *Engine) XDecide(now time.Time, id string, votes []intents.XVote, out []
 		// The versions its own part leaves, as the change will make them;
 		// the other shards' are theirs to tell.
 		e.xapply(own)
+		// The versions its paths have after it: its own part's, and those
+		// each other shard said its part would leave.
+		versions := e.versions(own.in, nil, nil)
+		for _, v := range votes {
+			for _, p := range slices.Sorted(maps.Keys(v.Versions)) {
+				if len(versions) >= maxVersions {
+					break
+				}
+				if versions == nil {
+					versions = map[string]uint64{}
+				}
+				versions[p] = v.Versions[p]
+			}
+		}
 		e.xrelease(own, true, &intents.Decision{Intent: id, Agent: own.Agent, Outcome: intents.OutcomeApplied,
-			Rev: e.tree.Rev(), Versions: e.versions(own.in, nil, nil)})
+			Rev: e.tree.Rev(), Versions: versions})
 	}
 	e.settle()
 	return e.end(), nil

@@ -41,12 +41,12 @@ func (w *shardWorld) begin(pre string, writes ...string) (string, *intents.XShar
 // prepare sends x to s2 and returns its vote.
 func (w *shardWorld) prepare(x *intents.XShard) intents.XVote {
 	w.t.Helper()
-	r, d, err := w.s2.XPrepare(w.now(), x, nil)
+	r, v, err := w.s2.XPrepare(w.now(), x, nil)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	w.keep(w.s2, r.Events)
-	return intents.XVote{Shard: "s2", Prepared: d == nil, Decision: d}
+	return v
 }
 
 // decide hands the votes to the default shard and returns its decision.
@@ -101,11 +101,12 @@ func TestXShardCommit(t *testing.T) {
 	}
 	// The coordinator's part holds tasks.t1 already.
 	want(t, w.apply(w.def, "", `tasks.t1="other"`), intents.OutcomeRejected, intents.ReasonConflict, "")
-	if v := w.prepare(x); !v.Prepared {
-		t.Fatalf("s2 refused its part: %+v", v.Decision)
+	vote := w.prepare(x)
+	if !vote.Prepared || vote.Versions["report.done"] != 2 {
+		t.Fatalf("s2's vote: %+v", vote)
 	}
-	if v := w.prepare(x); !v.Prepared {
-		t.Fatalf("s2 refused its part asked again: %+v", v.Decision)
+	if v := w.prepare(x); !v.Prepared || v.Versions["report.done"] != 2 {
+		t.Fatalf("s2's vote asked again: %+v", v)
 	}
 	// s2's part holds report.done, with no lease: nothing ends it but the
 	// coordinator's decision, and the board cannot leave.
@@ -124,7 +125,11 @@ func TestXShardCommit(t *testing.T) {
 	}
 	w.replays()
 
-	want(t, w.decide(id, intents.XVote{Shard: "s2", Prepared: true}), intents.OutcomeApplied, "", "")
+	d = w.decide(id, vote)
+	want(t, d, intents.OutcomeApplied, "", "")
+	if d.Versions["report.done"] != 2 || d.Versions["tasks.t1"] != 2 {
+		t.Fatalf("the decision's versions: %v", d.Versions)
+	}
 	if got := w.value(w.def, "tasks.t1"); got != `"done"` {
 		t.Fatalf("tasks.t1 = %s after the commit point", got)
 	}

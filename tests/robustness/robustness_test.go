@@ -381,8 +381,12 @@ type agent struct {
 	// with the same id, until one comes.
 	resends bool
 	resent  int // writes sent again
-	// pair are the two paths transactions write together.
-	pair [2]string
+	// pair are the two paths transactions write together; cross says
+	// they are two shards' (a sharded run), which a transaction cannot
+	// span and one state.get does not read: the agent writes them
+	// together by one cross-shard apply, and reads them one by one.
+	pair  [2]string
+	cross bool
 	// decisions is where the decisions published on the agent's subject
 	// arrive: those of the intents it publishes on the intents stream
 	// (viaStream) instead of submitting them by request/reply, and the
@@ -429,6 +433,8 @@ func (a *agent) run(ctx context.Context) {
 			a.write(Input{Kind: Incr, Path: path, Intent: ulid.Make().String()})
 		case r < 17:
 			a.txn()
+		case r < 18 && a.cross:
+			a.read(a.pair[a.rng.IntN(2)])
 		case r < 18:
 			a.readBoth()
 		case r < 19:
@@ -608,6 +614,10 @@ func (a *agent) get(in Input) (Output, bool) {
 // plus one. It goes by request/reply, whatever the agent's path for
 // single writes.
 func (a *agent) txn() {
+	if a.cross {
+		a.crossTxn()
+		return
+	}
 	read, ok := a.get(Input{Kind: ReadBoth, Path: a.pair[0], Path2: a.pair[1]})
 	if !ok {
 		return
@@ -643,6 +653,35 @@ func (a *agent) txn() {
 	in.Intent = commit.ID
 	out, known := Output{Unknown: true}, false
 	if m, ok := a.submit(commit); ok {
+		out, known = decisionOutput(m, in)
+	}
+	a.record(in, call, out, known)
+}
+
+// crossTxn records the pair's transaction when its paths are two shards':
+// it reads each, then applies each value read plus one in one apply whose
+// reads are at the versions it saw. The shards commit it by two-phase
+// commit; the model holds it to what it holds a transaction to.
+func (a *agent) crossTxn() {
+	ra, ok := a.read(a.pair[0])
+	if !ok {
+		return
+	}
+	rb, ok := a.read(a.pair[1])
+	if !ok {
+		return
+	}
+	va, vb := ra.Version, rb.Version
+	in := Input{Kind: TxnSet, Path: a.pair[0], Path2: a.pair[1], Version: va, Version2: vb,
+		Value: ra.Value + 1, Value2: rb.Value + 1, Intent: ulid.Make().String()}
+	apply := &intents.Intent{ID: in.Intent, Agent: a.name, Kind: intents.KindApply,
+		Reads: []intents.Read{{Path: a.pair[0], Version: &va}, {Path: a.pair[1], Version: &vb}},
+		Writes: []intents.Write{
+			{Path: a.pair[0], Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value, 10))},
+			{Path: a.pair[1], Op: intents.OpSet, Value: json.RawMessage(strconv.FormatInt(in.Value2, 10))}}}
+	call := a.h.now()
+	out, known := Output{Unknown: true}, false
+	if m, ok := a.submit(apply); ok {
 		out, known = decisionOutput(m, in)
 	}
 	a.record(in, call, out, known)
@@ -1056,6 +1095,7 @@ type traffic struct {
 	paths  []string
 	tasks  []string
 	pair   [2]string
+	cross  bool // the pair is two shards'
 	h      *history
 	agents []*agent
 	wg     sync.WaitGroup // the agents at work
@@ -1068,14 +1108,17 @@ type traffic struct {
 func startTraffic(ctx context.Context, t *testing.T, r run, connect func() *nats.Conn) *traffic {
 	t.Helper()
 	tr := &traffic{paths: make([]string, 10), tasks: []string{"rb0.task.owner", "rb1.task.owner", "rb2.task.owner"}, pair: [2]string{"rb0.t.a", "rb0.t.b"},
-		h: &history{start: time.Now()}}
+		h: &history{start: time.Now()}, cross: r.sharded}
+	if r.sharded {
+		tr.pair[1] = shardBoard + ".t.b"
+	}
 	lease := setRules(t, connect())
 	for i := range tr.paths {
 		tr.paths[i] = fmt.Sprintf("rb%d.k%d", i%3, i)
 	}
 	for i := range 8 {
 		a := &agent{id: i, name: "rb" + strconv.Itoa(i), nc: connect(), subj: tr.subj,
-			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, pair: tr.pair, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
+			rng: rand.New(rand.NewPCG(r.seed, uint64(i+1))), paths: tr.paths, tasks: tr.tasks, pair: tr.pair, cross: tr.cross, h: tr.h, unknown: map[int]string{}, resends: r.resends && i%2 == 1}
 		// Two agents of eight go by the intents stream.
 		a.viaStream = i >= 6 && !r.sharded
 		a.decisions = make(chan *nats.Msg, 256)
@@ -1170,7 +1213,7 @@ func (tr *traffic) settle(t *testing.T, nc *nats.Conn) settled {
 	st.unknown = len(unknown)
 	awaitIntake(t, nc, tr.subj)
 	st.resolved, st.dropped = resolve(t, nc, tr.subj, tr.h, unknown)
-	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, pair: tr.pair, tasks: tr.tasks, h: tr.h}
+	final := &agent{id: len(tr.agents), nc: nc, subj: tr.subj, pair: tr.pair, cross: tr.cross, tasks: tr.tasks, h: tr.h}
 	for _, p := range slices.Concat(tr.paths, tr.tasks, tr.pair[:]) {
 		natstest.CheckFor(t, 30*time.Second, "the final read of "+p, func() error {
 			if _, ok := final.read(p); !ok {

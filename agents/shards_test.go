@@ -128,6 +128,24 @@ func TestShardRouting(t *testing.T) {
 		st.Rev != 0 || st.Revs["s2"] == 0 || st.Revs[intents.DefaultShard] == 0 {
 		t.Fatalf("read across shards: %+v", st)
 	}
+
+	// An apply of both shards' boards goes to the shard of its first,
+	// which coordinates it; applied, its decision names every path's
+	// version, and a read that follows sees both parts.
+	before := received(t, def)
+	d, err := c.Apply(ctx, intents.Apply("close").
+		ReadAt("report.title", st.Values["report.title"].Version).
+		Set("report.status", "closed").Set("tasks.t1", "done"))
+	if err != nil || d.Outcome != intents.OutcomeApplied || d.Versions["report.status"] != 1 || d.Versions["tasks.t1"] != 2 {
+		t.Fatalf("apply of both shards' boards: %+v %v", d, err)
+	}
+	if n := received(t, def); n != before {
+		t.Fatalf("the default shard received %d intents of the cross-shard apply, want none: s2 coordinates it", n-before)
+	}
+	st, err = c.Read(ctx, "report.status", "tasks.t1")
+	if err != nil || string(st.Values["report.status"].Value) != `"closed"` || string(st.Values["tasks.t1"].Value) != `"done"` {
+		t.Fatalf("read after the cross-shard apply: %+v %v", st, err)
+	}
 }
 
 // received is how many intents svc took in, from its metrics.

@@ -363,6 +363,10 @@ var (
 		"Intents parked with on_conflict wait, waiting for a transaction in their way to end.", nil, nil)
 	descCases = prometheus.NewDesc("coagent_arbiter_cases_open",
 		"Escalated intents whose arbiter case is open: not yet resolved, by an arbiter or the fallback.", nil, nil)
+	descInDoubt = prometheus.NewDesc("coagent_xshard_in_doubt",
+		"Parts of other shards' cross-shard applies prepared here, holding their paths until their coordinator's decision.", nil, nil)
+	descUnanswered = prometheus.NewDesc("coagent_xshard_unanswered",
+		"Cross-shard applies this shard coordinates and has not answered: waiting for votes, or for the other shards to apply their parts.", nil, nil)
 )
 
 // fsyncCollector exports the write-ahead log's fsyncs as Pebble times
@@ -394,15 +398,18 @@ func (g *engineGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTxns
 	ch <- descWaiters
 	ch <- descCases
+	ch <- descInDoubt
+	ch <- descUnanswered
 }
 
 func (g *engineGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeWait)
 	defer cancel()
-	var txns, waiters, cases int
+	var txns, waiters, cases, inDoubt, unanswered int
 	ok := g.s.call(ctx, func() {
 		eng := g.s.core.Engine()
 		txns = len(eng.Txns())
+		inDoubt, unanswered = eng.XCounts()
 		for _, id := range eng.Parked() {
 			if _, escalated := eng.Case(id); escalated {
 				cases++
@@ -417,6 +424,8 @@ func (g *engineGauges) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTxns, prometheus.GaugeValue, float64(txns))
 	ch <- prometheus.MustNewConstMetric(descWaiters, prometheus.GaugeValue, float64(waiters))
 	ch <- prometheus.MustNewConstMetric(descCases, prometheus.GaugeValue, float64(cases))
+	ch <- prometheus.MustNewConstMetric(descInDoubt, prometheus.GaugeValue, float64(inDoubt))
+	ch <- prometheus.MustNewConstMetric(descUnanswered, prometheus.GaugeValue, float64(unanswered))
 }
 
 // routed counts a submit sent on to shard to.

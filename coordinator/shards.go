@@ -97,12 +97,8 @@ func (s *Service) ShardInfo(ctx context.Context) (intents.ShardInfo, error) {
 	var info intents.ShardInfo
 	if !s.call(ctx, func() {
 		e := s.core.Engine()
-		info = intents.ShardInfo{Shard: e.Shard(), Owners: e.Owners(), Rev: e.State().Rev(), Unanswered: len(e.Coordinating())}
-		for _, p := range e.InDoubt() {
-			if p.Coord != e.Shard() {
-				info.InDoubt++
-			}
-		}
+		info = intents.ShardInfo{Shard: e.Shard(), Owners: e.Owners(), Rev: e.State().Rev()}
+		info.InDoubt, info.Unanswered = e.XCounts()
 	}) {
 		return info, errUnavailable
 	}

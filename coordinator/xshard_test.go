@@ -192,6 +192,9 @@ func TestCrossShardInDoubt(t *testing.T) {
 		t.Fatalf("answered before the coordinator knew every part applied: %+v", d)
 	default:
 	}
+	if n := gauge(scrape(t, def.Registry()), "coagent_xshard_unanswered"); n != 1 {
+		t.Fatalf("coagent_xshard_unanswered = %v on the coordinator, want 1", n)
+	}
 	def.xs.lose.Store(false)
 	if d := <-answered; d == nil || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("the committed apply: %+v", d)

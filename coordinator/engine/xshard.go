@@ -93,6 +93,18 @@ func (e *Engine) Coordinating() []XPending {
 	return out
 }
 
+// XCounts are how many parts this shard prepared for other shards'
+// cross-shard applies and has not ended, and how many cross-shard applies
+// it coordinates and has not answered.
+func (e *Engine) XCounts() (inDoubt, unanswered int) {
+	for _, p := range e.xparts {
+		if p.coord != e.Shard() {
+			inDoubt++
+		}
+	}
+	return inDoubt, len(e.xcoords)
+}
+
 // XOutcome is this shard's decision of a cross-shard apply it coordinates
 // and has not answered: the decision its commit point logged, or nil if
 // it is undecided. ok is false for one it does not coordinate, or has

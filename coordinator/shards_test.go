@@ -21,7 +21,7 @@ import (
 
 // shardOf starts the coordinator of shard name (the default shard for
 // "") on ns, in a directory of its own.
-func shardOf(t *testing.T, ns interface{ ClientURL() string }, name string) (*Service, string) {
+func shardOf(t testing.TB, ns interface{ ClientURL() string }, name string) (*Service, string) {
 	t.Helper()
 	dir := t.TempDir()
 	opts := Options{}
@@ -44,7 +44,7 @@ func shardOf(t *testing.T, ns interface{ ClientURL() string }, name string) (*Se
 // moveBoard moves board between two running shards, as coagent shards
 // move does: the release on the owner, then the adoption of what it
 // carried.
-func moveBoard(t *testing.T, from, to *Service, board string) {
+func moveBoard(t testing.TB, from, to *Service, board string) {
 	t.Helper()
 	ctx := context.Background()
 	toName, fromName := to.opts.Shard, from.opts.Shard

@@ -141,15 +141,11 @@ func TestShardsCommands(t *testing.T) {
 	run(0, `"Q4"`, "get", "report.title", "-o", "json")
 }
 
-// TestShardFailover: shard s2 is a cluster of two coordinator processes
-// and owns report; the default shard, one coordinator, owns tasks. The
-// active coordinator of s2 is SIGKILLed under load: the default shard
-// decides tasks all along, s2's standby takes over report, and every
-// increment an agent was told was applied is in the state exactly once.
-func TestShardFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 3 NATS nodes and 3 coordinators as processes")
-	}
+// startTwoShards starts three NATS nodes, shard s2 as a cluster of two
+// coordinator processes, and the default shard as one, and gives s2 the
+// board report.
+func startTwoShards(t *testing.T) (*failoverCluster, string) {
+	t.Helper()
 	c := startFailoverCluster(t, 2, "--shard", "s2")
 	urls := strings.Join(c.urls, ",")
 	def := &coordProc{name: "d1", data: filepath.Join(c.dir, "d1"), args: []string{"serve", "--nats", urls, "--name", "d1",
@@ -165,6 +161,19 @@ func TestShardFailover(t *testing.T) {
 	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls); p.status != 0 {
 		t.Fatalf("shards assign: %+v", p)
 	}
+	return c, urls
+}
+
+// TestShardFailover: shard s2 is a cluster of two coordinator processes
+// and owns report; the default shard, one coordinator, owns tasks. The
+// active coordinator of s2 is SIGKILLed under load: the default shard
+// decides tasks all along, s2's standby takes over report, and every
+// increment an agent was told was applied is in the state exactly once.
+func TestShardFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 3 NATS nodes and 3 coordinators as processes")
+	}
+	c, urls := startTwoShards(t)
 
 	// One agent a board, each incrementing its counter until told to stop;
 	// an increment that got no decision in time is sent again, same id.
@@ -248,21 +257,7 @@ func TestCrossShardKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 3 NATS nodes and 3 coordinators as processes")
 	}
-	c := startFailoverCluster(t, 2, "--shard", "s2")
-	urls := strings.Join(c.urls, ",")
-	def := &coordProc{name: "d1", data: filepath.Join(c.dir, "d1"), args: []string{"serve", "--nats", urls, "--name", "d1",
-		"--replicas", "3", "--lease-ttl", leaseTTL.String(), "--data", filepath.Join(c.dir, "d1"), "-v"}}
-	def.launch(t)
-	def.await(t)
-	t.Cleanup(func() { def.n.kill(t) })
-	select {
-	case <-def.active:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the default shard's coordinator is not active; stderr:\n%s", def.n.stderr.String())
-	}
-	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls); p.status != 0 {
-		t.Fatalf("shards assign: %+v", p)
-	}
+	c, urls := startTwoShards(t)
 
 	const workers = 3
 	var applied [workers]atomic.Int64

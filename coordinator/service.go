@@ -358,7 +358,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
 		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1),
-		xs: &xshards{driving: map[string]bool{}, stop: make(chan struct{}), ended: make(chan struct{})}}
+		xs: newXShards()}
 	s.mu.follows = map[string][]followMark{}
 	s.metrics = newMetrics(s)
 	if sync := opts.Core.Log.OnSync; sync != nil {

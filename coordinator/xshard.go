@@ -108,8 +108,9 @@ type xshards struct {
 	mu      sync.Mutex
 	driving map[string]bool // the intents a driver runs for
 	wg      sync.WaitGroup
-	stop    chan struct{}
-	once    sync.Once
+	// ctx ends when the service stops (cancel, under mu).
+	ctx    context.Context
+	cancel context.CancelFunc
 	// ended is closed, and replaced, once a part prepared here ends
 	// durably: the reads that wait for one look again.
 	ended chan struct{}
@@ -120,8 +121,8 @@ type xshards struct {
 }
 
 // xstart starts the resolver, and a driver for every cross-shard apply
-// the log left begun and undecided: a coordinator that restarts finishes
-// what its predecessor began. Called once the API is up.
+// the log left begun and unanswered: a coordinator that restarts
+// finishes what its predecessor began. Called once the API is up.
 func (s *Service) xstart(ctx context.Context) error {
 	var begun []engine.XPending
 	if !s.call(ctx, func() { begun = s.core.Engine().Coordinating() }) {
@@ -138,7 +139,10 @@ func (s *Service) xstart(ctx context.Context) error {
 
 // xclose stops the drivers and the resolver and waits for them.
 func (s *Service) xclose() {
-	s.xs.once.Do(func() { close(s.xs.stop) })
+	// Under mu, so that no driver starts (xdrive) once Wait may run.
+	s.xs.mu.Lock()
+	s.xs.cancel()
+	s.xs.mu.Unlock()
 	s.xs.wg.Wait()
 }
 
@@ -179,7 +183,7 @@ func (s *Service) xdrive(x *intents.XShard) {
 	xs.mu.Lock()
 	defer xs.mu.Unlock()
 	select {
-	case <-xs.stop:
+	case <-xs.ctx.Done():
 		return
 	default:
 	}
@@ -199,17 +203,17 @@ func (s *Service) xdrive(x *intents.XShard) {
 	}()
 }
 
-// xcontext is a context that ends when the service stops.
+// xcontext is a context that ends after timeout, or when the service
+// stops.
 func (s *Service) xcontext(timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	go func() {
-		select {
-		case <-s.xs.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	return context.WithTimeout(s.xs.ctx, timeout)
+}
+
+// newXShards is a service's cross-shard work, before it starts.
+func newXShards() *xshards {
+	xs := &xshards{driving: map[string]bool{}, ended: make(chan struct{})}
+	xs.ctx, xs.cancel = context.WithCancel(context.Background())
+	return xs
 }
 
 func (s *Service) xrun(x *intents.XShard) {
@@ -229,7 +233,7 @@ func (s *Service) xrun(x *intents.XShard) {
 		return
 	}
 	select {
-	case <-s.xs.stop:
+	case <-s.xs.ctx.Done():
 		return // the next coordinator tells them again, and answers
 	default:
 	}
@@ -256,7 +260,7 @@ func (s *Service) xdecide(x *intents.XShard) *intents.Decision {
 	wg.Wait()
 	cancel()
 	select {
-	case <-s.xs.stop:
+	case <-s.xs.ctx.Done():
 		return nil // the next coordinator drives it again
 	default:
 	}
@@ -351,7 +355,7 @@ func (s *Service) xtell(x *intents.XShard, shard string, commit bool) {
 			return
 		}
 		select {
-		case <-s.xs.stop:
+		case <-s.xs.ctx.Done():
 			return
 		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, time.Second)):
 		}
@@ -366,7 +370,7 @@ func (s *Service) xresolve() {
 	defer tick.Stop()
 	for {
 		select {
-		case <-s.xs.stop:
+		case <-s.xs.ctx.Done():
 			return
 		case <-tick.C:
 		}

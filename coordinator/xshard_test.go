@@ -147,7 +147,9 @@ func verifyShard(t *testing.T, svc *Service, dir string) {
 // TestCrossShardInDoubt: a participant whose coordinator decided but
 // never told it (every finish lost) asks, and ends its part as decided.
 // A committed apply is answered only once every shard has applied its
-// part: while the coordinator cannot tell s2, its agent waits.
+// part: while the coordinator cannot tell s2, its agent waits; and a
+// third agent that reads the apply's effect on the coordinator's board
+// and then the participant's path waits for the part and sees it applied.
 func TestCrossShardInDoubt(t *testing.T) {
 	ns := natstest.Run(t)
 	def, _ := shardOf(t, ns, "")
@@ -156,26 +158,18 @@ func TestCrossShardInDoubt(t *testing.T) {
 	moveBoard(t, def, s2, "report")
 	moveBoard(t, def, s3, "other")
 	nc := natstest.Connect(t, ns)
-	resolved := func(n float64) func() error {
+	inDoubt := func(n float64) func() error {
 		return func() error {
-			var doubt int
-			var v any
-			s2.call(context.Background(), func() {
-				doubt = len(s2.core.Engine().InDoubt())
-				v, _ = s2.core.Engine().State().Get("report.n")
-			})
-			if doubt != 0 || v != n {
-				return fmt.Errorf("%d parts in doubt, report.n = %v", doubt, v)
+			if got := gauge(scrape(t, s2.Registry()), "coagent_xshard_in_doubt"); got != n {
+				return fmt.Errorf("coagent_xshard_in_doubt = %v on s2, want %v", got, n)
 			}
 			return nil
 		}
 	}
-	apply := func(pre string) <-chan *intents.Decision {
+	submit := func(body string) <-chan *intents.Decision {
 		out := make(chan *intents.Decision, 1)
 		go func() {
-			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
-				`{"id":%q,"agent":"x1","kind":"apply",%s"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`,
-				ulid.Make().String(), pre), 20*time.Second)
+			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(body, ulid.Make().String()), 20*time.Second)
 			if err != nil {
 				t.Errorf("cross-shard apply: %v", err)
 			}
@@ -183,10 +177,29 @@ func TestCrossShardInDoubt(t *testing.T) {
 		}()
 		return out
 	}
+	read := func(path string) string {
+		t.Helper()
+		st, err := natstest.RequestErr[stateReply](nc, intents.Subjects{}.API(intents.APIStateGet), fmt.Sprintf(`{"paths":[%q]}`, path), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(st.Values[path].Value)
+	}
 
 	def.xs.lose.Store(true)
-	answered := apply("")
-	natstest.CheckFor(t, 10*time.Second, "s2 asked and applied its part", resolved(1))
+	answered := submit(`{"id":%q,"agent":"x1","kind":"apply","writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1}]}`)
+	natstest.CheckFor(t, 10*time.Second, "the commit point", func() error {
+		if got := read("tasks.n"); got != "1" {
+			return fmt.Errorf("tasks.n = %s", got)
+		}
+		return nil
+	})
+	// tasks.n reads 1: report.n must too, though s2 was not told. The
+	// read waits for s2 to ask the coordinator and apply its part.
+	if got := read("report.n"); got != "1" {
+		t.Fatalf("report.n = %s after tasks.n read 1", got)
+	}
+	natstest.CheckFor(t, 10*time.Second, "nothing in doubt on s2", inDoubt(0))
 	select {
 	case d := <-answered:
 		t.Fatalf("answered before the coordinator knew every part applied: %+v", d)
@@ -196,18 +209,19 @@ func TestCrossShardInDoubt(t *testing.T) {
 		t.Fatalf("coagent_xshard_unanswered = %v on the coordinator, want 1", n)
 	}
 	def.xs.lose.Store(false)
-	if d := <-answered; d == nil || d.Outcome != intents.OutcomeApplied {
+	if d := <-answered; d == nil || d.Outcome != intents.OutcomeApplied || d.Versions["report.n"] != 1 || d.Versions["tasks.n"] != 1 {
 		t.Fatalf("the committed apply: %+v", d)
 	}
 
 	// Refused by s3's part: answered at once, and s2, which prepared its
 	// part but is never told of the abort, asks and drops it.
 	def.xs.lose.Store(true)
-	d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x1"), fmt.Sprintf(
-		`{"id":%q,"agent":"x1","kind":"apply","pre":["state.other.n == 7"],"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1},{"path":"other.n","op":"incr","value":1}]}`,
-		ulid.Make().String()), 20*time.Second)
-	if err != nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonPreconditionFailed || !strings.Contains(d.Detail, "shard s3 refused its part") {
-		t.Fatalf("the refused apply: %+v %v", d, err)
+	d := <-submit(`{"id":%q,"agent":"x1","kind":"apply","pre":["state.other.n == 7"],"writes":[{"path":"tasks.n","op":"incr","value":1},{"path":"report.n","op":"incr","value":1},{"path":"other.n","op":"incr","value":1}]}`)
+	if d == nil || d.Outcome != intents.OutcomeRejected || d.Reason != intents.ReasonPreconditionFailed || !strings.Contains(d.Detail, "shard s3 refused its part") {
+		t.Fatalf("the refused apply: %+v", d)
 	}
-	natstest.CheckFor(t, 10*time.Second, "s2 asked and dropped its part", resolved(1))
+	if got := read("report.n"); got != "1" {
+		t.Fatalf("report.n = %s after a refused apply", got)
+	}
+	natstest.CheckFor(t, 10*time.Second, "nothing in doubt on s2", inDoubt(0))
 }

@@ -182,6 +182,14 @@ func runShardsList(ctx context.Context, conn *natsFlags, asJSON bool, stdout io.
 		if len(says) == 0 {
 			says = []string{"no board moved"}
 		}
+		// What two-phase commit holds there now: nothing, most of the
+		// time; a count that stays is a coordinator that does not answer.
+		if so.InDoubt > 0 {
+			says = append(says, fmt.Sprintf("%d parts of other shards' applies in doubt", so.InDoubt))
+		}
+		if so.Unanswered > 0 {
+			says = append(says, fmt.Sprintf("%d cross-shard applies unanswered", so.Unanswered))
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", so.Shard, so.Rev, strings.Join(says, "; "))
 	}
 	return tw.Flush()

@@ -158,9 +158,20 @@ func startTwoShards(t *testing.T) (*failoverCluster, string) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the default shard's coordinator is not active; stderr:\n%s", def.n.stderr.String())
 	}
-	if p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls); p.status != 0 {
+	// The cluster's JetStream may not answer the shard map's bucket at
+	// once (no responders while its meta leader is elected): nothing has
+	// moved until the map answers, so the command is run again.
+	natstest.CheckFor(t, 30*time.Second, "shards assign report s2", func() error {
+		p := runBin(t, nil, "", "shards", "assign", "report", "s2", "--nats", urls)
+		switch {
+		case p.status == 0:
+			return nil
+		case strings.Contains(p.stderr, "the shard map: nats: no responders"):
+			return errors.New(p.stderr)
+		}
 		t.Fatalf("shards assign: %+v", p)
-	}
+		return nil
+	})
 	return c, urls
 }
 

@@ -601,7 +601,10 @@ func (e *Engine) holds(c *cond.Condition, kind string, i int, in *intents.Intent
 func (e *Engine) staleReads(in *intents.Intent) []intents.Conflict {
 	var out []intents.Conflict
 	for _, r := range in.Reads {
-		if r.Version != nil && e.tree.Version(r.Path) != *r.Version {
+		if r.Version != nil && e.tree.Version(r.Path) != *r.Version && !e.XHolds([]string{r.Path}) {
+			// A path a prepared part holds is in conflict with it, not
+			// stale: its coordinator may have committed, and told the
+			// version the part will leave.
 			out = append(out, intents.Conflict{Path: r.Path, Kind: intents.ConflictStale})
 		}
 	}

@@ -23,9 +23,15 @@ import (
 // holds its part's paths and names every part, and the intent is queued.
 // Its service asks each other shard to prepare its part (XPrepare): the
 // same decision there, and a prepare event that holds the part's paths.
-// The coordinator's final decision (XDecide), applied or the first
-// refusal, is the commit point, logged before any participant is told;
-// each participant then applies or drops its part (XFinish).
+// The coordinator then decides (XDecide). Every part prepared, it applies
+// its own part, and its commit event, carrying the decision, is the commit
+// point, logged before any participant is told; each participant applies
+// its part (XFinish), and only then is the decision logged as the
+// intent's and answered (XDone), so that an agent told applied may write
+// on at once. A refusal drops its own part and is answered at once; each
+// participant drops its part. A read of a path a participant's part
+// holds waits for the part to end (XHolds): a third agent must not read
+// the apply's effect on one shard and then its part undone on another.
 //
 // A prepared part holds its paths as a transaction in flight does, in the
 // conflict index under the intent's id, but has no lease: only its
@@ -83,7 +89,7 @@ func (e *Engine) InDoubt() []XPrepared {
 }
 
 // Coordinating lists the cross-shard applies this shard began and has
-// not decided, by intent id.
+// not answered, by intent id.
 func (e *Engine) Coordinating() []XPending {
 	out := make([]XPending, 0, len(e.xcoords))
 	for _, id := range slices.Sorted(maps.Keys(e.xcoords)) {
@@ -182,6 +188,16 @@ func (e *Engine) xrefuseWait(in *intents.Intent, what string, conflicts []intent
 // mean in is no cross-shard intent of this shard.
 func (e *Engine) crossShard(in *intents.Intent, pre, post []*cond.Condition, reads, writes []string) (parts []intents.XPart, detail string, ok bool) {
 	if e.owners == nil && e.shard == "" {
+		return nil, "", false
+	}
+	// Every intent of a shard passes here: most name only its boards.
+	mine := true
+	for _, ps := range [][]string{reads, writes} {
+		for _, p := range ps {
+			mine = mine && e.owns(intents.Board(p))
+		}
+	}
+	if mine {
 		return nil, "", false
 	}
 	self := e.Shard()

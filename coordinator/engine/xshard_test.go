@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/coagent/coagent/intents"
@@ -143,6 +144,17 @@ func TestXShardCommit(t *testing.T) {
 	if d, ok := w.def.XOutcome(id); !ok || d == nil || d.Outcome != intents.OutcomeApplied {
 		t.Fatalf("the coordinator's outcome at its commit point: %+v %v", d, ok)
 	}
+	// Until s2 is told, its part holds report.done: a read of it waits,
+	// and a compare-and-set at the version the commit point named is in
+	// conflict with the part, not stale.
+	if !w.s2.XHolds([]string{"report.done"}) || !w.s2.XHolds([]string{"report"}) || w.s2.XHolds([]string{"report.other"}) {
+		t.Fatal("XHolds does not say what s2's part holds")
+	}
+	if w.def.XHolds([]string{"tasks.t1"}) {
+		t.Fatal("the coordinator's own part is held for reads")
+	}
+	cas := w.applyRead(w.s2, "report.done", d.Versions["report.done"], "report.done=7")
+	want(t, cas, intents.OutcomeRejected, intents.ReasonConflict, "")
 	w.replays()
 	if _, _, _, err := w.s2.Release(w.now(), "report", "default", nil); !errors.Is(err, ErrHandoff) {
 		t.Fatalf("report released while a part holds it: %v", err)
@@ -166,9 +178,25 @@ func TestXShardCommit(t *testing.T) {
 	if len(w.s2.InDoubt())+len(w.def.Coordinating()) != 0 {
 		t.Fatal("something still in doubt")
 	}
-	want(t, w.apply(w.s2, "", "report.done=9"), intents.OutcomeApplied, "", "")
+	want(t, w.applyRead(w.s2, "report.done", 2, "report.done=7"), intents.OutcomeApplied, "", "")
 	want(t, w.apply(w.def, "", `tasks.t1="other"`), intents.OutcomeApplied, "", "")
 	w.replays()
+}
+
+// applyRead sends an apply of writes to e that reads path at version.
+func (w *shardWorld) applyRead(e *Engine, path string, version uint64, writes ...string) *intents.Decision {
+	w.t.Helper()
+	w.n++
+	var ws []string
+	for _, kv := range writes {
+		p, v, _ := strings.Cut(kv, "=")
+		ws = append(ws, fmt.Sprintf(`{"path":%q,"op":"set","value":%s}`, p, v))
+	}
+	raw := fmt.Sprintf(`{"id":"%s","agent":"a","kind":"apply","reads":[{"path":%q,"version":%d}],"writes":[%s]}`,
+		fuzzID(w.n), path, version, strings.Join(ws, ","))
+	r := e.Submit(w.now(), Input{Agent: "a", Raw: []byte(raw)}, nil)
+	w.keep(e, r.Events)
+	return r.Own
 }
 
 // TestXShardRefused: a participant that refuses its part refuses the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/coagent/coagent/coordinator/engine"
 	"github.com/coagent/coagent/coordinator/replay"
-	"github.com/coagent/coagent/eventlog"
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
 	"github.com/nats-io/nats.go"
@@ -272,24 +271,8 @@ func TestShardsOverNATS(t *testing.T) {
 	}
 
 	// Each shard's log replays to its live state.
-	for _, sh := range []struct {
-		svc *Service
-		dir string
-	}{{def, defDir}, {s2, s2Dir}} {
-		live := liveHash(t, sh.svc)
-		if err := sh.svc.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		log, err := eventlog.Open(sh.dir, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := replay.Verify(log, engine.Config{}, nil)
-		log.Close()
-		if err != nil || got != live {
-			t.Fatalf("shard %s: verify %v, hash %s, live %s", shardName(sh.svc.opts.Shard), err, got, live)
-		}
-	}
+	verifyShard(t, def, defDir)
+	verifyShard(t, s2, s2Dir)
 }
 
 // TestShardRefusesAnotherShardsLog: a directory of one shard does not

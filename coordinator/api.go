@@ -44,11 +44,6 @@ func (s *Service) startAPI() (micro.Service, error) {
 		name, subject string
 		handler       micro.HandlerFunc
 	}{
-		{"submit", intents.APISubmit, s.handleSubmit},
-		// The same, as the agent the last token names: under auth the
-		// server lets an agent publish only on its own, so the identity is
-		// checked as on coagent.intents.<agent>.
-		{"submit_agent", intents.APISubmit + ".*", s.handleSubmit},
 		{"state_get", intents.APIStateGet, s.handleStateGet},
 		{"txn_list", intents.APITxnList, s.handleTxnList},
 		{"log_query", intents.APILogQuery, s.handleLogQuery},
@@ -65,12 +60,14 @@ func (s *Service) startAPI() (micro.Service, error) {
 		{"shard_prepare", intents.APIShardPrepare, s.handleShardPrepare},
 		{"shard_finish", intents.APIShardFinish, s.handleShardFinish},
 		{"shard_decided", intents.APIShardDecided, s.handleShardDecided},
-	}
-	for _, ep := range endpoints {
-		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
-			svc.Stop()
-			return nil, fmt.Errorf("coordinator: api endpoint %s: %w", ep.name, err)
-		}
+		// Submit last: the server takes one connection's subscriptions in
+		// order, so a client answered by submit finds every other endpoint
+		// (its state.get right after a decision is never "no responders").
+		{"submit", intents.APISubmit, s.handleSubmit},
+		// The same, as the agent the last token names: under auth the
+		// server lets an agent publish only on its own, so the identity is
+		// checked as on coagent.intents.<agent>.
+		{"submit_agent", intents.APISubmit + ".*", s.handleSubmit},
 	}
 	if s.node != "" {
 		// Its own subjects too, as every member of the cluster answers
@@ -78,6 +75,12 @@ func (s *Service) startAPI() (micro.Service, error) {
 		if err := addNodeEndpoints(svc, s, s.subj, s.node, s.stamp); err != nil {
 			svc.Stop()
 			return nil, err
+		}
+	}
+	for _, ep := range endpoints {
+		if err := svc.AddEndpoint(ep.name, ep.handler, micro.WithEndpointSubject(s.subj.API(ep.subject))); err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("coordinator: api endpoint %s: %w", ep.name, err)
 		}
 	}
 	return svc, nil

@@ -300,10 +300,11 @@ func (s *Service) xrequest(ctx context.Context, shard, endpoint string, body, ou
 	for {
 		m, err := s.nc.RequestWithContext(ctx, subject, data)
 		if err == nil && isErrorReply(m) {
-			err = fmt.Errorf("shard %s: %s: %s", shard, m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader))
-			if m.Header.Get(micro.ErrorCodeHeader) != codeUnavailable {
-				return err
+			se := &shardError{shard: shard, code: m.Header.Get(micro.ErrorCodeHeader), detail: m.Header.Get(micro.ErrorHeader)}
+			if se.code != codeUnavailable {
+				return se
 			}
+			err = se
 		}
 		if err == nil {
 			return json.Unmarshal(m.Data, out)
@@ -317,6 +318,13 @@ func (s *Service) xrequest(ctx context.Context, shard, endpoint string, body, ou
 			return err
 		}
 	}
+}
+
+// shardError is another shard's error answer to a cross-shard request.
+type shardError struct{ shard, code, detail string }
+
+func (e *shardError) Error() string {
+	return fmt.Sprintf("shard %s: %s: %s", e.shard, e.code, e.detail)
 }
 
 // xask asks shard p.Shard to prepare its part of x and returns its vote:
@@ -394,7 +402,16 @@ func (s *Service) xresolve() {
 			var d intents.Decision
 			err := s.xrequest(ctx, p.Coord, intents.APIShardDecided, map[string]string{"intent": p.Intent}, &d)
 			cancel()
-			if err != nil || !d.Outcome.Final() {
+			var se *shardError
+			switch {
+			case errors.As(err, &se) && se.code == codeNotFound:
+				// The coordinator answers and never began the intent (it
+				// logs the begin durably before it asks anyone to
+				// prepare): nobody will decide the part, so it is dropped
+				// rather than held for ever.
+				s.log.Warn("a prepared part's coordinator never began its apply; dropping the part", "intent", p.Intent, "coord", p.Coord)
+				d = intents.Decision{Outcome: intents.OutcomeRejected}
+			case err != nil || !d.Outcome.Final():
 				continue
 			}
 			commit := d.Outcome == intents.OutcomeApplied

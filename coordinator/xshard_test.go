@@ -221,3 +221,39 @@ func TestCrossShardInDoubt(t *testing.T) {
 	}
 	natstest.CheckFor(t, 10*time.Second, "nothing in doubt on s2", inDoubt(0))
 }
+
+// TestCrossShardNeverBegun: a prepare that names a coordinator which never
+// began the intent (sent by a client, not a coordinator) holds its paths
+// only until the participant asks that coordinator: told it has no
+// record of the intent, the participant drops the part, and its path is
+// free again with nothing applied.
+func TestCrossShardNeverBegun(t *testing.T) {
+	ns := natstest.Run(t)
+	def, _ := shardOf(t, ns, "")
+	s2, s2Dir := shardOf(t, ns, "s2")
+	moveBoard(t, def, s2, "report")
+	nc := natstest.Connect(t, ns)
+
+	id := ulid.Make().String()
+	forged := fmt.Sprintf(`{"phase":"prepare","intent":%q,"coord":%q,"parts":[{"shard":"s2","intent":{"id":%q,"agent":"x1","kind":"apply","writes":[{"path":"report.n","op":"set","value":5}]}}]}`,
+		id, intents.DefaultShard, id)
+	v, err := natstest.RequestErr[intents.XVote](nc, intents.Subjects{}.Shard("s2").API(intents.APIShardPrepare), forged, 10*time.Second)
+	if err != nil || !v.Prepared {
+		t.Fatalf("the forged prepare: %+v %v", v, err)
+	}
+	if got := gauge(scrape(t, s2.Registry()), "coagent_xshard_in_doubt"); got != 1 {
+		t.Fatalf("coagent_xshard_in_doubt = %v on s2 after the prepare, want 1", got)
+	}
+	natstest.CheckFor(t, 10*time.Second, "the part dropped", func() error {
+		if got := gauge(scrape(t, s2.Registry()), "coagent_xshard_in_doubt"); got != 0 {
+			return fmt.Errorf("coagent_xshard_in_doubt = %v on s2, want 0", got)
+		}
+		return nil
+	})
+	d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("x2"),
+		fmt.Sprintf(`{"id":%q,"agent":"x2","kind":"apply","writes":[{"path":"report.n","op":"incr","value":1}]}`, ulid.Make().String()), 10*time.Second)
+	if err != nil || d.Outcome != intents.OutcomeApplied || d.Versions["report.n"] != 1 {
+		t.Fatalf("an incr of report.n once the part is dropped: %+v %v", d, err)
+	}
+	verifyShard(t, s2, s2Dir)
+}

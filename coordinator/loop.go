@@ -53,16 +53,35 @@ type submit struct {
 	release func()
 }
 
-// maxInflight is how many groups the loop hands to the log before it
-// waits for the first to be durable: what arrives meanwhile is decided into
-// the next group, so groups grow with the load and the log's sync time,
-// and one intent alone is committed at once. Two keep the log's work on
-// one group overlapping the sync of the one before.
-const maxInflight = 2
+// The loop hands each batch it decided to the log at once while fewer than
+// maxInflight groups are on their way to the disk; past that, what arrives
+// is decided into one group that waits for the first to be durable, so
+// groups grow with the load and the log's sync time.
+//
+// On a local log the bound is high: a group held in the loop is
+// committed only once a group is durable, which is when the log starts its
+// next fsync, so the group misses that fsync and waits for the one after;
+// committed at once, it joins the next fsync with whatever else is queued
+// behind the one under way (the log's committer writes the queue as one
+// batch). The bound stays below the output stage's queue (64), so that
+// when the disk stalls the loop gathers one group, as before, and goes on
+// serving reads and timers instead of blocking on the queue. Alternated
+// six times with a bound of two, `coagent bench --agents 16,64 --duration
+// 3s`: 12.7k–15.7k against 11.9k–13.7k updates/s at 16 agents, where an
+// intent waited for a held group; no difference at 64 (21.3k–23.4k
+// against 21.2k–22.4k), where the CPU is the bound; the same CPU an
+// intent. A replicated log stores each group as one message of the
+// replicated stream, whose cost is per message: there the bound stays two
+// (unbounded, examples/cluster/bench.sh ran 11–13% slower, alternated
+// twice).
+const (
+	maxInflightLocal      = 32
+	maxInflightReplicated = 2
+)
 
 // loop owns the Core: it decides what has arrived in batches, fires
 // timers and runs the API calls that need the engine, and commits what it
-// decided as one group whenever fewer than maxInflight groups are on
+// decided as one group whenever fewer than s.maxInflight groups are on
 // their way to the disk, until its context ends; then it decides what is
 // left in the intake, commits it and stops.
 func (s *Service) loop(ctx context.Context) {
@@ -133,11 +152,12 @@ func (s *Service) fill(batch []input) []input {
 	return batch
 }
 
-// flushIfReady commits the group gathered so far if fewer than maxInflight
-// groups are on their way to the disk, or if it has grown to MaxBatch.
+// flushIfReady commits the group gathered so far if fewer than
+// s.maxInflight groups are on their way to the disk, or if it has grown to
+// MaxBatch.
 func (s *Service) flushIfReady() {
 	inflight := s.committed - s.durable.Load()
-	if inflight < maxInflight || s.acc.intents >= s.opts.MaxBatch {
+	if inflight < s.maxInflight || s.acc.intents >= s.opts.MaxBatch {
 		s.flush()
 	}
 }

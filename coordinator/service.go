@@ -271,6 +271,7 @@ type Service struct {
 	committed   int64
 	durable     atomic.Int64
 	durableKick chan struct{}
+	maxInflight int64       // see maxInflightLocal
 	calls       chan func() // API calls that need the engine
 	// flying are the telling events of the groups committed and not yet
 	// known to be durable (loop-owned); reads holds the reads waiting for
@@ -360,6 +361,10 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1),
 		xs: newXShards()}
 	s.mu.follows = map[string][]followMark{}
+	s.maxInflight = maxInflightLocal
+	if active != nil {
+		s.maxInflight = maxInflightReplicated
+	}
 	s.metrics = newMetrics(s)
 	if sync := opts.Core.Log.OnSync; sync != nil {
 		opts.Core.Log.OnSync = func(events int, took time.Duration) {

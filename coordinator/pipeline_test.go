@@ -1,0 +1,87 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coagent/coagent/intents"
+	"github.com/coagent/coagent/internal/natstest"
+	"github.com/oklog/ulid/v2"
+)
+
+// TestCommitsBehindAHeldGroup: with one group held back from the disk and
+// another handed to the log behind it, a third decided batch is handed to
+// the log at once, to join the next fsync, rather than held in the loop
+// until the first group is durable (the moment the log starts its next
+// fsync, which it then missed). Nothing behind the held group is answered
+// before that group is durable, and then each is.
+func TestCommitsBehindAHeldGroup(t *testing.T) {
+	ns := natstest.Run(t)
+	release := make(chan error)
+	var held atomic.Bool
+	opts := Options{}
+	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
+		for _, ev := range evs {
+			if ev.Change == nil || held.Load() {
+				continue
+			}
+			for _, w := range ev.Change.Writes {
+				if w.Path == "slow.x" {
+					held.Store(true)
+					return release
+				}
+			}
+		}
+		return nil
+	}
+	svc := startService(t, ns, t.TempDir(), opts)
+	// Registered after the service's shutdown, so run before it: a failed
+	// check must not leave the shutdown waiting for the held group.
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	nc := natstest.Connect(t, ns)
+	committed := func() int64 {
+		var n int64
+		if !svc.call(context.Background(), func() { n = svc.committed }) {
+			t.Fatal("the loop stopped")
+		}
+		return n
+	}
+	before := committed()
+
+	answered := make(chan string, 3)
+	for i, path := range []string{"slow.x", "b.x", "c.x"} {
+		go func() {
+			body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"set","value":1}]}`, ulid.Make().String(), path)
+			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("w"), body, 30*time.Second)
+			if err != nil || d.Outcome != intents.OutcomeApplied {
+				t.Errorf("the set of %s: %+v %v", path, d, err)
+			}
+			answered <- path
+		}()
+		natstest.CheckFor(t, 10*time.Second, path+" handed to the log", func() error {
+			if n := committed() - before; n != int64(i+1) {
+				return fmt.Errorf("%d groups handed to the log, want %d", n, i+1)
+			}
+			return nil
+		})
+	}
+	select {
+	case path := <-answered:
+		t.Fatalf("%s was answered before the group held ahead of it was durable", path)
+	default:
+	}
+	free()
+	for range 3 {
+		select {
+		case <-answered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("not every set was answered once the held group was written")
+		}
+	}
+}

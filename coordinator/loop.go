@@ -63,7 +63,7 @@ type submit struct {
 // next fsync, so the group misses that fsync and waits for the one after;
 // committed at once, it joins the next fsync with whatever else is queued
 // behind the one under way (the log's committer writes the queue as one
-// batch). The bound stays below the output stage's queue (64), so that
+// batch). The bound stays below the output stage's queue, so that
 // when the disk stalls the loop gathers one group, as before, and goes on
 // serving reads and timers instead of blocking on the queue. Alternated
 // six times with a bound of two, `coagent bench --agents 16,64 --duration
@@ -75,8 +75,10 @@ type submit struct {
 // (unbounded, examples/cluster/bench.sh ran 11–13% slower, alternated
 // twice).
 const (
-	maxInflightLocal      = 32
+	maxInflightLocal      = outputQueue / 2
 	maxInflightReplicated = 2
+	// outputQueue is how many committed groups wait for the output stage.
+	outputQueue = 64
 )
 
 // loop owns the Core: it decides what has arrived in batches, fires

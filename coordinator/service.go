@@ -356,7 +356,7 @@ func start(ctx context.Context, nc *nats.Conn, dir string, opts Options, active 
 		return nil, fmt.Errorf("coordinator: start: %w", err)
 	}
 	s := &Service{nc: nc, subj: intents.Subjects{Prefix: opts.Prefix}, opts: opts, log: opts.Logger,
-		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, 64),
+		intake: make(chan input, opts.MaxIntake), calls: make(chan func()), groups: make(chan *output, outputQueue),
 		acks: make(chan pendingAck, 64), submits: make(chan struct{}, opts.MaxSubmits),
 		looped: make(chan struct{}), stopped: make(chan struct{}), hot: conflict.NewHotspots(), durableKick: make(chan struct{}, 1),
 		xs: newXShards()}

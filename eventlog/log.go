@@ -186,6 +186,9 @@ func Open(dir string, opts *Options) (*Log, error) {
 		po.FS = vfs.Default
 	}
 	w := newWatcher(dir, po.FS, opts.retryPause)
+	if !opts.NoSync {
+		po.FS = fillFS{FS: po.FS}
+	}
 	po.FS = walWatchFS{FS: po.FS, w: w}
 	po.EventListener = w.listener(po.EventListener)
 	db, err := w.openStore(po)

@@ -309,47 +309,69 @@ func TestSpinChild(t *testing.T) {
 
 // BenchmarkSyncUnderLoad measures what every synced append waits for: a
 // write of 1 KB (a lone writer's batch) or 22 KB (a group of 64 writers'
-// batches) to a preallocated file and its fdatasync, as Pebble's WAL makes
-// them, with the CPUs idle and with each CPU kept busy by another process.
-// On the 2-core CI machines a sync takes several times as long when the
-// CPUs are busy, which is what group commit runs into at 64 writers: their
-// own work keeps the CPUs busy. One op is one write and sync.
+// batches) and its fdatasync, as Pebble's WAL makes them, with the CPUs
+// idle and with each CPU kept busy by another process; appended to a
+// preallocated file (Pebble's new WAL), and overwriting one whose bytes
+// are already written and synced (a WAL the log has filled with zeros
+// ahead of its appends, or a reused one: see walfill.go). On the 2-core CI
+// machines a sync takes several times as long when the CPUs are busy,
+// which is what group commit runs into at 64 writers: their own work keeps
+// the CPUs busy. One op is one write and sync.
 func BenchmarkSyncUnderLoad(b *testing.B) {
+	const fileSize = 64 << 20
 	for _, load := range []string{"idle", "busy"} {
-		for _, size := range []int{1 << 10, 22 << 10} {
-			b.Run(fmt.Sprintf("cpus=%s/size=%dKB", load, size>>10), func(b *testing.B) {
-				if load == "busy" {
-					for range runtime.NumCPU() {
-						cmd := exec.Command(os.Args[0], "-test.run=^TestSpinChild$", "-test.timeout=10m")
-						cmd.Env = append(os.Environ(), envSpin+"=1")
-						if err := cmd.Start(); err != nil {
+		for _, file := range []string{"appended", "overwritten"} {
+			for _, size := range []int{1 << 10, 22 << 10} {
+				b.Run(fmt.Sprintf("cpus=%s/file=%s/size=%dKB", load, file, size>>10), func(b *testing.B) {
+					f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer f.Close()
+					if err := f.Preallocate(0, fileSize); err != nil {
+						b.Fatal(err)
+					}
+					buf := make([]byte, size)
+					if file == "overwritten" {
+						zeros := make([]byte, 1<<20)
+						for off := int64(0); off < fileSize; off += int64(len(zeros)) {
+							if _, err := f.WriteAt(zeros, off); err != nil {
+								b.Fatal(err)
+							}
+						}
+						if err := f.SyncData(); err != nil {
 							b.Fatal(err)
 						}
-						defer func() {
-							_ = cmd.Process.Kill()
-							_ = cmd.Wait()
-						}()
 					}
-				}
-				f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer f.Close()
-				if err := f.Preallocate(0, 512<<20); err != nil {
-					b.Fatal(err)
-				}
-				buf := make([]byte, size)
-				for b.Loop() {
-					if _, err := f.Write(buf); err != nil {
-						b.Fatal(err)
+					if load == "busy" {
+						for range runtime.NumCPU() {
+							cmd := exec.Command(os.Args[0], "-test.run=^TestSpinChild$", "-test.timeout=10m")
+							cmd.Env = append(os.Environ(), envSpin+"="+"1")
+							if err := cmd.Start(); err != nil {
+								b.Fatal(err)
+							}
+							defer func() {
+								_ = cmd.Process.Kill()
+								_ = cmd.Wait()
+							}()
+						}
 					}
-					if err := f.SyncData(); err != nil {
-						b.Fatal(err)
+					var off int64
+					for b.Loop() {
+						if file == "overwritten" && off+int64(size) > fileSize {
+							off = 0 // around again: still an overwrite
+						}
+						if _, err := f.WriteAt(buf, off); err != nil {
+							b.Fatal(err)
+						}
+						off += int64(size)
+						if err := f.SyncData(); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/sync")
-			})
+					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/sync")
+				})
+			}
 		}
 	}
 }

@@ -12,9 +12,9 @@ import (
 // where an overwrite needs one. Pebble appends its write-ahead log to a
 // new file after every Open, and until its first memtable flush lets it
 // reuse an old log file in place, every synced commit grows the file. On
-// the virtio disk of the CI machines (cmd/walfill's figures in
-// docs/performance.md) a write and fdatasync of 22 KB took 150–160 µs
-// appended and 89–90 µs overwritten; 1 KB, 113–127 against 78–83 µs.
+// the virtio disk of the CI machines a write and fdatasync of 22 KB took
+// 204 µs appended and 92 µs overwritten, 1 KB 140 against 87 µs, and with
+// both CPUs busy 273 against 90 µs (BenchmarkSyncUnderLoad).
 //
 // So the log writes zeros ahead of Pebble's appends, a chunk at a time and
 // synced by a goroutine of their own, as PostgreSQL fills a new WAL segment

@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 
@@ -16,10 +17,9 @@ import (
 // 204 µs appended and 92 µs overwritten, 1 KB 140 against 87 µs, and with
 // both CPUs busy 273 against 90 µs (BenchmarkSyncUnderLoad).
 //
-// So the log writes zeros ahead of Pebble's appends, a chunk at a time and
-// synced by a goroutine of their own, as PostgreSQL fills a new WAL segment
-// with zeros before using it, and Pebble's commits overwrite what is
-// already there. Pebble's reader takes a zeroed tail for the end of the
+// So the log writes zeros ahead of Pebble's appends, from a goroutine of
+// their own, as PostgreSQL fills a new WAL segment with zeros before using
+// it, and Pebble's commits overwrite what is already there. Pebble's reader takes a zeroed tail for the end of the
 // newest log (a preallocated or reused log file has one too), and a log
 // that Pebble closes ends with a trailer before the zeros.
 const (
@@ -76,6 +76,15 @@ type fillFile struct {
 	fillFrom int64 // the piece being filled starts here; meaningful while filling
 	filling  bool
 	stopped  bool // a fill failed, or the file is closing: Pebble appends as it would alone
+	// err is a sync of the filler's that failed. The kernel reports a
+	// failed writeback once to each open file, and the filler shares
+	// Pebble's: the failure may have dropped Pebble's pages too, and
+	// Pebble's own next sync would succeed without them. So Pebble's next
+	// write or sync fails with it, and the log stops as after any failed
+	// sync of its WAL. syncMu keeps the filler's syncs and Pebble's apart,
+	// so that the report goes to one of them and is never lost between.
+	err    error
+	syncMu sync.Mutex
 }
 
 func newFillFile(f vfs.File, filled int64) *fillFile {
@@ -97,6 +106,10 @@ func (f *fillFile) Write(p []byte) (int, error) {
 	end := f.off + int64(len(p))
 	for f.filling && end > f.fillFrom {
 		f.cond.Wait()
+	}
+	if f.err != nil {
+		defer f.mu.Unlock()
+		return 0, f.err
 	}
 	f.off = end
 	f.maybeFillLocked()
@@ -121,15 +134,23 @@ func (f *fillFile) fill() {
 		from := max(f.filled, f.off)
 		f.fillFrom = from
 		f.mu.Unlock()
-		_, err := f.File.WriteAt(zeros, from)
-		if err == nil {
-			err = f.File.SyncData()
+		_, werr := f.File.WriteAt(zeros, from)
+		var serr error
+		if werr == nil {
+			f.syncMu.Lock()
+			serr = f.File.SyncData()
+			if serr != nil {
+				f.mu.Lock()
+				f.err = fmt.Errorf("eventlog: fdatasync of the zeros ahead of the write-ahead log: %w", serr)
+				f.mu.Unlock()
+			}
+			f.syncMu.Unlock()
 		}
 		f.mu.Lock()
-		if err != nil {
-			// Pebble's own writes and syncs will meet the same disk and
-			// report what is wrong; without zeros ahead they are only
-			// slower.
+		if werr != nil || serr != nil {
+			// After a failed write Pebble's own writes will meet the same
+			// disk and report what is wrong; without zeros ahead they are
+			// only slower.
 			f.stopped = true
 			break
 		}
@@ -138,6 +159,39 @@ func (f *fillFile) fill() {
 	}
 	f.filling = false
 	f.cond.Broadcast()
+}
+
+func (f *fillFile) Sync() error {
+	f.syncMu.Lock()
+	defer f.syncMu.Unlock()
+	if err := f.failed(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *fillFile) SyncData() error {
+	f.syncMu.Lock()
+	defer f.syncMu.Unlock()
+	if err := f.failed(); err != nil {
+		return err
+	}
+	return f.File.SyncData()
+}
+
+func (f *fillFile) SyncTo(length int64) (bool, error) {
+	f.syncMu.Lock()
+	defer f.syncMu.Unlock()
+	if err := f.failed(); err != nil {
+		return false, err
+	}
+	return f.File.SyncTo(length)
+}
+
+func (f *fillFile) failed() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 func (f *fillFile) Close() error {

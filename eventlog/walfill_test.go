@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -157,4 +158,35 @@ func TestWALFilledChild(t *testing.T) {
 // writtenLen is the length of data up to its trailing zeros.
 func writtenLen(data []byte) int {
 	return len(bytes.TrimRight(data, "\x00"))
+}
+
+// TestWALFillSyncFails: a failed sync of the zeros is reported to Pebble's
+// next write and sync of the WAL. The kernel reports a failed writeback
+// once to the open file the filler shares with Pebble, and the pages it
+// dropped may be Pebble's: were the filler to keep the error, Pebble's
+// next sync would succeed without them.
+func TestWALFillSyncFails(t *testing.T) {
+	eio := errors.New("injected EIO")
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileSyncData {
+			return eio
+		}
+		return nil
+	}))
+	f, err := fillFS{FS: fs}.Create(filepath.Join(t.TempDir(), "000001.log"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// The filler starts at once, from the file's start, so the first
+	// write waits for its first piece, whose sync fails.
+	if _, err := f.Write([]byte("record")); !errors.Is(err, eio) {
+		t.Errorf("write after the filler's sync failed: %v, want %v", err, eio)
+	}
+	if err := f.SyncData(); !errors.Is(err, eio) {
+		t.Errorf("sync after the filler's sync failed: %v, want %v", err, eio)
+	}
+	if err := f.Sync(); !errors.Is(err, eio) {
+		t.Errorf("full sync after the filler's sync failed: %v, want %v", err, eio)
+	}
 }

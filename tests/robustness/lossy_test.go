@@ -54,12 +54,18 @@ func writeSynced(name string, n int64) error {
 	return os.Rename(tmp, name+syncedSuffix)
 }
 
-// lossyFile counts what is written to it and notes it once synced.
+// lossyFile counts what is written to it and notes it once synced. Two
+// goroutines sync a WAL (Pebble, and the event log's filler writing zeros
+// ahead of it with WriteAt, which the count leaves out), so the notes are
+// made one at a time, and a sync that began before another only notes
+// what it made durable if that is more.
 type lossyFile struct {
 	vfs.File
 	name    string
 	mu      sync.Mutex
 	written int64
+	noteMu  sync.Mutex
+	noted   int64
 }
 
 func (f *lossyFile) Write(p []byte) (int, error) {
@@ -76,6 +82,12 @@ func (f *lossyFile) synced(before int64, err error) error {
 	if err != nil {
 		return err
 	}
+	f.noteMu.Lock()
+	defer f.noteMu.Unlock()
+	if before <= f.noted {
+		return nil
+	}
+	f.noted = before
 	return writeSynced(f.name, before)
 }
 
@@ -98,7 +110,7 @@ func (f *lossyFile) SyncData() error {
 func (f *lossyFile) SyncTo(length int64) (bool, error) {
 	full, err := f.File.SyncTo(length)
 	if err == nil && full {
-		err = writeSynced(f.name, min(length, f.size()))
+		err = f.synced(min(length, f.size()), nil)
 	}
 	return full, err
 }

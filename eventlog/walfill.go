@@ -19,9 +19,10 @@ import (
 //
 // So the log writes zeros ahead of Pebble's appends, from a goroutine of
 // their own, as PostgreSQL fills a new WAL segment with zeros before using
-// it, and Pebble's commits overwrite what is already there. Pebble's reader takes a zeroed tail for the end of the
-// newest log (a preallocated or reused log file has one too), and a log
-// that Pebble closes ends with a trailer before the zeros.
+// it, and Pebble's commits overwrite what is already there. Pebble's
+// reader takes a zeroed tail for the end of the newest log (a preallocated
+// or reused log file has one too), and a log that Pebble closes ends with
+// a trailer before the zeros.
 const (
 	walFillPiece = 64 << 10 // written and synced at a time
 	walFillMin   = 128 << 10
@@ -148,9 +149,10 @@ func (f *fillFile) fill() {
 		}
 		f.mu.Lock()
 		if werr != nil || serr != nil {
-			// After a failed write Pebble's own writes will meet the same
-			// disk and report what is wrong; without zeros ahead they are
-			// only slower.
+			// The filler stops. After a failed sync Pebble hears of it
+			// through err; after a failed write its own writes will meet
+			// the same disk and report what is wrong, and without zeros
+			// ahead they are only slower.
 			f.stopped = true
 			break
 		}

@@ -81,7 +81,10 @@ func testWALFilled(t *testing.T, mode string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := writtenLen(data); mode != "reused" && (int64(len(data)) < walFillMin || len(data)-n < 1<<10) {
+	// Only a filler ahead is sure to be ahead when the kill comes: one
+	// behind may have Pebble's appends waiting at the end of what it
+	// filled, and a reused file ends in its old records.
+	if n := writtenLen(data); mode == "ahead" && (int64(len(data)) < walFillMin || len(data)-n < 1<<10) {
 		t.Errorf("the newest WAL is %d bytes, %d of them Pebble's: want zeros ahead of what Pebble wrote", len(data), n)
 	}
 	l, err := Open(dir, nil)

@@ -118,6 +118,19 @@ func (f *fillFile) Write(p []byte) (int, error) {
 	return f.File.Write(p)
 }
 
+// WriteAt is not how Pebble writes a WAL (it appends with Write, from one
+// goroutine); should a later Pebble write one at offsets, the filler stops
+// first, so that its zeros never land on what Pebble wrote.
+func (f *fillFile) WriteAt(p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	f.stopped = true
+	for f.filling {
+		f.cond.Wait()
+	}
+	f.mu.Unlock()
+	return f.File.WriteAt(p, off)
+}
+
 func (f *fillFile) maybeFillLocked() {
 	if f.filling || f.stopped || f.filled >= f.off+f.ahead() {
 		return

@@ -193,3 +193,37 @@ func TestWALFillSyncFails(t *testing.T) {
 		t.Errorf("full sync after the filler's sync failed: %v, want %v", err, eio)
 	}
 }
+
+// TestWALFillStopsForWriteAt: a write at an offset (not how Pebble writes
+// a WAL today) stops the filler before it lands, so no zeros follow it.
+func TestWALFillStopsForWriteAt(t *testing.T) {
+	f, err := fillFS{FS: vfs.Default}.Create(filepath.Join(t.TempDir(), "000001.log"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	record := bytes.Repeat([]byte{0xab}, 4<<10)
+	at := int64(walFillPiece) // inside what the filler writes first
+	if _, err := f.WriteAt(record, at); err != nil {
+		t.Fatal(err)
+	}
+	ff := f.(*fillFile)
+	ff.mu.Lock()
+	filling, stopped := ff.filling, ff.stopped
+	ff.mu.Unlock()
+	if filling || !stopped {
+		t.Fatalf("after a WriteAt: filling %v, stopped %v; want the filler stopped", filling, stopped)
+	}
+	got := make([]byte, len(record))
+	ff.mu.Lock()
+	for ff.filling { // a filler not stopped would have gone on
+		ff.cond.Wait()
+	}
+	ff.mu.Unlock()
+	if _, err := f.ReadAt(got, at); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, record) {
+		t.Error("the record written at an offset was overwritten")
+	}
+}

@@ -346,7 +346,7 @@ func BenchmarkSyncUnderLoad(b *testing.B) {
 					if load == "busy" {
 						for range runtime.NumCPU() {
 							cmd := exec.Command(os.Args[0], "-test.run=^TestSpinChild$", "-test.timeout=10m")
-							cmd.Env = append(os.Environ(), envSpin+"="+"1")
+							cmd.Env = append(os.Environ(), envSpin+"=1")
 							if err := cmd.Start(); err != nil {
 								b.Fatal(err)
 							}

@@ -86,6 +86,7 @@ type fillFile struct {
 	// so that the report goes to one of them and is never lost between.
 	err    error
 	syncMu sync.Mutex
+	zeros  []byte // the filler's, kept for its next start
 }
 
 func newFillFile(f vfs.File, filled int64) *fillFile {
@@ -122,13 +123,18 @@ func (f *fillFile) Write(p []byte) (int, error) {
 // goroutine); should a later Pebble write one at offsets, the filler stops
 // first, so that its zeros never land on what Pebble wrote.
 func (f *fillFile) WriteAt(p []byte, off int64) (int, error) {
+	f.stop()
+	return f.File.WriteAt(p, off)
+}
+
+// stop stops the filler for good and waits for the piece it is writing.
+func (f *fillFile) stop() {
 	f.mu.Lock()
 	f.stopped = true
 	for f.filling {
 		f.cond.Wait()
 	}
 	f.mu.Unlock()
-	return f.File.WriteAt(p, off)
 }
 
 func (f *fillFile) maybeFillLocked() {
@@ -140,8 +146,14 @@ func (f *fillFile) maybeFillLocked() {
 	go f.fill()
 }
 
+// fill runs while filling is set; the filler starts again after each of
+// Pebble's writes that leaves less than ahead filled, so its piece of
+// zeros is kept rather than made anew each time.
 func (f *fillFile) fill() {
-	zeros := make([]byte, walFillPiece)
+	if f.zeros == nil {
+		f.zeros = make([]byte, walFillPiece)
+	}
+	zeros := f.zeros
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for !f.stopped && f.filled < f.off+f.ahead() {
@@ -176,45 +188,34 @@ func (f *fillFile) fill() {
 	f.cond.Broadcast()
 }
 
-func (f *fillFile) Sync() error {
-	f.syncMu.Lock()
-	defer f.syncMu.Unlock()
-	if err := f.failed(); err != nil {
+func (f *fillFile) Sync() error { return f.pebbleSync(f.File.Sync) }
+
+func (f *fillFile) SyncData() error { return f.pebbleSync(f.File.SyncData) }
+
+func (f *fillFile) SyncTo(length int64) (full bool, err error) {
+	err = f.pebbleSync(func() error {
+		var err error
+		full, err = f.File.SyncTo(length)
 		return err
-	}
-	return f.File.Sync()
+	})
+	return full, err
 }
 
-func (f *fillFile) SyncData() error {
+// pebbleSync runs one of Pebble's syncs apart from the filler's, or fails
+// with the filler's failed sync (see err).
+func (f *fillFile) pebbleSync(sync func() error) error {
 	f.syncMu.Lock()
 	defer f.syncMu.Unlock()
-	if err := f.failed(); err != nil {
-		return err
-	}
-	return f.File.SyncData()
-}
-
-func (f *fillFile) SyncTo(length int64) (bool, error) {
-	f.syncMu.Lock()
-	defer f.syncMu.Unlock()
-	if err := f.failed(); err != nil {
-		return false, err
-	}
-	return f.File.SyncTo(length)
-}
-
-func (f *fillFile) failed() error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
+	err := f.err
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return sync()
 }
 
 func (f *fillFile) Close() error {
-	f.mu.Lock()
-	f.stopped = true
-	for f.filling {
-		f.cond.Wait()
-	}
-	f.mu.Unlock()
+	f.stop()
 	return f.File.Close()
 }

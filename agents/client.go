@@ -210,7 +210,7 @@ func (c *Client) onDecision(m *nats.Msg) {
 		return
 	}
 	var d intents.Decision
-	if err := json.Unmarshal(m.Data, &d); err != nil {
+	if err := intents.UnmarshalDecision(m.Data, &d); err != nil {
 		c.log.Warn("dropped a decision that does not parse", "err", err)
 		return
 	}
@@ -530,7 +530,7 @@ func (c *Client) ask(ctx context.Context, subj intents.Subjects, id string, raw 
 		return nil, err
 	}
 	var d intents.Decision
-	if err := json.Unmarshal(reply.Data, &d); err != nil {
+	if err := intents.UnmarshalDecision(reply.Data, &d); err != nil {
 		return nil, fmt.Errorf("agents: submit reply %q: %w", intents.Clip(string(reply.Data), 200), err)
 	}
 	if d.Intent != id {

@@ -184,8 +184,9 @@ const feedBatchBytes = 128 << 10
 // sees each revision in order, once it skips the ones it has.
 func (f *feeder) publish(changes []*intents.Event) {
 	var (
-		prev *nats.Msg
-		m    feedMsg // the message being built
+		prev    *nats.Msg
+		m       feedMsg // the message being built
+		scratch []byte  // each change's encoding, until m copies it
 	)
 	flush := func() {
 		if m.n == 0 {
@@ -203,7 +204,7 @@ func (f *feeder) publish(changes []*intents.Event) {
 		if ev.Seq <= f.sent {
 			continue // sent by a mend
 		}
-		data, err := json.Marshal(f.s.anyone().change(ev))
+		data, err := intents.AppendEventJSON(scratch[:0], f.s.anyone().change(ev))
 		if err != nil {
 			f.s.log.Error("encode event", "seq", ev.Seq, "err", err)
 			continue
@@ -217,6 +218,7 @@ func (f *feeder) publish(changes []*intents.Event) {
 			}
 			m.add(ev.Seq, data)
 		}
+		scratch = data
 		f.sent = ev.Seq
 	}
 	flush()

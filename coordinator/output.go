@@ -262,7 +262,7 @@ func (s *Service) publishLive(g *Group) {
 
 // publishEvent sends ev on subject, on core NATS.
 func (s *Service) publishEvent(subject string, ev *intents.Event) {
-	data, err := json.Marshal(ev)
+	data, err := intents.AppendEventJSON(nil, ev)
 	if err != nil {
 		s.log.Error("encode event", "seq", ev.Seq, "err", err)
 		return
@@ -286,7 +286,7 @@ func (s *Service) storeDecision(d *intents.Decision) storedDecision {
 	if d.Agent == "" || !intents.ValidSegment(d.Agent) {
 		return sd // answered to no one (SPEC §6: an intent on a subject that names no agent)
 	}
-	data, err := json.Marshal(d)
+	data, err := intents.AppendDecisionJSON(nil, d)
 	if err != nil {
 		s.log.Error("encode decision", "intent", d.Intent, "err", err)
 		return sd

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"container/heap"
-	"encoding/json"
 	"strings"
 	"sync"
 	"time"
@@ -146,7 +145,7 @@ func (sub *submit) answer(d *intents.Decision) {
 	if sub.release != nil {
 		sub.release()
 	}
-	switch data, err := json.Marshal(d); {
+	switch data, err := intents.AppendDecisionJSON(nil, d); {
 	case d == nil:
 		replyErrorLater(sub.req, codeUnavailable, "%v", errUnavailable)
 	case err != nil:

@@ -112,7 +112,7 @@ func (a *apiSubmitter) submit(ctx context.Context, in *intents.Intent, st *agent
 			continue
 		}
 		var d intents.Decision
-		if err := json.Unmarshal(reply.Data, &d); err != nil {
+		if err := intents.UnmarshalDecision(reply.Data, &d); err != nil {
 			return nil, fmt.Errorf("loadgen: agent %s: the decision of intent %s: %q: %w", in.Agent, in.ID, reply.Data, err)
 		}
 		if d.Outcome.Final() {
@@ -140,7 +140,7 @@ func newStreamSubmitter(cfg Config, nc *nats.Conn, subj intents.Subjects, agent 
 		timeout: cfg.RequestTimeout, decisions: make(chan *intents.Decision, 64), done: make(chan struct{})}
 	sub, err := nc.Subscribe(subj.Decisions(agent), func(m *nats.Msg) {
 		var d intents.Decision
-		if json.Unmarshal(m.Data, &d) != nil {
+		if intents.UnmarshalDecision(m.Data, &d) != nil {
 			return
 		}
 		select {
@@ -239,7 +239,7 @@ func (s *streamSubmitter) get(ctx context.Context, id string, timeout time.Durat
 		return nil, nil
 	}
 	var d intents.Decision
-	if err := json.Unmarshal(reply.Data, &d); err != nil {
+	if err := intents.UnmarshalDecision(reply.Data, &d); err != nil {
 		return nil, fmt.Errorf("loadgen: decision.get %s: %q: %w", id, reply.Data, err)
 	}
 	if !d.Outcome.Final() {

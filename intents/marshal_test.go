@@ -1,0 +1,251 @@
+package intents
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// strs are strings that take each of appendJSONString's ways: plain,
+// escaped by encoding/json (quotes, controls, HTML characters, U+2028),
+// and not UTF-8.
+var strs = []string{"", "a", "agent-17", "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", `say "hi"`, `back\slash`, "tab\there", "nl\n",
+	"<b>&amp;</b>", "é", "line\u2028sep", "\x00", "\xff\xfe", "\x7f", "日本"}
+
+var raws = []json.RawMessage{nil, {}, json.RawMessage(`42`), json.RawMessage(`"x"`), json.RawMessage(`{"a":[1,2]}`),
+	json.RawMessage(`{ "a" : 1 }`), json.RawMessage(`"<&>"`), json.RawMessage("\"\u2028\""), json.RawMessage(`null`),
+	json.RawMessage(`{"a":`), json.RawMessage(`nope`), json.RawMessage("\"\xff\"")}
+
+var times = []time.Time{
+	time.Date(2026, 12, 4, 18, 41, 6, 123456789, time.UTC),
+	time.Date(2026, 12, 4, 18, 41, 6, 0, time.UTC),
+	time.Date(2026, 12, 4, 18, 41, 6, 500000000, time.FixedZone("", 5*3600+30*60)),
+	time.Date(2026, 12, 4, 18, 41, 6, 1, time.FixedZone("", -7*3600)),
+	time.Date(2026, 12, 4, 18, 41, 6, 1, time.FixedZone("", 24*3600)), // an offset RFC 3339 cannot write
+	time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),                      // a year it cannot write
+	time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+	{},
+}
+
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
+
+func randStrings(r *rand.Rand) []string {
+	switch r.IntN(3) {
+	case 0:
+		return nil
+	case 1:
+		return []string{}
+	}
+	ss := make([]string, 1+r.IntN(3))
+	for i := range ss {
+		ss[i] = pick(r, strs)
+	}
+	return ss
+}
+
+func randDecision(r *rand.Rand) *Decision {
+	d := &Decision{Intent: pick(r, strs), Agent: pick(r, strs), Outcome: Outcome(pick(r, strs)), Reason: Reason(pick(r, strs)),
+		Detail: pick(r, strs), Txn: pick(r, strs), Fence: r.Uint64N(3) * 1e18, Rev: r.Uint64N(3) * 12345,
+		Retryable: r.IntN(2) == 0, Duplicate: r.IntN(2) == 0, MergedWith: randStrings(r)}
+	if r.IntN(3) == 0 {
+		t := pick(r, times)
+		d.LeaseExpires = &t
+	}
+	if r.IntN(2) == 0 {
+		d.Conflicts = []Conflict{}
+		for range r.IntN(3) {
+			d.Conflicts = append(d.Conflicts, Conflict{Path: pick(r, strs), Kind: ConflictKind(pick(r, strs)), WithTxn: pick(r, strs), WithAgent: pick(r, strs)})
+		}
+	}
+	if r.IntN(2) == 0 {
+		d.Versions = map[string]uint64{}
+		for range r.IntN(4) {
+			d.Versions[pick(r, strs)] = r.Uint64()
+		}
+	}
+	if r.IntN(3) == 0 {
+		for range 1 + r.IntN(2) {
+			d.Warnings = append(d.Warnings, Warning{Rule: pick(r, strs), WouldBe: pick(r, strs), Detail: pick(r, strs)})
+		}
+	}
+	return d
+}
+
+func randEvent(r *rand.Rand) *Event {
+	ev := &Event{Seq: r.Uint64(), Time: pick(r, times), Type: EventType(pick(r, strs)), Agent: pick(r, strs), Intent: pick(r, strs),
+		Txn: pick(r, strs), Trace: pick(r, strs)}
+	if r.IntN(4) > 0 {
+		ev.ID = ulid.ULID{byte(r.Uint32()), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, byte(r.Uint32())}
+	}
+	switch r.IntN(5) {
+	case 0:
+		ev.Decision = randDecision(r)
+	case 1:
+		ev.Notice = &Notice{} // handed to encoding/json whole
+	case 2:
+		ev.Change = &Change{}
+	default:
+		c := &Change{MergedWith: randStrings(r), Redacted: randStrings(r), Writes: []Applied{}}
+		for range r.IntN(4) {
+			c.Writes = append(c.Writes, Applied{Path: pick(r, strs), Op: Op(pick(r, strs)), Value: pick(r, raws),
+				OldVersion: r.Uint64N(5), NewVersion: r.Uint64()})
+		}
+		ev.Change = c
+	}
+	return ev
+}
+
+// same fails t unless the hand-written encoding is encoding/json's: the
+// same bytes, or an error where it errs.
+func same(t *testing.T, v any, got []byte, err error) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("error %v, encoding/json's %v, for %#v", err, werr, v)
+	}
+	if werr == nil && !bytes.Equal(got, want) {
+		t.Fatalf("encoded\n%s\nencoding/json\n%s", got, want)
+	}
+}
+
+func TestMarshalMatchesJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		d := randDecision(r)
+		got, err := AppendDecisionJSON(nil, d)
+		same(t, d, got, err)
+		ev := randEvent(r)
+		got, err = AppendEventJSON([]byte("kept"), ev)
+		if err == nil {
+			if !bytes.HasPrefix(got, []byte("kept")) {
+				t.Fatalf("%q does not keep what it appends to", got)
+			}
+			got = got[len("kept"):]
+		}
+		same(t, ev, got, err)
+	}
+	got, err := AppendDecisionJSON(nil, nil)
+	same(t, (*Decision)(nil), got, err)
+	got, err = AppendEventJSON(nil, nil)
+	same(t, (*Event)(nil), got, err)
+}
+
+func FuzzMarshalMatchesJSON(f *testing.F) {
+	f.Add("agent-1", "applied", []byte(`{"a":1}`), int64(1764873666123456789), 0, uint64(7))
+	f.Add("<x>", "\u2028", []byte(` [ 1 ] `), int64(-62167219200000000), 3600, uint64(0))
+	f.Fuzz(func(t *testing.T, s, outcome string, value []byte, nanos int64, zone int, n uint64) {
+		tm := time.Unix(0, nanos).In(time.FixedZone("", zone%(48*3600)))
+		d := &Decision{Intent: s, Agent: s, Outcome: Outcome(outcome), Detail: outcome, Rev: n, LeaseExpires: &tm,
+			Versions: map[string]uint64{s: n, outcome: n + 1}, Conflicts: []Conflict{{Path: s, Kind: ConflictKind(outcome)}}}
+		got, err := AppendDecisionJSON(nil, d)
+		same(t, d, got, err)
+		ev := &Event{Seq: n, Time: tm, Type: EventType(outcome), Agent: s,
+			Change: &Change{Writes: []Applied{{Path: s, Op: Op(outcome), Value: value, NewVersion: n}}, Redacted: []string{s}}}
+		got, err = AppendEventJSON(nil, ev)
+		same(t, ev, got, err)
+	})
+}
+
+func BenchmarkMarshalDecision(b *testing.B) {
+	d := &Decision{Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Outcome: "applied", Rev: 123456}
+	for _, enc := range []struct {
+		name string
+		fn   func() ([]byte, error)
+	}{
+		{"hand", func() ([]byte, error) { return AppendDecisionJSON(nil, d) }},
+		{"encoding-json", func() ([]byte, error) { return json.Marshal(d) }},
+	} {
+		b.Run(enc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := enc.fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkMarshalChange(b *testing.B) {
+	ev := &Event{Seq: 123456, ID: ulid.Make(), Time: time.Now().UTC(), Type: EventChange, Agent: "agent-17", Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T",
+		Change: &Change{Writes: []Applied{{Path: "bench.agent-17.n", Op: OpSet, Value: json.RawMessage(`42`), OldVersion: 41, NewVersion: 42}}}}
+	var buf []byte
+	for _, enc := range []struct {
+		name string
+		fn   func() ([]byte, error)
+	}{
+		{"hand", func() ([]byte, error) { return AppendEventJSON(buf[:0], ev) }},
+		{"encoding-json", func() ([]byte, error) { return json.Marshal(ev) }},
+	} {
+		b.Run(enc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if buf, err = enc.fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestUnmarshalDecisionMatchesJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 5000 {
+		d := randDecision(r)
+		data, err := json.Marshal(d)
+		if err != nil {
+			continue // a time RFC 3339 cannot write: no coordinator sends it
+		}
+		var got, want Decision
+		if err := UnmarshalDecision(data, &got); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := json.Marshal(&got)
+		w, _ := json.Marshal(&want)
+		if !bytes.Equal(g, w) {
+			t.Fatalf("decoded\n%s\nencoding/json decoded\n%s", g, w)
+		}
+	}
+	// What encoding/json takes from a sender other than the coordinator.
+	for _, doc := range []string{`{"intent":"a","intent":"b","outcome":"applied"}`, "{\"detail\":\"\xff\"}", `{"rev":1,"extra":[1]}`, `null`} {
+		var got, want Decision
+		if err := UnmarshalDecision([]byte(doc), &got); err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		_ = json.Unmarshal([]byte(doc), &want)
+		g, _ := json.Marshal(&got)
+		w, _ := json.Marshal(&want)
+		if !bytes.Equal(g, w) {
+			t.Fatalf("%q decoded %s, encoding/json %s", doc, g, w)
+		}
+	}
+}
+
+func BenchmarkUnmarshalDecision(b *testing.B) {
+	data, _ := json.Marshal(&Decision{Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Outcome: "applied", Rev: 123456})
+	for _, dec := range []struct {
+		name string
+		fn   func(*Decision) error
+	}{
+		{"v2", func(d *Decision) error { return UnmarshalDecision(data, d) }},
+		{"encoding-json", func(d *Decision) error { return json.Unmarshal(data, d) }},
+	} {
+		b.Run(dec.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var d Decision
+				if err := dec.fn(&d); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

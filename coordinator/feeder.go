@@ -78,6 +78,10 @@ type feeder struct {
 	quiet  time.Time // no lookup of a board's last message before
 	// gap is the planted bug feed-gap: the next mend skips a change.
 	gap bool
+	// build is where a message is built, kept from one to the next:
+	// grown by append from nothing, each message would allocate about
+	// twice its size; finish copies it out at its size.
+	build []byte
 }
 
 // feedAck is an acknowledged message on its way: it should be stored as
@@ -214,7 +218,7 @@ func (f *feeder) publish(changes []*intents.Event) {
 				flush()
 			}
 			if m.n == 0 {
-				f.start(&m, b, len(data))
+				f.start(&m, b)
 			}
 			m.add(ev.Seq, data)
 		}
@@ -237,9 +241,9 @@ type feedMsg struct {
 
 // start begins m as the next message on board's subject, chained to the
 // feed's last message and to the board's (intents.FeedMessage).
-func (f *feeder) start(m *feedMsg, board string, size int) {
+func (f *feeder) start(m *feedMsg, board string) {
 	m.board, m.n, m.last = board, 0, 0
-	m.buf = append(make([]byte, 0, size*4+96), `{"prev":`...)
+	m.buf = append(f.build[:0], `{"prev":`...)
 	m.buf = strconv.AppendUint(m.buf, f.prev, 10)
 	m.buf = append(m.buf, `,"board_prev":`...)
 	m.buf = strconv.AppendUint(m.buf, f.boardPrev(board), 10)
@@ -257,7 +261,12 @@ func (m *feedMsg) add(rev uint64, change []byte) {
 // then on.
 func (f *feeder) finish(m *feedMsg) *nats.Msg {
 	f.prev, f.boards[m.board] = m.last, m.last
-	msg := &nats.Msg{Subject: f.s.subj.EventsChange(m.board), Data: append(m.buf, "]}"...)}
+	data := make([]byte, len(m.buf)+len("]}"))
+	copy(data[copy(data, m.buf):], "]}")
+	if cap(m.buf) <= 2*feedBatchBytes {
+		f.build = m.buf[:0] // a change larger than a message's bound grows it past: let that go
+	}
+	msg := &nats.Msg{Subject: f.s.subj.EventsChange(m.board), Data: data}
 	*m = feedMsg{}
 	return msg
 }
@@ -423,7 +432,7 @@ func (f *feeder) mend() {
 			if err == nil {
 				for _, rest := range boards[i+1:] {
 					var fm feedMsg
-					f.start(&fm, rest, len(data))
+					f.start(&fm, rest)
 					fm.add(last.Seq, data)
 					f.send(f.finish(&fm), false)
 				}

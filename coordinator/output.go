@@ -236,20 +236,29 @@ func lastChange(g *Group) uint64 {
 // type nobody listens to (Options.Interest) is not encoded nor sent: the
 // server would only drop it.
 func (s *Service) publishLive(g *Group) {
-	var listened map[intents.EventType]bool
+	// The types asked about, once a group: a group holds a few types, so a
+	// scan of these costs less than a map made for each group.
+	type asked struct {
+		typ      intents.EventType
+		listened bool
+	}
+	var seen [8]asked
+	known := seen[:0]
+	listened := func(t intents.EventType) bool {
+		for _, a := range known {
+			if a.typ == t {
+				return a.listened
+			}
+		}
+		l := s.opts.Interest(s.subj.Events(t))
+		if len(known) < cap(known) {
+			known = append(known, asked{t, l})
+		}
+		return l
+	}
 	for _, ev := range g.Live {
-		if s.opts.Interest != nil {
-			if listened == nil {
-				listened = make(map[intents.EventType]bool, 4)
-			}
-			l, ok := listened[ev.Type]
-			if !ok {
-				l = s.opts.Interest(s.subj.Events(ev.Type))
-				listened[ev.Type] = l
-			}
-			if !l {
-				continue
-			}
+		if s.opts.Interest != nil && !listened(ev.Type) {
+			continue
 		}
 		s.publishEvent(s.subj.Events(ev.Type), ev)
 	}

@@ -283,7 +283,7 @@ func plainJSON(v []byte) bool {
 }
 
 // UnmarshalDecision decodes a decision as the coordinator encodes it, as
-// json.Unmarshal would, in about half its time: an agent decodes one for
+// json.Unmarshal would, in less than half its time: an agent decodes one for
 // every intent it sends. Member names are matched exactly, as the
 // coordinator writes them; a name given twice takes its last value, and
 // invalid UTF-8 is kept, as encoding/json does.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -247,5 +248,77 @@ func BenchmarkUnmarshalDecision(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMarshalCoversEveryField sets each field of the types encoded by hand,
+// one at a time, and compares with encoding/json: a field added to one of
+// them and not to its encoder fails here.
+func TestMarshalCoversEveryField(t *testing.T) {
+	sample := func(typ reflect.Type) reflect.Value {
+		v := reflect.New(typ).Elem()
+		switch {
+		case typ == reflect.TypeFor[json.RawMessage]():
+			v.SetBytes([]byte(`1`))
+		case typ == reflect.TypeFor[time.Time]():
+			v.Set(reflect.ValueOf(times[0]))
+		case typ == reflect.TypeFor[ulid.ULID]():
+			v.Set(reflect.ValueOf(ulid.ULID{1}))
+		case typ.Kind() == reflect.String:
+			v.SetString("x")
+		case typ.Kind() == reflect.Uint64 || typ.Kind() == reflect.Uint32 || typ.Kind() == reflect.Uint:
+			v.SetUint(7)
+		case typ.Kind() == reflect.Int64 || typ.Kind() == reflect.Int:
+			v.SetInt(7)
+		case typ.Kind() == reflect.Bool:
+			v.SetBool(true)
+		case typ.Kind() == reflect.Pointer:
+			v.Set(reflect.New(typ.Elem()))
+		case typ.Kind() == reflect.Slice:
+			v.Set(reflect.MakeSlice(typ, 1, 1))
+		case typ.Kind() == reflect.Map:
+			v.Set(reflect.MakeMap(typ))
+			v.SetMapIndex(reflect.ValueOf("k").Convert(typ.Key()), reflect.New(typ.Elem()).Elem())
+		default:
+			t.Fatalf("no sample of a %v: add one", typ)
+		}
+		return v
+	}
+	each := func(typ reflect.Type, encode func(v reflect.Value) ([]byte, error)) {
+		for i := range typ.NumField() {
+			v := reflect.New(typ)
+			v.Elem().Field(i).Set(sample(typ.Field(i).Type))
+			got, err := encode(v)
+			same(t, v.Interface(), got, err)
+		}
+	}
+	each(reflect.TypeFor[Decision](), func(v reflect.Value) ([]byte, error) {
+		return AppendDecisionJSON(nil, v.Interface().(*Decision))
+	})
+	each(reflect.TypeFor[Event](), func(v reflect.Value) ([]byte, error) {
+		return AppendEventJSON(nil, v.Interface().(*Event))
+	})
+	for _, c := range []struct {
+		typ  reflect.Type
+		wrap func(v reflect.Value) *Event
+	}{
+		{reflect.TypeFor[Change](), func(v reflect.Value) *Event { return &Event{Change: v.Interface().(*Change)} }},
+		{reflect.TypeFor[Applied](), func(v reflect.Value) *Event {
+			return &Event{Change: &Change{Writes: []Applied{*v.Interface().(*Applied)}}}
+		}},
+		{reflect.TypeFor[Conflict](), func(v reflect.Value) *Event {
+			return &Event{Decision: &Decision{Conflicts: []Conflict{*v.Interface().(*Conflict)}}}
+		}},
+		{reflect.TypeFor[Warning](), func(v reflect.Value) *Event {
+			return &Event{Decision: &Decision{Warnings: []Warning{*v.Interface().(*Warning)}}}
+		}},
+	} {
+		for i := range c.typ.NumField() {
+			v := reflect.New(c.typ)
+			v.Elem().Field(i).Set(sample(c.typ.Field(i).Type))
+			ev := c.wrap(v)
+			got, err := AppendEventJSON(nil, ev)
+			same(t, ev, got, err)
+		}
 	}
 }

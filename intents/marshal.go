@@ -139,6 +139,9 @@ func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	if ev.Received != nil || ev.Grant != nil || ev.Release != nil || ev.Wait != nil || ev.Notice != nil ||
 		ev.Resolution != nil || ev.Rules != nil || ev.Vote != nil || ev.Shadow != nil || ev.Handoff != nil || ev.XShard != nil {
 		data, err := json.Marshal(ev)
+		if dst == nil {
+			return data, err // nothing to append to: no copy
+		}
 		return append(dst, data...), err
 	}
 	var err error

@@ -5,9 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The coordinator encodes a decision for every answer and a change for
@@ -283,13 +280,4 @@ func plainJSON(v []byte) bool {
 		}
 	}
 	return json.Valid(v)
-}
-
-// UnmarshalDecision decodes a decision as the coordinator encodes it, as
-// json.Unmarshal would, in less than half its time: an agent decodes one for
-// every intent it sends. Member names are matched exactly, as the
-// coordinator writes them; a name given twice takes its last value, and
-// invalid UTF-8 is kept, as encoding/json does.
-func UnmarshalDecision(data []byte, d *Decision) error {
-	return jsonv2.Unmarshal(data, d, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 }

@@ -194,63 +194,6 @@ func BenchmarkMarshalChange(b *testing.B) {
 	}
 }
 
-func TestUnmarshalDecisionMatchesJSON(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	for range 5000 {
-		d := randDecision(r)
-		data, err := json.Marshal(d)
-		if err != nil {
-			continue // a time RFC 3339 cannot write: no coordinator sends it
-		}
-		var got, want Decision
-		if err := UnmarshalDecision(data, &got); err != nil {
-			t.Fatalf("%s: %v", data, err)
-		}
-		if err := json.Unmarshal(data, &want); err != nil {
-			t.Fatal(err)
-		}
-		g, _ := json.Marshal(&got)
-		w, _ := json.Marshal(&want)
-		if !bytes.Equal(g, w) {
-			t.Fatalf("decoded\n%s\nencoding/json decoded\n%s", g, w)
-		}
-	}
-	// What encoding/json takes from a sender other than the coordinator.
-	for _, doc := range []string{`{"intent":"a","intent":"b","outcome":"applied"}`, "{\"detail\":\"\xff\"}", `{"rev":1,"extra":[1]}`, `null`} {
-		var got, want Decision
-		if err := UnmarshalDecision([]byte(doc), &got); err != nil {
-			t.Fatalf("%q: %v", doc, err)
-		}
-		_ = json.Unmarshal([]byte(doc), &want)
-		g, _ := json.Marshal(&got)
-		w, _ := json.Marshal(&want)
-		if !bytes.Equal(g, w) {
-			t.Fatalf("%q decoded %s, encoding/json %s", doc, g, w)
-		}
-	}
-}
-
-func BenchmarkUnmarshalDecision(b *testing.B) {
-	data, _ := json.Marshal(&Decision{Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Outcome: "applied", Rev: 123456})
-	for _, dec := range []struct {
-		name string
-		fn   func(*Decision) error
-	}{
-		{"v2", func(d *Decision) error { return UnmarshalDecision(data, d) }},
-		{"encoding-json", func(d *Decision) error { return json.Unmarshal(data, d) }},
-	} {
-		b.Run(dec.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				var d Decision
-				if err := dec.fn(&d); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
 // TestMarshalCoversEveryField sets each field of the types encoded by hand,
 // one at a time, and compares with encoding/json: a field added to one of
 // them and not to its encoder fails here.

@@ -12,32 +12,20 @@ import (
 // writes them; a name given twice takes its last value, and invalid UTF-8
 // is kept, as encoding/json does.
 //
-// A decision as the coordinator writes it for the usual outcomes (plain
-// ASCII strings, versions, merges, conflicts) is read by hand. Anything
-// else (an escape, a byte outside ASCII, a control character, null, a
+// A decision as the coordinator writes it for the usual outcomes (strings
+// with no \u escape, plain uint64s, versions, merges, conflicts) is read by
+// hand (plainReader). Anything else (a \u escape, invalid UTF-8, null, a
 // lease's time, a warning, a name given twice or unknown, a number that is
 // not a plain uint64, an error) is left to go-json-experiment, from the
-// start, so the hand-written reader only has to be right for what it
-// accepts.
+// start.
 func UnmarshalDecision(data []byte, d *Decision) error {
 	*d = Decision{}
-	var r decisionReader
+	var r plainReader
 	if r.decision(data, d) {
 		return nil
 	}
 	*d = Decision{}
 	return jsonv2.Unmarshal(data, d, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-}
-
-// decisionReader reads the subset of JSON UnmarshalDecision reads by hand.
-// Each method reports false where the input leaves that subset; nothing it
-// reads is then kept.
-type decisionReader struct {
-	data []byte
-	pos  int
-	// text is data as one string, made once: the strings decoded are
-	// pieces of it rather than an allocation each.
-	text string
 }
 
 // The members of a decision read by hand, as bits of the set of those seen.
@@ -57,8 +45,8 @@ const (
 	seenDuplicate
 )
 
-func (r *decisionReader) decision(data []byte, d *Decision) bool {
-	r.data, r.pos, r.text = data, 0, string(data)
+func (r *plainReader) decision(data []byte, d *Decision) bool {
+	r.reset(data)
 	var seen uint
 	ok := r.object(func(name string) bool {
 		var bit uint
@@ -97,155 +85,10 @@ func (r *decisionReader) decision(data []byte, d *Decision) bool {
 		seen |= bit
 		return true
 	})
-	r.space()
-	return ok && r.pos == len(r.data)
+	return ok && r.end()
 }
 
-func (r *decisionReader) space() {
-	for r.pos < len(r.data) {
-		switch r.data[r.pos] {
-		case ' ', '\t', '\n', '\r':
-			r.pos++
-		default:
-			return
-		}
-	}
-}
-
-// byte consumes c, after white space.
-func (r *decisionReader) byte(c byte) bool {
-	r.space()
-	if r.pos < len(r.data) && r.data[r.pos] == c {
-		r.pos++
-		return true
-	}
-	return false
-}
-
-// plain reads a string of ASCII with no control character and nothing
-// escaped, and returns it as a piece of r.text.
-func (r *decisionReader) plain() (string, bool) {
-	if !r.byte('"') {
-		return "", false
-	}
-	for i := r.pos; i < len(r.data); i++ {
-		switch c := r.data[i]; {
-		case c == '"':
-			s := r.text[r.pos:i]
-			r.pos = i + 1
-			return s, true
-		case c < ' ' || c > 0x7f || c == '\\':
-			return "", false
-		}
-	}
-	return "", false
-}
-
-func (r *decisionReader) str(dst *string) bool {
-	s, ok := r.plain()
-	if ok {
-		*dst = s
-	}
-	return ok
-}
-
-// uint reads a number that is a plain uint64: digits, no leading zero,
-// no sign, fraction or exponent, and no overflow.
-func (r *decisionReader) uint(dst *uint64) bool {
-	r.space()
-	start, n := r.pos, uint64(0)
-	for r.pos < len(r.data) && r.data[r.pos] >= '0' && r.data[r.pos] <= '9' {
-		digit := uint64(r.data[r.pos] - '0')
-		if n > (1<<64-1-digit)/10 {
-			return false
-		}
-		n = n*10 + digit
-		r.pos++
-	}
-	switch digits := r.pos - start; {
-	case digits == 0, digits > 1 && r.data[start] == '0':
-		return false
-	}
-	if r.pos < len(r.data) {
-		switch r.data[r.pos] {
-		case '.', 'e', 'E':
-			return false
-		}
-	}
-	*dst = n
-	return true
-}
-
-func (r *decisionReader) bool(dst *bool) bool {
-	r.space()
-	rest := r.data[r.pos:]
-	switch {
-	case len(rest) >= 4 && string(rest[:4]) == "true":
-		*dst, r.pos = true, r.pos+4
-	case len(rest) >= 5 && string(rest[:5]) == "false":
-		*dst, r.pos = false, r.pos+5
-	default:
-		return false
-	}
-	return true
-}
-
-// object reads an object, handing each member's name to member, which
-// reads its value.
-func (r *decisionReader) object(member func(name string) bool) bool {
-	if !r.byte('{') {
-		return false
-	}
-	if r.byte('}') {
-		return true
-	}
-	for {
-		name, ok := r.plain()
-		if !ok || !r.byte(':') || !member(name) {
-			return false
-		}
-		if r.byte('}') {
-			return true
-		}
-		if !r.byte(',') {
-			return false
-		}
-	}
-}
-
-// array reads an array, each element with elem.
-func (r *decisionReader) array(elem func() bool) bool {
-	if !r.byte('[') {
-		return false
-	}
-	if r.byte(']') {
-		return true
-	}
-	for {
-		if !elem() {
-			return false
-		}
-		if r.byte(']') {
-			return true
-		}
-		if !r.byte(',') {
-			return false
-		}
-	}
-}
-
-func (r *decisionReader) strs(dst *[]string) bool {
-	ss := []string{}
-	ok := r.array(func() bool {
-		s, ok := r.plain()
-		ss = append(ss, s)
-		return ok
-	})
-	*dst = ss
-	return ok
-}
-
-func (r *decisionReader) versions(dst *map[string]uint64) bool {
+func (r *plainReader) versions(dst *map[string]uint64) bool {
 	vs := map[string]uint64{}
 	ok := r.object(func(name string) bool {
 		var v uint64
@@ -259,7 +102,7 @@ func (r *decisionReader) versions(dst *map[string]uint64) bool {
 	return ok
 }
 
-func (r *decisionReader) conflicts(dst *[]Conflict) bool {
+func (r *plainReader) conflicts(dst *[]Conflict) bool {
 	cs := []Conflict{}
 	ok := r.array(func() bool {
 		var c Conflict

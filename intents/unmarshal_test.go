@@ -26,7 +26,7 @@ func sameDecoding(t testing.TB, data []byte) (byHand bool) {
 	if werr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: decoded\n%#v\ngo-json-experiment\n%#v", data, got, want)
 	}
-	var r decisionReader
+	var r plainReader
 	var d Decision
 	return r.decision(data, &d)
 }

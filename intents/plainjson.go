@@ -16,16 +16,14 @@ type plainReader struct {
 	data []byte
 	pos  int
 	// text is data as one string, made once: the strings decoded are
-	// pieces of it rather than an allocation each.
+	// pieces of it rather than an allocation each, so a string kept keeps
+	// one copy of the document, no more.
 	text string
-	// copied is data copied once for the raw values, which are pieces of
-	// it: a raw value outlives the message it came in.
-	copied []byte
 }
 
 // reset starts reading data.
 func (r *plainReader) reset(data []byte) {
-	r.data, r.pos, r.text, r.copied = data, 0, string(data), nil
+	r.data, r.pos, r.text = data, 0, string(data)
 }
 
 // end reports whether nothing but white space is left.
@@ -271,18 +269,17 @@ const (
 	maxPlainMembers = 16
 )
 
-// raw reads a JSON value and returns its bytes as they are, in a copy of
-// the input made once for all the raw values read.
+// raw reads a JSON value and returns a copy of its bytes as they are. It
+// is a copy of its own, not a piece of one copy of data as the strings
+// are, so that an intent the engine holds in flight does not keep its
+// document twice.
 func (r *plainReader) raw(dst *[]byte) bool {
 	r.space()
 	start := r.pos
 	if !r.value(0) {
 		return false
 	}
-	if r.copied == nil {
-		r.copied = append([]byte(nil), r.data...)
-	}
-	*dst = r.copied[start:r.pos:r.pos]
+	*dst = append([]byte(nil), r.data[start:r.pos]...)
 	return true
 }
 

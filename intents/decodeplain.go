@@ -6,72 +6,56 @@ package intents
 // the errors.
 func (r *plainReader) intent(data []byte, in *Intent) bool {
 	r.reset(data)
-	var seen uint32
-	ok := r.object(func(name string) bool {
-		var bit uint32
-		ok := false
+	return r.fields(func(name string) (uint, bool) {
 		switch name {
 		case "id":
-			bit, ok = 1<<0, r.str(&in.ID)
+			return 1 << 0, r.str(&in.ID)
 		case "agent":
-			bit, ok = 1<<1, r.str(&in.Agent)
+			return 1 << 1, r.str(&in.Agent)
 		case "kind":
-			bit, ok = 1<<2, r.str((*string)(&in.Kind))
+			return 1 << 2, r.str((*string)(&in.Kind))
 		case "txn":
-			bit, ok = 1<<3, r.str(&in.Txn)
+			return 1 << 3, r.str(&in.Txn)
 		case "fence":
-			bit, ok = 1<<4, r.uint(&in.Fence)
+			return 1 << 4, r.uint(&in.Fence)
 		case "action":
-			bit, ok = 1<<5, r.str(&in.Action)
+			return 1 << 5, r.str(&in.Action)
 		case "reads":
-			bit, ok = 1<<6, r.reads(&in.Reads)
+			return 1 << 6, r.reads(&in.Reads)
 		case "writes":
-			bit, ok = 1<<7, r.writes(&in.Writes)
+			return 1 << 7, r.writes(&in.Writes)
 		case "pre":
-			bit, ok = 1<<8, r.strs(&in.Pre)
+			return 1 << 8, r.strs(&in.Pre)
 		case "post":
-			bit, ok = 1<<9, r.strs(&in.Post)
+			return 1 << 9, r.strs(&in.Post)
 		case "priority":
-			bit, ok = 1<<10, r.int(&in.Priority)
+			return 1 << 10, r.int(&in.Priority)
 		case "lease_ms":
-			bit, ok = 1<<11, r.int(&in.LeaseMS)
+			return 1 << 11, r.int(&in.LeaseMS)
 		case "on_conflict":
-			bit, ok = 1<<12, r.str((*string)(&in.OnConflict))
+			return 1 << 12, r.str((*string)(&in.OnConflict))
 		case "wait_ms":
-			bit, ok = 1<<13, r.int(&in.WaitMS)
+			return 1 << 13, r.int(&in.WaitMS)
 		case "meta":
-			bit, ok = 1<<14, r.raw((*[]byte)(&in.Meta))
+			return 1 << 14, r.raw((*[]byte)(&in.Meta))
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	})
-	return ok && r.end()
+		return 0, false
+	}) && r.end()
 }
 
 func (r *plainReader) reads(dst *[]Read) bool {
 	rs := []Read{}
 	ok := r.array(func() bool {
 		var rd Read
-		var seen uint
-		ok := r.object(func(name string) bool {
-			var bit uint
-			ok := false
+		ok := r.fields(func(name string) (uint, bool) {
 			switch name {
 			case "path":
-				bit, ok = 1, r.str(&rd.Path)
+				return 1 << 0, r.str(&rd.Path)
 			case "version":
-				v := new(uint64)
-				bit, ok = 2, r.uint(v)
-				rd.Version = v
+				rd.Version = new(uint64)
+				return 1 << 1, r.uint(rd.Version)
 			}
-			if !ok || seen&bit != 0 {
-				return false
-			}
-			seen |= bit
-			return true
+			return 0, false
 		})
 		rs = append(rs, rd)
 		return ok
@@ -84,23 +68,16 @@ func (r *plainReader) writes(dst *[]Write) bool {
 	ws := []Write{}
 	ok := r.array(func() bool {
 		var w Write
-		var seen uint
-		ok := r.object(func(name string) bool {
-			var bit uint
-			ok := false
+		ok := r.fields(func(name string) (uint, bool) {
 			switch name {
 			case "path":
-				bit, ok = 1, r.str(&w.Path)
+				return 1 << 0, r.str(&w.Path)
 			case "op":
-				bit, ok = 2, r.str((*string)(&w.Op))
+				return 1 << 1, r.str((*string)(&w.Op))
 			case "value":
-				bit, ok = 4, r.raw((*[]byte)(&w.Value))
+				return 1 << 2, r.raw((*[]byte)(&w.Value))
 			}
-			if !ok || seen&bit != 0 {
-				return false
-			}
-			seen |= bit
-			return true
+			return 0, false
 		})
 		ws = append(ws, w)
 		return ok

@@ -203,6 +203,22 @@ func (r *plainReader) object(member func(name string) bool) bool {
 	}
 }
 
+// fields reads an object whose members are a struct's fields: member
+// reads the value of the one named and returns its bit among the fields,
+// 0 for a name it does not know. A name unknown or given twice leaves the
+// subset.
+func (r *plainReader) fields(member func(name string) (bit uint, ok bool)) bool {
+	var seen uint
+	return r.object(func(name string) bool {
+		bit, ok := member(name)
+		if !ok || bit == 0 || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+}
+
 // array reads an array, each element with elem.
 func (r *plainReader) array(elem func() bool) bool {
 	if !r.byte('[') {

@@ -28,64 +28,39 @@ func UnmarshalDecision(data []byte, d *Decision) error {
 	return jsonv2.Unmarshal(data, d, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 }
 
-// The members of a decision read by hand, as bits of the set of those seen.
-const (
-	seenIntent = 1 << iota
-	seenAgent
-	seenOutcome
-	seenReason
-	seenDetail
-	seenTxn
-	seenFence
-	seenConflicts
-	seenVersions
-	seenRev
-	seenRetryable
-	seenMergedWith
-	seenDuplicate
-)
-
 func (r *plainReader) decision(data []byte, d *Decision) bool {
 	r.reset(data)
-	var seen uint
-	ok := r.object(func(name string) bool {
-		var bit uint
-		ok := false
+	return r.fields(func(name string) (uint, bool) {
 		switch name {
 		case "intent":
-			bit, ok = seenIntent, r.str((*string)(&d.Intent))
+			return 1 << 0, r.str((*string)(&d.Intent))
 		case "agent":
-			bit, ok = seenAgent, r.str(&d.Agent)
+			return 1 << 1, r.str(&d.Agent)
 		case "outcome":
-			bit, ok = seenOutcome, r.str((*string)(&d.Outcome))
+			return 1 << 2, r.str((*string)(&d.Outcome))
 		case "reason":
-			bit, ok = seenReason, r.str((*string)(&d.Reason))
+			return 1 << 3, r.str((*string)(&d.Reason))
 		case "detail":
-			bit, ok = seenDetail, r.str(&d.Detail)
+			return 1 << 4, r.str(&d.Detail)
 		case "txn":
-			bit, ok = seenTxn, r.str(&d.Txn)
+			return 1 << 5, r.str(&d.Txn)
 		case "fence":
-			bit, ok = seenFence, r.uint(&d.Fence)
+			return 1 << 6, r.uint(&d.Fence)
 		case "conflicts":
-			bit, ok = seenConflicts, r.conflicts(&d.Conflicts)
+			return 1 << 7, r.conflicts(&d.Conflicts)
 		case "versions":
-			bit, ok = seenVersions, r.versions(&d.Versions)
+			return 1 << 8, r.versions(&d.Versions)
 		case "rev":
-			bit, ok = seenRev, r.uint(&d.Rev)
+			return 1 << 9, r.uint(&d.Rev)
 		case "retryable":
-			bit, ok = seenRetryable, r.bool(&d.Retryable)
+			return 1 << 10, r.bool(&d.Retryable)
 		case "merged_with":
-			bit, ok = seenMergedWith, r.strs(&d.MergedWith)
+			return 1 << 11, r.strs(&d.MergedWith)
 		case "duplicate":
-			bit, ok = seenDuplicate, r.bool(&d.Duplicate)
+			return 1 << 12, r.bool(&d.Duplicate)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	})
-	return ok && r.end()
+		return 0, false
+	}) && r.end()
 }
 
 func (r *plainReader) versions(dst *map[string]uint64) bool {
@@ -106,25 +81,18 @@ func (r *plainReader) conflicts(dst *[]Conflict) bool {
 	cs := []Conflict{}
 	ok := r.array(func() bool {
 		var c Conflict
-		var seen uint
-		ok := r.object(func(name string) bool {
-			var bit uint
-			ok := false
+		ok := r.fields(func(name string) (uint, bool) {
 			switch name {
 			case "path":
-				bit, ok = 1, r.str(&c.Path)
+				return 1 << 0, r.str(&c.Path)
 			case "kind":
-				bit, ok = 2, r.str((*string)(&c.Kind))
+				return 1 << 1, r.str((*string)(&c.Kind))
 			case "with_txn":
-				bit, ok = 4, r.str(&c.WithTxn)
+				return 1 << 2, r.str(&c.WithTxn)
 			case "with_agent":
-				bit, ok = 8, r.str(&c.WithAgent)
+				return 1 << 3, r.str(&c.WithAgent)
 			}
-			if !ok || seen&bit != 0 {
-				return false
-			}
-			seen |= bit
-			return true
+			return 0, false
 		})
 		cs = append(cs, c)
 		return ok

@@ -28,8 +28,8 @@ func sameIntent(t testing.TB, data []byte) (byHand bool) {
 	return true
 }
 
-// intentShapes are intents as clients write them, and near misses.
-var intentShapes = []string{
+// usualIntents are intents as clients write them: each is read by hand.
+var usualIntents = []string{
 	`{"id":"01JD0000000000000000000000","agent":"w","kind":"apply","writes":[{"path":"free.d1.f","op":"set","value":1}]}`,
 	`{"id":"01JD0000000000000000000000","agent":"bench-17","kind":"apply","writes":[{"path":"k17","op":"incr","value":1}],"wait_ms":2000}`,
 	`{"id":"i","agent":"a","kind":"apply","reads":[{"path":"k","version":3},{"path":"j"}],"writes":[{"path":"k","op":"set","value":{"n":1,"s":"x","l":[1,2.5e-3,-0,"y",true,false,null],"o":{}}}],"pre":["state.k == 3"],"on_conflict":"wait","priority":-5,"lease_ms":9223372036854775807}`,
@@ -37,6 +37,13 @@ var intentShapes = []string{
 	` { "id" : "i" , "writes" : [ { "path" : "p" , "op" : "delete" } ] } `,
 	`{"writes":[{"path":"p","op":"set","value": { "a" : [1, 2] } }]}`,
 	`{"writes":[{"path":"p","op":"set","value":null}],"meta":"m"}`,
+	`{"id":"i","agent":"a","kind":"apply","writes":[{"path":"report.intro","op":"set","value":{"text":"Hello, \"world\"\n","lang":"日本語"}}],"pre":["state.report.status == \"draft\""],"post":["state.x != 'é'"]}`,
+	`{"priority":-0,"lease_ms":-1}`,
+}
+
+// intentShapes are the usual intents and near misses, read by hand or
+// not.
+var intentShapes = append(usualIntents[:len(usualIntents):len(usualIntents)],
 	`{"priority":-9223372036854775808}`, `{"priority":-9223372036854775809}`, `{"priority":9223372036854775808}`, `{"priority":- 1}`, `{"priority":-}`,
 	`{"priority":1.0}`, `{"priority":1e2}`, `{"priority":01}`, `{"fence":-1}`, `{"lease_ms":null}`, `{"reads":[{"path":"p","version":null}]}`,
 	`{"id":"a","id":"b"}`, `{"ID":"a"}`, `{"extra":1}`, `{"writes":[{"path":"p","op":"set","value":{"a":1,"a":2}}]}`,
@@ -45,11 +52,11 @@ var intentShapes = []string{
 	`{"writes":[{"path":"p","op":"set","value":.5}]}`, `{"writes":[{"path":"p","op":"set","value":1e}]}`, `{"writes":[{"path":"p","op":"set","value":-}]}`,
 	`{"writes":[{"path":"p","op":"set","value":tru}]}`, `{"writes":[{"path":"p","op":"set","value":nulll}]}`, `{"writes":[{"path":"p","op":"set","value":"a\"b"}]}`,
 	`{"writes":[{"path":"p","op":"set","value":"é"}]}`, `{"writes":[{"path":"p","path":"q"}]}`, `{"writes":[{"path":"p","Op":"set"}]}`,
-	`{"pre":["state.x == \"a\""]}`, `{"pre":["a",1]}`, `{"pre":null}`, `{}`, `{}{}`, `{} x`, `null`, `[]`, `{"id":"i"`, `{"id":}`, ``,
-}
+	`{"pre":["state.x == \u0022a\u0022"]}`, `{"pre":["a\x"]}`, `{"pre":["a",1]}`, `{"pre":null}`, `{}`, `{}{}`, `{} x`, `null`, `[]`, `{"id":"i"`, `{"id":}`, ``,
+)
 
 func TestDecodeByHand(t *testing.T) {
-	for _, doc := range intentShapes[:7] {
+	for _, doc := range usualIntents {
 		if !sameIntent(t, []byte(doc)) {
 			t.Errorf("%s was not read by hand", doc)
 		}

@@ -220,13 +220,24 @@ func (m *Member) keepLease(rev uint64, until time.Time) *leaseKeeper {
 				continue
 			}
 			if err != nil && casFailed(err) {
-				// A write of this member's whose confirmation was lost
-				// (the bucket's stream changed leaders meanwhile) moved the
-				// revision: the lease is still its own.
-				if l, rev, ok, rerr := m.readLease(ctx); rerr == nil && ok && l.Node == m.opts.Node && rev > r {
+				l, rev, ok, rerr := m.readLease(ctx)
+				switch {
+				case rerr != nil || !ok:
+				case l.Node == m.opts.Node && rev > r:
+					// A write of this member's whose confirmation was lost
+					// (the bucket's stream changed leaders meanwhile) moved
+					// the revision: the lease is still its own.
 					r = rev
 					n, end, err = m.putLease(ctx, r)
-				} else if rerr == nil && ok {
+				case l.Node == m.opts.Node:
+					// The compare failed, yet the key reads as this
+					// member's at its revision or before: a write of its
+					// own is still in the stream's pipeline after an
+					// election, ahead of the read. Not lost: tried again,
+					// and if another member did take the key meanwhile, a
+					// later read names it.
+					err = fmt.Errorf("the key still reads as this member's, at revision %d, after a compare-and-set at %d failed (%v)", rev, r, err)
+				default:
 					err = fmt.Errorf("%w (the key names %s until %s)", err, l.Node, l.Until.Format(time.StampMilli))
 				}
 			}

@@ -6,7 +6,7 @@ package intents
 // the errors.
 func (r *plainReader) intent(data []byte, in *Intent) bool {
 	r.reset(data)
-	return r.fields(func(name string) (uint, bool) {
+	return r.object(func(name string) (uint, bool) {
 		switch name {
 		case "id":
 			return 1 << 0, r.str(&in.ID)
@@ -47,7 +47,7 @@ func (r *plainReader) reads(dst *[]Read) bool {
 	rs := []Read{}
 	ok := r.array(func() bool {
 		var rd Read
-		ok := r.fields(func(name string) (uint, bool) {
+		ok := r.object(func(name string) (uint, bool) {
 			switch name {
 			case "path":
 				return 1 << 0, r.str(&rd.Path)
@@ -68,7 +68,7 @@ func (r *plainReader) writes(dst *[]Write) bool {
 	ws := []Write{}
 	ok := r.array(func() bool {
 		var w Write
-		ok := r.fields(func(name string) (uint, bool) {
+		ok := r.object(func(name string) (uint, bool) {
 			switch name {
 			case "path":
 				return 1 << 0, r.str(&w.Path)

@@ -181,19 +181,27 @@ func (r *plainReader) bool(dst *bool) bool {
 }
 
 // object reads an object, handing each member's name to member, which
-// reads its value.
-func (r *plainReader) object(member func(name string) bool) bool {
+// reads its value and returns the member's bit among a struct's fields
+// (0 where the names are a map's keys, or a raw value's), so that a field
+// given twice leaves the subset.
+func (r *plainReader) object(member func(name string) (bit uint, ok bool)) bool {
 	if !r.byte('{') {
 		return false
 	}
 	if r.byte('}') {
 		return true
 	}
+	var seen uint
 	for {
 		name, ok := r.plain()
-		if !ok || !r.byte(':') || !member(name) {
+		if !ok || !r.byte(':') {
 			return false
 		}
+		bit, ok := member(name)
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
 		if r.byte('}') {
 			return true
 		}
@@ -201,22 +209,6 @@ func (r *plainReader) object(member func(name string) bool) bool {
 			return false
 		}
 	}
-}
-
-// fields reads an object whose members are a struct's fields: member
-// reads the value of the one named and returns its bit among the fields,
-// 0 for a name it does not know. A name unknown or given twice leaves the
-// subset.
-func (r *plainReader) fields(member func(name string) (bit uint, ok bool)) bool {
-	var seen uint
-	return r.object(func(name string) bool {
-		bit, ok := member(name)
-		if !ok || bit == 0 || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
-	})
 }
 
 // array reads an array, each element with elem.
@@ -317,18 +309,18 @@ func (r *plainReader) value(depth int) bool {
 	case c == '{':
 		var names [maxPlainMembers]string
 		n := 0
-		return r.object(func(name string) bool {
+		return r.object(func(name string) (uint, bool) {
 			if n == len(names) {
-				return false
+				return 0, false
 			}
 			for _, seen := range names[:n] {
 				if seen == name {
-					return false
+					return 0, false
 				}
 			}
 			names[n] = name
 			n++
-			return r.value(depth + 1)
+			return 0, r.value(depth + 1)
 		})
 	}
 	for _, lit := range [...]string{"true", "false", "null"} {

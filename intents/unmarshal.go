@@ -30,7 +30,7 @@ func UnmarshalDecision(data []byte, d *Decision) error {
 
 func (r *plainReader) decision(data []byte, d *Decision) bool {
 	r.reset(data)
-	return r.fields(func(name string) (uint, bool) {
+	return r.object(func(name string) (uint, bool) {
 		switch name {
 		case "intent":
 			return 1 << 0, r.str((*string)(&d.Intent))
@@ -65,13 +65,13 @@ func (r *plainReader) decision(data []byte, d *Decision) bool {
 
 func (r *plainReader) versions(dst *map[string]uint64) bool {
 	vs := map[string]uint64{}
-	ok := r.object(func(name string) bool {
+	ok := r.object(func(name string) (uint, bool) {
 		var v uint64
 		if _, twice := vs[name]; twice || !r.uint(&v) {
-			return false
+			return 0, false
 		}
 		vs[name] = v
-		return true
+		return 0, true
 	})
 	*dst = vs
 	return ok
@@ -81,7 +81,7 @@ func (r *plainReader) conflicts(dst *[]Conflict) bool {
 	cs := []Conflict{}
 	ok := r.array(func() bool {
 		var c Conflict
-		ok := r.fields(func(name string) (uint, bool) {
+		ok := r.object(func(name string) (uint, bool) {
 			switch name {
 			case "path":
 				return 1 << 0, r.str(&c.Path)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/coagent/coagent/intents"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -18,7 +17,6 @@ import (
 // final decision) waits beside the first. It is safe for concurrent use:
 // the output stage adds and wakes, its own goroutine answers at deadlines.
 type replies struct {
-	pub *nats.Conn
 	now func() time.Time
 
 	mu struct {
@@ -31,8 +29,8 @@ type replies struct {
 	done chan struct{}
 }
 
-func newReplies(pub *nats.Conn, now func() time.Time) *replies {
-	r := &replies{pub: pub, now: now, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newReplies(now func() time.Time) *replies {
+	r := &replies{now: now, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	r.mu.byID = map[string][]*submit{}
 	return r
 }

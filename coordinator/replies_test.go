@@ -37,7 +37,7 @@ func (r *fakeRequest) Error(code, description string, _ []byte, _ ...micro.Respo
 // unavailable.
 func TestRepliesAnswerADueSubmitWithItsOwnDecision(t *testing.T) {
 	now := time.Unix(1000, 0)
-	r := newReplies(nil, func() time.Time { return now })
+	r := newReplies(func() time.Time { return now })
 	queued := &intents.Decision{Intent: "01JD0000000000000000000001", Agent: "a", Outcome: intents.OutcomeQueued}
 	req := &fakeRequest{}
 	sub := &submit{req: req, deadline: now, id: queued.Intent, own: queued}

@@ -33,7 +33,7 @@ func (r *plainReader) decision(data []byte, d *Decision) bool {
 	return r.object(func(name string) (uint, bool) {
 		switch name {
 		case "intent":
-			return 1 << 0, r.str((*string)(&d.Intent))
+			return 1 << 0, r.str(&d.Intent)
 		case "agent":
 			return 1 << 1, r.str(&d.Agent)
 		case "outcome":

@@ -223,6 +223,7 @@ func (m *Member) keepLease(rev uint64, until time.Time) *leaseKeeper {
 				l, rev, ok, rerr := m.readLease(ctx)
 				switch {
 				case rerr != nil || !ok:
+					// Unread, or given up: the failed compare stands.
 				case l.Node == m.opts.Node && rev > r:
 					// A write of this member's whose confirmation was lost
 					// (the bucket's stream changed leaders meanwhile) moved

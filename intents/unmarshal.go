@@ -10,7 +10,7 @@ import (
 // agent decodes one for every intent it sends. d is set to the decision
 // whatever it held. Member names are matched exactly, as the coordinator
 // writes them; a name given twice takes its last value, and invalid UTF-8
-// is kept, as encoding/json does.
+// becomes U+FFFD, as encoding/json makes it.
 //
 // A decision as the coordinator writes it for the usual outcomes (strings
 // with no \u escape, plain uint64s, versions, merges, conflicts) is read by

@@ -30,18 +30,9 @@ func AppendDecisionJSON(dst []byte, d *Decision) ([]byte, error) {
 	dst = appendJSONString(dst, d.Agent)
 	dst = append(dst, `,"outcome":`...)
 	dst = appendJSONString(dst, string(d.Outcome))
-	if d.Reason != "" {
-		dst = append(dst, `,"reason":`...)
-		dst = appendJSONString(dst, string(d.Reason))
-	}
-	if d.Detail != "" {
-		dst = append(dst, `,"detail":`...)
-		dst = appendJSONString(dst, d.Detail)
-	}
-	if d.Txn != "" {
-		dst = append(dst, `,"txn":`...)
-		dst = appendJSONString(dst, d.Txn)
-	}
+	dst = appendOmitEmpty(dst, `,"reason":`, string(d.Reason))
+	dst = appendOmitEmpty(dst, `,"detail":`, d.Detail)
+	dst = appendOmitEmpty(dst, `,"txn":`, d.Txn)
 	if d.Fence != 0 {
 		dst = append(dst, `,"fence":`...)
 		dst = strconv.AppendUint(dst, d.Fence, 10)
@@ -62,14 +53,8 @@ func AppendDecisionJSON(dst []byte, d *Decision) ([]byte, error) {
 			dst = appendJSONString(dst, c.Path)
 			dst = append(dst, `,"kind":`...)
 			dst = appendJSONString(dst, string(c.Kind))
-			if c.WithTxn != "" {
-				dst = append(dst, `,"with_txn":`...)
-				dst = appendJSONString(dst, c.WithTxn)
-			}
-			if c.WithAgent != "" {
-				dst = append(dst, `,"with_agent":`...)
-				dst = appendJSONString(dst, c.WithAgent)
-			}
+			dst = appendOmitEmpty(dst, `,"with_txn":`, c.WithTxn)
+			dst = appendOmitEmpty(dst, `,"with_agent":`, c.WithAgent)
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')
@@ -114,10 +99,7 @@ func AppendDecisionJSON(dst []byte, d *Decision) ([]byte, error) {
 			dst = appendJSONString(dst, w.Rule)
 			dst = append(dst, `,"would_be":`...)
 			dst = appendJSONString(dst, w.WouldBe)
-			if w.Detail != "" {
-				dst = append(dst, `,"detail":`...)
-				dst = appendJSONString(dst, w.Detail)
-			}
+			dst = appendOmitEmpty(dst, `,"detail":`, w.Detail)
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')
@@ -152,22 +134,10 @@ func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	}
 	dst = append(dst, `,"type":`...)
 	dst = appendJSONString(dst, string(ev.Type))
-	if ev.Agent != "" {
-		dst = append(dst, `,"agent":`...)
-		dst = appendJSONString(dst, ev.Agent)
-	}
-	if ev.Intent != "" {
-		dst = append(dst, `,"intent":`...)
-		dst = appendJSONString(dst, ev.Intent)
-	}
-	if ev.Txn != "" {
-		dst = append(dst, `,"txn":`...)
-		dst = appendJSONString(dst, ev.Txn)
-	}
-	if ev.Trace != "" {
-		dst = append(dst, `,"trace":`...)
-		dst = appendJSONString(dst, ev.Trace)
-	}
+	dst = appendOmitEmpty(dst, `,"agent":`, ev.Agent)
+	dst = appendOmitEmpty(dst, `,"intent":`, ev.Intent)
+	dst = appendOmitEmpty(dst, `,"txn":`, ev.Txn)
+	dst = appendOmitEmpty(dst, `,"trace":`, ev.Trace)
 	if ev.Decision != nil {
 		dst = append(dst, `,"decision":`...)
 		if dst, err = AppendDecisionJSON(dst, ev.Decision); err != nil {
@@ -241,6 +211,16 @@ func appendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// appendOmitEmpty appends member (`,"name":`) and s quoted, unless s is
+// empty: a field tagged omitempty.
+func appendOmitEmpty(dst []byte, member, s string) []byte {
+	if s == "" {
+		return dst
+	}
+	dst = append(dst, member...)
+	return appendJSONString(dst, s)
 }
 
 func appendJSONStrings(dst []byte, ss []string) []byte {

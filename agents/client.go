@@ -486,7 +486,7 @@ func (c *Client) prepare(in *intents.Intent, built bool) (*intents.Intent, []byt
 			return nil, nil, fmt.Errorf("agents: %w: %w", ErrInvalid, err)
 		}
 	}
-	raw, err := json.Marshal(&cp)
+	raw, err := intents.AppendIntentJSON(nil, &cp)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agents: encode intent %s: %w", cp.ID, err)
 	}

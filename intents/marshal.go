@@ -8,7 +8,8 @@ import (
 )
 
 // The coordinator encodes a decision for every answer and a change for
-// every write it puts on the feed. encoding/json finds each field by
+// every write it puts on the feed; an agent's client encodes every intent
+// it sends. encoding/json finds each field by
 // reflection every time, which made these the largest encodings of an
 // intent's path; the functions below write the same bytes by hand. Their
 // output is encoding/json's, byte for byte (TestMarshalMatchesJSON and
@@ -173,6 +174,92 @@ func AppendEventJSON(dst []byte, ev *Event) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// AppendIntentJSON appends in encoded as json.Marshal encodes it: what an
+// agent's client sends for every intent.
+func AppendIntentJSON(dst []byte, in *Intent) ([]byte, error) {
+	if in == nil {
+		return append(dst, "null"...), nil
+	}
+	dst = slices.Grow(dst, 192) // a usual intent's size: one allocation
+	var err error
+	dst = append(dst, `{"id":`...)
+	dst = appendJSONString(dst, in.ID)
+	dst = append(dst, `,"agent":`...)
+	dst = appendJSONString(dst, in.Agent)
+	dst = append(dst, `,"kind":`...)
+	dst = appendJSONString(dst, string(in.Kind))
+	dst = appendOmitEmpty(dst, `,"txn":`, in.Txn)
+	if in.Fence != 0 {
+		dst = append(dst, `,"fence":`...)
+		dst = strconv.AppendUint(dst, in.Fence, 10)
+	}
+	dst = appendOmitEmpty(dst, `,"action":`, in.Action)
+	if len(in.Reads) > 0 {
+		dst = append(dst, `,"reads":[`...)
+		for i, r := range in.Reads {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"path":`...)
+			dst = appendJSONString(dst, r.Path)
+			if r.Version != nil {
+				dst = append(dst, `,"version":`...)
+				dst = strconv.AppendUint(dst, *r.Version, 10)
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if len(in.Writes) > 0 {
+		dst = append(dst, `,"writes":[`...)
+		for i, w := range in.Writes {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `{"path":`...)
+			dst = appendJSONString(dst, w.Path)
+			dst = append(dst, `,"op":`...)
+			dst = appendJSONString(dst, string(w.Op))
+			if len(w.Value) > 0 {
+				dst = append(dst, `,"value":`...)
+				if dst, err = appendRaw(dst, w.Value); err != nil {
+					return nil, err
+				}
+			}
+			dst = append(dst, '}')
+		}
+		dst = append(dst, ']')
+	}
+	if len(in.Pre) > 0 {
+		dst = append(dst, `,"pre":`...)
+		dst = appendJSONStrings(dst, in.Pre)
+	}
+	if len(in.Post) > 0 {
+		dst = append(dst, `,"post":`...)
+		dst = appendJSONStrings(dst, in.Post)
+	}
+	if in.Priority != 0 {
+		dst = append(dst, `,"priority":`...)
+		dst = strconv.AppendInt(dst, in.Priority, 10)
+	}
+	if in.LeaseMS != 0 {
+		dst = append(dst, `,"lease_ms":`...)
+		dst = strconv.AppendInt(dst, in.LeaseMS, 10)
+	}
+	dst = appendOmitEmpty(dst, `,"on_conflict":`, string(in.OnConflict))
+	if in.WaitMS != 0 {
+		dst = append(dst, `,"wait_ms":`...)
+		dst = strconv.AppendInt(dst, in.WaitMS, 10)
+	}
+	if len(in.Meta) > 0 {
+		dst = append(dst, `,"meta":`...)
+		if dst, err = appendRaw(dst, in.Meta); err != nil {
+			return nil, err
+		}
+	}
+	return append(dst, '}'), nil
+}
+
 func appendApplied(dst []byte, w *Applied) ([]byte, error) {
 	dst = append(dst, `{"path":`...)
 	dst = appendJSONString(dst, w.Path)
@@ -180,17 +267,9 @@ func appendApplied(dst []byte, w *Applied) ([]byte, error) {
 	dst = appendJSONString(dst, string(w.Op))
 	if len(w.Value) > 0 {
 		dst = append(dst, `,"value":`...)
-		if plainJSON(w.Value) {
-			dst = append(dst, w.Value...)
-		} else {
-			// encoding/json compacts a raw value, escapes its HTML
-			// characters and U+2028/2029, and refuses one that is not
-			// JSON.
-			data, err := json.Marshal(w.Value)
-			if err != nil {
-				return nil, err
-			}
-			dst = append(dst, data...)
+		var err error
+		if dst, err = appendRaw(dst, w.Value); err != nil {
+			return nil, err
 		}
 	}
 	dst = append(dst, `,"old_version":`...)
@@ -198,6 +277,20 @@ func appendApplied(dst []byte, w *Applied) ([]byte, error) {
 	dst = append(dst, `,"new_version":`...)
 	dst = strconv.AppendUint(dst, w.NewVersion, 10)
 	return append(dst, '}'), nil
+}
+
+// appendRaw appends a raw value as encoding/json writes it.
+func appendRaw(dst []byte, v json.RawMessage) ([]byte, error) {
+	if plainJSON(v) {
+		return append(dst, v...), nil
+	}
+	// encoding/json compacts a raw value, escapes its HTML characters and
+	// U+2028/2029, and refuses one that is not JSON.
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, data...), nil
 }
 
 // appendJSONString appends s quoted as encoding/json quotes it.

@@ -100,6 +100,30 @@ func randEvent(r *rand.Rand) *Event {
 	return ev
 }
 
+func randIntent(r *rand.Rand) *Intent {
+	in := &Intent{ID: pick(r, strs), Agent: pick(r, strs), Kind: Kind(pick(r, strs)), Txn: pick(r, strs), Fence: r.Uint64N(3) * 1e18,
+		Action: pick(r, strs), Pre: randStrings(r), Post: randStrings(r), Priority: r.Int64N(3) - 1, LeaseMS: r.Int64N(2) * 30000,
+		OnConflict: OnConflict(pick(r, strs)), WaitMS: r.Int64N(2) * 1500, Meta: pick(r, raws)}
+	if r.IntN(2) == 0 {
+		in.Reads = []Read{}
+		for range r.IntN(3) {
+			rd := Read{Path: pick(r, strs)}
+			if r.IntN(2) == 0 {
+				v := r.Uint64N(3) * 1e18
+				rd.Version = &v
+			}
+			in.Reads = append(in.Reads, rd)
+		}
+	}
+	if r.IntN(3) > 0 {
+		in.Writes = []Write{}
+		for range r.IntN(3) {
+			in.Writes = append(in.Writes, Write{Path: pick(r, strs), Op: Op(pick(r, strs)), Value: pick(r, raws)})
+		}
+	}
+	return in
+}
+
 // same fails t unless the hand-written encoding is encoding/json's: the
 // same bytes, or an error where it errs.
 func same(t *testing.T, v any, got []byte, err error) {
@@ -128,8 +152,13 @@ func TestMarshalMatchesJSON(t *testing.T) {
 			got = got[len("kept"):]
 		}
 		same(t, ev, got, err)
+		in := randIntent(r)
+		got, err = AppendIntentJSON(nil, in)
+		same(t, in, got, err)
 	}
-	got, err := AppendDecisionJSON(nil, nil)
+	got, err := AppendIntentJSON(nil, nil)
+	same(t, (*Intent)(nil), got, err)
+	got, err = AppendDecisionJSON(nil, nil)
 	same(t, (*Decision)(nil), got, err)
 	got, err = AppendEventJSON(nil, nil)
 	same(t, (*Event)(nil), got, err)
@@ -148,6 +177,10 @@ func FuzzMarshalMatchesJSON(f *testing.F) {
 			Change: &Change{Writes: []Applied{{Path: s, Op: Op(outcome), Value: value, NewVersion: n}}, Redacted: []string{s}}}
 		got, err = AppendEventJSON(nil, ev)
 		same(t, ev, got, err)
+		in := &Intent{ID: s, Agent: outcome, Kind: Kind(s), Action: outcome, Reads: []Read{{Path: s, Version: &n}},
+			Writes: []Write{{Path: s, Op: Op(outcome), Value: value}}, Pre: []string{outcome}, Priority: nanos, Meta: value}
+		got, err = AppendIntentJSON(nil, in)
+		same(t, in, got, err)
 	})
 }
 
@@ -159,6 +192,28 @@ func BenchmarkMarshalDecision(b *testing.B) {
 	}{
 		{"hand", func() ([]byte, error) { return AppendDecisionJSON(nil, d) }},
 		{"encoding-json", func() ([]byte, error) { return json.Marshal(d) }},
+	} {
+		b.Run(enc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := enc.fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkMarshalIntent(b *testing.B) {
+	in := &Intent{ID: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Kind: KindApply,
+		Reads:  []Read{{Path: "bench.agent-17.n"}},
+		Writes: []Write{{Path: "bench.agent-17.n", Op: OpSet, Value: json.RawMessage(`42`)}}}
+	for _, enc := range []struct {
+		name string
+		fn   func() ([]byte, error)
+	}{
+		{"hand", func() ([]byte, error) { return AppendIntentJSON(nil, in) }},
+		{"encoding-json", func() ([]byte, error) { return json.Marshal(in) }},
 	} {
 		b.Run(enc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -228,8 +283,11 @@ func TestMarshalCoversEveryField(t *testing.T) {
 		return v
 	}
 	encode := func(v any) ([]byte, error) {
-		if d, ok := v.(*Decision); ok {
-			return AppendDecisionJSON(nil, d)
+		switch v := v.(type) {
+		case *Decision:
+			return AppendDecisionJSON(nil, v)
+		case *Intent:
+			return AppendIntentJSON(nil, v)
 		}
 		return AppendEventJSON(nil, v.(*Event))
 	}
@@ -251,6 +309,9 @@ func TestMarshalCoversEveryField(t *testing.T) {
 		{reflect.TypeFor[Warning](), func(v reflect.Value) any {
 			return &Decision{Warnings: []Warning{*v.Interface().(*Warning)}}
 		}},
+		{reflect.TypeFor[Intent](), func(v reflect.Value) any { return v.Interface() }},
+		{reflect.TypeFor[Read](), func(v reflect.Value) any { return &Intent{Reads: []Read{*v.Interface().(*Read)}} }},
+		{reflect.TypeFor[Write](), func(v reflect.Value) any { return &Intent{Writes: []Write{*v.Interface().(*Write)}} }},
 	} {
 		for i := range c.typ.NumField() {
 			v := reflect.New(c.typ)

@@ -60,7 +60,7 @@ type apiSubmitter struct {
 func (a *apiSubmitter) close() {}
 
 func (a *apiSubmitter) submit(ctx context.Context, in *intents.Intent, st *agentStats) (*intents.Decision, error) {
-	raw, err := json.Marshal(in)
+	raw, err := intents.AppendIntentJSON(nil, in)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: encode intent %s: %w", in.ID, err)
 	}
@@ -166,7 +166,7 @@ func (s *streamSubmitter) close() {
 }
 
 func (s *streamSubmitter) submit(ctx context.Context, in *intents.Intent, st *agentStats) (*intents.Decision, error) {
-	raw, err := json.Marshal(in)
+	raw, err := intents.AppendIntentJSON(nil, in)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: encode intent %s: %w", in.ID, err)
 	}

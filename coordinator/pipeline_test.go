@@ -85,3 +85,66 @@ func TestCommitsBehindAHeldGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldGroupCommittedOnceOneIsDurable: with as many groups on their way
+// to the disk as the loop lets be, the next decided batch is held in the
+// loop, and committed the moment a group is durable, though nothing else
+// arrives to wake the loop: the output stage wakes it.
+func TestHeldGroupCommittedOnceOneIsDurable(t *testing.T) {
+	ns := natstest.Run(t)
+	release := make(chan error)
+	var held atomic.Bool
+	opts := Options{}
+	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
+		for _, ev := range evs {
+			if ev.Change != nil && !held.Load() && ev.Change.Writes[0].Path == "slow.x" {
+				held.Store(true)
+				return release
+			}
+		}
+		return nil
+	}
+	svc := startService(t, ns, t.TempDir(), opts)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	nc := natstest.Connect(t, ns)
+	var before int64
+	if !svc.call(context.Background(), func() { svc.maxInflight, before = 1, svc.committed }) {
+		t.Fatal("the loop stopped")
+	}
+	state := func() (committed int64, gathered int) {
+		if !svc.call(context.Background(), func() { committed, gathered = svc.committed-before, svc.acc.intents }) {
+			t.Fatal("the loop stopped")
+		}
+		return
+	}
+	answered := make(chan string, 2)
+	for i, path := range []string{"slow.x", "b.x"} {
+		go func() {
+			body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"set","value":1}]}`, ulid.Make().String(), path)
+			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("w"), body, 30*time.Second)
+			if err != nil || d.Outcome != intents.OutcomeApplied {
+				t.Errorf("the set of %s: %+v %v", path, d, err)
+			}
+			answered <- path
+		}()
+		natstest.CheckFor(t, 10*time.Second, path+" decided", func() error {
+			if c, g := state(); c != 1 || g != i {
+				return fmt.Errorf("%d groups handed to the log and %d intents gathered, want 1 and %d", c, g, i)
+			}
+			return nil
+		})
+	}
+	free()
+	for range 2 {
+		select {
+		case <-answered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held group was not committed once the group ahead of it was durable")
+		}
+	}
+	if c, _ := state(); c != 2 {
+		t.Fatalf("%d groups handed to the log, want 2", c)
+	}
+}

@@ -97,7 +97,7 @@ func TestHeldGroupCommittedOnceOneIsDurable(t *testing.T) {
 	opts := Options{}
 	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
 		for _, ev := range evs {
-			if ev.Change != nil && !held.Load() && ev.Change.Writes[0].Path == "slow.x" {
+			if ev.Change != nil && !held.Load() && len(ev.Change.Writes) > 0 && ev.Change.Writes[0].Path == "slow.x" {
 				held.Store(true)
 				return release
 			}

@@ -9,14 +9,14 @@ import (
 
 // The coordinator encodes a decision for every answer and a change for
 // every write it puts on the feed; an agent's client encodes every intent
-// it sends. encoding/json finds each field by
-// reflection every time, which made these the largest encodings of an
-// intent's path; the functions below write the same bytes by hand. Their
-// output is encoding/json's, byte for byte (TestMarshalMatchesJSON and
-// FuzzMarshalMatchesJSON hold them to it): wherever a value is unusual (a
-// string that needs escaping, a raw value that is not already compact
-// ASCII, a time outside RFC 3339's years), the value alone is handed to
-// encoding/json, which encodes a value the same wherever it stands.
+// it sends. encoding/json finds each field by reflection every time, which
+// made these the largest encodings of an intent's path; the functions
+// below write the same bytes by hand. Their output is encoding/json's,
+// byte for byte (TestMarshalMatchesJSON and FuzzMarshalMatchesJSON hold
+// them to it): wherever a value is unusual (a string that needs escaping,
+// a raw value that is not already compact ASCII, a time outside RFC 3339's
+// years), the value alone is handed to encoding/json, which encodes a
+// value the same wherever it stands.
 
 // AppendDecisionJSON appends d encoded as json.Marshal encodes it.
 func AppendDecisionJSON(dst []byte, d *Decision) ([]byte, error) {

@@ -13,6 +13,31 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
+// holdingWriteOf returns Options whose log holds back the write of the
+// first group that sets path, until free is called (once or more). A test
+// registers free as a cleanup after starting the service, so that it runs
+// before the service's shutdown, which would wait for the held group.
+func holdingWriteOf(path string) (opts Options, free func()) {
+	release := make(chan error)
+	var held atomic.Bool
+	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
+		for _, ev := range evs {
+			if ev.Change == nil || held.Load() {
+				continue
+			}
+			for _, w := range ev.Change.Writes {
+				if w.Path == path {
+					held.Store(true)
+					return release
+				}
+			}
+		}
+		return nil
+	}
+	var once sync.Once
+	return opts, func() { once.Do(func() { close(release) }) }
+}
+
 // TestCommitsBehindAHeldGroup: with one group held back from the disk and
 // another handed to the log behind it, a third decided batch is handed to
 // the log at once, to join the next fsync, rather than held in the loop
@@ -21,28 +46,10 @@ import (
 // before that group is durable, and then each is.
 func TestCommitsBehindAHeldGroup(t *testing.T) {
 	ns := natstest.Run(t)
-	release := make(chan error)
-	var held atomic.Bool
-	opts := Options{}
-	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
-		for _, ev := range evs {
-			if ev.Change == nil || held.Load() {
-				continue
-			}
-			for _, w := range ev.Change.Writes {
-				if w.Path == "slow.x" {
-					held.Store(true)
-					return release
-				}
-			}
-		}
-		return nil
-	}
+	opts, free := holdingWriteOf("slow.x")
 	svc := startService(t, ns, t.TempDir(), opts)
 	// Registered after the service's shutdown, so run before it: a failed
 	// check must not leave the shutdown waiting for the held group.
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free)
 	nc := natstest.Connect(t, ns)
 	committed := func() int64 {
@@ -92,22 +99,9 @@ func TestCommitsBehindAHeldGroup(t *testing.T) {
 // arrives to wake the loop: the output stage wakes it.
 func TestHeldGroupCommittedOnceOneIsDurable(t *testing.T) {
 	ns := natstest.Run(t)
-	release := make(chan error)
-	var held atomic.Bool
-	opts := Options{}
-	opts.Core.holdWrite = func(evs []*intents.Event) <-chan error {
-		for _, ev := range evs {
-			if ev.Change != nil && !held.Load() && len(ev.Change.Writes) > 0 && ev.Change.Writes[0].Path == "slow.x" {
-				held.Store(true)
-				return release
-			}
-		}
-		return nil
-	}
+	opts, free := holdingWriteOf("slow.x")
 	svc := startService(t, ns, t.TempDir(), opts)
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	t.Cleanup(free) // before the service's shutdown, as above
 	nc := natstest.Connect(t, ns)
 	var before int64
 	if !svc.call(context.Background(), func() { svc.maxInflight, before = 1, svc.committed }) {

@@ -184,15 +184,13 @@ func FuzzMarshalMatchesJSON(f *testing.F) {
 	})
 }
 
-func BenchmarkMarshalDecision(b *testing.B) {
-	d := &Decision{Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Outcome: "applied", Rev: 123456}
+// benchEncoders runs each encoding of the same value as a sub-benchmark:
+// the hand-written one and encoding/json's.
+func benchEncoders(b *testing.B, hand, std func() ([]byte, error)) {
 	for _, enc := range []struct {
 		name string
 		fn   func() ([]byte, error)
-	}{
-		{"hand", func() ([]byte, error) { return AppendDecisionJSON(nil, d) }},
-		{"encoding-json", func() ([]byte, error) { return json.Marshal(d) }},
-	} {
+	}{{"hand", hand}, {"encoding-json", std}} {
 		b.Run(enc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -202,51 +200,30 @@ func BenchmarkMarshalDecision(b *testing.B) {
 			}
 		})
 	}
+}
+
+func BenchmarkMarshalDecision(b *testing.B) {
+	d := &Decision{Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Outcome: "applied", Rev: 123456}
+	benchEncoders(b, func() ([]byte, error) { return AppendDecisionJSON(nil, d) }, func() ([]byte, error) { return json.Marshal(d) })
 }
 
 func BenchmarkMarshalIntent(b *testing.B) {
 	in := &Intent{ID: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T", Agent: "agent-17", Kind: KindApply,
 		Reads:  []Read{{Path: "bench.agent-17.n"}},
 		Writes: []Write{{Path: "bench.agent-17.n", Op: OpSet, Value: json.RawMessage(`42`)}}}
-	for _, enc := range []struct {
-		name string
-		fn   func() ([]byte, error)
-	}{
-		{"hand", func() ([]byte, error) { return AppendIntentJSON(nil, in) }},
-		{"encoding-json", func() ([]byte, error) { return json.Marshal(in) }},
-	} {
-		b.Run(enc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := enc.fn(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchEncoders(b, func() ([]byte, error) { return AppendIntentJSON(nil, in) }, func() ([]byte, error) { return json.Marshal(in) })
 }
 
 func BenchmarkMarshalChange(b *testing.B) {
 	ev := &Event{Seq: 123456, ID: ulid.Make(), Time: time.Now().UTC(), Type: EventChange, Agent: "agent-17", Intent: "01JDX5Q2ZC7M8Y3N4P5Q6R7S8T",
 		Change: &Change{Writes: []Applied{{Path: "bench.agent-17.n", Op: OpSet, Value: json.RawMessage(`42`), OldVersion: 41, NewVersion: 42}}}}
+	// The feeder appends each change to a buffer it keeps.
 	var buf []byte
-	for _, enc := range []struct {
-		name string
-		fn   func() ([]byte, error)
-	}{
-		{"hand", func() ([]byte, error) { return AppendEventJSON(buf[:0], ev) }},
-		{"encoding-json", func() ([]byte, error) { return json.Marshal(ev) }},
-	} {
-		b.Run(enc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				var err error
-				if buf, err = enc.fn(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchEncoders(b, func() (data []byte, err error) {
+		data, err = AppendEventJSON(buf[:0], ev)
+		buf = data
+		return data, err
+	}, func() ([]byte, error) { return json.Marshal(ev) })
 }
 
 // TestMarshalCoversEveryField sets each field of the types encoded by hand,

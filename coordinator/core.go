@@ -149,6 +149,14 @@ func OpenCore(dir string, opts CoreOptions) (*Core, error) {
 		log.Close()
 		return nil, err
 	}
+	if log.StateSeq() < log.LastSeq() {
+		// A crash lost the state entries of the log's last stretch, which
+		// only a fold can make again: this one's.
+		if err := log.RewriteState(allEntries(eng.State())); err != nil {
+			log.Close()
+			return nil, fmt.Errorf("coordinator: open the core in %s: %w", dir, err)
+		}
+	}
 	c := &Core{log: log, eng: eng, opts: opts, lastSnap: snapSeq, via: map[string]Via{}}
 	c.next, c.hasNext = eng.NextDeadline()
 	return c, nil
@@ -494,6 +502,16 @@ func (c *Core) snapshot() error {
 	}
 	c.lastSnap = c.eng.Seq()
 	return nil
+}
+
+// allEntries is every entry of the materialized state of t.
+func allEntries(t *state.Tree) []eventlog.Entry {
+	paths := t.Paths()
+	out := make([]eventlog.Entry, 0, len(paths))
+	for p := range paths {
+		out = append(out, replay.Entry(t, p))
+	}
+	return out
 }
 
 // entries turns touched, the paths the batch's changes bumped (possibly

@@ -14,7 +14,9 @@ import (
 type Batch struct {
 	Events []*intents.Event
 	// State holds the new entry of every path the batch's changes touched,
-	// latest last. The engine's state tree says which (Tree.Touched).
+	// latest last. The engine's state tree says which (Tree.Touched). The
+	// log keeps the slice and the entries' values until it has written
+	// them, which may be many batches later (see the key space in keys.go).
 	State []Entry
 	// Records are the decisions of the batch that become their intent
 	// ids' idempotency records, in order, a later one of an id replacing
@@ -27,8 +29,9 @@ type Batch struct {
 // Pending is an enqueued batch; Wait returns once it is durable.
 type Pending struct {
 	b     *pebble.Batch // the events
-	rest  *pebble.Batch // the idempotency records and state entries
+	rest  *pebble.Batch // the idempotency records
 	terms *termList     // index terms, written by the committer for the whole group
+	state []Entry       // Batch.State, gathered by the committer and written with the index
 	last  uint64
 	done  chan struct{}
 	err   error
@@ -145,7 +148,7 @@ func (l *Log) commitLoop() {
 	// in the log: the index is left where it is, for Open to complete.
 	var failed error
 	writeIndex := func(wo *pebble.WriteOptions) error {
-		if failed != nil || len(l.index.terms) == 0 {
+		if failed != nil || !l.trailing() {
 			return failed
 		}
 		if err := l.writeIndex(nil, wo); err != nil {
@@ -170,14 +173,14 @@ func (l *Log) commitLoop() {
 			if len(wanted) > 0 || closed {
 				err := writeIndex(l.sync) // at Close, durable as the last group
 				for _, w := range wanted {
-					w <- err
+					w(err)
 				}
 				if closed {
 					return
 				}
 				continue
 			}
-			if !armed && len(l.index.terms) > 0 {
+			if !armed && l.trailing() {
 				// Idle with terms gathered: index them soon rather than
 				// leave queries to read the events.
 				idle.Reset(l.indexIdle)
@@ -226,7 +229,7 @@ func (l *Log) commitLoop() {
 			l.mu.Unlock()
 			if g != nil {
 				for _, w := range wanted {
-					w <- g.err
+					w(g.err)
 				}
 				wanted = nil
 				groups <- g
@@ -244,7 +247,7 @@ func (l *Log) commitLoop() {
 			l.fail()
 		}
 		for _, w := range wanted {
-			w <- g.err
+			w(g.err)
 		}
 		groups <- g
 	}
@@ -310,11 +313,12 @@ type group struct {
 	began time.Time // when its write began, for Options.OnSync
 }
 
-// write writes queue as one batch and gathers its index terms, writing the
-// index too when they reach IndexEvery events or indexAll is set; with
+// write writes queue as one batch and gathers its index terms and state
+// entries, writing them too when they reach IndexEvery events or indexAll
+// is set; with
 // synced writes it returns once the batch is in the WAL and the memtable,
-// before the sync. The batch holds every event first, then the records and
-// state entries, then the index: Pebble inserts a batch into its memtable
+// before the sync. The batch holds every event first, then the records,
+// then the index and state entries: Pebble inserts a batch into its memtable
 // in order, and an insert next to the one before is cheap, so the events'
 // consecutive keys cost little (5% more appends at 64 writers than batches
 // written one after the other).
@@ -341,6 +345,12 @@ func (l *Log) write(queue []*Pending, indexAll bool) *group {
 		l.putTerms(p.terms)
 		p.terms = nil
 		index.last = p.last
+		if !l.stateStale.Load() {
+			for _, e := range p.state {
+				l.state[e.Path] = e
+			}
+		}
+		p.state = nil
 	}
 	if indexAll || index.last-l.indexed >= l.indexEvery {
 		if g.err = l.writeIndex(g.batch, nil); g.err != nil {
@@ -384,9 +394,9 @@ func (l *Log) syncLoop(groups <-chan *group, done chan<- struct{}) {
 }
 
 // encode writes a batch's events into one Pebble batch (p.b) and its
-// idempotency records and state entries into another (p.rest), and
-// gathers its index terms, for the committer to write with its group's
-// (see write).
+// idempotency records into another (p.rest), and gathers its index terms,
+// for the committer to write with its group's (see write), with the
+// batch's state entries.
 func (l *Log) encode(b *Batch, p *Pending) error {
 	pb, rest := l.db.NewBatch(), l.db.NewBatch()
 	sc := l.scratch.Get().(*scratch)
@@ -415,14 +425,7 @@ func (l *Log) encode(b *Batch, p *Pending) error {
 			return fail(err)
 		}
 	}
-	for _, e := range b.State {
-		buf = appendEntry(buf[:0], e)
-		key = appendKey(key[:0], famState, e.Path)
-		if err := rest.Set(key, buf, nil); err != nil {
-			return fail(err)
-		}
-	}
-	p.b, p.rest, p.terms = pb, rest, terms
+	p.b, p.rest, p.terms, p.state = pb, rest, terms, b.State
 	return nil
 }
 

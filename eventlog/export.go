@@ -50,10 +50,34 @@ type Export struct {
 }
 
 // Export returns a view of the log as it is now, to write with WriteTo.
-// Each group the log wrote is in it whole or not at all, so its state and
-// records are those after its last event.
+// Each group the log wrote is in it whole or not at all, and the committer
+// takes it once it has written the state entries it held, so its state and
+// records are those after its last event. A log whose state is stale
+// (StateSeq) has no such state to export until RewriteState.
 func (l *Log) Export() (*Export, error) {
-	view := l.db.NewSnapshot()
+	if l.stateStale.Load() {
+		return nil, fmt.Errorf("export the log: its state is complete to event %d only, and a crash lost the entries after it: fold the log and rewrite the state first", l.StateSeq())
+	}
+	type taken struct {
+		view *pebble.Snapshot
+		err  error
+	}
+	took := make(chan taken, 1)
+	err := l.afterIndex(func(err error) {
+		if err != nil {
+			took <- taken{err: err}
+			return
+		}
+		took <- taken{view: l.db.NewSnapshot()}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export the log: %w", err)
+	}
+	t := <-took
+	if t.err != nil {
+		return nil, fmt.Errorf("export the log: %w", t.err)
+	}
+	view := t.view
 	fail := func(err error) (*Export, error) {
 		view.Close()
 		return nil, fmt.Errorf("export the log: %w", l.w.storeErr(err, 0))
@@ -296,6 +320,8 @@ func Restore(dir string, r io.Reader, opts *Options) (snapshot, last uint64, err
 		// The index starts empty, complete to the event before the
 		// first: Open indexes the events.
 		b.Set(metaIndexed, eventKey(from - 1)[1:], nil),
+		// The entries are the state after the last event.
+		b.Set(metaState, eventKey(last)[1:], nil),
 		l.commit(b, pebble.Sync),
 	)
 	if err != nil {

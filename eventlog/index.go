@@ -59,14 +59,20 @@ func (ps *postings) addSeq(t indexTerm, seq uint64) {
 // terms it has gathered.
 const indexIdle = 50 * time.Millisecond
 
+// trailing reports whether the committer holds index terms or state
+// entries it has not written.
+func (l *Log) trailing() bool { return len(l.index.terms) > 0 || len(l.state) > 0 }
+
 // writeIndex writes the posting lists of the terms gathered and the seq
-// the index is now complete to: into b, the batch of the group that
+// the index is now complete to, and the state entries gathered and the
+// seq the state is complete to: into b, the batch of the group that
 // brings them there, or, with b nil, a batch of their own committed with
-// wo (a lost index batch is made again by Open). The committer
-// writes them after the groups of their events, so that no index key
-// names an event a crash could lose.
+// wo (a lost index batch is made again by Open, a lost state by whoever
+// folds the log: RewriteState). The committer writes them after the
+// groups of their events, so that no index key or state entry comes from
+// an event a crash could lose.
 func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
-	if len(l.index.terms) == 0 {
+	if !l.trailing() {
 		return nil
 	}
 	own := b == nil
@@ -74,6 +80,7 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 		b = l.db.NewBatch()
 		defer b.Close()
 	}
+	stale := l.stateStale.Load()
 	key, gaps := l.key[:0], l.gaps[:0]
 	for i, t := range l.index.terms {
 		seqs := l.index.seqs[i]
@@ -83,12 +90,27 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 			return fmt.Errorf("eventlog: index: %w", err)
 		}
 	}
-	l.key, l.gaps = key, gaps
 	last := l.index.last
 	mark := binary.BigEndian.AppendUint64(nil, last)
 	if err := errors.Join(b.Set(metaIndexed, mark, nil), b.Set(metaIntents, mark, nil)); err != nil {
 		return fmt.Errorf("eventlog: index: %w", err)
 	}
+	// A state that trails by more than the stretch gathered (a crash lost
+	// the stretch before it) stays marked where it was, entries and all,
+	// until RewriteState puts the whole of it back.
+	if !stale {
+		for _, e := range l.state {
+			key = appendKey(key[:0], famState, e.Path)
+			gaps = appendEntry(gaps[:0], e)
+			if err := b.Set(key, gaps, nil); err != nil {
+				return fmt.Errorf("eventlog: state: %w", err)
+			}
+		}
+		if err := b.Set(metaState, mark, nil); err != nil {
+			return fmt.Errorf("eventlog: state: %w", err)
+		}
+	}
+	l.key, l.gaps = key, gaps
 	if own {
 		if err := l.commit(b, wo); err != nil {
 			return fmt.Errorf("eventlog: index: %w", err)
@@ -96,21 +118,36 @@ func (l *Log) writeIndex(b *pebble.Batch, wo *pebble.WriteOptions) error {
 	}
 	l.index.reset()
 	l.indexed = last
+	if !stale {
+		l.stateSeq.Store(last)
+	}
+	clear(l.state)
 	return nil
 }
 
-// flushIndex waits until the index is complete to the last batch written.
+// flushIndex waits until the index and the state are complete to the last
+// batch written.
 func (l *Log) flushIndex() error {
 	done := make(chan error, 1)
+	if err := l.afterIndex(func(err error) { done <- err }); err != nil {
+		return err
+	}
+	return <-done
+}
+
+// afterIndex has the committer write the index and the state to the last
+// batch written and then call fn, on its own goroutine, with the error of
+// that write, before it writes anything else.
+func (l *Log) afterIndex(fn func(error)) error {
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()
 		return ErrClosed
 	}
-	l.mu.indexWanted = append(l.mu.indexWanted, done)
+	l.mu.indexWanted = append(l.mu.indexWanted, fn)
 	l.mu.Unlock()
 	l.kick()
-	return <-done
+	return nil
 }
 
 // catchUpIndex indexes the events a crash left after the index, before the

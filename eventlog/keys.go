@@ -79,6 +79,7 @@ var (
 	metaFirst   = []byte{famMeta, 'f', 'i', 'r', 's', 't'}
 	metaIndexed = []byte{famMeta, 'i', 'n', 'd', 'e', 'x', 'e', 'd'}
 	metaIntents = []byte{famMeta, 'i', 'n', 't', 'e', 'n', 't', 's'}
+	metaState   = []byte{famMeta, 's', 't', 'a', 't', 'e'}
 )
 
 func eventKey(seq uint64) []byte { return appendEventKey(make([]byte, 0, 9), seq) }

@@ -121,14 +121,23 @@ type Log struct {
 		next   uint64 // the seq the next enqueued batch must start at
 		queue  []*Pending
 		wake   chan struct{}
-		// indexWanted are callers of flushIndex waiting for the index to
-		// be complete to the last batch written.
-		indexWanted []chan error
+		// indexWanted are callers of afterIndex waiting for the index
+		// and the state to be complete to the last batch written.
+		indexWanted []func(error)
 	}
 	done chan struct{}
 
 	// The committer's: the terms of the events after the index (indexed,
 	// the seq the index is complete to), and buffers for its keys.
+	// The state entries of the paths the batches after the state's mark
+	// touched, the latest of each, are the committer's too. stateStale
+	// is set while the state is marked complete to an event before the
+	// index's, the entries of the events between lost in a crash: then
+	// the committer gathers none and leaves the mark alone until
+	// RewriteState.
+	state      map[string]Entry
+	stateStale atomic.Bool
+	stateSeq   atomic.Uint64 // the mark: StateSeq
 	index      *postings
 	indexed    uint64
 	indexEvery uint64
@@ -199,7 +208,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if err != nil {
 		return nil, openErr(dir, err)
 	}
-	l := &Log{db: db, dir: dir, sync: pebble.Sync, w: w, done: make(chan struct{}), index: newPostings()}
+	l := &Log{db: db, dir: dir, sync: pebble.Sync, w: w, done: make(chan struct{}), index: newPostings(), state: map[string]Entry{}}
 	fail := func(err error) (*Log, error) {
 		w.close()
 		db.Close()
@@ -236,6 +245,11 @@ func Open(dir string, opts *Options) (*Log, error) {
 	l.indexIdle, l.indexWritten = opts.indexIdle, opts.indexWritten
 	l.SetOnSync(opts.OnSync)
 	l.intentBatch = opts.intentBatch
+	// The state's mark first: indexing what a crash left after the index
+	// must not mark complete a state that lost the same stretch.
+	if err := l.openState(); err != nil {
+		return fail(err)
+	}
 	if err := l.catchUpIndex(); err != nil {
 		return fail(err)
 	}

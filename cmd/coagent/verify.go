@@ -39,6 +39,13 @@ func runVerify(data string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if st := log.StateSeq(); st < log.LastSeq() {
+		// A crash left the state behind the events: what is stored is
+		// checked, and the rest is the coordinator's to write at start.
+		fmt.Fprintf(stdout, "ok: every block of the store reads back; events %d..%d fold into the materialized state, which a crash left at event %d (the coordinator completes it when it starts); sha256 of the fold of all %d events %s\n",
+			log.FirstSeq(), st, st, log.LastSeq(), hash)
+		return nil
+	}
 	fmt.Fprintf(stdout, "ok: every block of the store reads back; events %d..%d fold into the materialized state; sha256 %s\n", log.FirstSeq(), log.LastSeq(), hash)
 	return nil
 }

@@ -45,19 +45,16 @@ func (e *MismatchError) Error() string {
 // path by path. It returns the folded state's hash, or a *MismatchError
 // naming the first differing path.
 //
+// The stored state is compared with the fold to the event it is complete
+// to (eventlog.Log.StateSeq): the log's last, unless a crash left it
+// behind and no coordinator has opened the log since. The hash is the
+// whole log's either way. Nothing may be appended to the log while Verify
+// runs: what the state holds would move past the fold it is compared with.
+//
 // progress, if not nil, is told of each event it folds.
 func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (string, error) {
-	var eng *engine.Engine
-	var err error
-	if log.FirstSeq() > 1 {
-		eng, _, err = rebuild(log, cfg, 0, progress)
-	} else {
-		eng, err = engine.New(cfg)
-		if err == nil {
-			last := log.LastSeq()
-			err = log.Fold(1, last, folding(eng, last, progress))
-		}
-	}
+	last, mark := log.LastSeq(), log.StateSeq()
+	eng, err := foldTo(log, cfg, mark, last, progress)
 	if err != nil {
 		return "", fmt.Errorf("verify: %w", err)
 	}
@@ -77,7 +74,7 @@ func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (s
 	}
 	mismatch := func(path string, stored, want *eventlog.Entry) error {
 		return &MismatchError{Path: path, Log: describe(stored), Folded: describe(want), FoldedHash: Hash(tree),
-			FoldedRev: tree.Rev(), LogLastEvent: log.LastSeq()}
+			FoldedRev: tree.Rev(), LogLastEvent: mark}
 	}
 	i := 0
 	err = log.Entries("", func(got eventlog.Entry) error {
@@ -102,7 +99,33 @@ func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (s
 	if err != nil {
 		return "", err
 	}
+	if mark < last {
+		if err := log.Fold(mark+1, last, folding(eng, last, progress)); err != nil {
+			return "", fmt.Errorf("verify: %w", err)
+		}
+	}
 	return Hash(tree), nil
+}
+
+// foldTo returns an engine folded from the log's first event, or from the
+// snapshot compaction left, to event seq. progress is told of each event
+// as part of a fold to last.
+func foldTo(log *eventlog.Log, cfg engine.Config, seq, last uint64, progress eventlog.Progress) (*engine.Engine, error) {
+	if log.FirstSeq() > 1 {
+		if seq+1 < log.FirstSeq() {
+			return nil, fmt.Errorf("the stored state is complete to event %d, which compaction dropped (the log starts at %d): a coordinator opening the log rewrites it", seq, log.FirstSeq())
+		}
+		if seq == 0 {
+			return nil, fmt.Errorf("the stored state is complete to no event, and the log starts at %d: a coordinator opening the log rewrites it", log.FirstSeq())
+		}
+		eng, _, err := rebuild(log, cfg, seq, progress)
+		return eng, err
+	}
+	eng, err := engine.New(cfg)
+	if err == nil && seq > 0 {
+		err = log.Fold(1, seq, folding(eng, last, progress))
+	}
+	return eng, err
 }
 
 // Entry is the entry the log's materialized state keeps for path of t:

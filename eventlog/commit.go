@@ -315,13 +315,12 @@ type group struct {
 
 // write writes queue as one batch and gathers its index terms and state
 // entries, writing them too when they reach IndexEvery events or indexAll
-// is set; with
-// synced writes it returns once the batch is in the WAL and the memtable,
-// before the sync. The batch holds every event first, then the records,
-// then the index and state entries: Pebble inserts a batch into its memtable
-// in order, and an insert next to the one before is cheap, so the events'
-// consecutive keys cost little (5% more appends at 64 writers than batches
-// written one after the other).
+// is set; with synced writes it returns once the batch is in the WAL and
+// the memtable, before the sync. The batch holds every event first, then
+// the records, then the index and state entries: Pebble inserts a batch
+// into its memtable in order, and an insert next to the one before is
+// cheap, so the events' consecutive keys cost little (5% more appends at
+// 64 writers than batches written one after the other).
 func (l *Log) write(queue []*Pending, indexAll bool) *group {
 	g := &group{queue: queue, batch: queue[0].b, began: time.Now()}
 	if len(queue) > 1 {

@@ -127,14 +127,13 @@ type Log struct {
 	}
 	done chan struct{}
 
-	// The committer's: the terms of the events after the index (indexed,
-	// the seq the index is complete to), and buffers for its keys.
-	// The state entries of the paths the batches after the state's mark
-	// touched, the latest of each, are the committer's too. stateStale
-	// is set while the state is marked complete to an event before the
-	// index's, the entries of the events between lost in a crash: then
-	// the committer gathers none and leaves the mark alone until
-	// RewriteState.
+	// The committer's: the latest state entry of each path the batches
+	// after the state's mark touched; the terms of the events after the
+	// index (indexed, the seq the index is complete to), and buffers for
+	// its keys. stateStale is set while the state is marked complete to
+	// an event before the index's, the entries of the events between lost
+	// in a crash: then the committer gathers none and leaves the mark
+	// alone until RewriteState.
 	state      map[string]Entry
 	stateStale atomic.Bool
 	stateSeq   atomic.Uint64 // the mark: StateSeq

@@ -112,11 +112,8 @@ func Verify(log *eventlog.Log, cfg engine.Config, progress eventlog.Progress) (s
 // as part of a fold to last.
 func foldTo(log *eventlog.Log, cfg engine.Config, seq, last uint64, progress eventlog.Progress) (*engine.Engine, error) {
 	if log.FirstSeq() > 1 {
-		if seq+1 < log.FirstSeq() {
+		if seq+1 < log.FirstSeq() { // seq 0 among them
 			return nil, fmt.Errorf("the stored state is complete to event %d, which compaction dropped (the log starts at %d): a coordinator opening the log rewrites it", seq, log.FirstSeq())
-		}
-		if seq == 0 {
-			return nil, fmt.Errorf("the stored state is complete to no event, and the log starts at %d: a coordinator opening the log rewrites it", log.FirstSeq())
 		}
 		eng, _, err := rebuild(log, cfg, seq, progress)
 		return eng, err

@@ -80,11 +80,26 @@ func TestStateTrails(t *testing.T) {
 	g := &gen{rng: rand.New(rand.NewPCG(7, 7))}
 	want := map[string]Entry{}
 	ctx := context.Background()
-	for range 50 {
-		if err := l.Append(ctx, stateBatch(g, 1+g.rng.IntN(3), want)); err != nil {
+	// appendN appends n batches of size() events each.
+	appendN := func(n int, size func() int) {
+		t.Helper()
+		for range n {
+			if err := l.Append(ctx, stateBatch(g, size(), want)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// reopen closes the log, writing what the committer holds, and opens it again.
+	reopen := func() {
+		t.Helper()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = Open(dir, opts); err != nil {
 			t.Fatal(err)
 		}
 	}
+	appendN(50, func() int { return 1 + g.rng.IntN(3) })
 	if got, mark := storedState(t, l.db); len(got) != 0 || mark != 0 {
 		t.Fatalf("before any read, the store holds %d entries marked complete to %d: want none, to 0", len(got), mark)
 	}
@@ -99,17 +114,8 @@ func TestStateTrails(t *testing.T) {
 	}
 	atMark, markSeq := maps.Clone(want), l.LastSeq()
 
-	for range 20 {
-		if err := l.Append(ctx, stateBatch(g, 2, want)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if l, err = Open(dir, opts); err != nil {
-		t.Fatal(err)
-	}
+	appendN(20, func() int { return 2 })
+	reopen()
 	got, mark = storedState(t, l.db)
 	equalState(t, "after Close", got, want)
 	if mark != l.LastSeq() || l.StateSeq() != mark {
@@ -140,20 +146,11 @@ func TestStateTrails(t *testing.T) {
 	if l.StateSeq() != markSeq {
 		t.Fatalf("after the crash StateSeq is %d, want %d", l.StateSeq(), markSeq)
 	}
-	for range 10 {
-		if err := l.Append(ctx, stateBatch(g, 2, want)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	appendN(10, func() int { return 2 })
 	if _, err := l.Export(); err == nil {
 		t.Fatal("a log whose state is stale exported")
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if l, err = Open(dir, opts); err != nil {
-		t.Fatal(err)
-	}
+	reopen()
 	got, mark = storedState(t, l.db)
 	equalState(t, "stale, after appends and Close", got, atMark)
 	if mark != markSeq || l.StateSeq() != markSeq {
@@ -182,12 +179,7 @@ func TestStateTrails(t *testing.T) {
 	if err := l.Append(ctx, stateBatch(g, 3, want)); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if l, err = Open(dir, opts); err != nil {
-		t.Fatal(err)
-	}
+	reopen()
 	defer l.Close()
 	got, mark = storedState(t, l.db)
 	equalState(t, "after RewriteState, appends and Close", got, want)

@@ -12,7 +12,9 @@
 // committer writes everything queued since its last sync in one synced
 // write, so a crash loses only whole batches at the end. The index trails
 // the log by at most Options.IndexEvery events, and queries read the
-// events after it, so they answer for every durable event.
+// events after it, so they answer for every durable event. The
+// materialized state trails it the same way; a crash leaves it stale
+// (StateSeq), and whoever folds the log puts it back (RewriteState).
 //
 // A Log (Open, with Options whose every field documents its default) takes
 // a Batch — a run of events continuing the sequence and the state Entries

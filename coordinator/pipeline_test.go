@@ -10,8 +10,35 @@ import (
 
 	"github.com/coagent/coagent/intents"
 	"github.com/coagent/coagent/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/oklog/ulid/v2"
 )
+
+// setAsync submits, as agent w, a set of path, and sends path to answered
+// once it is applied.
+func setAsync(t *testing.T, nc *nats.Conn, path string, answered chan<- string) {
+	go func() {
+		body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"set","value":1}]}`, ulid.Make().String(), path)
+		d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("w"), body, 30*time.Second)
+		if err != nil || d.Outcome != intents.OutcomeApplied {
+			t.Errorf("the set of %s: %+v %v", path, d, err)
+		}
+		answered <- path
+	}()
+}
+
+// awaitAnswers waits for n answers from setAsync, failing with why if they
+// do not all come.
+func awaitAnswers(t *testing.T, answered <-chan string, n int, why string) {
+	t.Helper()
+	for range n {
+		select {
+		case <-answered:
+		case <-time.After(30 * time.Second):
+			t.Fatal(why)
+		}
+	}
+}
 
 // holdingWriteOf returns Options whose log holds back the write of the
 // first group that sets path, until free is called (once or more). A test
@@ -63,14 +90,7 @@ func TestCommitsBehindAHeldGroup(t *testing.T) {
 
 	answered := make(chan string, 3)
 	for i, path := range []string{"slow.x", "b.x", "c.x"} {
-		go func() {
-			body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"set","value":1}]}`, ulid.Make().String(), path)
-			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("w"), body, 30*time.Second)
-			if err != nil || d.Outcome != intents.OutcomeApplied {
-				t.Errorf("the set of %s: %+v %v", path, d, err)
-			}
-			answered <- path
-		}()
+		setAsync(t, nc, path, answered)
 		natstest.CheckFor(t, 10*time.Second, path+" handed to the log", func() error {
 			if n := committed() - before; n != int64(i+1) {
 				return fmt.Errorf("%d groups handed to the log, want %d", n, i+1)
@@ -84,13 +104,7 @@ func TestCommitsBehindAHeldGroup(t *testing.T) {
 	default:
 	}
 	free()
-	for range 3 {
-		select {
-		case <-answered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("not every set was answered once the held group was written")
-		}
-	}
+	awaitAnswers(t, answered, 3, "not every set was answered once the held group was written")
 }
 
 // TestHeldGroupCommittedOnceOneIsDurable: with as many groups on their way
@@ -115,14 +129,7 @@ func TestHeldGroupCommittedOnceOneIsDurable(t *testing.T) {
 	}
 	answered := make(chan string, 2)
 	for i, path := range []string{"slow.x", "b.x"} {
-		go func() {
-			body := fmt.Sprintf(`{"id":%q,"agent":"w","kind":"apply","writes":[{"path":%q,"op":"set","value":1}]}`, ulid.Make().String(), path)
-			d, err := natstest.RequestErr[intents.Decision](nc, intents.Subjects{}.Submit("w"), body, 30*time.Second)
-			if err != nil || d.Outcome != intents.OutcomeApplied {
-				t.Errorf("the set of %s: %+v %v", path, d, err)
-			}
-			answered <- path
-		}()
+		setAsync(t, nc, path, answered)
 		natstest.CheckFor(t, 10*time.Second, path+" decided", func() error {
 			if c, g := state(); c != 1 || g != i {
 				return fmt.Errorf("%d groups handed to the log and %d intents gathered, want 1 and %d", c, g, i)
@@ -131,13 +138,7 @@ func TestHeldGroupCommittedOnceOneIsDurable(t *testing.T) {
 		})
 	}
 	free()
-	for range 2 {
-		select {
-		case <-answered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the held group was not committed once the group ahead of it was durable")
-		}
-	}
+	awaitAnswers(t, answered, 2, "the held group was not committed once the group ahead of it was durable")
 	if c, _ := state(); c != 2 {
 		t.Fatalf("%d groups handed to the log, want 2", c)
 	}

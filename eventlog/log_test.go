@@ -31,6 +31,20 @@ func openTest(t testing.TB, dir string) *Log {
 	return l
 }
 
+// reopenTest closes l, which writes what its committer holds, and opens
+// the log in dir again with opts.
+func reopenTest(t testing.TB, l *Log, dir string, opts *Options) *Log {
+	t.Helper()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // gen makes varied events: every type, a few agents, transactions and
 // paths, so indexes have something to find.
 type gen struct {
@@ -363,12 +377,7 @@ func TestQueryMatchesScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkQueries(t, l, all, at)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if l, err = Open(dir, opts); err != nil {
-		t.Fatal(err)
-	}
+	l = reopenTest(t, l, dir, opts)
 	for key, seqs := range indexPostings(t, l) {
 		if seqs[0] < at {
 			t.Fatalf("after compacting before %d and reopening, index key %q holds %v", at, key, seqs)
@@ -919,19 +928,10 @@ func TestIntentIndexOfAnOlderLog(t *testing.T) {
 			t.Fatalf("with the intent index after %d forgotten, the events of %s are found to %d", k, genIntents[0], evs[len(evs)-1].Seq)
 		}
 	}
-	reopen := func() {
-		t.Helper()
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if l, err = Open(dir, opts); err != nil {
-			t.Fatal(err)
-		}
-	}
 	first := uint64(1)
 	for _, k := range []uint64{0, 37, l.LastSeq() - 3} {
 		forget(k)
-		reopen()
+		l = reopenTest(t, l, dir, opts)
 		if done, _, err := readMeta(l.db, metaIntents); err != nil || done != l.LastSeq() {
 			t.Fatalf("after Open the intent index is complete to %d (%v), want %d", done, err, l.LastSeq())
 		}

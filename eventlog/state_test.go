@@ -89,16 +89,6 @@ func TestStateTrails(t *testing.T) {
 			}
 		}
 	}
-	// reopen closes the log, writing what the committer holds, and opens it again.
-	reopen := func() {
-		t.Helper()
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if l, err = Open(dir, opts); err != nil {
-			t.Fatal(err)
-		}
-	}
 	appendN(50, func() int { return 1 + g.rng.IntN(3) })
 	if got, mark := storedState(t, l.db); len(got) != 0 || mark != 0 {
 		t.Fatalf("before any read, the store holds %d entries marked complete to %d: want none, to 0", len(got), mark)
@@ -115,7 +105,7 @@ func TestStateTrails(t *testing.T) {
 	atMark, markSeq := maps.Clone(want), l.LastSeq()
 
 	appendN(20, func() int { return 2 })
-	reopen()
+	l = reopenTest(t, l, dir, opts)
 	got, mark = storedState(t, l.db)
 	equalState(t, "after Close", got, want)
 	if mark != l.LastSeq() || l.StateSeq() != mark {
@@ -150,7 +140,7 @@ func TestStateTrails(t *testing.T) {
 	if _, err := l.Export(); err == nil {
 		t.Fatal("a log whose state is stale exported")
 	}
-	reopen()
+	l = reopenTest(t, l, dir, opts)
 	got, mark = storedState(t, l.db)
 	equalState(t, "stale, after appends and Close", got, atMark)
 	if mark != markSeq || l.StateSeq() != markSeq {
@@ -179,7 +169,7 @@ func TestStateTrails(t *testing.T) {
 	if err := l.Append(ctx, stateBatch(g, 3, want)); err != nil {
 		t.Fatal(err)
 	}
-	reopen()
+	l = reopenTest(t, l, dir, opts)
 	defer l.Close()
 	got, mark = storedState(t, l.db)
 	equalState(t, "after RewriteState, appends and Close", got, want)

@@ -323,26 +323,8 @@ func BenchmarkSyncUnderLoad(b *testing.B) {
 		for _, file := range []string{"appended", "overwritten"} {
 			for _, size := range []int{1 << 10, 22 << 10} {
 				b.Run(fmt.Sprintf("cpus=%s/file=%s/size=%dKB", load, file, size>>10), func(b *testing.B) {
-					f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer f.Close()
-					if err := f.Preallocate(0, fileSize); err != nil {
-						b.Fatal(err)
-					}
+					f := syncBenchFile(b, fileSize, file == "overwritten")
 					buf := make([]byte, size)
-					if file == "overwritten" {
-						zeros := make([]byte, 1<<20)
-						for off := int64(0); off < fileSize; off += int64(len(zeros)) {
-							if _, err := f.WriteAt(zeros, off); err != nil {
-								b.Fatal(err)
-							}
-						}
-						if err := f.SyncData(); err != nil {
-							b.Fatal(err)
-						}
-					}
 					if load == "busy" {
 						for range runtime.NumCPU() {
 							cmd := exec.Command(os.Args[0], "-test.run=^TestSpinChild$", "-test.timeout=10m")
@@ -373,6 +355,73 @@ func BenchmarkSyncUnderLoad(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// syncBenchFile creates a file of size bytes preallocated, as Pebble's WAL
+// is, and with overwritten set written with zeros and synced, as the log's
+// filler keeps it; it is closed when b ends.
+func syncBenchFile(b *testing.B, size int64, overwritten bool) vfs.File {
+	f, err := vfs.Default.Create(filepath.Join(b.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	if err := f.Preallocate(0, size); err != nil {
+		b.Fatal(err)
+	}
+	if overwritten {
+		zeros := make([]byte, 1<<20)
+		for off := int64(0); off < size; off += int64(len(zeros)) {
+			if _, err := f.WriteAt(zeros, off); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := f.SyncData(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return f
+}
+
+// BenchmarkOverlappedSyncs writes and fdatasyncs 1 KB pieces of one
+// overwritten file from 1, 2 and 4 goroutines at once, each piece its own:
+// how far syncs in flight together overlap on this disk. Pebble syncs its
+// WAL from one goroutine; docs/performance.md says what a log that let
+// two syncs run at once made of it.
+func BenchmarkOverlappedSyncs(b *testing.B) {
+	const fileSize, piece = 64 << 20, 1 << 10
+	for _, syncers := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("syncers=%d", syncers), func(b *testing.B) {
+			f := syncBenchFile(b, fileSize, true)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, syncers)
+			buf := make([]byte, piece)
+			b.ResetTimer()
+			for range syncers {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						if _, err := f.WriteAt(buf, (i*piece)%fileSize); err != nil {
+							errs <- err
+							return
+						}
+						if err := f.SyncData(); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				b.Fatal(err)
+			}
+			secs := b.Elapsed().Seconds()
+			b.ReportMetric(float64(b.N)/secs, "syncs/s")
+			b.ReportMetric(secs*1e6*float64(syncers)/float64(b.N), "us/sync")
+		})
 	}
 }
 
